@@ -1,0 +1,78 @@
+"""Measured vs predicted step time (and memory) for every published run in the validation set.
+
+    python benchmarks/accuracy.py [--json] [--markdown]
+
+Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
+with sources). The device efficiency curves were calibrated on this same set
+(benchmarks/calibrate.py), so the errors below are in-sample; see --holdout in calibrate.py for
+a cross-validated figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from solver.validation import evaluate_all  # noqa: E402
+
+
+def summarise(results) -> dict:
+    errors = [abs(r.error) for r in results]
+    by_family = {}
+    for r in results:
+        by_family.setdefault(r.family, []).append(abs(r.error))
+    return {
+        "runs": len(results),
+        "mean_abs_error": statistics.fmean(errors),
+        "max_abs_error": max(errors),
+        "worst_run": max(results, key=lambda r: abs(r.error)).run_id,
+        "by_family": {k: {"runs": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)} for k, v in by_family.items()},
+    }
+
+
+def table(results, markdown: bool) -> str:
+    head = ["run", "GPUs", "mapping (tp/pp/dp/cp, mb, vpp)", "measured s", "predicted s", "error", "mem meas/pred GiB"]
+    rows = []
+    for r in results:
+        m = r.mapping
+        mem = f"{r.measured_memory_gib:.0f} / {r.evaluation.metrics['peak_memory_gib']:.1f}" if r.measured_memory_gib else ""
+        rows.append([r.run_id, str(m.num_gpus), f"{m.tp}/{m.pp}/{m.dp}/{m.cp}, {m.micro_batch}, {m.vpp}",
+                     f"{r.measured_step_s:.3f}", f"{r.predicted_step_s:.3f}", f"{100 * r.error:+.1f} %", mem])
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    results = evaluate_all()
+    summary = summarise(results)
+    if args.json:
+        print(json.dumps({"summary": summary, "runs": [
+            {"id": r.run_id, "family": r.family, "measured_step_s": r.measured_step_s, "predicted_step_s": r.predicted_step_s,
+             "error": r.error, "mapping": r.mapping.as_dict(), "measured_memory_gib": r.measured_memory_gib,
+             "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"]} for r in results]}, indent=2))
+        return 0
+    print(table(results, args.markdown))
+    print()
+    print(f"{summary['runs']} runs: mean |error| {100 * summary['mean_abs_error']:.1f} %, "
+          f"max {100 * summary['max_abs_error']:.1f} % ({summary['worst_run']})")
+    for name, s in summary["by_family"].items():
+        print(f"  {name:<32} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

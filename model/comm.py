@@ -1,0 +1,63 @@
+"""Collective communication on a two-tier network (scale-up domain, scale-out fabric).
+
+Alpha-beta costs of ring algorithms (Thakur, Rabenseifner & Gropp, IJHPCA 2005; Patarasuk &
+Yuan 2009): a ring all-reduce of S bytes over n ranks moves 2(n-1)/n·S per rank in 2(n-1)
+steps; reduce-scatter and all-gather move (n-1)/n·S in n-1 steps. S is the full buffer, as
+nccl-tests counts it. A group that spans several scale-up domains runs hierarchically
+(reduce-scatter inside each domain, the collective across domains on 1/k of the data, all-gather
+inside; the 2D algorithm of NCCL's CollNet / Jia et al. 2018), each GPU using its own NIC.
+"""
+
+from __future__ import annotations
+
+from .specs import NetworkTier, SystemSpec
+
+
+def ring_reduce_scatter_time_s(nbytes: float, n: int, tier: NetworkTier) -> float:
+    """Ring reduce-scatter (or all-gather) of an ``nbytes`` buffer over ``n`` ranks, seconds."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) * tier.latency_s + (n - 1) / n * nbytes / tier.effective_bytes_per_s
+
+
+def ring_allreduce_time_s(nbytes: float, n: int, tier: NetworkTier) -> float:
+    """Ring all-reduce of an ``nbytes`` buffer over ``n`` ranks, seconds (= RS + AG)."""
+    return 2.0 * ring_reduce_scatter_time_s(nbytes, n, tier)
+
+
+def ranks_per_domain(group_size: int, stride: int, system: SystemSpec) -> int:
+    """How many members of a parallel group share one scale-up domain.
+
+    Megatron lays ranks out tp fastest, then cp, dp, pp (Megatron-Core parallel_state); a group
+    whose consecutive members sit ``stride`` ranks apart has domain/stride members per domain.
+    """
+    if stride >= system.scale_up_domain:
+        return 1
+    return max(1, min(group_size, system.scale_up_domain // stride))
+
+
+def reduce_scatter_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
+    """Reduce-scatter (or all-gather, same cost) on the tiers the group spans, seconds."""
+    local = ranks_per_domain(group_size, stride, system)
+    remote = group_size // local
+    inside = ring_reduce_scatter_time_s(nbytes, local, system.scale_up)
+    across = ring_reduce_scatter_time_s(nbytes / local, remote, system.scale_out)
+    return inside + across
+
+
+def allreduce_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
+    """All-reduce on the tiers the group spans (hierarchical when it leaves the domain), seconds."""
+    return 2.0 * reduce_scatter_time_s(nbytes, group_size, stride, system)
+
+
+def p2p_time_s(nbytes: float, crosses_domain: bool, system: SystemSpec) -> float:
+    """One point-to-point transfer of ``nbytes`` (pipeline send/recv), seconds."""
+    if nbytes <= 0:
+        return 0.0
+    tier = system.scale_out if crosses_domain else system.scale_up
+    return tier.latency_s + nbytes / tier.effective_bytes_per_s
+
+
+def tier_name(group_size: int, stride: int, system: SystemSpec) -> str:
+    """'scale_up' if the whole group sits in one scale-up domain, else 'scale_out'."""
+    return "scale_up" if ranks_per_domain(group_size, stride, system) >= group_size else "scale_out"

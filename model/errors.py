@@ -1,0 +1,17 @@
+"""Exceptions shared by the model and the solver.
+
+A ``ProblemError`` is a user mistake (a bad file, an unknown name, an impossible degree):
+the CLI prints its one-line message and exits with status 2. It is never raised for a plan
+that merely does not fit; that is an answer, reported by ``fits`` and by the planner.
+"""
+
+
+class ProblemError(ValueError):
+    """A user-facing error: the message names the file, the field and what is allowed."""
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        parts = [p for p in (source, field) if p]
+        prefix = ": ".join(parts)
+        super().__init__(f"{prefix}: {message}" if prefix else message)

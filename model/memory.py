@@ -1,0 +1,122 @@
+"""Memory per GPU: model states under ZeRO and activations under recomputation.
+
+Activation terms generalise Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", arXiv 2205.05198, Sec. 4 and Table 2) from MHA + 4h GeLU MLP to any head
+count, GQA and SwiGLU; for MHA with f = 4h they reduce exactly to that table (tests check it).
+All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout masks, as the paper.
+"""
+
+from __future__ import annotations
+
+from .specs import ModelSpec
+
+ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
+MASK_BYTES = 1.0
+
+
+def replicated_activation_bytes(model: ModelSpec, tokens: float) -> float:
+    """Per-layer activations that tensor parallelism does not split (Korthikanti's 10sbh).
+
+    Inputs of the two norms (2 x 2sbh), the QKV input (2sbh), the FC1 input (2sbh) and the two
+    dropout masks (2 x sbh). Sequence parallelism splits them by t.
+    """
+    h = model.hidden
+    return tokens * h * (2 * ACT_BYTES + 2 * ACT_BYTES + 2 * MASK_BYTES)
+
+
+def sharded_activation_bytes(model: ModelSpec, tokens: float) -> float:
+    """Per-layer activations split by tensor parallelism, without the s x s score terms
+    (Korthikanti's 24sbh for MHA and f = 4h).
+
+    Q, K and V (2sb(a+2kv)d), the output-projection input (2sb·a·d), the MLP activation's
+    input and output (GeLU: 2sbf + 2sbf; SwiGLU: gate and up 4sbf + product 2sbf).
+    """
+    qkv = (model.q_width + 2 * model.kv_width) * ACT_BYTES
+    proj_in = model.q_width * ACT_BYTES
+    mlp = (6 if model.activation == "swiglu" else 4) * model.ffn
+    return tokens * (qkv + proj_in + mlp)
+
+
+def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq_kv: float) -> float:
+    """Per-layer s x s attention tensors of a materialised softmax: 5·a·s²·b bytes
+    (softmax output 2, dropout mask 1, dropout output 2; Korthikanti Sec. 4.1). Flash attention
+    and selective recomputation keep none of them."""
+    return 5.0 * model.heads * seq_q * seq_kv * micro_batch
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str
+) -> float:
+    """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
+
+    full recompute: only the layer input, 2sbh (split by t under sp; Korthikanti Table 2).
+    selective: no score tensors. none: score tensors unless flash attention is used (flash keeps
+    the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
+    """
+    tokens = micro_batch * seq_len / cp
+    if recompute == "full":
+        return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
+    replicated = replicated_activation_bytes(model, tokens) / (tp if sp else 1)
+    sharded = sharded_activation_bytes(model, tokens) / tp
+    if attention == "flash":
+        scores = 4.0 * tokens * model.heads / tp
+    elif recompute == "selective":
+        scores = 0.0
+    else:
+        scores = score_activation_bytes(model, micro_batch, seq_len / cp, seq_len) / tp
+    return replicated + sharded + scores
+
+
+def recompute_working_bytes(
+    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str
+) -> float:
+    """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
+    if recompute != "full":
+        return 0.0
+    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention)
+
+
+def in_flight_layer_activations(layers_on_stage: int, stage: int, pp: int, vpp: int, microbatches: int) -> float:
+    """Micro-batch x layer activation sets a pipeline stage holds at its peak.
+
+    1F1B: stage i holds min(m, p - i) micro-batches of its layers (Narayanan SC'21, Sec. 2.2).
+    Interleaved: Megatron warms up (p - i - 1)·2 + (v - 1)·p model chunks before the first
+    backward (megatron/core/pipeline_parallel/schedules.py), each chunk holding 1/v of the
+    stage's layers; on stage 0 this is Korthikanti's L·(1 + (p-1)/(p·v)).
+    """
+    if vpp == 1:
+        return min(microbatches, pp - stage) * layers_on_stage
+    chunks = min(microbatches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+    return chunks * layers_on_stage / vpp
+
+
+def embedding_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, pp: int) -> float:
+    """First stage: embedding dropout outputs of the p in-flight micro-batches, sbhp/t bytes
+    (Korthikanti Sec. 4.3)."""
+    return micro_batch * seq_len / cp * model.hidden * pp / tp
+
+
+def logits_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int) -> float:
+    """Last stage: fp32 logits of one micro-batch kept for the cross-entropy backward, 4sbV/t bytes."""
+    return 4.0 * micro_batch * seq_len / cp * model.vocab / tp
+
+
+def state_bytes_per_param(zero: int, dp: int, weight_bytes: float, grad_bytes: float) -> float:
+    """Bytes per parameter for weights, gradients and Adam states (Rajbhandari et al., ZeRO, SC'20).
+
+    Adam keeps an fp32 master copy, momentum and variance: 12 bytes. ZeRO-1 (= Megatron's
+    distributed optimizer) shards those over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+    """
+    optimizer = 12.0
+    if zero == 0:
+        return weight_bytes + grad_bytes + optimizer
+    if zero == 1:
+        return weight_bytes + grad_bytes + optimizer / dp
+    if zero == 2:
+        return weight_bytes + (grad_bytes + optimizer) / dp
+    return (weight_bytes + grad_bytes + optimizer) / dp
+
+
+def zero3_gather_buffer_bytes(layer_params_per_rank: float, weight_bytes: float) -> float:
+    """ZeRO-3 keeps the gathered weights of the current and the prefetched layer: 2 layers."""
+    return 2.0 * layer_params_per_rank * weight_bytes

@@ -1,0 +1,85 @@
+"""Parameter counts of a dense decoder-only transformer.
+
+Per layer: attention Q, K, V, O projections (GQA: K and V have kv_heads x head_dim columns;
+Ainslie et al. 2023), the MLP (two matrices for GeLU, three for SwiGLU; Shazeer 2020), two
+norms. Embeddings: token table V x h, a learned position table max_seq_len x h (GPT-2/3), the
+output projection unless tied. Megatron's closed form P = 12lh^2(1 + 13/(12h) + (V+s)/(12lh))
+(Narayanan et al. SC'21, eq. 2) is the special case MHA + GeLU + biases + learned positions.
+"""
+
+from .specs import ModelSpec
+
+
+def attention_params_per_layer(model: ModelSpec) -> int:
+    """Q, K, V and output projection weights (and biases), in parameters."""
+    h, q, kv = model.hidden, model.q_width, model.kv_width
+    weights = h * q + 2 * h * kv + q * h
+    biases = (q + 2 * kv + h) if model.bias else 0
+    return weights + biases
+
+
+def mlp_params_per_layer(model: ModelSpec) -> int:
+    """FFN weights (and biases): 2·h·f for GeLU, 3·h·f for SwiGLU (gate, up, down)."""
+    h, f = model.hidden, model.ffn
+    matrices = 3 if model.activation == "swiglu" else 2
+    biases = (f * (matrices - 1) + h) if model.bias else 0
+    return matrices * h * f + biases
+
+
+def norm_params_per_layer(model: ModelSpec) -> int:
+    """Two norms per layer: LayerNorm has a scale and a shift (2h each), RMSNorm a scale (h)."""
+    per_norm = 2 * model.hidden if model.norm == "layernorm" else model.hidden
+    return 2 * per_norm
+
+
+def layer_params(model: ModelSpec) -> int:
+    """All parameters of one transformer block."""
+    return attention_params_per_layer(model) + mlp_params_per_layer(model) + norm_params_per_layer(model)
+
+
+def input_embedding_params(model: ModelSpec) -> int:
+    """Token embedding table (V x h) plus a learned position table (max_seq_len x h)."""
+    positions = model.max_seq_len * model.hidden if model.position_embedding == "learned" else 0
+    return model.vocab * model.hidden + positions
+
+
+def output_layer_params(model: ModelSpec) -> int:
+    """Final norm plus the output projection (h x V) unless tied to the input embedding."""
+    final_norm = 2 * model.hidden if model.norm == "layernorm" else model.hidden
+    return final_norm + (0 if model.tied_embeddings else model.vocab * model.hidden)
+
+
+def total_params(model: ModelSpec) -> int:
+    """Every parameter of the model, counted once."""
+    return model.layers * layer_params(model) + input_embedding_params(model) + output_layer_params(model)
+
+
+def matmul_params_per_layer(model: ModelSpec) -> int:
+    """Weights that take part in GEMMs in one layer (no biases, no norms)."""
+    h, f = model.hidden, model.ffn
+    matrices = 3 if model.activation == "swiglu" else 2
+    return 2 * h * model.q_width + 2 * h * model.kv_width + matrices * h * f
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Model FLOPs per trained token, PaLM convention (Chowdhery et al. 2022, Appendix B).
+
+    6N for the matmul weights (forward 2N, backward 4N) including the logit layer (V x h), plus
+    12·L·H·Q·T for attention scores (H heads of size Q, sequence T, no causal discount). No
+    recomputation is counted: this is the numerator of MFU.
+    """
+    n = model.layers * matmul_params_per_layer(model) + model.vocab * model.hidden
+    return 6.0 * n + 12.0 * model.layers * model.q_width * seq_len
+
+
+def megatron_flops_per_iteration(model: ModelSpec, seq_len: int, global_batch: int, recompute: bool) -> float:
+    """FLOPs per iteration as Megatron-LM reports them (Narayanan et al. SC'21, eq. 3).
+
+    F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full recomputation (4 passes over the layers,
+    3 over the logit layer); without recomputation 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)).
+    Valid for MHA + GeLU with ffn = 4h, the models that paper trains.
+    """
+    b, s, l, h, v = global_batch, seq_len, model.layers, model.hidden, model.vocab
+    if recompute:
+        return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))

@@ -1,0 +1,75 @@
+"""Pipeline parallelism: stage partitioning and schedule time.
+
+Schedules: 1F1B (PipeDream-Flush; Narayanan et al. 2021) and Megatron's interleaved 1F1B with
+v model chunks per stage (Narayanan et al. SC'21, Sec. 2.2.2), whose bubble is (p-1)/v of one
+stage's forward+backward time per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import ProblemError
+
+
+def default_edge_stage_layers(layers: int, pp: int) -> tuple[int, int]:
+    """Layers on the first and last stage when the problem does not fix them.
+
+    An even split when pp divides the layer count; otherwise the middle stages take ceil(L/p)
+    layers and the first and last share the rest, as Megatron-Bridge does for Llama 3.1 405B
+    (126 layers on 8 stages: 15, 16 x 6, 15; --decoder-first/last-pipeline-num-layers).
+    """
+    if pp == 1:
+        return layers, layers
+    if layers % pp == 0:
+        return layers // pp, layers // pp
+    base = math.ceil(layers / pp)
+    rest = layers - base * (pp - 2)
+    last = rest // 2
+    return rest - last, last
+
+
+def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> list[int]:
+    """Transformer layers held by each pipeline stage, first to last.
+
+    ``first``/``last`` = 0 take ``default_edge_stage_layers``; the middle stages share the rest
+    evenly and it must divide. Raises ProblemError for an impossible split.
+    """
+    if first == 0 and last == 0:
+        first, last = default_edge_stage_layers(layers, pp)
+    elif first == 0 or last == 0:
+        raise ProblemError("give both first_stage_layers and last_stage_layers, or neither", field="mapping")
+    if pp == 1:
+        if first != layers or last != layers:
+            raise ProblemError(f"with pp 1 the only stage holds all {layers} layers", field="mapping.first_stage_layers")
+        return [layers]
+    if first < 1 or last < 1:
+        raise ProblemError(f"the first and last stage need at least one layer of {layers}", field="mapping.pp")
+    middle_total = layers - first - last
+    if pp == 2:
+        if middle_total != 0:
+            raise ProblemError(
+                f"first_stage_layers {first} + last_stage_layers {last} must equal the {layers} layers with pp 2",
+                field="mapping.first_stage_layers",
+            )
+        return [first, last]
+    if middle_total < pp - 2 or middle_total % (pp - 2):
+        raise ProblemError(
+            f"{middle_total} layers left for {pp - 2} middle stages do not split evenly "
+            f"(layers {layers}, first {first}, last {last}, pp {pp})",
+            field="mapping.pp",
+        )
+    return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last]
+
+
+def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:
+    """Time for ``microbatches`` micro-batches to pass forward and backward through the pipeline.
+
+    ``stage_times_s[i]`` is stage i's forward + backward time for one micro-batch (all its chunks).
+    The critical path crosses every stage once (sum / v with interleaving) and waits m-1 times on
+    the slowest stage: T = (m-1)·max + max·(1 - 1/v) + sum/v. For equal stages this is Megatron's
+    (m + (p-1)/v)·t (Narayanan SC'21, eq. 1 and Sec. 2.2.2).
+    """
+    slowest = max(stage_times_s)
+    total = sum(stage_times_s)
+    return (microbatches - 1) * slowest + slowest * (1 - 1 / vpp) + total / vpp

@@ -1,0 +1,199 @@
+"""Frozen specifications: what is trained, on what, and how it is mapped.
+
+Calculon's split (application / execution / system, Isaev et al., SC'23) becomes
+``ModelSpec`` / ``Mapping`` + ``Workload`` / ``SystemSpec``. Every field is in SI units unless
+its name carries the unit. Construction validates values and raises ``ProblemError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ProblemError
+
+ACTIVATIONS = ("gelu", "swiglu")
+POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+ATTENTION_KERNELS = ("flash", "standard")
+
+
+def _positive_int(value, name: str, source: str | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=name)
+    return int(value)
+
+
+def _positive_float(value, name: str, source: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not value > 0:
+        raise ProblemError(f"must be a positive number, got {value!r}", source=source, field=name)
+    return float(value)
+
+
+def _choice(value, name: str, allowed: tuple, source: str | None):
+    if value not in allowed:
+        raise ProblemError(
+            f"{value!r} is not allowed; allowed: {', '.join(map(str, allowed))}", source=source, field=name
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    activation: str = "gelu"
+    head_dim: int = 0  # 0 means hidden // heads
+    tied_embeddings: bool = False
+    position_embedding: str = "learned"
+    max_seq_len: int = 2048
+    norm: str = "layernorm"
+    bias: bool = True
+    params_b: float | None = None
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        src = self.source
+        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len"):
+            _positive_int(getattr(self, name), name, src)
+        _choice(self.activation, "activation", ACTIVATIONS, src)
+        _choice(self.position_embedding, "position_embedding", POSITION_EMBEDDINGS, src)
+        _choice(self.norm, "norm", NORMS, src)
+        if self.head_dim == 0:
+            if self.hidden % self.heads:
+                raise ProblemError(
+                    f"hidden {self.hidden} is not divisible by heads {self.heads}; give head_dim",
+                    source=src, field="head_dim",
+                )
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        _positive_int(self.head_dim, "head_dim", src)
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise ProblemError(
+                f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads"
+            )
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection output, heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (or value) projection output, kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class NetworkTier:
+    """One level of the interconnect, seen from one GPU (alpha-beta model, Hockney 1994)."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # per GPU, per direction
+    latency_s: float
+    efficiency: float  # achievable fraction of the line rate for large collectives
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """An accelerator: peak rates, memory and calibrated efficiency curves."""
+
+    name: str
+    peak_flops: dict  # precision -> dense FLOP/s
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    gemm_efficiency_flops: tuple  # GEMM sizes (FLOPs) of the efficiency curve's points
+    gemm_efficiency: tuple  # achieved fraction of peak at those sizes
+    attention_efficiency: float  # flash-attention fraction of peak
+    memory_efficiency: float  # achieved fraction of HBM bandwidth
+    tdp_w: float = 0.0
+    source: str | None = field(default=None, compare=False)
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s at ``precision``; ProblemError if the device lacks it."""
+        if precision not in self.peak_flops:
+            raise ProblemError(
+                f"device {self.name} has no {precision} peak; it supports {', '.join(self.peak_flops)}",
+                field="workload.precision",
+            )
+        return self.peak_flops[precision]
+
+    def gemm_efficiency_at(self, flops) -> np.ndarray:
+        """Achieved fraction of peak for a GEMM of ``flops`` FLOPs (log-linear interpolation)."""
+        return np.interp(np.log(np.maximum(flops, 1.0)), np.log(self.gemm_efficiency_flops), self.gemm_efficiency)
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A machine: ``num_gpus`` devices in scale-up domains joined by a scale-out network."""
+
+    name: str
+    device: DeviceSpec
+    num_gpus: int
+    gpus_per_node: int
+    scale_up_domain: int  # GPUs per scale-up (NVLink) domain
+    scale_up: NetworkTier
+    scale_out: NetworkTier
+    memory_reserve_bytes: float = 0.0
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        return self.device.hbm_bytes - self.memory_reserve_bytes
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is run: training with a sequence length and a global batch in sequences."""
+
+    kind: str
+    seq_len: int
+    global_batch: int
+    precision: str = "bf16"
+    attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
+    grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
+    overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
+    source: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One concrete parallel mapping (Megatron-LM terms, Narayanan et al. SC'21)."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    sp: bool = False
+    recompute: str = "none"
+    zero: int = 1
+    first_stage_layers: int = 0  # 0 means an even split
+    last_stage_layers: int = 0
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def as_dict(self) -> dict:
+        return {
+            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+            "micro_batch": self.micro_batch, "vpp": self.vpp, "sp": self.sp,
+            "recompute": self.recompute, "zero": self.zero,
+            "first_stage_layers": self.first_stage_layers, "last_stage_layers": self.last_stage_layers,
+        }

@@ -1,0 +1,367 @@
+"""Step time, throughput and memory of one training mapping.
+
+The evaluation is factored so the planner can tabulate each factor on its own decisions:
+``layer_times`` (tp, cp, micro-batch, sp, recompute), ``edge_stage_times`` (tp, cp,
+micro-batch), ``pipeline_p2p_time_s`` (tp, cp, dp, micro-batch, sp), ``stage_state_bytes``
+(tp, zero, dp, layers on the stage), ``stage_activation_bytes`` (…), ``dp_exposed_time_s``.
+``evaluate_training`` composes them; it is the single source of truth for every number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import comm, compute, memory, params
+from .errors import ProblemError
+from .pipeline import pipeline_time_s, stage_layer_counts
+from .precision import activation_precision, bytes_per_element
+from .specs import Mapping, ModelSpec, SystemSpec, Workload
+
+GIB = 2.0**30
+WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per-layer, per-micro-batch times on one GPU, seconds."""
+
+    gemm_fwd: float
+    attention_fwd: float
+    elementwise_fwd: float
+    tp_comm_fwd: float
+    cp_comm_fwd: float
+    gemm_bwd: float
+    attention_bwd: float
+    elementwise_bwd: float
+    tp_comm_bwd: float
+    cp_comm_bwd: float
+    recompute: float
+
+    @property
+    def forward(self) -> float:
+        return self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd
+
+    @property
+    def backward(self) -> float:
+        return (self.gemm_bwd + self.attention_bwd + self.elementwise_bwd + self.tp_comm_bwd
+                + self.cp_comm_bwd + self.recompute)
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+
+def tp_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool) -> float:
+    """TP communication in one layer's forward: two all-reduces of the b·s·h activation
+    (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
+    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2). Backward is the same."""
+    if tp == 1:
+        return 0.0
+    nbytes = micro_batch * workload.seq_len / cp * model.hidden * bytes_per_element(activation_precision(workload.precision))
+    rs = comm.reduce_scatter_time_s(nbytes, tp, 1, system)
+    return 4.0 * rs  # 2 x (RS + AG) with sp, 2 x AR without: the same ring cost
+
+
+def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, attention_fwd_s: float) -> float:
+    """Exposed ring-attention K/V exchange in one layer's forward (Liu et al., Ring Attention, 2023).
+
+    cp-1 steps, each passing this rank's K and V block (2·b·(s/cp)·kv·d elements, kv heads split
+    by tp) to the next rank while the current block's attention is computed; what exceeds the
+    attention compute is exposed.
+    """
+    if cp == 1:
+        return 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    block = 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
+    crosses = comm.ranks_per_domain(cp, tp, system) < cp
+    transfer = (cp - 1) * comm.p2p_time_s(block, crosses, system)
+    return max(0.0, transfer - attention_fwd_s)
+
+
+def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, recompute: str) -> LayerTimes:
+    """Forward and backward time of one transformer layer for one micro-batch on one GPU."""
+    device = system.device
+    tokens = micro_batch * workload.seq_len / cp
+    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp)
+    attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
+    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision)
+    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision)
+    elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
+    elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
+    tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp)
+    cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd)
+    attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
+    # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
+    cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0) * 2.0
+    if recompute == "full":
+        redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd
+    elif recompute == "selective":
+        redo = attn_fwd
+    else:
+        redo = 0.0
+    return LayerTimes(
+        gemm_fwd=gemm_fwd, attention_fwd=attn_fwd, elementwise_fwd=elem_fwd, tp_comm_fwd=tp_fwd, cp_comm_fwd=cp_fwd,
+        gemm_bwd=2.0 * gemm_fwd, attention_bwd=attn_bwd, elementwise_bwd=elem_bwd, tp_comm_bwd=tp_fwd,
+        cp_comm_bwd=cp_bwd, recompute=redo,
+    )
+
+
+@dataclass(frozen=True)
+class EdgeTimes:
+    """Extra per-micro-batch seconds of the edge stages: the embedding on the first stage,
+    the output layer and loss on the last. Backward is twice forward (dgrad + wgrad)."""
+
+    first_fwd: float
+    last_fwd: float
+
+    @property
+    def first_bwd(self) -> float:
+        return 2.0 * self.first_fwd
+
+    @property
+    def last_bwd(self) -> float:
+        return 2.0 * self.last_fwd
+
+
+def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> EdgeTimes:
+    """Forward times of the embedding (first stage) and of the output layer and loss (last stage)."""
+    device = system.device
+    tokens = micro_batch * workload.seq_len / cp
+    return EdgeTimes(first_fwd=compute.embedding_forward_time_s(model, device, workload.precision, tokens),
+                     last_fwd=compute.logits_forward_time_s(model, device, workload.precision, tokens, tp))
+
+
+def pp_stride(mapping: Mapping) -> int:
+    """Rank distance between neighbouring pipeline stages (pp is the outermost dimension)."""
+    return mapping.tp * mapping.cp * mapping.dp
+
+
+def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, dp: int, pp: int, micro_batch: int) -> float:
+    """Forward send + backward send of one micro-batch's boundary activation, seconds.
+
+    With tp > 1 each rank sends 1/t of the b·s·h tensor and the receivers all-gather it over
+    the scale-up links (scatter/gather optimisation, Narayanan SC'21 Sec. 4.1).
+    """
+    if pp == 1:
+        return 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    nbytes = micro_batch * workload.seq_len / cp * model.hidden * e / tp
+    crosses = comm.ranks_per_domain(pp, tp * cp * dp, system) < pp
+    return 2.0 * comm.p2p_time_s(nbytes, crosses, system)
+
+
+def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int) -> float:
+    """Parameters held by one GPU of a stage: its layers, plus the embedding on the first stage
+    and the output layer on the last (vocab-parallel over tp; Megatron keeps a copy of tied
+    embeddings on the last stage)."""
+    n = layers_on_stage * params.layer_params(model) / tp
+    if is_first:
+        n += params.input_embedding_params(model) / tp
+    if is_last:
+        n += (params.output_layer_params(model) + (model.vocab * model.hidden if model.tied_embeddings and not is_first else 0)) / tp
+    return n
+
+
+def grad_bytes(workload: Workload) -> float:
+    """Bytes of one accumulated gradient element (``workload.grad_bytes``)."""
+    return workload.grad_bytes
+
+
+def dp_group_size(mapping: Mapping) -> int:
+    """Ranks that share (and reduce) the same gradients: dp x cp (Megatron-Core)."""
+    return mapping.dp * mapping.cp
+
+
+def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds for one step's data-parallel traffic.
+
+    ZeRO-0: one all-reduce of the gradients (counted as reduction, gather 0). ZeRO-1/2 and
+    Megatron's distributed optimizer: reduce-scatter of gradients, all-gather of updated
+    weights. ZeRO-3: per micro-batch an all-gather for forward and for backward plus a
+    reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch.
+    """
+    n = dp_group_size(mapping)
+    if n == 1:
+        return 0.0, 0.0
+    stride = mapping.tp
+    grads = comm.reduce_scatter_time_s(params_on_gpu * grad_bytes(workload), n, stride, system)
+    gather = comm.reduce_scatter_time_s(params_on_gpu * WEIGHT_BYTES, n, stride, system)
+    if mapping.zero == 0:
+        return 2.0 * grads, 0.0
+    return grads, gather
+
+
+def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, microbatches: int, stage_fwd_s: float, stage_bwd_s: float) -> float:
+    """Data-parallel communication left on the critical path, seconds.
+
+    Megatron overlaps the gradient reduce-scatter with the last micro-batch's backward and the
+    weight all-gather with the next step's first forward (--overlap-grad-reduce,
+    --overlap-param-gather); only what outlasts that compute is exposed. ZeRO-3 prefetches each
+    micro-batch's gathers behind that micro-batch's compute (DeepSpeed).
+    """
+    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu)
+    if mapping.zero == 3:
+        per_micro = max(0.0, gather - stage_fwd_s) + max(0.0, gather + grads - stage_bwd_s)
+        return microbatches * per_micro
+    if not workload.overlap_dp:
+        return grads + gather
+    return max(0.0, grads - stage_bwd_s) + max(0.0, gather - stage_fwd_s)
+
+
+def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, layers_on_stage: int, stage: int, microbatches: int) -> float:
+    """Activation bytes held at the peak of one stage (in-flight micro-batches, edge buffers,
+    the recompute working set)."""
+    m = mapping
+    per_layer = memory.activation_bytes_per_layer(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention)
+    total = memory.in_flight_layer_activations(layers_on_stage, stage, m.pp, m.vpp, microbatches) * per_layer
+    total += memory.recompute_working_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention)
+    if stage == 0:
+        total += memory.embedding_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.pp)
+    if stage == m.pp - 1:
+        total += memory.logits_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp)
+    return total
+
+
+def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float) -> dict:
+    """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component."""
+    n = dp_group_size(mapping)
+    g = grad_bytes(workload)
+    total = memory.state_bytes_per_param(mapping.zero, n, WEIGHT_BYTES, g) * params_on_gpu
+    weights = params_on_gpu * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
+    grads = params_on_gpu * g / (n if mapping.zero >= 2 else 1)
+    out = {"weights": weights, "gradients": grads, "optimizer": total - weights - grads}
+    if mapping.zero == 3:
+        layer_rank = params.layer_params(model) / mapping.tp
+        out["zero3_buffers"] = memory.zero3_gather_buffer_bytes(layer_rank, WEIGHT_BYTES)
+    return out
+
+
+def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> None:
+    """Raise ProblemError naming the mapping field when the mapping cannot run this problem."""
+    m = mapping
+    for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp"):
+        value = getattr(m, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProblemError(f"must be a positive integer, got {value!r}", field=f"mapping.{name}")
+    if m.recompute not in ("none", "selective", "full"):
+        raise ProblemError(f"{m.recompute!r} is not allowed; allowed: none, selective, full", field="mapping.recompute")
+    if m.zero not in (0, 1, 2, 3):
+        raise ProblemError(f"{m.zero!r} is not allowed; allowed: 0, 1, 2, 3", field="mapping.zero")
+    if m.num_gpus != system.num_gpus:
+        raise ProblemError(
+            f"tp·pp·dp·cp = {m.tp}·{m.pp}·{m.dp}·{m.cp} = {m.num_gpus} must equal system.num_gpus = {system.num_gpus}",
+            field="mapping",
+        )
+    if m.ep != 1:
+        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep")
+    if model.heads % m.tp or model.kv_heads % m.tp:
+        raise ProblemError(
+            f"tp {m.tp} must divide the {model.heads} heads and the {model.kv_heads} kv_heads (Megatron-Core)",
+            field="mapping.tp",
+        )
+    if workload.global_batch % (m.dp * m.micro_batch):
+        raise ProblemError(
+            f"global_batch {workload.global_batch} is not divisible by dp·micro_batch = {m.dp}·{m.micro_batch}",
+            field="mapping.micro_batch",
+        )
+    if m.cp > 1 and workload.seq_len % (2 * m.cp):
+        raise ProblemError(f"seq_len {workload.seq_len} must be divisible by 2·cp = {2 * m.cp} (load-balanced causal split)", field="mapping.cp")
+    if m.vpp > 1 and m.pp == 1:
+        raise ProblemError("vpp > 1 (interleaved schedule) needs pp > 1", field="mapping.vpp")
+    layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    if m.vpp > min(layers):
+        raise ProblemError(f"vpp {m.vpp} exceeds the {min(layers)} layers of the smallest stage", field="mapping.vpp")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The model's answer for one mapping: metrics, time and memory breakdowns, per-stage detail."""
+
+    metrics: dict
+    breakdown: dict
+    stages: list
+
+    def as_dict(self) -> dict:
+        return {"metrics": self.metrics, "breakdown": self.breakdown, "stages": self.stages}
+
+
+def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> Evaluation:
+    """Step time, throughput, MFU and peak memory of ``mapping``, with breakdowns."""
+    check_mapping(model, system, workload, mapping)
+    m = mapping
+    microbatches = workload.global_batch // (m.dp * m.micro_batch)
+    layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute)
+    edge = edge_stage_times(model, system, workload, m.tp, m.cp, m.micro_batch)
+    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.dp, m.pp, m.micro_batch) * m.vpp
+
+    stages = []
+    for i, n_layers in enumerate(layers):
+        is_first, is_last = i == 0, i == m.pp - 1
+        extra_fwd = (edge.first_fwd if is_first else 0.0) + (edge.last_fwd if is_last else 0.0)
+        extra_bwd = (edge.first_bwd if is_first else 0.0) + (edge.last_bwd if is_last else 0.0)
+        extra = extra_fwd + extra_bwd
+        t = n_layers * lt.total + extra + p2p
+        p = stage_params(model, n_layers, is_first, is_last, m.tp)
+        state = stage_state_bytes(model, workload, m, p)
+        act = stage_activation_bytes(model, workload, m, n_layers, i, microbatches)
+        stages.append({
+            "stage": i, "layers": n_layers, "time_per_microbatch_s": t, "params": p,
+            "time_fwd_s": n_layers * lt.forward + extra_fwd, "time_bwd_s": n_layers * lt.backward + extra_bwd,
+            "memory_bytes": sum(state.values()) + act, "state": state, "activations_bytes": act, "extra_s": extra,
+        })
+
+    times = [s["time_per_microbatch_s"] for s in stages]
+    pipe = pipeline_time_s(times, microbatches, m.vpp)
+    critical = max(range(m.pp), key=lambda i: times[i])
+    # Stage 0 runs the step's last backward, so its gradient reduction and optimizer step end
+    # the step; the other stages' reductions overlap with stage 0's remaining backwards.
+    first = stages[0]
+    dp_exposed = dp_exposed_time_s(system, workload, m, first["params"], microbatches,
+                                   first["time_fwd_s"], first["time_bwd_s"])
+    owned = first["params"] / (dp_group_size(m) if m.zero >= 1 else 1)
+    opt = compute.optimizer_step_time_s(system.device, owned, grad_bytes(workload))
+    step = pipe + dp_exposed + opt
+
+    peak_stage = max(range(m.pp), key=lambda i: stages[i]["memory_bytes"])
+    peak = stages[peak_stage]["memory_bytes"]
+    tokens = workload.global_batch * workload.seq_len
+    model_flops = params.model_flops_per_token(model, workload.seq_len) * tokens
+    peak_flops = system.device.peak(workload.precision)
+
+    # Time breakdown: the slowest stage's per-micro-batch components times m, then the bubble.
+    cs = stages[critical]
+    n_c = cs["layers"] * microbatches
+    breakdown_time = {
+        "compute/gemm": n_c * (lt.gemm_fwd + lt.gemm_bwd),
+        "compute/attention": n_c * (lt.attention_fwd + lt.attention_bwd),
+        "compute/elementwise": n_c * (lt.elementwise_fwd + lt.elementwise_bwd),
+        "compute/recompute": n_c * lt.recompute,
+        "compute/embedding_logits": cs["extra_s"] * microbatches,
+        "comm/tp": n_c * (lt.tp_comm_fwd + lt.tp_comm_bwd),
+        "comm/cp": n_c * (lt.cp_comm_fwd + lt.cp_comm_bwd),
+        "comm/pp": p2p * microbatches,
+        "comm/dp_exposed": dp_exposed,
+        "optimizer": opt,
+    }
+    breakdown_time["pipeline/bubble"] = step - sum(breakdown_time.values())
+    ps = stages[peak_stage]
+    breakdown_memory = {k: v / GIB for k, v in ps["state"].items()}
+    breakdown_memory["activations"] = ps["activations_bytes"] / GIB
+
+    metrics = {
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tokens_per_s_per_gpu": tokens / step / system.num_gpus,
+        "mfu": model_flops / step / system.num_gpus / peak_flops,
+        "tflops_per_gpu": model_flops / step / system.num_gpus / 1e12,
+        "peak_memory_gib": peak / GIB,
+        "usable_memory_gib": system.usable_memory_bytes / GIB,
+        "fits": bool(peak <= system.usable_memory_bytes),
+        "microbatches": microbatches,
+        "num_gpus": system.num_gpus,
+        "params_b": params.total_params(model) / 1e9,
+    }
+    breakdown = {"time_s": breakdown_time, "memory_gib": breakdown_memory,
+                 "critical_stage": critical, "peak_memory_stage": peak_stage}
+    return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)

@@ -1,0 +1,1 @@
+"""The built-in library of models, systems and examples (data only), shipped as solver.data."""

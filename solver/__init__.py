@@ -1,0 +1,1 @@
+"""parasol's solver side: problem files, the library, the planner and the command line."""

@@ -1,0 +1,180 @@
+"""The built-in library (problems/ shipped as the package data ``solver.data``) and YAML loading.
+
+Every loader turns a YAML mapping into a frozen spec from ``model.specs`` and converts any
+mistake into a one-line ``ProblemError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from model.errors import ProblemError
+from model.specs import DeviceSpec, ModelSpec, NetworkTier, SystemSpec
+
+
+def library_root() -> Path:
+    """Folder holding models/, systems/ and examples/ however parasol was installed."""
+    return Path(str(resources.files("solver.data")))
+
+
+def read_yaml(path: Path | str, what: str = "file") -> dict:
+    """Parse a YAML file into a mapping; ProblemError on a missing file or bad syntax."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ProblemError(f"{what} not found", source=str(path)) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ProblemError(f"cannot read {what}: {exc.__class__.__name__}", source=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ProblemError(f"malformed YAML{where}: {getattr(exc, 'problem', None) or exc}", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise ProblemError(f"the {what} must be a YAML mapping (key: value), got {type(data).__name__}", source=str(path))
+    return data
+
+
+def names(kind: str) -> list[str]:
+    """Names available in the library for ``kind`` ('models', 'systems', 'systems/devices')."""
+    return sorted(p.stem for p in (library_root() / kind).glob("*.yaml"))
+
+
+def _library_file(kind: str, name, field: str, source: str | None) -> Path:
+    if not isinstance(name, str) or not name:
+        raise ProblemError(f"must be a name from the library, got {name!r}", source=source, field=field)
+    path = library_root() / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise ProblemError(f"unknown name {name!r}; allowed: {', '.join(names(kind))}", source=source, field=field)
+    return path
+
+
+def check_keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix: str) -> None:
+    """ProblemError for unknown or missing keys of a YAML mapping."""
+    unknown = sorted(set(map(str, data)) - set(allowed))
+    if unknown:
+        raise ProblemError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}", source=source, field=f"{prefix}{unknown[0]}")
+    for key in required:
+        if key not in data:
+            raise ProblemError("is required", source=source, field=f"{prefix}{key}")
+
+
+def _build(cls, kwargs: dict, source: str | None, prefix: str):
+    """Construct a spec; turn a wrong type into a ProblemError naming the field."""
+    try:
+        return cls(**kwargs, source=source)
+    except ProblemError as exc:
+        if exc.field and not exc.field.startswith(prefix):
+            raise ProblemError(str(exc).split(": ", 2)[-1], source=source, field=prefix + exc.field) from None
+        raise
+    except TypeError as exc:
+        raise ProblemError(f"bad value: {exc}", source=source, field=prefix.rstrip(".")) from None
+
+
+MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "activation", "head_dim",
+              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "params_b")
+MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
+
+
+def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> ModelSpec:
+    """A ModelSpec from a library file or an inline ``model:`` mapping."""
+    check_keys(data, MODEL_KEYS, MODEL_REQUIRED, source, prefix)
+    kwargs = dict(data)
+    kwargs.setdefault("name", "inline")
+    kwargs.setdefault("kv_heads", kwargs["heads"])
+    kwargs.setdefault("head_dim", 0)
+    for key in ("tied_embeddings", "bias"):
+        if key in kwargs and not isinstance(kwargs[key], bool):
+            raise ProblemError(f"must be true or false, got {kwargs[key]!r}", source=source, field=prefix + key)
+    return _build(ModelSpec, kwargs, source, prefix)
+
+
+@functools.lru_cache(maxsize=None)
+def load_model(name: str) -> ModelSpec:
+    """A model from problems/models/."""
+    path = _library_file("models", name, "model", None)
+    return model_from_dict(read_yaml(path, "model file"), str(path), prefix="")
+
+
+def as_float(value):
+    """A YAML number as float. PyYAML (YAML 1.1) reads ``312.0e12`` (no exponent sign) as a
+    string, so numeric strings are accepted; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _number(data: dict, key: str, source: str, prefix: str) -> float:
+    value = as_float(data.get(key))
+    if value is None or value < 0:
+        raise ProblemError(f"must be a non-negative number, got {data.get(key)!r}", source=source, field=prefix + key)
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def load_device(name: str) -> DeviceSpec:
+    """A device from problems/systems/devices/."""
+    path = _library_file("systems/devices", name, "device", None)
+    src = str(path)
+    data = read_yaml(path, "device file")
+    check_keys(data, ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency"),
+               ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"), src, "")
+    peaks = data["peak_flops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
+    peaks = {k: _number(peaks, k, src, "peak_flops.") for k in peaks if peaks[k] is not None}
+    eff = data["efficiency"]
+    check_keys(eff, ("gemm", "attention", "memory"), ("gemm", "attention", "memory"), src, "efficiency.")
+    gemm = eff["gemm"]
+    check_keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, "efficiency.gemm.")
+    xs, ys = tuple(map(as_float, gemm["flops"])), tuple(map(as_float, gemm["efficiency"]))
+    if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
+        raise ProblemError("needs matching, increasing flops and efficiencies in (0, 1]", source=src, field="efficiency.gemm")
+    return DeviceSpec(
+        name=data.get("name", name), peak_flops=peaks, hbm_bytes=_number(data, "hbm_bytes", src, ""),
+        hbm_bytes_per_s=_number(data, "hbm_bytes_per_s", src, ""), gemm_efficiency_flops=xs, gemm_efficiency=ys,
+        attention_efficiency=_number(eff, "attention", src, "efficiency."),
+        memory_efficiency=_number(eff, "memory", src, "efficiency."), tdp_w=float(data.get("tdp_w", 0.0)), source=src,
+    )
+
+
+def _tier(data, name: str, src: str) -> NetworkTier:
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping", source=src, field=name)
+    check_keys(data, ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
+               ("bandwidth_bytes_per_s", "latency_s", "efficiency"), src, f"{name}.")
+    return NetworkTier(name=name, bandwidth_bytes_per_s=_number(data, "bandwidth_bytes_per_s", src, f"{name}."),
+                       latency_s=_number(data, "latency_s", src, f"{name}."), efficiency=_number(data, "efficiency", src, f"{name}."))
+
+
+@functools.lru_cache(maxsize=None)
+def _system_file(name: str) -> tuple:
+    path = _library_file("systems", name, "system.name", None)
+    src = str(path)
+    data = read_yaml(path, "system file")
+    check_keys(data, ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out"),
+               ("device", "gpus_per_node", "scale_up", "scale_out"), src, "")
+    device = load_device(data["device"])
+    domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
+    return (src, device, int(data["gpus_per_node"]), int(domain or data["gpus_per_node"]), _tier(data["scale_up"], "scale_up", src),
+            _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)))
+
+
+def load_system(name: str, num_gpus: int) -> SystemSpec:
+    """A system from problems/systems/ with ``num_gpus`` devices."""
+    src, device, per_node, domain, up, out, reserve = _system_file(name)
+    return SystemSpec(name=name, device=device, num_gpus=num_gpus, gpus_per_node=per_node, scale_up_domain=domain,
+                      scale_up=up, scale_out=out, memory_reserve_bytes=reserve, source=src)

@@ -1,0 +1,176 @@
+"""Problem files: model + system + workload + mapping choices + objective (a public contract).
+
+```yaml
+model: gpt3-175b                  # library name, or an inline mapping of model fields
+system: {name: dgx-a100, num_gpus: 1024}
+workload: {kind: training, seq_len: 2048, global_batch: 1536, precision: fp16}
+mapping: {tp: 8, pp: 16, dp: 8, micro_batch: 1, recompute: selective}
+objective: throughput
+```
+In ``mapping`` a scalar fixes a choice, a list allows a set, an absent key is free for the
+planner; ``evaluate`` fills absent keys with the defaults in ``MAPPING_DEFAULTS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from model.errors import ProblemError
+from model.precision import TRAINING_PRECISIONS
+from model.specs import ATTENTION_KERNELS, Mapping, ModelSpec, Workload
+from model.training import check_mapping
+
+from . import library
+
+TOP_KEYS = ("model", "system", "workload", "mapping", "objective")
+OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu")
+WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp")
+MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
+                "first_stage_layers", "last_stage_layers")
+# evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
+MAPPING_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "recompute": "none", "zero": 1,
+                    "first_stage_layers": 0, "last_stage_layers": 0}
+EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
+ALLOWED_VALUES = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 2, 3), "sp": (False, True)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A parsed problem file."""
+
+    model: ModelSpec
+    system_name: str
+    num_gpus: tuple  # allowed device counts (one for a fixed system)
+    workload: Workload
+    mapping: dict  # key -> tuple of allowed values; absent key = free
+    objective: str
+    source: str = field(default="<problem>", compare=False)
+
+    def system(self, num_gpus: int | None = None):
+        return library.load_system(self.system_name, num_gpus if num_gpus is not None else self.num_gpus[0])
+
+    def fixed_mapping(self) -> Mapping:
+        """The one mapping ``evaluate`` runs: every key a scalar, absent keys at their defaults."""
+        src = self.source
+        if len(self.num_gpus) != 1:
+            raise ProblemError("evaluate needs a single device count", source=src, field="system.num_gpus")
+        values = {}
+        for key in MAPPING_KEYS:
+            allowed = self.mapping.get(key)
+            if allowed is None:
+                if key in EVALUATE_REQUIRED:
+                    raise ProblemError("evaluate needs this key as a scalar", source=src, field=f"mapping.{key}")
+                continue
+            if len(allowed) != 1:
+                raise ProblemError(f"evaluate needs one value, got the list {list(allowed)}", source=src, field=f"mapping.{key}")
+            values[key] = allowed[0]
+        kwargs = {**MAPPING_DEFAULTS, **values}
+        kwargs.setdefault("sp", kwargs["tp"] > 1)
+        mapping = Mapping(**kwargs)
+        try:
+            check_mapping(self.model, self.system(), self.workload, mapping)
+        except ProblemError as exc:
+            raise ProblemError(str(exc), source=src) from None
+        return mapping
+
+
+def _positive_int(value, src: str, fld: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=fld)
+    return value
+
+
+def _parse_workload(data, src: str) -> Workload:
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping", source=src, field="workload")
+    library.check_keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
+    if data["kind"] != "training":
+        raise ProblemError(f"{data['kind']!r} is not supported yet; allowed: training", source=src, field="workload.kind")
+    precision = data.get("precision", "bf16")
+    if precision not in TRAINING_PRECISIONS:
+        raise ProblemError(f"{precision!r} is not allowed; allowed: {', '.join(TRAINING_PRECISIONS)}", source=src, field="workload.precision")
+    attention = data.get("attention", "flash")
+    if attention not in ATTENTION_KERNELS:
+        raise ProblemError(f"{attention!r} is not allowed; allowed: {', '.join(ATTENTION_KERNELS)}", source=src, field="workload.attention")
+    # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
+    # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
+    grad_bytes = data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0)
+    if grad_bytes not in (2, 4):
+        raise ProblemError(f"{grad_bytes!r} is not allowed; allowed: 2, 4", source=src, field="workload.grad_bytes")
+    overlap = data.get("overlap_dp", True)
+    if not isinstance(overlap, bool):
+        raise ProblemError(f"must be true or false, got {overlap!r}", source=src, field="workload.overlap_dp")
+    return Workload(kind="training", seq_len=_positive_int(data["seq_len"], src, "workload.seq_len"),
+                    global_batch=_positive_int(data["global_batch"], src, "workload.global_batch"),
+                    precision=precision, attention=attention, grad_bytes=float(grad_bytes), overlap_dp=overlap, source=src)
+
+
+def _parse_mapping(data, src: str) -> dict:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping of choices", source=src, field="mapping")
+    library.check_keys(data, MAPPING_KEYS, (), src, "mapping.")
+    out = {}
+    for key, value in data.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ProblemError("an empty list allows nothing", source=src, field=f"mapping.{key}")
+        for v in values:
+            if key in ALLOWED_VALUES:
+                if v not in ALLOWED_VALUES[key] or (key != "sp" and isinstance(v, bool)) or (key == "sp" and not isinstance(v, bool)):
+                    allowed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in ALLOWED_VALUES[key])
+                    raise ProblemError(f"{v!r} is not allowed; allowed: {allowed}", source=src, field=f"mapping.{key}")
+            elif key in ("first_stage_layers", "last_stage_layers"):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ProblemError(f"must be a non-negative integer, got {v!r}", source=src, field=f"mapping.{key}")
+            else:
+                _positive_int(v, src, f"mapping.{key}")
+        out[key] = tuple(dict.fromkeys(values))
+    return out
+
+
+def _parse_system(data, src: str) -> tuple[str, tuple]:
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping {name, num_gpus}", source=src, field="system")
+    library.check_keys(data, ("name", "num_gpus"), ("name", "num_gpus"), src, "system.")
+    name = data["name"]
+    try:
+        library.load_system(name, 1)
+    except ProblemError as exc:
+        if exc.source is None:
+            raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field="system.name") from None
+        raise
+    counts = data["num_gpus"] if isinstance(data["num_gpus"], list) else [data["num_gpus"]]
+    if not counts:
+        raise ProblemError("an empty list allows nothing", source=src, field="system.num_gpus")
+    return name, tuple(dict.fromkeys(_positive_int(n, src, "system.num_gpus") for n in counts))
+
+
+def parse_problem(data: dict, source: str = "<problem>") -> Problem:
+    """A Problem from a parsed YAML mapping."""
+    library.check_keys(data, TOP_KEYS, ("model", "system", "workload"), source, "")
+    model = data["model"]
+    if isinstance(model, dict):
+        model_spec = library.model_from_dict(model, source)
+    else:
+        try:
+            model_spec = library.load_model(model)
+        except ProblemError as exc:
+            if exc.source is None:
+                raise ProblemError(str(exc).split(": ", 1)[-1], source=source, field="model") from None
+            raise
+    system_name, counts = _parse_system(data["system"], source)
+    workload = _parse_workload(data["workload"], source)
+    mapping = _parse_mapping(data.get("mapping"), source)
+    objective = data.get("objective", "throughput")
+    if objective not in OBJECTIVES:
+        raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")
+    return Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
+                   mapping=mapping, objective=objective, source=source)
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read and parse a problem file."""
+    return parse_problem(library.read_yaml(path, "problem file"), source=str(path))
