@@ -76,18 +76,23 @@ def recompute_working_bytes(
     return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention)
 
 
-def in_flight_layer_activations(layers_on_stage: int, stage: int, pp: int, vpp: int, microbatches: int) -> float:
-    """Micro-batch x layer activation sets a pipeline stage holds at its peak.
+def in_flight_chunks(stage: int, pp: int, vpp: int, microbatches: int) -> int:
+    """Model chunks (micro-batch x 1/v of the stage's layers) stage ``stage`` holds at its peak.
 
-    1F1B: stage i holds min(m, p - i) micro-batches of its layers (Narayanan SC'21, Sec. 2.2).
-    Interleaved: Megatron warms up (p - i - 1)·2 + (v - 1)·p model chunks before the first
-    backward (megatron/core/pipeline_parallel/schedules.py), each chunk holding 1/v of the
-    stage's layers; on stage 0 this is Korthikanti's L·(1 + (p-1)/(p·v)).
+    1F1B: stage i holds min(m, p - i) micro-batches (Narayanan SC'21, Sec. 2.2), one chunk each.
+    Interleaved: Megatron warms up (p - i - 1)·2 + (v - 1)·p chunks before the first backward,
+    plus the one in flight (megatron/core/pipeline_parallel/schedules.py); on stage 0 that is
+    Korthikanti's L·(1 + (p-1)/(p·v)) layer activations.
     """
     if vpp == 1:
-        return min(microbatches, pp - stage) * layers_on_stage
-    chunks = min(microbatches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
-    return chunks * layers_on_stage / vpp
+        return min(microbatches, pp - stage)
+    return min(microbatches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+
+
+def in_flight_layer_activations(layers_on_stage: int, stage: int, pp: int, vpp: int, microbatches: int) -> float:
+    """Micro-batch x layer activation sets a pipeline stage holds at its peak: in-flight chunks
+    times the 1/v of the stage's layers each chunk holds."""
+    return in_flight_chunks(stage, pp, vpp, microbatches) * layers_on_stage / vpp
 
 
 def embedding_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, pp: int) -> float:

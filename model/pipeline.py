@@ -66,10 +66,9 @@ def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> 
     """Time for ``microbatches`` micro-batches to pass forward and backward through the pipeline.
 
     ``stage_times_s[i]`` is stage i's forward + backward time for one micro-batch (all its chunks).
-    The critical path crosses every stage once (sum / v with interleaving) and waits m-1 times on
-    the slowest stage: T = (m-1)·max + max·(1 - 1/v) + sum/v. For equal stages this is Megatron's
-    (m + (p-1)/v)·t (Narayanan SC'21, eq. 1 and Sec. 2.2.2).
+    The slowest stage works m times; the others' work before and after it fills the bubble, cut
+    by v with interleaving: T = m·max + (sum - max)/v. For p equal stages this is Megatron's
+    (m + (p-1)/v)·t (Narayanan SC'21, Sec. 2.2.1 and 2.2.2).
     """
     slowest = max(stage_times_s)
-    total = sum(stage_times_s)
-    return (microbatches - 1) * slowest + slowest * (1 - 1 / vpp) + total / vpp
+    return microbatches * slowest + (sum(stage_times_s) - slowest) / vpp

@@ -236,6 +236,24 @@ def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, pa
     return out
 
 
+def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, pp: int, dp: int, cp: int) -> None:
+    """Divisibility rules of the parallel grid alone (Megatron-Core's): ProblemError if broken."""
+    if tp * pp * dp * cp != system.num_gpus:
+        raise ProblemError(
+            f"tp·pp·dp·cp = {tp}·{pp}·{dp}·{cp} = {tp * pp * dp * cp} must equal system.num_gpus = {system.num_gpus}",
+            field="mapping",
+        )
+    if model.heads % tp or model.kv_heads % tp:
+        raise ProblemError(f"tp {tp} must divide the {model.heads} heads and the {model.kv_heads} kv_heads (Megatron-Core)",
+                           field="mapping.tp")
+    if workload.global_batch % dp:
+        raise ProblemError(f"global_batch {workload.global_batch} is not divisible by dp {dp}", field="mapping.dp")
+    if cp > 1 and workload.seq_len % (2 * cp):
+        raise ProblemError(f"seq_len {workload.seq_len} must be divisible by 2·cp = {2 * cp} (load-balanced causal split)", field="mapping.cp")
+    if pp > model.layers:
+        raise ProblemError(f"pp {pp} exceeds the {model.layers} layers", field="mapping.pp")
+
+
 def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> None:
     """Raise ProblemError naming the mapping field when the mapping cannot run this problem."""
     m = mapping
@@ -247,25 +265,14 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"{m.recompute!r} is not allowed; allowed: none, selective, full", field="mapping.recompute")
     if m.zero not in (0, 1, 2, 3):
         raise ProblemError(f"{m.zero!r} is not allowed; allowed: 0, 1, 2, 3", field="mapping.zero")
-    if m.num_gpus != system.num_gpus:
-        raise ProblemError(
-            f"tp·pp·dp·cp = {m.tp}·{m.pp}·{m.dp}·{m.cp} = {m.num_gpus} must equal system.num_gpus = {system.num_gpus}",
-            field="mapping",
-        )
     if m.ep != 1:
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep")
-    if model.heads % m.tp or model.kv_heads % m.tp:
-        raise ProblemError(
-            f"tp {m.tp} must divide the {model.heads} heads and the {model.kv_heads} kv_heads (Megatron-Core)",
-            field="mapping.tp",
-        )
+    check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
     if workload.global_batch % (m.dp * m.micro_batch):
         raise ProblemError(
             f"global_batch {workload.global_batch} is not divisible by dp·micro_batch = {m.dp}·{m.micro_batch}",
             field="mapping.micro_batch",
         )
-    if m.cp > 1 and workload.seq_len % (2 * m.cp):
-        raise ProblemError(f"seq_len {workload.seq_len} must be divisible by 2·cp = {2 * m.cp} (load-balanced causal split)", field="mapping.cp")
     if m.vpp > 1 and m.pp == 1:
         raise ProblemError("vpp > 1 (interleaved schedule) needs pp > 1", field="mapping.vpp")
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)

@@ -1,0 +1,247 @@
+"""CP-SAT encoding of the training planner.
+
+Decisions are integer variables; each factor table (solver/tables.py) is an allowed-assignment
+constraint tying the decisions it depends on to its scaled outputs; products (layers x per-layer
+time, micro-batches x slowest stage, in-flight chunks x layers x activation) are
+``add_multiplication_equality``; overlaps are ``add_max_equality``; totals are linear sums.
+The composition mirrors model/training.evaluate_training: stage time = layers·layer time +
+edge extras + vpp·p2p; pipeline = m·max + (sum - max)/vpp (model/pipeline.py); exposed DP
+communication and optimizer on stage 0; memory per stage = state + in-flight activations.
+Every plan is decoded and re-evaluated by the model (solver/plan.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from model.specs import Mapping
+
+from .space import RECOMPUTE, Space
+from .tables import Tables
+
+STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+          cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+
+
+def _status_name(code) -> str:
+    if code not in STATUS:
+        raise RuntimeError(f"unexpected CP-SAT status {code!r}")  # a bug, not a user error
+    return STATUS[code]
+
+
+def _bounds(rows, col) -> tuple[int, int]:
+    values = [r[col] for r in rows]
+    return min(values + [0]), max(values + [0])
+
+
+@dataclass
+class Encoding:
+    model: cp_model.CpModel
+    decisions: dict  # name -> IntVar
+    step: cp_model.IntVar
+    peak_memory: cp_model.IntVar
+    objective_var: cp_model.IntVar
+    memory_literal: cp_model.IntVar  # true = enforce the memory cap
+    extras: dict = field(default_factory=dict)
+
+
+def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = True) -> Encoding:
+    problem = space.problem
+    L = problem.model.layers
+    md = cp_model.CpModel()
+    sc = tables.scale
+
+    bounds = {}  # variable index -> (lo, hi), to size the products' domains
+
+    def var(lo, hi, name):
+        x = md.new_int_var(int(lo), int(hi), name)
+        bounds[x.index] = (int(lo), int(hi))
+        return x
+
+    def hi(x) -> int:
+        return bounds[x.index][1]
+
+    def table_vars(rows, names, prefix):
+        out = []
+        for i, name in enumerate(names):
+            lo, hi = _bounds(rows, i)
+            out.append(var(lo, hi, f"{prefix}_{name}"))
+        return out
+
+    grid = [tuple(g) for g in space.grid]
+    N, tp, pp, dp, cp = table_vars(grid, ["N", "tp", "pp", "dp", "cp"], "grid")
+    md.add_allowed_assignments([N, tp, pp, dp, cp], grid)
+    mb = var(min(space.micro_batch), max(space.micro_batch), "micro_batch")
+    v = var(1, max(space.vpp), "vpp")
+    md.add_allowed_assignments([v], [(x,) for x in space.vpp])
+    sp = md.new_bool_var("sp")
+    rc = var(0, 2, "recompute")
+    md.add_allowed_assignments([rc], [(RECOMPUTE.index(r),) for r in space.recompute])
+    zero = var(0, 3, "zero")
+    md.add_allowed_assignments([zero], [(z,) for z in space.zero])
+
+    # factor tables
+    m = var(1, problem.workload.global_batch, "microbatches")
+    md.add_allowed_assignments([dp, mb, m], tables.micro)
+    T, Tf, Tb, A, W = table_vars(tables.layer, ["tp", "cp", "mb", "sp", "rc", "T", "Tf", "Tb", "A", "W"], "layer")[5:]
+    md.add_allowed_assignments([tp, cp, mb, sp, rc, T, Tf, Tb, A, W], tables.layer)
+    Eff, Efb, Elf, Elb, LA = table_vars(tables.edge, ["tp", "cp", "mb", "Eff", "Efb", "Elf", "Elb", "LA"], "edge")[3:]
+    md.add_allowed_assignments([tp, cp, mb, Eff, Efb, Elf, Elb, LA], tables.edge)
+    EA = table_vars(tables.embed_act, ["tp", "cp", "mb", "pp", "EA"], "emb")[4]
+    md.add_allowed_assignments([tp, cp, mb, pp, EA], tables.embed_act)
+    P = table_vars(tables.p2p, ["tp", "cp", "dp", "pp", "mb", "P"], "p2p")[5]
+    md.add_allowed_assignments([tp, cp, dp, pp, mb, P], tables.p2p)
+    Sl, Se, So, Z3 = table_vars(tables.state, ["tp", "zero", "dp", "cp", "Sl", "Se", "So", "Z3"], "state")[4:]
+    md.add_allowed_assignments([tp, zero, dp, cp, Sl, Se, So, Z3], tables.state)
+    pp1 = md.new_bool_var("pp1")
+    md.add(pp == 1).only_enforce_if(pp1)
+    md.add(pp >= 2).only_enforce_if(~pp1)
+    G0, G1, A0, A1, O0, O1 = table_vars(tables.dp, ["tp", "zero", "dp", "cp", "pp1", "G0", "G1", "A0", "A1", "O0", "O1"], "dp")[5:]
+    md.add_allowed_assignments([tp, zero, dp, cp, pp1, G0, G1, A0, A1, O0, O1], tables.dp)
+    chunks = {}
+    for kind, rows in tables.chunks.items():
+        chunks[kind] = var(0, max(r[3] for r in rows), f"chunks_{kind}")
+        md.add_allowed_assignments([pp, v, m, chunks[kind]], rows)
+
+    # pipeline partition: first, middle (each of pp-2), last
+    n1, nL, nm = var(1, L, "first_stage_layers"), var(1, L, "last_stage_layers"), var(0, L, "middle_stage_layers")
+    pp3 = md.new_bool_var("pp3")
+    md.add(pp >= 3).only_enforce_if(pp3)
+    md.add(pp <= 2).only_enforce_if(~pp3)
+    pm2 = var(-1, max(g[2] for g in grid) - 2, "pp_minus_2")
+    md.add(pm2 == pp - 2)
+    k_nm = var(-L, L * max(g[2] for g in grid), "middle_layers_total")
+    md.add_multiplication_equality(k_nm, [pm2, nm])
+    md.add(n1 == L).only_enforce_if(pp1)
+    md.add(nL == L).only_enforce_if(pp1)
+    md.add(nm == 0).only_enforce_if(~pp3)
+    md.add(n1 + nL + k_nm == L).only_enforce_if(~pp1)
+    md.add(nm >= 1).only_enforce_if(pp3)
+    md.add(v == 1).only_enforce_if(pp1)
+    md.add(v <= n1)
+    md.add(v <= nL)
+    md.add(v <= nm).only_enforce_if(pp3)
+    if space.default_split:
+        rows = sorted({(g[2],) + space.partitions(g[2])[0] for g in grid})
+        md.add_allowed_assignments([pp, n1, nL], rows)
+    else:
+        # a restriction on the edge stages applies when there are several stages (pp = 1 holds all L)
+        for n, allowed in ((n1, space.first_stage_layers), (nL, space.last_stage_layers)):
+            if allowed:
+                md.add_allowed_assignments([pp1, n], [(0, x) for x in allowed] + [(1, L)])
+
+    def prod(a, b, name):
+        lo_a, hi_a = bounds[a.index]
+        lo_b, hi_b = bounds[b.index]
+        corners = [lo_a * lo_b, lo_a * hi_b, hi_a * lo_b, hi_a * hi_b]
+        out = var(min(corners), max(corners), name)
+        md.add_multiplication_equality(out, [a, b])
+        return out
+
+    # stage times per micro-batch
+    vP = prod(v, P, "vpp_p2p")
+    t1, tL, tm = (prod(n, T, f"layers_time_{k}") for n, k in ((n1, "first"), (nL, "last"), (nm, "middle")))
+    hi_t = (L * _bounds(tables.layer, 5)[1] + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
+            + max(space.vpp) * _bounds(tables.p2p, 5)[1])
+    s1, sL, sm = var(0, hi_t, "stage_first"), var(0, hi_t, "stage_last"), var(0, hi_t, "stage_middle")
+    md.add(s1 == t1 + Eff + Efb + vP).only_enforce_if(~pp1)
+    md.add(s1 == t1 + Eff + Efb + Elf + Elb).only_enforce_if(pp1)
+    md.add(sL == tL + Elf + Elb + vP).only_enforce_if(~pp1)
+    md.add(sL == s1).only_enforce_if(pp1)
+    md.add(sm == tm + vP).only_enforce_if(pp3)
+    md.add(sm == 0).only_enforce_if(~pp3)
+    slowest = var(0, hi_t, "slowest_stage")
+    md.add_max_equality(slowest, [s1, sL, sm])
+    middle_sum = prod(pm2, sm, "middle_stages_time")
+    total = var(0, hi_t * max(g[2] for g in grid), "stages_sum")
+    md.add(total == s1 + sL + middle_sum).only_enforce_if(~pp1)
+    md.add(total == s1).only_enforce_if(pp1)
+    busy = prod(m, slowest, "slowest_x_microbatches")
+    bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
+    md.add_division_equality(bubble, total - slowest, v)
+
+    # data-parallel exposure and optimizer (stage 0)
+    f0, b0 = prod(n1, Tf, "first_fwd_layers"), prod(n1, Tb, "first_bwd_layers")
+    fwd0, bwd0 = var(0, hi_t, "first_fwd"), var(0, hi_t, "first_bwd")
+    md.add(fwd0 == f0 + Eff).only_enforce_if(~pp1)
+    md.add(fwd0 == f0 + Eff + Elf).only_enforce_if(pp1)
+    md.add(bwd0 == b0 + Efb).only_enforce_if(~pp1)
+    md.add(bwd0 == b0 + Efb + Elb).only_enforce_if(pp1)
+    grads = var(0, _bounds(tables.dp, 5)[1] + L * _bounds(tables.dp, 6)[1], "dp_grads")
+    gather = var(0, _bounds(tables.dp, 7)[1] + L * _bounds(tables.dp, 8)[1], "dp_gather")
+    md.add(grads == G0 + prod(n1, G1, "grads_layers"))
+    md.add(gather == A0 + prod(n1, A1, "gather_layers"))
+    hi_c = int(hi(grads) + hi(gather))
+    ea, eb, eb3 = var(0, hi_c, "exp_gather"), var(0, hi_c, "exp_grads"), var(0, hi_c, "exp_z3")
+    md.add_max_equality(ea, [0, gather - fwd0])
+    md.add_max_equality(eb, [0, grads - bwd0])
+    md.add_max_equality(eb3, [0, gather + grads - bwd0])
+    z3 = md.new_bool_var("zero3")
+    md.add(zero == 3).only_enforce_if(z3)
+    md.add(zero <= 2).only_enforce_if(~z3)
+    per = var(0, 2 * hi_c, "dp_exposed_per")
+    if problem.workload.overlap_dp:
+        md.add(per == ea + eb).only_enforce_if(~z3)
+    else:
+        md.add(per == grads + gather).only_enforce_if(~z3)
+    md.add(per == ea + eb3).only_enforce_if(z3)
+    per_m = prod(m, per, "dp_exposed_z3")
+    dpx = var(0, hi(per_m), "dp_exposed")
+    md.add(dpx == per_m).only_enforce_if(z3)
+    md.add(dpx == per).only_enforce_if(~z3)
+    opt = var(0, _bounds(tables.dp, 9)[1] + L * _bounds(tables.dp, 10)[1], "optimizer")
+    md.add(opt == O0 + prod(n1, O1, "opt_layers"))
+
+    step = var(0, hi(busy) + hi(bubble) + hi(dpx) + hi(opt), "step")
+    md.add(step == busy + bubble + dpx + opt)
+
+    # memory per stage (memory units, rounded up)
+    cap = sc.memory_cap(problem.system(problem.num_gpus[0]).usable_memory_bytes)
+    mem, act, state = {}, {}, {}
+    for kind, n in (("first", n1), ("middle", nm), ("last", nL)):
+        cna = prod(prod(chunks[kind], n, f"chunk_layers_{kind}"), A, f"act_raw_{kind}")
+        # activations = chunks x layers x per-layer / vpp, rounded up: vpp·act >= chunks·layers·A
+        act[kind] = var(0, hi(cna), f"act_{kind}")
+        md.add(prod(v, act[kind], f"act_v_{kind}") >= cna)
+        state[kind] = prod(n, Sl, f"state_layers_{kind}")
+        hi_m = int(hi(act[kind]) + hi(state[kind])
+                   + sum(_bounds(tables.state, i)[1] for i in (5, 6, 7))
+                   + _bounds(tables.layer, 9)[1] + _bounds(tables.edge, 7)[1] + _bounds(tables.embed_act, 4)[1])
+        mem[kind] = var(0, hi_m, f"memory_{kind}")
+    md.add(mem["first"] == state["first"] + Se + So + Z3 + act["first"] + W + EA + LA).only_enforce_if(pp1)
+    md.add(mem["first"] == state["first"] + Se + Z3 + act["first"] + W + EA).only_enforce_if(~pp1)
+    md.add(mem["last"] == state["last"] + So + Z3 + act["last"] + W + LA).only_enforce_if(~pp1)
+    md.add(mem["last"] == mem["first"]).only_enforce_if(pp1)
+    md.add(mem["middle"] == state["middle"] + Z3 + act["middle"] + W).only_enforce_if(pp3)
+    md.add(mem["middle"] == 0).only_enforce_if(~pp3)
+    peak = var(0, max(int(hi(x)) for x in mem.values()), "peak_memory")
+    md.add_max_equality(peak, list(mem.values()))
+    fits = md.new_bool_var("memory_cap")
+    md.add(peak <= cap).only_enforce_if(fits)
+    if enforce_memory:
+        md.add(fits == 1)
+
+    if objective in ("throughput", "step_time"):
+        obj = step
+    elif objective == "tokens_per_gpu":
+        obj = prod(step, N, "step_x_gpus")
+    elif objective == "memory":
+        obj = peak
+    else:
+        raise ValueError(objective)
+    md.minimize(obj)
+    decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "micro_batch": mb, "vpp": v, "sp": sp,
+                 "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}
+    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj, memory_literal=fits,
+                    extras={"cap": cap})
+
+
+def decode(values: dict, space: Space) -> tuple[int, Mapping]:
+    """(num_gpus, Mapping) from the decision values of a solution."""
+    pp = values["pp"]
+    return values["num_gpus"], Mapping(
+        tp=values["tp"], pp=pp, dp=values["dp"], cp=values["cp"], micro_batch=values["micro_batch"], vpp=values["vpp"],
+        sp=bool(values["sp"]), recompute=RECOMPUTE[values["recompute"]], zero=values["zero"],
+        first_stage_layers=values["first_stage_layers"], last_stage_layers=values["last_stage_layers"])

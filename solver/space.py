@@ -1,0 +1,144 @@
+"""The decision space of a problem: the domain of every mapping choice and the valid grids.
+
+Domains come from the problem's ``mapping`` section (a scalar fixes, a list restricts, an absent
+key is free) and from divisibility, checked by the model's own ``check_mapping`` so the rules
+live in one place. cp and ep stay 1 unless the problem lists other values (context and expert
+parallelism plug in here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from model.errors import ProblemError
+from model.pipeline import default_edge_stage_layers, stage_layer_counts
+from model.training import check_grid
+
+from .problem import Problem
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Space:
+    """Every choice the planner may make, as finite domains."""
+
+    problem: Problem
+    grid: tuple  # (num_gpus, tp, pp, dp, cp) that pass the divisibility rules
+    micro_batch: tuple
+    vpp: tuple
+    sp: tuple  # booleans
+    recompute: tuple
+    zero: tuple
+    first_stage_layers: tuple  # allowed values; () = free (1..L)
+    last_stage_layers: tuple
+    default_split: bool  # the problem asks for the default split (first = last = 0)
+
+    @property
+    def layers(self) -> int:
+        return self.problem.model.layers
+
+    def partitions(self, pp: int) -> list[tuple[int, int]]:
+        """(first, last) stage layer counts allowed for ``pp`` stages."""
+        L = self.layers
+        if pp == 1:
+            return [(L, L)]
+        if self.default_split:
+            split = default_edge_stage_layers(L, pp)
+            try:
+                stage_layer_counts(L, pp, *split)
+            except ProblemError:
+                return []
+            return [split]
+        firsts = self.first_stage_layers or range(1, L + 1)
+        lasts = self.last_stage_layers or range(1, L + 1)
+        out = []
+        for f in firsts:
+            for last in lasts:
+                try:
+                    stage_layer_counts(L, pp, f, last)
+                except ProblemError:
+                    continue
+                out.append((f, last))
+        return out
+
+    def vpp_values(self, pp: int, first: int, last: int) -> list[int]:
+        """Interleaving depths allowed with this pipeline partition."""
+        if pp == 1:
+            return [v for v in self.vpp if v == 1]
+        smallest = min(stage_layer_counts(self.layers, pp, first, last))
+        return [v for v in self.vpp if v <= smallest]
+
+    def size(self) -> int:
+        """Number of mappings in the space (counted, not enumerated point by point)."""
+        gb = self.problem.workload.global_batch
+        per_pp = {}
+        total = 0
+        for n, tp, pp, dp, cp in self.grid:
+            if pp not in per_pp:
+                per_pp[pp] = sum(len(self.vpp_values(pp, f, last)) for f, last in self.partitions(pp))
+            mbs = sum(1 for mb in self.micro_batch if gb % (dp * mb) == 0)
+            sps = sum(1 for s in self.sp if tp > 1 or not s)
+            total += per_pp[pp] * mbs * sps * len(self.recompute) * len(self.zero)
+        return total
+
+
+def _allowed(problem: Problem, key: str, free: list) -> list:
+    chosen = problem.mapping.get(key)
+    return [v for v in free if v in chosen] if chosen is not None else list(free)
+
+
+def build_space(problem: Problem) -> Space:
+    """The space of ``problem``; ProblemError when a restriction leaves no valid grid."""
+    model, wl = problem.model, problem.workload
+    if any(e != 1 for e in problem.mapping.get("ep", (1,))):
+        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
+                           source=problem.source, field="mapping.ep")
+    grid = []
+    for n in problem.num_gpus:
+        system = problem.system(n)
+        for tp in _allowed(problem, "tp", divisors(n)):
+            for cp in _allowed(problem, "cp", [1]) if "cp" not in problem.mapping else problem.mapping["cp"]:
+                for pp in _allowed(problem, "pp", [p for p in divisors(n) if p <= model.layers]):
+                    if n % (tp * cp * pp):
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if "dp" in problem.mapping and dp not in problem.mapping["dp"]:
+                        continue
+                    try:
+                        check_grid(model, system, wl, tp, pp, dp, cp)
+                    except ProblemError:
+                        continue
+                    grid.append((n, tp, pp, dp, cp))
+    if not grid:
+        fixed = {k: list(v) for k, v in problem.mapping.items() if k in ("tp", "pp", "dp", "cp")}
+        raise ProblemError(
+            f"no tp·pp·dp·cp grid fits num_gpus {list(problem.num_gpus)} with {model.heads} heads, {model.kv_heads} kv_heads, "
+            f"{model.layers} layers and global_batch {wl.global_batch}" + (f" under the restrictions {fixed}" if fixed else ""),
+            source=problem.source, field="mapping")
+    gb = wl.global_batch
+    micro = _allowed(problem, "micro_batch", divisors(gb))
+    vmax = model.layers
+    vpp = _allowed(problem, "vpp", list(range(1, vmax + 1))) if "vpp" in problem.mapping else list(range(1, vmax + 1))
+    first = problem.mapping.get("first_stage_layers", ())
+    last = problem.mapping.get("last_stage_layers", ())
+    default_split = first == (0,) and last == (0,)
+    space = Space(problem=problem, grid=tuple(grid), micro_batch=tuple(micro), vpp=tuple(vpp),
+                  sp=tuple(_allowed(problem, "sp", [False, True])), recompute=tuple(_allowed(problem, "recompute", list(RECOMPUTE))),
+                  zero=tuple(_allowed(problem, "zero", [0, 1, 2, 3])),
+                  first_stage_layers=tuple(v for v in first if v > 0), last_stage_layers=tuple(v for v in last if v > 0),
+                  default_split=default_split)
+    # a pipeline depth with no valid layer partition (or none with an allowed vpp) has no mapping
+    usable = {pp for pp in {g[2] for g in grid} if any(space.vpp_values(pp, f, last) for f, last in space.partitions(pp))}
+    space = dataclasses.replace(space, grid=tuple(g for g in grid if g[2] in usable))
+    if not space.grid:
+        raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
+                           "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
+    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero:
+        raise ProblemError("a mapping restriction leaves no value", source=problem.source, field="mapping")
+    return space

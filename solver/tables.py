@@ -1,0 +1,120 @@
+"""Compile the model into small factor tables over the decisions each factor depends on.
+
+Every number here comes from a ``model/`` function called on one point of a factor's domain; no
+equation is written in this module. Tables hold scaled integers (solver/scaling.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model import memory
+from model.specs import Mapping
+from model.training import (dp_comm_times_s, edge_stage_times, layer_times, pipeline_p2p_time_s,
+                            stage_params, stage_state_bytes)
+from model import compute
+
+from .scaling import Scale
+from .space import RECOMPUTE, Space
+
+
+def _mapping(tp=1, pp=1, dp=1, cp=1, micro_batch=1, vpp=1, sp=False, recompute="none", zero=1) -> Mapping:
+    """A Mapping carrying the decisions a factor depends on (the others are not read)."""
+    return Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch, vpp=vpp, sp=sp, recompute=recompute, zero=zero)
+
+
+@dataclass
+class Tables:
+    scale: Scale
+    layer: list  # (tp, cp, mb, sp, rc, total, fwd, bwd, activation_units, working_units)
+    edge: list  # (tp, cp, mb, first_fwd, first_bwd, last_fwd, last_bwd, logits_act_units)
+    embed_act: list  # (tp, cp, mb, pp, units)
+    p2p: list  # (tp, cp, dp, pp, mb, time)
+    micro: list  # (dp, mb, m)
+    state: list  # (tp, zero, dp, cp, per_layer_units, embedding_units, output_units, zero3_buffer_units)
+    dp: list  # (tp, zero, dp, cp, pp1, grads0, grads_per_layer, gather0, gather_per_layer, opt0, opt_per_layer)
+    chunks: dict  # stage kind -> list of (pp, vpp, m, chunks)
+
+
+def compile_tables(space: Space) -> Tables:
+    problem = space.problem
+    model, wl = problem.model, problem.workload
+    systems = {n: problem.system(n) for n in problem.num_gpus}
+    system = systems[problem.num_gpus[0]]  # device and network are the same for every count
+    tps = sorted({g[1] for g in space.grid})
+    cps = sorted({g[4] for g in space.grid})
+    dps = sorted({g[3] for g in space.grid})
+    pps = sorted({g[2] for g in space.grid})
+    gb = wl.global_batch
+    mbs = [mb for mb in space.micro_batch if any(gb % (dp * mb) == 0 for dp in dps)]
+
+    raw_layer = {}
+    for tp in tps:
+        for cp in cps:
+            for mb in mbs:
+                for sp in space.sp:
+                    if sp and tp == 1:
+                        continue  # sequence parallelism is a no-op without tensor parallelism: one symmetric copy
+                    for rc in space.recompute:
+                        lt = layer_times(model, system, wl, tp, cp, mb, sp, rc)
+                        act = memory.activation_bytes_per_layer(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
+                        work = memory.recompute_working_bytes(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
+                        raw_layer[(tp, cp, mb, sp, rc)] = (lt.total, lt.forward, lt.backward, act, work)
+    scale = Scale(min(v[0] for v in raw_layer.values()))
+    t, mem = scale.time, scale.memory
+    layer = [(tp, cp, mb, int(sp), RECOMPUTE.index(rc), t(tot), t(f), t(b), mem(act), mem(work))
+             for (tp, cp, mb, sp, rc), (tot, f, b, act, work) in raw_layer.items()]
+
+    edge, embed_act = [], []
+    for tp in tps:
+        for cp in cps:
+            for mb in mbs:
+                e = edge_stage_times(model, system, wl, tp, cp, mb)
+                logits = memory.logits_activation_bytes(model, mb, wl.seq_len, tp, cp)
+                edge.append((tp, cp, mb, t(e.first_fwd), t(e.first_bwd), t(e.last_fwd), t(e.last_bwd), mem(logits)))
+                for pp in pps:
+                    embed_act.append((tp, cp, mb, pp, mem(memory.embedding_activation_bytes(model, mb, wl.seq_len, tp, cp, pp))))
+
+    p2p = []
+    for n, tp, pp, dp, cp in space.grid:
+        for mb in mbs:
+            if gb % (dp * mb) == 0:
+                p2p.append((tp, cp, dp, pp, mb, t(pipeline_p2p_time_s(model, systems[n], wl, tp, cp, dp, pp, mb))))
+    p2p = sorted(set(p2p))
+    micro = sorted({(dp, mb, gb // (dp * mb)) for dp in dps for mb in mbs if gb % (dp * mb) == 0})
+
+    state, dp_rows = [], []
+    grids = sorted({(g[1], g[3], g[4], g[2] == 1) for g in space.grid})
+    layer_p = stage_params(model, 1, False, False, 1)
+    for tp, dp, cp, pp1 in grids:
+        emb_p = stage_params(model, 0, True, pp1, tp)
+        per_layer_p = layer_p / tp
+        for zero in space.zero:
+            m = _mapping(tp=tp, dp=dp, cp=cp, zero=zero)
+            s_layer = stage_state_bytes(model, wl, m, per_layer_p)
+            s_emb = stage_state_bytes(model, wl, m, stage_params(model, 0, True, False, tp))
+            s_out = stage_state_bytes(model, wl, m, stage_params(model, 0, False, True, tp))
+            z3 = s_layer.get("zero3_buffers", 0.0)
+            strip = lambda d: sum(v for k, v in d.items() if k != "zero3_buffers")  # noqa: E731
+            state.append((tp, zero, dp, cp, mem(strip(s_layer)), mem(strip(s_emb)), mem(strip(s_out)), mem(z3)))
+            g0, a0 = dp_comm_times_s(system, wl, m, emb_p)
+            g1, a1 = dp_comm_times_s(system, wl, m, emb_p + per_layer_p)
+            owned = (lambda p: p / (dp * cp) if zero >= 1 else p)  # noqa: E731
+            o0 = compute.optimizer_step_time_s(system.device, owned(emb_p), wl.grad_bytes)
+            o1 = compute.optimizer_step_time_s(system.device, owned(emb_p + per_layer_p), wl.grad_bytes)
+            dp_rows.append((tp, zero, dp, cp, int(pp1), t(g0), t(g1 - g0), t(a0), t(a1 - a0), t(o0), t(o1 - o0)))
+    state = sorted(set(state))
+    dp_rows = sorted(set(dp_rows))
+
+    chunks = {"first": set(), "middle": set(), "last": set()}
+    ms = sorted({row[2] for row in micro})
+    for pp in pps:
+        for v in space.vpp:
+            if pp == 1 and v > 1:
+                continue
+            for m in ms:
+                chunks["first"].add((pp, v, m, memory.in_flight_chunks(0, pp, v, m)))
+                chunks["middle"].add((pp, v, m, memory.in_flight_chunks(min(1, pp - 1), pp, v, m)))
+                chunks["last"].add((pp, v, m, memory.in_flight_chunks(pp - 1, pp, v, m)))
+    return Tables(scale=scale, layer=layer, edge=edge, embed_act=sorted(set(embed_act)), p2p=p2p, micro=micro,
+                  state=state, dp=dp_rows, chunks={k: sorted(v) for k, v in chunks.items()})
