@@ -76,17 +76,23 @@ def recompute_working_bytes(
     return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention)
 
 
-def in_flight_chunks(stage: int, pp: int, vpp: int, microbatches: int) -> int:
-    """Model chunks (micro-batch x 1/v of the stage's layers) stage ``stage`` holds at its peak.
+def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:
+    """Most model chunks stage ``stage`` can hold however many micro-batches run.
 
-    1F1B: stage i holds min(m, p - i) micro-batches (Narayanan SC'21, Sec. 2.2), one chunk each.
-    Interleaved: Megatron warms up (p - i - 1)·2 + (v - 1)·p chunks before the first backward,
-    plus the one in flight (megatron/core/pipeline_parallel/schedules.py); on stage 0 that is
-    Korthikanti's L·(1 + (p-1)/(p·v)) layer activations.
+    1F1B: p - i micro-batches, one chunk each (Narayanan SC'21, Sec. 2.2). Interleaved: Megatron
+    warms up (p - i - 1)·2 + (v - 1)·p chunks before the first backward, plus the one in flight
+    (megatron/core/pipeline_parallel/schedules.py); on stage 0 that is Korthikanti's
+    L·(1 + (p-1)/(p·v)) layer activations.
     """
     if vpp == 1:
-        return min(microbatches, pp - stage)
-    return min(microbatches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+        return pp - stage
+    return (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
+
+
+def in_flight_chunks(stage: int, pp: int, vpp: int, microbatches: int) -> int:
+    """Model chunks (a micro-batch's 1/v of the stage's layers) held at the stage's peak:
+    the schedule's limit, or every chunk of the step when there are fewer micro-batches."""
+    return min(microbatches * vpp, in_flight_chunk_limit(stage, pp, vpp))
 
 
 def in_flight_layer_activations(layers_on_stage: int, stage: int, pp: int, vpp: int, microbatches: int) -> float:

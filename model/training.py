@@ -136,18 +136,22 @@ def pp_stride(mapping: Mapping) -> int:
     return mapping.tp * mapping.cp * mapping.dp
 
 
-def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, dp: int, pp: int, micro_batch: int) -> float:
-    """Forward send + backward send of one micro-batch's boundary activation, seconds.
+def pipeline_crosses_domain(system: SystemSpec, tp: int, cp: int, dp: int, pp: int) -> bool:
+    """Whether some pair of neighbouring pipeline stages sits in different scale-up domains
+    (stages are tp·cp·dp ranks apart; the slowest hop sets the pace)."""
+    return pp > 1 and comm.ranks_per_domain(pp, tp * cp * dp, system) < pp
+
+
+def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                        crosses_domain: bool) -> float:
+    """Forward send + backward send of one micro-batch's boundary activation, seconds (pp > 1).
 
     With tp > 1 each rank sends 1/t of the b·s·h tensor and the receivers all-gather it over
     the scale-up links (scatter/gather optimisation, Narayanan SC'21 Sec. 4.1).
     """
-    if pp == 1:
-        return 0.0
     e = bytes_per_element(activation_precision(workload.precision))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * e / tp
-    crosses = comm.ranks_per_domain(pp, tp * cp * dp, system) < pp
-    return 2.0 * comm.p2p_time_s(nbytes, crosses, system)
+    return 2.0 * comm.p2p_time_s(nbytes, crosses_domain, system)
 
 
 def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int) -> float:
@@ -300,7 +304,8 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute)
     edge = edge_stage_times(model, system, workload, m.tp, m.cp, m.micro_batch)
-    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.dp, m.pp, m.micro_batch) * m.vpp
+    crosses = pipeline_crosses_domain(system, m.tp, m.cp, m.dp, m.pp)
+    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.micro_batch, crosses) * m.vpp if m.pp > 1 else 0.0
 
     stages = []
     for i, n_layers in enumerate(layers):

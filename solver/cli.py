@@ -13,8 +13,9 @@ import sys
 from model.errors import ProblemError
 from model.training import evaluate_training
 
-from .problem import load_problem
-from .report import evaluation_json, evaluation_table
+from .plan import enumerate_space, solve
+from .problem import OBJECTIVES, load_problem
+from .report import evaluation_json, evaluation_table, plan_result_json, plan_result_table
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -29,7 +30,43 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    for name, text in (("solve", "find the best mapping with CP-SAT (proven optimal, or bound and gap)"),
+                       ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)")):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("problem", help="problem YAML file")
+        sp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective")
+        sp.add_argument("--top", type=_positive_int, default=1, help="return the K best distinct mappings")
+        sp.add_argument("--time-limit", type=_positive_float, default=60.0 if name == "solve" else None,
+                        help="seconds (solve: default 60; enumerate: none)")
+        sp.add_argument("--json", action="store_true", help="print one JSON object")
+        if name == "solve":
+            sp.add_argument("--workers", type=_non_negative_int, default=0, help="CP-SAT workers (0 = its default)")
+            sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    return 0 if text == "0" else _positive_int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def cmd_evaluate(args) -> int:
@@ -43,7 +80,26 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate}
+def _plan_command(args, run) -> int:
+    problem = load_problem(args.problem)
+    result = run(problem, args)
+    if args.json:
+        print(json.dumps(plan_result_json(problem, result, args.top), indent=2))
+    else:
+        print(plan_result_table(problem, result))
+    return 0
+
+
+def cmd_solve(args) -> int:
+    return _plan_command(args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
+                                                  workers=a.workers, seed=a.seed))
+
+
+def cmd_enumerate(args) -> int:
+    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit))
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,16 +63,39 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     def hi(x) -> int:
         return bounds[x.index][1]
 
+    def prod(a, b, name):
+        lo_a, hi_a = bounds[a.index]
+        lo_b, hi_b = bounds[b.index]
+        corners = [lo_a * lo_b, lo_a * hi_b, hi_a * lo_b, hi_a * hi_b]
+        out = var(min(corners), max(corners), name)
+        md.add_multiplication_equality(out, [a, b])
+        return out
+
     def table_vars(rows, names, prefix):
         out = []
         for i, name in enumerate(names):
-            lo, hi = _bounds(rows, i)
-            out.append(var(lo, hi, f"{prefix}_{name}"))
+            lo, hi_ = _bounds(rows, i)
+            out.append(var(lo, hi_, f"{prefix}_{name}"))
         return out
 
-    grid = [tuple(g) for g in space.grid]
-    N, tp, pp, dp, cp = table_vars(grid, ["N", "tp", "pp", "dp", "cp"], "grid")
-    md.add_allowed_assignments([N, tp, pp, dp, cp], grid)
+    def factor(keys, rows, outputs, prefix):
+        """A factor table: an index variable tied to the key decisions by one table constraint,
+        each output read with an element constraint (lighter than output columns in the table)."""
+        rows = sorted(rows)
+        k = len(keys)
+        index = var(0, len(rows) - 1, f"{prefix}_row")
+        md.add_allowed_assignments(list(keys) + [index], [tuple(r[:k]) + (i,) for i, r in enumerate(rows)])
+        out = []
+        for j, name in enumerate(outputs):
+            values = [int(r[k + j]) for r in rows]
+            x = var(min(values + [0]), max(values + [0]), f"{prefix}_{name}")
+            md.add_element(index, values, x)
+            out.append(x)
+        return out
+
+    grid = [tuple(g) for g in tables.grid]
+    N, tp, pp, dp, cp, crosses = table_vars(grid, ["N", "tp", "pp", "dp", "cp", "crosses"], "grid")
+    md.add_allowed_assignments([N, tp, pp, dp, cp, crosses], grid)
     mb = var(min(space.micro_batch), max(space.micro_batch), "micro_batch")
     v = var(1, max(space.vpp), "vpp")
     md.add_allowed_assignments([v], [(x,) for x in space.vpp])
@@ -85,25 +108,23 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # factor tables
     m = var(1, problem.workload.global_batch, "microbatches")
     md.add_allowed_assignments([dp, mb, m], tables.micro)
-    T, Tf, Tb, A, W = table_vars(tables.layer, ["tp", "cp", "mb", "sp", "rc", "T", "Tf", "Tb", "A", "W"], "layer")[5:]
-    md.add_allowed_assignments([tp, cp, mb, sp, rc, T, Tf, Tb, A, W], tables.layer)
-    Eff, Efb, Elf, Elb, LA = table_vars(tables.edge, ["tp", "cp", "mb", "Eff", "Efb", "Elf", "Elb", "LA"], "edge")[3:]
-    md.add_allowed_assignments([tp, cp, mb, Eff, Efb, Elf, Elb, LA], tables.edge)
-    EA = table_vars(tables.embed_act, ["tp", "cp", "mb", "pp", "EA"], "emb")[4]
-    md.add_allowed_assignments([tp, cp, mb, pp, EA], tables.embed_act)
-    P = table_vars(tables.p2p, ["tp", "cp", "dp", "pp", "mb", "P"], "p2p")[5]
-    md.add_allowed_assignments([tp, cp, dp, pp, mb, P], tables.p2p)
-    Sl, Se, So, Z3 = table_vars(tables.state, ["tp", "zero", "dp", "cp", "Sl", "Se", "So", "Z3"], "state")[4:]
-    md.add_allowed_assignments([tp, zero, dp, cp, Sl, Se, So, Z3], tables.state)
+    T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc], tables.layer, ["T", "Tf", "Tb", "A", "W"], "layer")
+    Eff, Efb, Elf, Elb, LA = factor([tp, cp, mb], tables.edge, ["Eff", "Efb", "Elf", "Elb", "LA"], "edge")
+    (EA,) = factor([tp, cp, mb, pp], tables.embed_act, ["EA"], "emb")
+    (P,) = factor([tp, cp, mb, crosses], tables.p2p, ["P"], "p2p")
+    Sl, Se, So, Z3 = factor([tp, zero, dp, cp], tables.state, ["Sl", "Se", "So", "Z3"], "state")
     pp1 = md.new_bool_var("pp1")
     md.add(pp == 1).only_enforce_if(pp1)
     md.add(pp >= 2).only_enforce_if(~pp1)
-    G0, G1, A0, A1, O0, O1 = table_vars(tables.dp, ["tp", "zero", "dp", "cp", "pp1", "G0", "G1", "A0", "A1", "O0", "O1"], "dp")[5:]
-    md.add_allowed_assignments([tp, zero, dp, cp, pp1, G0, G1, A0, A1, O0, O1], tables.dp)
+    G0, G1, A0, A1, O0, O1 = factor([tp, zero, dp, cp, pp1], tables.dp, ["G0", "G1", "A0", "A1", "O0", "O1"], "dp")
+    # in-flight chunks = min(m·vpp, the schedule's limit) (model/memory.in_flight_chunks)
     chunks = {}
+    mv = prod(m, v, "microbatch_chunks")
     for kind, rows in tables.chunks.items():
-        chunks[kind] = var(0, max(r[3] for r in rows), f"chunks_{kind}")
-        md.add_allowed_assignments([pp, v, m, chunks[kind]], rows)
+        limit = var(0, max(r[2] for r in rows), f"chunk_limit_{kind}")
+        md.add_allowed_assignments([pp, v, limit], rows)
+        chunks[kind] = var(0, max(r[2] for r in rows), f"chunks_{kind}")
+        md.add_min_equality(chunks[kind], [mv, limit])
 
     # pipeline partition: first, middle (each of pp-2), last
     n1, nL, nm = var(1, L, "first_stage_layers"), var(1, L, "last_stage_layers"), var(0, L, "middle_stage_layers")
@@ -132,19 +153,11 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
             if allowed:
                 md.add_allowed_assignments([pp1, n], [(0, x) for x in allowed] + [(1, L)])
 
-    def prod(a, b, name):
-        lo_a, hi_a = bounds[a.index]
-        lo_b, hi_b = bounds[b.index]
-        corners = [lo_a * lo_b, lo_a * hi_b, hi_a * lo_b, hi_a * hi_b]
-        out = var(min(corners), max(corners), name)
-        md.add_multiplication_equality(out, [a, b])
-        return out
-
     # stage times per micro-batch
-    vP = prod(v, P, "vpp_p2p")
+    vP = prod(v, P, "vpp_p2p")  # read only when pp > 1
     t1, tL, tm = (prod(n, T, f"layers_time_{k}") for n, k in ((n1, "first"), (nL, "last"), (nm, "middle")))
     hi_t = (L * _bounds(tables.layer, 5)[1] + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
-            + max(space.vpp) * _bounds(tables.p2p, 5)[1])
+            + max(space.vpp) * _bounds(tables.p2p, 4)[1])
     s1, sL, sm = var(0, hi_t, "stage_first"), var(0, hi_t, "stage_last"), var(0, hi_t, "stage_middle")
     md.add(s1 == t1 + Eff + Efb + vP).only_enforce_if(~pp1)
     md.add(s1 == t1 + Eff + Efb + Elf + Elb).only_enforce_if(pp1)
@@ -159,6 +172,14 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.add(total == s1 + sL + middle_sum).only_enforce_if(~pp1)
     md.add(total == s1).only_enforce_if(pp1)
     busy = prod(m, slowest, "slowest_x_microbatches")
+    # Redundant bound that gives the LP a direct handle on the dominant term: the slowest stage
+    # works m times at least its share of all L layers, and m/pp = gb·tp·cp/(N·mb), so
+    # m·slowest >= gb·L·T·tp·cp/(N·mb) (floor), which depends on the layer factor and N only.
+    gb = problem.workload.global_batch
+    work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
+                 for n_ in problem.num_gpus for r in tables.layer]
+    (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
+    md.add(busy >= work)
     bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
     md.add_division_equality(bubble, total - slowest, v)
 

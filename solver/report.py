@@ -18,7 +18,7 @@ def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
         "system": problem.system_name,
         "metrics": evaluation.metrics,
         "breakdown": evaluation.breakdown,
-        "mapping": mapping_dict(mapping, problem.system().num_gpus),
+        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
         "stages": stages,
     }
 
@@ -28,10 +28,10 @@ def _rows(title: str, rows: list[tuple[str, str]]) -> list[str]:
     return [title] + [f"  {k:<{width}}  {v}" for k, v in rows]
 
 
-def evaluation_table(problem, mapping, evaluation: Evaluation) -> str:
+def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | None = None) -> str:
     """The readable report of one evaluated mapping."""
     m, met, bd = mapping, evaluation.metrics, evaluation.breakdown
-    lines = [f"parasol evaluate: {problem.model.name} on {met['num_gpus']} x {problem.system_name} "
+    lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
              f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
     lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
                  f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  "
@@ -53,4 +53,49 @@ def evaluation_table(problem, mapping, evaluation: Evaluation) -> str:
     lines.append("")
     lines += _rows(f"memory per GPU (stage {bd['peak_memory_stage']})",
                    [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()])
+    return "\n".join(lines)
+
+
+def plan_json(problem, plan) -> dict:
+    return {"mapping": mapping_dict(plan.mapping, plan.num_gpus), "metrics": plan.evaluation.metrics,
+            "breakdown": plan.evaluation.breakdown}
+
+
+def plan_result_json(problem, result, top: int) -> dict:
+    """solve/enumerate --json: status, the best plan, its model metrics, objective, bound and gap."""
+    out = {"status": result.status, "objective_name": result.objective, "objective": result.objective_value,
+           "bound": result.bound, "gap": result.gap, "solve_time_s": result.solve_time_s,
+           "deterministic_time": result.deterministic_time, "workers": result.workers, "space_size": result.space_size}
+    if result.points_evaluated is not None:
+        out["points_evaluated"] = result.points_evaluated
+    if result.plans:
+        out.update({"mapping": plan_json(problem, result.plans[0])["mapping"], "metrics": result.plans[0].evaluation.metrics,
+                    "breakdown": result.plans[0].evaluation.breakdown})
+    else:
+        out.update({"mapping": None, "metrics": None})
+    if top > 1:
+        out["plans"] = [plan_json(problem, p) for p in result.plans]
+    if result.message:
+        out["message"] = result.message
+    return out
+
+
+def plan_result_table(problem, result) -> str:
+    """The readable report of a solve or an enumeration."""
+    head = (f"status {result.status}  objective {result.objective} = "
+            + (f"{result.objective_value:,.4g}" if result.objective_value is not None else "n/a")
+            + (f"  bound {result.bound:,.4g}  gap {100 * result.gap:.3f} %" if result.bound is not None and result.gap is not None else "")
+            + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} mappings"
+            + (f"  evaluated {result.points_evaluated:,}" if result.points_evaluated is not None else ""))
+    if not result.plans:
+        return head + ("\n" + result.message if result.message else "")
+    best = result.plans[0]
+    lines = [head, "", evaluation_table(problem, best.mapping, best.evaluation, num_gpus=best.num_gpus)]
+    if len(result.plans) > 1:
+        lines += ["", f"top {len(result.plans)}:", "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB"]
+        for i, p in enumerate(result.plans, 1):
+            m, met = p.mapping, p.evaluation.metrics
+            lines.append(f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
+                         f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
+                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}")
     return "\n".join(lines)

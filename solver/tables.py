@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from model import memory
 from model.specs import Mapping
-from model.training import (dp_comm_times_s, edge_stage_times, layer_times, pipeline_p2p_time_s,
+from model.training import (dp_comm_times_s, edge_stage_times, layer_times, pipeline_crosses_domain, pipeline_p2p_time_s,
                             stage_params, stage_state_bytes)
 from model import compute
 
@@ -26,14 +26,15 @@ def _mapping(tp=1, pp=1, dp=1, cp=1, micro_batch=1, vpp=1, sp=False, recompute="
 @dataclass
 class Tables:
     scale: Scale
+    grid: list  # (num_gpus, tp, pp, dp, cp, pipeline crosses a domain)
     layer: list  # (tp, cp, mb, sp, rc, total, fwd, bwd, activation_units, working_units)
     edge: list  # (tp, cp, mb, first_fwd, first_bwd, last_fwd, last_bwd, logits_act_units)
     embed_act: list  # (tp, cp, mb, pp, units)
-    p2p: list  # (tp, cp, dp, pp, mb, time)
+    p2p: list  # (tp, cp, mb, crosses, time): zero is never read when pp = 1
     micro: list  # (dp, mb, m)
     state: list  # (tp, zero, dp, cp, per_layer_units, embedding_units, output_units, zero3_buffer_units)
     dp: list  # (tp, zero, dp, cp, pp1, grads0, grads_per_layer, gather0, gather_per_layer, opt0, opt_per_layer)
-    chunks: dict  # stage kind -> list of (pp, vpp, m, chunks)
+    chunks: dict  # stage kind -> list of (pp, vpp, chunk limit)
 
 
 def compile_tables(space: Space) -> Tables:
@@ -75,12 +76,13 @@ def compile_tables(space: Space) -> Tables:
                 for pp in pps:
                     embed_act.append((tp, cp, mb, pp, mem(memory.embedding_activation_bytes(model, mb, wl.seq_len, tp, cp, pp))))
 
+    grid = [g + (int(pipeline_crosses_domain(systems[g[0]], g[1], g[4], g[3], g[2])),) for g in space.grid]
     p2p = []
-    for n, tp, pp, dp, cp in space.grid:
-        for mb in mbs:
-            if gb % (dp * mb) == 0:
-                p2p.append((tp, cp, dp, pp, mb, t(pipeline_p2p_time_s(model, systems[n], wl, tp, cp, dp, pp, mb))))
-    p2p = sorted(set(p2p))
+    for tp in tps:
+        for cp in cps:
+            for mb in mbs:
+                for crosses in sorted({g[5] for g in grid}):
+                    p2p.append((tp, cp, mb, crosses, t(pipeline_p2p_time_s(model, system, wl, tp, cp, mb, bool(crosses)))))
     micro = sorted({(dp, mb, gb // (dp * mb)) for dp in dps for mb in mbs if gb % (dp * mb) == 0})
 
     state, dp_rows = [], []
@@ -107,14 +109,12 @@ def compile_tables(space: Space) -> Tables:
     dp_rows = sorted(set(dp_rows))
 
     chunks = {"first": set(), "middle": set(), "last": set()}
-    ms = sorted({row[2] for row in micro})
     for pp in pps:
         for v in space.vpp:
             if pp == 1 and v > 1:
                 continue
-            for m in ms:
-                chunks["first"].add((pp, v, m, memory.in_flight_chunks(0, pp, v, m)))
-                chunks["middle"].add((pp, v, m, memory.in_flight_chunks(min(1, pp - 1), pp, v, m)))
-                chunks["last"].add((pp, v, m, memory.in_flight_chunks(pp - 1, pp, v, m)))
-    return Tables(scale=scale, layer=layer, edge=edge, embed_act=sorted(set(embed_act)), p2p=p2p, micro=micro,
+            chunks["first"].add((pp, v, memory.in_flight_chunk_limit(0, pp, v)))
+            chunks["middle"].add((pp, v, memory.in_flight_chunk_limit(min(1, pp - 1), pp, v)))
+            chunks["last"].add((pp, v, memory.in_flight_chunk_limit(pp - 1, pp, v)))
+    return Tables(scale=scale, grid=grid, layer=layer, edge=edge, embed_act=sorted(set(embed_act)), p2p=p2p, micro=micro,
                   state=state, dp=dp_rows, chunks={k: sorted(v) for k, v in chunks.items()})
