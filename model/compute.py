@@ -21,7 +21,7 @@ def gemm_time_s(device: DeviceSpec, m: float, n: float, k: float, precision: str
     flops = 2.0 * m * n * k
     if flops <= 0:
         return 0.0
-    compute = flops / (device.peak(precision) * float(device.gemm_efficiency_at(flops)))
+    compute = flops / (device.peak(precision) * float(device.gemm_efficiency_at(flops, precision)))
     traffic = (m * k + k * n) * bytes_per_element(precision) + m * n * bytes_per_element(activation_precision(precision))
     memory = traffic / (device.hbm_bytes_per_s * device.memory_efficiency)
     return max(compute, memory)

@@ -115,11 +115,12 @@ class DeviceSpec:
     peak_flops: dict  # precision -> dense FLOP/s
     hbm_bytes: float
     hbm_bytes_per_s: float
-    gemm_efficiency_flops: tuple  # GEMM sizes (FLOPs) of the efficiency curve's points
+    gemm_efficiency_flops: tuple  # GEMM sizes (FLOPs) of the 16-bit efficiency curve's points
     gemm_efficiency: tuple  # achieved fraction of peak at those sizes
     attention_efficiency: float  # flash-attention fraction of peak
     memory_efficiency: float  # achieved fraction of HBM bandwidth
     tdp_w: float = 0.0
+    low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -131,9 +132,14 @@ class DeviceSpec:
             )
         return self.peak_flops[precision]
 
-    def gemm_efficiency_at(self, flops) -> np.ndarray:
-        """Achieved fraction of peak for a GEMM of ``flops`` FLOPs (log-linear interpolation)."""
-        return np.interp(np.log(np.maximum(flops, 1.0)), np.log(self.gemm_efficiency_flops), self.gemm_efficiency)
+    def gemm_efficiency_at(self, flops, precision: str = "bf16") -> np.ndarray:
+        """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear
+        interpolation of the measured curve; FP8/FP4 have their own curve when the file gives one)."""
+        xs, ys = self.gemm_efficiency_flops, self.gemm_efficiency
+        for name, curve_x, curve_y in self.low_precision_gemm:
+            if name == precision:
+                xs, ys = curve_x, curve_y
+        return np.interp(np.log(np.maximum(flops, 1.0)), np.log(xs), ys)
 
 
 @dataclass(frozen=True)

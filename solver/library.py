@@ -137,18 +137,27 @@ def load_device(name: str) -> DeviceSpec:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
     peaks = {k: _number(peaks, k, src, "peak_flops.") for k in peaks if peaks[k] is not None}
     eff = data["efficiency"]
-    check_keys(eff, ("gemm", "attention", "memory"), ("gemm", "attention", "memory"), src, "efficiency.")
-    gemm = eff["gemm"]
-    check_keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, "efficiency.gemm.")
-    xs, ys = tuple(map(as_float, gemm["flops"])), tuple(map(as_float, gemm["efficiency"]))
-    if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
-        raise ProblemError("needs matching, increasing flops and efficiencies in (0, 1]", source=src, field="efficiency.gemm")
+    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory"), ("gemm", "attention", "memory"), src, "efficiency.")
+    xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
+    low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
     return DeviceSpec(
         name=data.get("name", name), peak_flops=peaks, hbm_bytes=_number(data, "hbm_bytes", src, ""),
         hbm_bytes_per_s=_number(data, "hbm_bytes_per_s", src, ""), gemm_efficiency_flops=xs, gemm_efficiency=ys,
         attention_efficiency=_number(eff, "attention", src, "efficiency."),
-        memory_efficiency=_number(eff, "memory", src, "efficiency."), tdp_w=float(data.get("tdp_w", 0.0)), source=src,
+        memory_efficiency=_number(eff, "memory", src, "efficiency."), tdp_w=float(data.get("tdp_w", 0.0)),
+        low_precision_gemm=low, source=src,
     )
+
+
+def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:
+    """An efficiency curve {flops: [...], efficiency: [...]}: increasing sizes, values in (0, 1]."""
+    if not isinstance(gemm, dict):
+        raise ProblemError("must be a mapping {flops, efficiency}", source=src, field=field)
+    check_keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, f"{field}.")
+    xs, ys = tuple(map(as_float, gemm["flops"])), tuple(map(as_float, gemm["efficiency"]))
+    if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
+        raise ProblemError("needs matching, increasing flops and efficiencies in (0, 1]", source=src, field=field)
+    return xs, ys
 
 
 def _tier(data, name: str, src: str) -> NetworkTier:

@@ -1,0 +1,73 @@
+"""Shared helpers for parasol's test suite.
+
+Problems are built as plain dicts (the problem-file contract) and parsed with
+``solver.problem.parse_problem``, or written to ``tmp_path`` as YAML for the CLI tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "problems" / "examples" / "gpt3-175b-a100.yaml"
+
+# Keys `evaluate --json` must always hold under "metrics" (issue 2, section 5).
+METRIC_KEYS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "fits")
+# Every mapping key of the problem-file contract (issue 2 section 2, issue 3 decision space).
+MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
+                "first_stage_layers", "last_stage_layers")
+
+
+def rel_close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+def run_cli(args: list[str], entry: str = "module", timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Run parasol as ``python -m solver ARGS`` (entry='module') or the ``parasol`` script."""
+    if entry == "module":
+        cmd = [sys.executable, "-m", "solver", *args]
+    else:
+        exe = shutil.which("parasol")
+        assert exe is not None, "the `parasol` console script is not on PATH (pyproject [project.scripts])"
+        cmd = [exe, *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def run_json(args: list[str], entry: str = "module") -> dict:
+    proc = run_cli([*args, "--json"], entry=entry)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def example_problem_dict() -> dict:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def training_problem(model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32,
+                     precision="bf16", mapping=None, objective="throughput", **workload) -> dict:
+    """A problem-file dict (the public YAML contract)."""
+    wl = {"kind": "training", "seq_len": seq_len, "global_batch": global_batch, "precision": precision, **workload}
+    out = {"model": model, "system": {"name": system, "num_gpus": num_gpus}, "workload": wl, "objective": objective}
+    if mapping is not None:
+        out["mapping"] = mapping
+    return out
