@@ -40,7 +40,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="seconds (solve: default 60; enumerate: none)")
         sp.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "solve":
-            sp.add_argument("--workers", type=_non_negative_int, default=0, help="CP-SAT workers (0 = its default)")
+            sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     return parser
 
@@ -53,10 +53,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
-
-
-def _non_negative_int(text: str) -> int:
-    return 0 if text == "0" else _positive_int(text)
 
 
 def _positive_float(text: str) -> float:

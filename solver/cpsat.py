@@ -78,14 +78,14 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
             out.append(var(lo, hi_, f"{prefix}_{name}"))
         return out
 
-    def factor(keys, rows, outputs, prefix):
+    def factor(keys, rows, outputs, prefix, with_index=False):
         """A factor table: an index variable tied to the key decisions by one table constraint,
         each output read with an element constraint (lighter than output columns in the table)."""
         rows = sorted(rows)
         k = len(keys)
         index = var(0, len(rows) - 1, f"{prefix}_row")
         md.add_allowed_assignments(list(keys) + [index], [tuple(r[:k]) + (i,) for i, r in enumerate(rows)])
-        out = []
+        out = [index] if with_index else []
         for j, name in enumerate(outputs):
             values = [int(r[k + j]) for r in rows]
             x = var(min(values + [0]), max(values + [0]), f"{prefix}_{name}")
@@ -108,7 +108,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # factor tables
     m = var(1, problem.workload.global_batch, "microbatches")
     md.add_allowed_assignments([dp, mb, m], tables.micro)
-    T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc], tables.layer, ["T", "Tf", "Tb", "A", "W"], "layer")
+    layer_rows = sorted(tables.layer)
+    layer_row, T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc], layer_rows, ["T", "Tf", "Tb", "A", "W"], "layer", with_index=True)
     Eff, Efb, Elf, Elb, LA = factor([tp, cp, mb], tables.edge, ["Eff", "Efb", "Elf", "Elb", "LA"], "edge")
     (EA,) = factor([tp, cp, mb, pp], tables.embed_act, ["EA"], "emb")
     (P,) = factor([tp, cp, mb, crosses], tables.p2p, ["P"], "p2p")
@@ -176,9 +177,15 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # works m times at least its share of all L layers, and m/pp = gb·tp·cp/(N·mb), so
     # m·slowest >= gb·L·T·tp·cp/(N·mb) (floor), which depends on the layer factor and N only.
     gb = problem.workload.global_batch
-    work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
-                 for n_ in problem.num_gpus for r in tables.layer]
-    (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
+    if len(problem.num_gpus) == 1:
+        n_ = problem.num_gpus[0]
+        values = [(gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
+        work = var(0, max(values), "work")
+        md.add_element(layer_row, values, work)
+    else:
+        work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
+                     for n_ in problem.num_gpus for r in layer_rows]
+        (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
     md.add(busy >= work)
     bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
     md.add_division_equality(bubble, total - slowest, v)
