@@ -62,6 +62,21 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
     return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last]
 
 
+def vpp_divides_stages(stage_layers: list[int], vpp: int) -> bool:
+    """Whether ``vpp`` model chunks split every stage evenly, Megatron-Core's rule for the
+    interleaved schedule. The first and last stage may count the embedding and the loss as one
+    extra layer (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split;
+    Megatron-Bridge runs Llama 3.1 405B as 15, 16 x 6, 15 layers with vpp 8)."""
+    if vpp == 1:
+        return True
+    last = len(stage_layers) - 1
+    for i, n in enumerate(stage_layers):
+        edge = i in (0, last)
+        if n % vpp and not (edge and (n + 1) % vpp == 0):
+            return False
+    return True
+
+
 def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:
     """Time for ``microbatches`` micro-batches to pass forward and backward through the pipeline.
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import comm, compute, memory, params
 from .errors import ProblemError
-from .pipeline import pipeline_time_s, stage_layer_counts
+from .pipeline import pipeline_time_s, stage_layer_counts, vpp_divides_stages
 from .precision import activation_precision, bytes_per_element
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 
@@ -280,8 +280,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     if m.vpp > 1 and m.pp == 1:
         raise ProblemError("vpp > 1 (interleaved schedule) needs pp > 1", field="mapping.vpp")
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
-    if m.vpp > min(layers):
-        raise ProblemError(f"vpp {m.vpp} exceeds the {min(layers)} layers of the smallest stage", field="mapping.vpp")
+    if m.vpp > min(layers) or not vpp_divides_stages(layers, m.vpp):
+        raise ProblemError(f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
+                           "(the first and last stage may count the embedding or loss as a layer)", field="mapping.vpp")
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,17 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.add(v <= n1)
     md.add(v <= nL)
     md.add(v <= nm).only_enforce_if(pp3)
+    # vpp splits every stage into equal chunks; an edge stage may count its embedding or loss as a
+    # layer (model/pipeline.vpp_divides_stages)
+    rest_m = var(0, L, "middle_mod_vpp")
+    md.add_modulo_equality(rest_m, nm, v)
+    md.add(rest_m == 0).only_enforce_if(pp3)
+    for n, name in ((n1, "first"), (nL, "last")):
+        rest = var(0, L, f"{name}_mod_vpp")
+        md.add_modulo_equality(rest, n, v)
+        exact = md.new_bool_var(f"{name}_divides")
+        md.add(rest == 0).only_enforce_if(exact)
+        md.add(rest + 1 == v).only_enforce_if(~exact)
     if space.default_split:
         rows = sorted({(g[2],) + space.partitions(g[2])[0] for g in grid})
         md.add_allowed_assignments([pp, n1, nL], rows)

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from model.errors import ProblemError
-from model.pipeline import default_edge_stage_layers, stage_layer_counts
+from model.pipeline import default_edge_stage_layers, stage_layer_counts, vpp_divides_stages
 from model.training import check_grid
 
 from .problem import Problem
@@ -71,8 +71,8 @@ class Space:
         """Interleaving depths allowed with this pipeline partition."""
         if pp == 1:
             return [v for v in self.vpp if v == 1]
-        smallest = min(stage_layer_counts(self.layers, pp, first, last))
-        return [v for v in self.vpp if v <= smallest]
+        layers = stage_layer_counts(self.layers, pp, first, last)
+        return [v for v in self.vpp if v <= min(layers) and vpp_divides_stages(layers, v)]
 
     def size(self) -> int:
         """Number of mappings in the space (counted, not enumerated point by point)."""

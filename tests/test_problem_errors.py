@@ -1,0 +1,231 @@
+"""Bad input: every user mistake ends as ONE line on stderr, ``parasol: <file>: <field>: ...``,
+exit status 2, no traceback (architecture.md "Errors"; issue 2 section 5).
+
+Each case is written to a file under a temporary folder and run through the real command line
+(``python -m solver evaluate FILE``; a subset also through the ``parasol`` script and through
+``solve``). The subprocesses are started concurrently once per session to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import copy
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+
+from conftest import run_cli
+
+BASE = {
+    "model": "gpt3-175b",
+    "system": {"name": "dgx-a100", "num_gpus": 64},
+    "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"},
+    "mapping": {"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1},
+}
+TINY = {"layers": 4, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000}
+
+
+def edit(*changes, delete=()):
+    """BASE with ``(path, value)`` changes applied (path = 'workload.seq_len') and keys deleted."""
+    d = copy.deepcopy(BASE)
+    for path, value in changes:
+        *head, last = path.split(".")
+        cur = d
+        for k in head:
+            cur = cur[k]
+        cur[last] = value
+    for path in delete:
+        *head, last = path.split(".")
+        cur = d
+        for k in head:
+            cur = cur[k]
+        del cur[last]
+    return d
+
+
+BUG_DEVICE_PRECISION = pytest.mark.xfail(
+    strict=True, reason="BUG: DeviceSpec.peak raises ProblemError(field='workload.precision') without source; "
+                        "evaluate does not add the file path, so the message does not name the file")
+BUG_MODEL_LIST = pytest.mark.xfail(
+    strict=True, reason="BUG: parse_problem passes a non-str, non-dict `model:` (a list) to the lru_cached "
+                        "library.load_model: TypeError unhashable type 'list', traceback, exit 1")
+BUG_INLINE_UNCHECKED = pytest.mark.xfail(
+    strict=True, reason="BUG: library.model_from_dict does not type-check inline model fields name and params_b; "
+                        "a wrong type is accepted silently")
+
+# (id, file content: dict or raw text or None for a missing file, field the message must name or None)
+CASES = [
+    ("malformed-yaml", "model: [unclosed\nsystem: {name: dgx-a100\n", None),
+    ("top-level-list", "- model\n- system\n", None),
+    ("top-level-scalar", "just a string\n", None),
+    ("empty-file", "", None),
+    ("missing-file", None, None),
+    ("unknown-top-key", {**BASE, "hardware": "a100"}, "hardware"),
+    ("unknown-model", edit(("model", "gpt-99b")), "model"),
+    ("model-int", edit(("model", 5)), "model"),
+    pytest.param("model-list", edit(("model", ["gpt3-175b"])), "model", marks=BUG_MODEL_LIST),
+    ("missing-model", edit(delete=["model"]), "model"),
+    ("unknown-system", edit(("system.name", "dgx-z900")), "system.name"),
+    ("system-not-mapping", edit(("system", "dgx-a100")), "system"),
+    ("missing-num-gpus", edit(delete=["system.num_gpus"]), "system.num_gpus"),
+    ("unknown-system-key", edit(("system.gpus", 8)), "system.gpus"),
+    ("missing-workload", edit(delete=["workload"]), "workload"),
+    ("workload-not-mapping", edit(("workload", [2048])), "workload"),
+    ("missing-seq-len", edit(delete=["workload.seq_len"]), "workload.seq_len"),
+    ("missing-global-batch", edit(delete=["workload.global_batch"]), "workload.global_batch"),
+    ("missing-kind", edit(delete=["workload.kind"]), "workload.kind"),
+    ("unknown-kind", edit(("workload.kind", "finetune")), "workload.kind"),
+    ("unknown-workload-key", edit(("workload.batch", 8)), "workload.batch"),
+    ("seq-len-string", edit(("workload.seq_len", "2048")), "workload.seq_len"),
+    ("seq-len-zero", edit(("workload.seq_len", 0)), "workload.seq_len"),
+    ("global-batch-bool", edit(("workload.global_batch", True)), "workload.global_batch"),
+    ("unknown-precision", edit(("workload.precision", "fp7")), "workload.precision"),
+    ("precision-int", edit(("workload.precision", 16)), "workload.precision"),
+    pytest.param("fp8-on-a100", edit(("workload.precision", "fp8")), "workload.precision", marks=BUG_DEVICE_PRECISION),
+    ("unknown-attention", edit(("workload.attention", "paged")), "workload.attention"),
+    ("overlap-not-bool", edit(("workload.overlap_dp", "yes")), "workload.overlap_dp"),
+    ("num-gpus-float", edit(("system.num_gpus", 64.0)), "system.num_gpus"),
+    ("num-gpus-negative", edit(("system.num_gpus", -64)), "system.num_gpus"),
+    ("tp-string", edit(("mapping.tp", "8")), "mapping.tp"),
+    ("tp-negative", edit(("mapping.tp", -8)), "mapping.tp"),
+    ("tp-float", edit(("mapping.tp", 8.0)), "mapping.tp"),
+    ("tp-bool", edit(("mapping.tp", True)), "mapping.tp"),
+    ("tp-null", edit(("mapping.tp", None)), "mapping.tp"),
+    ("pp-zero", edit(("mapping.pp", 0)), "mapping.pp"),
+    ("micro-batch-zero", edit(("mapping.micro_batch", 0)), "mapping.micro_batch"),
+    ("sp-string", edit(("mapping.sp", "yes")), "mapping.sp"),
+    ("zero-bool", edit(("mapping.zero", True)), "mapping.zero"),
+    ("zero-five", edit(("mapping.zero", 5)), "mapping.zero"),
+    ("recompute-unknown", edit(("mapping.recompute", "partial")), "mapping.recompute"),
+    ("first-stage-negative", edit(("mapping.first_stage_layers", -1)), "mapping.first_stage_layers"),
+    ("unknown-mapping-key", edit(("mapping.fsdp", 2)), "mapping.fsdp"),
+    ("mapping-not-mapping", edit(("mapping", [8, 8, 1])), "mapping"),
+    ("empty-list", edit(("mapping.tp", [])), "mapping.tp"),
+    ("objective-unknown", {**BASE, "objective": "fastest"}, "objective"),
+    # divisibility and grid rules
+    ("tp-not-dividing-heads", edit(("system.num_gpus", 80), ("mapping.tp", 5), ("mapping.pp", 16)), "mapping.tp"),
+    ("tp-not-dividing-kv-heads", edit(("model", "llama2-70b"), ("system.num_gpus", 16), ("mapping.tp", 16), ("mapping.pp", 1)),
+     "mapping.tp"),
+    ("grid-product", edit(("mapping.dp", 2)), "mapping"),
+    ("global-batch-not-divisible-by-dp", edit(("workload.global_batch", 60), ("mapping.pp", 1), ("mapping.dp", 8)), "mapping.dp"),
+    ("global-batch-not-divisible-by-dp-mb", edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.micro_batch", 3)),
+     "mapping.micro_batch"),
+    ("pp-exceeds-layers", edit(("model", "llama2-7b"), ("mapping.tp", 1), ("mapping.pp", 64)), "mapping.pp"),
+    ("vpp-without-pp", edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.vpp", 2)), "mapping.vpp"),
+    ("vpp-exceeds-stage", edit(("mapping.vpp", 13)), "mapping.vpp"),
+    ("ep-on-dense", edit(("mapping.ep", 2)), "mapping.ep"),
+    ("first-without-last", edit(("mapping.first_stage_layers", 11)), "mapping"),
+    ("bad-stage-split", edit(("mapping.first_stage_layers", 5), ("mapping.last_stage_layers", 5)), "mapping.pp"),
+    # evaluate needs one concrete mapping
+    ("list-to-evaluate", edit(("mapping.tp", [4, 8])), "mapping.tp"),
+    ("num-gpus-list-to-evaluate", edit(("system.num_gpus", [64, 128])), "system.num_gpus"),
+    ("missing-tp-for-evaluate", edit(delete=["mapping.tp"]), "mapping.tp"),
+    # inline models
+    ("inline-missing-hidden", edit(("model", {k: v for k, v in TINY.items() if k != "hidden"})), "model.hidden"),
+    ("inline-unknown-key", edit(("model", {**TINY, "experts": 8})), "model.experts"),
+    ("inline-layers-bool", edit(("model", {**TINY, "layers": True})), "model.layers"),
+    ("inline-layers-string", edit(("model", {**TINY, "layers": "4"})), "model.layers"),
+    ("inline-activation", edit(("model", {**TINY, "activation": "relu"})), "model.activation"),
+    ("inline-heads-not-dividing-hidden", edit(("model", {**TINY, "heads": 7})), "model.head_dim"),
+    ("inline-kv-heads", edit(("model", {**TINY, "kv_heads": 3})), "model.kv_heads"),
+    ("inline-tied-not-bool", edit(("model", {**TINY, "tied_embeddings": "no"})), "model.tied_embeddings"),
+    pytest.param("inline-params-b-string", edit(("model", {**TINY, "params_b": "seven"})), "model.params_b",
+                 marks=BUG_INLINE_UNCHECKED),
+    pytest.param("inline-name-list", edit(("model", {**TINY, "name": ["tiny"]})), "model.name", marks=BUG_INLINE_UNCHECKED),
+]
+
+# cases also run through the `parasol` console script and through `solve`
+PARASOL_SUBSET = ["malformed-yaml", "unknown-model", "tp-string", "tp-not-dividing-heads", "list-to-evaluate", "missing-file"]
+SOLVE_SUBSET = ["malformed-yaml", "unknown-system", "tp-negative", "unknown-precision", "inline-missing-hidden",
+                "objective-unknown"]
+
+
+def _case_id(case) -> str:
+    return case.values[0] if hasattr(case, "values") else case[0]
+
+
+def _case_tuple(case):
+    return case.values if hasattr(case, "values") else case
+
+
+@pytest.fixture(scope="session")
+def bad_runs(tmp_path_factory):
+    """{(entry, command, case id): (path, CompletedProcess)} for every case, run concurrently."""
+    folder = tmp_path_factory.mktemp("bad problems")  # a space in the path on purpose
+    files = {}
+    for case in CASES:
+        cid, content, _ = _case_tuple(case)
+        path = folder / f"{cid}.yaml"
+        if content is not None:
+            path.write_text(content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False))
+        files[cid] = path
+    jobs = [("module", "evaluate", cid) for cid in files]
+    jobs += [("script", "evaluate", cid) for cid in PARASOL_SUBSET]
+    jobs += [("module", "solve", cid) for cid in SOLVE_SUBSET]
+
+    def run(job):
+        entry, command, cid = job
+        args = [command, str(files[cid])] + (["--time-limit", "5"] if command == "solve" else [])
+        return job, (files[cid], run_cli(args, entry=entry, timeout=60))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(run, jobs))
+
+
+def check_one_line_error(path, proc, field):
+    err = proc.stderr
+    assert "Traceback" not in err + proc.stdout, err
+    assert proc.returncode == 2, f"exit {proc.returncode}; stderr: {err}"
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0], f"expected one line on stderr, got {len(lines)}: {err!r}"
+    line = lines[0]
+    assert line.startswith("parasol:"), line
+    assert str(path) in line, f"the message does not name the file {path}: {line}"
+    if field is not None:
+        assert f": {field}:" in line, f"the message does not name the field {field!r}: {line}"
+    assert proc.stdout == "", proc.stdout
+
+
+@pytest.mark.parametrize("cid,content,field", CASES, ids=[_case_id(c) for c in CASES])
+def test_evaluate_bad_input_module(cid, content, field, bad_runs):
+    path, proc = bad_runs[("module", "evaluate", cid)]
+    check_one_line_error(path, proc, field)
+
+
+@pytest.mark.parametrize("cid", PARASOL_SUBSET)
+def test_evaluate_bad_input_parasol_script(cid, bad_runs):
+    field = next(_case_tuple(c)[2] for c in CASES if _case_id(c) == cid)
+    path, proc = bad_runs[("script", "evaluate", cid)]
+    check_one_line_error(path, proc, field)
+
+
+@pytest.mark.parametrize("cid", SOLVE_SUBSET)
+def test_solve_bad_input(cid, bad_runs):
+    field = next(_case_tuple(c)[2] for c in CASES if _case_id(c) == cid)
+    path, proc = bad_runs[("module", "solve", cid)]
+    check_one_line_error(path, proc, field)
+
+
+def test_messages_say_what_is_allowed(bad_runs):
+    """The one line names what is allowed, not only what is wrong."""
+    _, proc = bad_runs[("module", "evaluate", "unknown-model")]
+    assert "gpt-99b" in proc.stderr and "llama2-7b" in proc.stderr
+    _, proc = bad_runs[("module", "evaluate", "unknown-system")]
+    assert "dgx-z900" in proc.stderr and "dgx-h100" in proc.stderr
+    _, proc = bad_runs[("module", "evaluate", "unknown-precision")]
+    assert "bf16" in proc.stderr
+    _, proc = bad_runs[("module", "evaluate", "recompute-unknown")]
+    assert "selective" in proc.stderr
+    _, proc = bad_runs[("module", "evaluate", "grid-product")]
+    assert "num_gpus" in proc.stderr
+    _, proc = bad_runs[("module", "evaluate", "malformed-yaml")]
+    assert "line" in proc.stderr
+
+
+def test_bad_command_line_arguments():
+    """argparse mistakes are one line and exit 2 as well."""
+    for args in (["solve", "x.yaml", "--top", "0"], ["frobnicate"], ["solve", "x.yaml", "--time-limit", "-1"]):
+        proc = run_cli(args)
+        assert proc.returncode == 2, args
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("parasol:"), proc.stderr
+        assert "Traceback" not in proc.stderr
