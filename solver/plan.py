@@ -19,6 +19,8 @@ from model.training import Evaluation, evaluate_training
 
 from .cpsat import RECOMPUTE, _status_name, decode, encode
 from .problem import Problem
+from model.pipeline import default_edge_stage_layers
+
 from .space import Space, build_space
 from .tables import compile_tables
 
@@ -111,6 +113,9 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
     space = build_space(problem)
     tables = compile_tables(space)
     enc = encode(space, tables, objective)
+    hint = greedy_plan(problem, space, objective)
+    if hint is not None:
+        _hint(enc, *hint)
     tokens = problem.workload.global_batch * problem.workload.seq_len
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
     start = time.perf_counter()
@@ -147,6 +152,42 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
         enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
     result.solve_time_s = time.perf_counter() - start
     return result
+
+
+def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Mapping] | None:
+    """A good starting plan for the solver's hint: the model evaluated on a few hundred common
+    choices (every grid, the two smallest micro-batches, every recomputation and ZeRO stage, no
+    interleaving, the default stage split); the best that fits."""
+    best = None
+    gb = problem.workload.global_batch
+    systems = {}
+    for n, tp, pp, dp, cp in space.grid:
+        first, last = default_edge_stage_layers(problem.model.layers, pp)
+        if (first, last) not in space.partitions_or_default(pp):
+            continue
+        vpps = space.vpp_values(pp, first, last)
+        if not vpps:
+            continue
+        system = systems.setdefault(n, problem.system(n))
+        for mb in [m for m in space.micro_batch if gb % (dp * m) == 0][:2]:
+            for rc, zero in itertools.product(space.recompute, space.zero):
+                sp = tp > 1 and True in space.sp
+                mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, vpp=vpps[0], sp=sp,
+                                  recompute=rc, zero=zero, first_stage_layers=first, last_stage_layers=last)
+                ev = evaluate_training(problem.model, system, problem.workload, mapping)
+                if ev.metrics["fits"]:
+                    key = _minimised(objective, ev.metrics)
+                    if best is None or key < best[0]:
+                        best = (key, n, mapping)
+    return None if best is None else (best[1], best[2])
+
+
+def _hint(enc, num_gpus: int, mapping: Mapping) -> None:
+    values = {"num_gpus": num_gpus, **mapping.as_dict()}
+    values["sp"] = int(values["sp"])
+    values["recompute"] = RECOMPUTE.index(values["recompute"])
+    for key, var in enc.decisions.items():
+        enc.model.add_hint(var, values[key])
 
 
 def explain_infeasible(problem: Problem, space: Space, tables, time_limit: float, workers: int, seed: int) -> str:

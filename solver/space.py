@@ -67,6 +67,18 @@ class Space:
                 out.append((f, last))
         return out
 
+    def partitions_or_default(self, pp: int) -> list[tuple[int, int]]:
+        """The default split if the space allows it (cheap), else every allowed partition."""
+        split = default_edge_stage_layers(self.layers, pp) if pp > 1 else (self.layers, self.layers)
+        try:
+            stage_layer_counts(self.layers, pp, *split)
+        except ProblemError:
+            return self.partitions(pp)
+        firsts, lasts = self.first_stage_layers, self.last_stage_layers
+        if (not firsts or split[0] in firsts) and (not lasts or split[1] in lasts) or pp == 1:
+            return [split]
+        return self.partitions(pp)
+
     def vpp_values(self, pp: int, first: int, last: int) -> list[int]:
         """Interleaving depths allowed with this pipeline partition."""
         if pp == 1:
