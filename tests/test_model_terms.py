@@ -12,7 +12,7 @@ import yaml
 
 from model import comm, compute, params, pipeline
 from model.errors import ProblemError
-from model.specs import Mapping, NetworkTier, Workload
+from model.specs import NetworkTier
 from model.training import evaluate_training
 from solver import library
 from solver.problem import load_problem, parse_problem

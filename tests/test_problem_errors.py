@@ -23,7 +23,7 @@ BASE = {
     "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"},
     "mapping": {"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1},
 }
-TINY = {"layers": 4, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000}
+TINY = {"layers": 8, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000}  # runs BASE's tp 8 x pp 8
 
 
 def edit(*changes, delete=()):
@@ -114,6 +114,7 @@ CASES = [
     ("pp-exceeds-layers", edit(("model", "llama2-7b"), ("mapping.tp", 1), ("mapping.pp", 64)), "mapping.pp"),
     ("vpp-without-pp", edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.vpp", 2)), "mapping.vpp"),
     ("vpp-exceeds-stage", edit(("mapping.vpp", 13)), "mapping.vpp"),
+    ("vpp-not-splitting-stages", edit(("mapping.vpp", 5)), "mapping.vpp"),  # 12 layers per stage
     ("ep-on-dense", edit(("mapping.ep", 2)), "mapping.ep"),
     ("first-without-last", edit(("mapping.first_stage_layers", 11)), "mapping"),
     ("bad-stage-split", edit(("mapping.first_stage_layers", 5), ("mapping.last_stage_layers", 5)), "mapping.pp"),
