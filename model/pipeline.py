@@ -25,6 +25,9 @@ def default_edge_stage_layers(layers: int, pp: int) -> tuple[int, int]:
         return layers // pp, layers // pp
     base = math.ceil(layers / pp)
     rest = layers - base * (pp - 2)
+    if rest < 2:  # too few layers left for the edges (e.g. 80 on 32 stages): floor instead
+        base = layers // pp
+        rest = layers - base * (pp - 2)
     last = rest // 2
     return rest - last, last
 
@@ -33,7 +36,8 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
     """Transformer layers held by each pipeline stage, first to last.
 
     ``first``/``last`` = 0 take ``default_edge_stage_layers``; the middle stages share the rest
-    evenly and it must divide. Raises ProblemError for an impossible split.
+    evenly and it must divide. Raises ProblemError for an impossible split, naming the fields
+    that set it.
     """
     if first == 0 and last == 0:
         first, last = default_edge_stage_layers(layers, pp)
@@ -44,7 +48,8 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
             raise ProblemError(f"with pp 1 the only stage holds all {layers} layers", field="mapping.first_stage_layers")
         return [layers]
     if first < 1 or last < 1:
-        raise ProblemError(f"the first and last stage need at least one layer of {layers}", field="mapping.pp")
+        raise ProblemError(f"the first and last stage need at least one layer of {layers}; "
+                           "set mapping.first_stage_layers and last_stage_layers", field="mapping.pp")
     middle_total = layers - first - last
     if pp == 2:
         if middle_total != 0:

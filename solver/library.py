@@ -92,6 +92,13 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
     for key in ("tied_embeddings", "bias"):
         if key in kwargs and not isinstance(kwargs[key], bool):
             raise ProblemError(f"must be true or false, got {kwargs[key]!r}", source=source, field=prefix + key)
+    if not isinstance(kwargs["name"], str):
+        raise ProblemError(f"must be a string, got {kwargs['name']!r}", source=source, field=prefix + "name")
+    if "params_b" in kwargs and kwargs["params_b"] is not None:
+        value = as_float(kwargs["params_b"])
+        if value is None or value <= 0:
+            raise ProblemError(f"must be a positive number of billions, got {kwargs['params_b']!r}", source=source, field=prefix + "params_b")
+        kwargs["params_b"] = value
     return _build(ModelSpec, kwargs, source, prefix)
 
 

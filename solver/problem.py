@@ -28,6 +28,7 @@ OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu")
 WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp")
 MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
                 "first_stage_layers", "last_stage_layers")
+ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
 MAPPING_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "recompute": "none", "zero": 1,
                     "first_stage_layers": 0, "last_stage_layers": 0}
@@ -111,7 +112,7 @@ def _parse_mapping(data, src: str) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping of choices", source=src, field="mapping")
-    library.check_keys(data, MAPPING_KEYS, (), src, "mapping.")
+    library.check_keys(data, ACCEPTED_MAPPING_KEYS, (), src, "mapping.")
     out = {}
     for key, value in data.items():
         values = value if isinstance(value, list) else [value]
@@ -154,6 +155,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     model = data["model"]
     if isinstance(model, dict):
         model_spec = library.model_from_dict(model, source)
+    elif not isinstance(model, str):
+        raise ProblemError(f"must be a library name or a mapping of model fields, got {model!r}; allowed names: "
+                           f"{', '.join(library.names('models'))}", source=source, field="model")
     else:
         try:
             model_spec = library.load_model(model)
@@ -163,7 +167,17 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise
     system_name, counts = _parse_system(data["system"], source)
     workload = _parse_workload(data["workload"], source)
+    device = library.load_system(system_name, 1).device
+    if workload.precision not in device.peak_flops:
+        raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
+                           f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}", source=source, field="workload.precision")
     mapping = _parse_mapping(data.get("mapping"), source)
+    if "num_gpus" in mapping:
+        # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
+        allowed = tuple(n for n in counts if n in mapping.pop("num_gpus"))
+        if not allowed:
+            raise ProblemError(f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus")
+        counts = allowed
     objective = data.get("objective", "throughput")
     if objective not in OBJECTIVES:
         raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")

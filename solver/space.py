@@ -151,6 +151,9 @@ def build_space(problem: Problem) -> Space:
     if not space.grid:
         raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
                            "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
-    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero:
-        raise ProblemError("a mapping restriction leaves no value", source=problem.source, field="mapping")
+    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size():
+        restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
+        raise ProblemError(
+            f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
+            "dp·micro_batch; sp needs tp > 1; vpp must split every stage)", source=problem.source, field="mapping")
     return space

@@ -32,7 +32,7 @@ class Tables:
     embed_act: list  # (tp, cp, mb, pp, units)
     p2p: list  # (tp, cp, mb, crosses, time): zero is never read when pp = 1
     micro: list  # (dp, mb, m)
-    state: list  # (tp, zero, dp, cp, per_layer_units, embedding_units, output_units, zero3_buffer_units)
+    state: list  # (tp, zero, dp, cp, pp1, per_layer_units, first_edge_units, last_edge_units, zero3_buffer_units)
     dp: list  # (tp, zero, dp, cp, pp1, grads0, grads_per_layer, gather0, gather_per_layer, opt0, opt_per_layer)
     chunks: dict  # stage kind -> list of (pp, vpp, chunk limit)
 
@@ -94,11 +94,12 @@ def compile_tables(space: Space) -> Tables:
         for zero in space.zero:
             m = _mapping(tp=tp, dp=dp, cp=cp, zero=zero)
             s_layer = stage_state_bytes(model, wl, m, per_layer_p)
-            s_emb = stage_state_bytes(model, wl, m, stage_params(model, 0, True, False, tp))
-            s_out = stage_state_bytes(model, wl, m, stage_params(model, 0, False, True, tp))
+            # pp = 1: one stage holds embedding and output (no second copy of tied embeddings)
+            s_emb = stage_state_bytes(model, wl, m, stage_params(model, 0, True, pp1, tp))
+            s_out = stage_state_bytes(model, wl, m, stage_params(model, 0, False, True, tp)) if not pp1 else {}
             z3 = s_layer.get("zero3_buffers", 0.0)
             strip = lambda d: sum(v for k, v in d.items() if k != "zero3_buffers")  # noqa: E731
-            state.append((tp, zero, dp, cp, mem(strip(s_layer)), mem(strip(s_emb)), mem(strip(s_out)), mem(z3)))
+            state.append((tp, zero, dp, cp, int(pp1), mem(strip(s_layer)), mem(strip(s_emb)), mem(strip(s_out)), mem(z3)))
             g0, a0 = dp_comm_times_s(system, wl, m, emb_p)
             g1, a1 = dp_comm_times_s(system, wl, m, emb_p + per_layer_p)
             owned = (lambda p: p / (dp * cp) if zero >= 1 else p)  # noqa: E731

@@ -184,9 +184,6 @@ def test_round_trip_mapping_into_evaluate(round_trip, name):
     assert {k: v for k, v in evaluated["mapping"].items()} == docs[name]["mapping"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: solve --json returns mapping with a num_gpus key (issue 3 contract), but "
-                                       "evaluate rejects mapping.num_gpus as an unknown key, so the returned mapping "
-                                       "written back verbatim into `mapping:` is not accepted")
 def test_round_trip_literal_mapping_with_num_gpus(round_trip):
     docs, procs = round_trip
     evaluated = json.loads(_ok(procs["solve_json_literal"]).stdout)

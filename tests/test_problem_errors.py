@@ -44,15 +44,6 @@ def edit(*changes, delete=()):
     return d
 
 
-BUG_DEVICE_PRECISION = pytest.mark.xfail(
-    strict=True, reason="BUG: DeviceSpec.peak raises ProblemError(field='workload.precision') without source; "
-                        "evaluate does not add the file path, so the message does not name the file")
-BUG_MODEL_LIST = pytest.mark.xfail(
-    strict=True, reason="BUG: parse_problem passes a non-str, non-dict `model:` (a list) to the lru_cached "
-                        "library.load_model: TypeError unhashable type 'list', traceback, exit 1")
-BUG_INLINE_UNCHECKED = pytest.mark.xfail(
-    strict=True, reason="BUG: library.model_from_dict does not type-check inline model fields name and params_b; "
-                        "a wrong type is accepted silently")
 
 # (id, file content: dict or raw text or None for a missing file, field the message must name or None)
 CASES = [
@@ -64,7 +55,7 @@ CASES = [
     ("unknown-top-key", {**BASE, "hardware": "a100"}, "hardware"),
     ("unknown-model", edit(("model", "gpt-99b")), "model"),
     ("model-int", edit(("model", 5)), "model"),
-    pytest.param("model-list", edit(("model", ["gpt3-175b"])), "model", marks=BUG_MODEL_LIST),
+    pytest.param("model-list", edit(("model", ["gpt3-175b"])), "model"),
     ("missing-model", edit(delete=["model"]), "model"),
     ("unknown-system", edit(("system.name", "dgx-z900")), "system.name"),
     ("system-not-mapping", edit(("system", "dgx-a100")), "system"),
@@ -82,7 +73,7 @@ CASES = [
     ("global-batch-bool", edit(("workload.global_batch", True)), "workload.global_batch"),
     ("unknown-precision", edit(("workload.precision", "fp7")), "workload.precision"),
     ("precision-int", edit(("workload.precision", 16)), "workload.precision"),
-    pytest.param("fp8-on-a100", edit(("workload.precision", "fp8")), "workload.precision", marks=BUG_DEVICE_PRECISION),
+    pytest.param("fp8-on-a100", edit(("workload.precision", "fp8")), "workload.precision"),
     ("unknown-attention", edit(("workload.attention", "paged")), "workload.attention"),
     ("overlap-not-bool", edit(("workload.overlap_dp", "yes")), "workload.overlap_dp"),
     ("num-gpus-float", edit(("system.num_gpus", 64.0)), "system.num_gpus"),
@@ -131,9 +122,8 @@ CASES = [
     ("inline-heads-not-dividing-hidden", edit(("model", {**TINY, "heads": 7})), "model.head_dim"),
     ("inline-kv-heads", edit(("model", {**TINY, "kv_heads": 3})), "model.kv_heads"),
     ("inline-tied-not-bool", edit(("model", {**TINY, "tied_embeddings": "no"})), "model.tied_embeddings"),
-    pytest.param("inline-params-b-string", edit(("model", {**TINY, "params_b": "seven"})), "model.params_b",
-                 marks=BUG_INLINE_UNCHECKED),
-    pytest.param("inline-name-list", edit(("model", {**TINY, "name": ["tiny"]})), "model.name", marks=BUG_INLINE_UNCHECKED),
+    pytest.param("inline-params-b-string", edit(("model", {**TINY, "params_b": "seven"})), "model.params_b"),
+    pytest.param("inline-name-list", edit(("model", {**TINY, "name": ["tiny"]})), "model.name"),
 ]
 
 # cases also run as real subprocesses: `python -m solver evaluate`, the `parasol` script, `solve`
@@ -232,7 +222,6 @@ def test_solve_bad_input(cid, bad_runs):
     check_one_line_error(path, proc, _field(cid))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `model:` given as a list escapes as TypeError (see BUG_MODEL_LIST)")
 def test_model_list_subprocess_has_no_traceback(bad_files):
     proc = run_cli(["evaluate", str(bad_files["model-list"])])
     check_one_line_error(bad_files["model-list"], proc, "model")

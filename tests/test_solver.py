@@ -359,16 +359,11 @@ def test_freeing_one_variable_picks_the_oracles_best(free):
     differential(data, source=f"free {free}")
 
 
-# ---------------------------------------------------------------- known bugs
-
-TIED_PP1_BUG = ("BUG: solver/tables.py compile_tables: the state table's output-stage column So is computed with "
-                "stage_params(model, 0, False, True, tp), which adds the tied-embedding copy (vocab x hidden / tp) that "
-                "the last stage holds only when pp > 1; cpsat.encode adds So to the single stage when pp = 1, so for "
-                "tied-embedding models every pp = 1 mapping is over-counted by vocab·hidden/tp × state bytes per param "
-                "(e.g. 1.98 GiB for megatron-gpt-1.7b at tp 1, zero 0)")
+# ---------------------------------------------------------------- regressions
+# Tied embeddings with pp = 1: the single stage holds the embedding once (no second copy for the
+# output layer); the solver once over-counted it and called feasible plans infeasible.
 
 
-@pytest.mark.xfail(strict=True, reason=TIED_PP1_BUG)
 def test_tied_embeddings_pp1_fits_near_the_cap():
     """A tied model (megatron-gpt-1.7b) on one A100 at 76.1 GiB of the 78 GiB usable: the model says
     it fits, the enumerator finds it, so the solver must not report INFEASIBLE."""
@@ -379,7 +374,6 @@ def test_tied_embeddings_pp1_fits_near_the_cap():
     assert solve(p, workers=WORKERS, time_limit=TIME_LIMIT).status == "OPTIMAL"
 
 
-@pytest.mark.xfail(strict=True, reason=TIED_PP1_BUG)
 def test_tied_embeddings_memory_objective_finds_pp1_optimum():
     """Memory objective where the true optimum is pp 1 (tp 8, dp 2, zero 3: 4.30 GiB); the
     over-count makes CP-SAT prove pp 4 (4.40 GiB) 'optimal'."""
@@ -390,15 +384,10 @@ def test_tied_embeddings_memory_objective_finds_pp1_optimum():
     differential(data, source="tied pp1 memory")
 
 
-EMPTY_SPACE_BUG = ("BUG: solver/space.py build_space accepts restrictions whose combination leaves no mapping "
-                   "(space.size() == 0: micro_batch dividing the batch with no allowed dp, or sp true only with tp 1); "
-                   "solver/tables.py compile_tables then calls min() on an empty layer table: ValueError traceback, "
-                   "exit 1 from `parasol solve`; `parasol enumerate` exits 0 with INFEASIBLE and the false message "
-                   "'no point of the space fits in memory'")
+# Restrictions whose combination leaves no mapping are a user error (exit 2) for solve and enumerate.
 EMPTY_SPACES = {"micro-batch-vs-dp": {"dp": 8, "micro_batch": [8]}, "sp-without-tp": {"tp": 1, "sp": True}}
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTY_SPACE_BUG)
 @pytest.mark.parametrize("case", sorted(EMPTY_SPACES))
 def test_empty_space_is_a_problem_error_for_solve(case, tmp_path):
     data = training_problem(model="llama2-7b", num_gpus=8, global_batch=32, mapping=EMPTY_SPACES[case])
@@ -410,7 +399,6 @@ def test_empty_space_is_a_problem_error_for_solve(case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("parasol:") and str(path) in lines[0] and ": mapping" in lines[0]
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTY_SPACE_BUG)
 @pytest.mark.parametrize("case", sorted(EMPTY_SPACES))
 def test_empty_space_enumerate_agrees_with_solve(case):
     """Same space, same answer: a ProblemError from both (not a memory verdict from the enumerator)."""
