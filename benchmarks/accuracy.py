@@ -84,6 +84,9 @@ def main() -> int:
         merr = [r.evaluation.metrics["peak_memory_gib"] / r.measured_memory_gib - 1 for r in mem]
         print(f"peak memory vs measured ({len(mem)} BLOOM runs): mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
               f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %")
+    unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
+    if unfit:
+        print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
     for name, s in summary["by_family"].items():
         print(f"  {name:<32} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
     return 0
