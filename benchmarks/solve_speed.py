@@ -3,7 +3,8 @@
     python benchmarks/solve_speed.py [--enum-limit S] [--time-limit S] [--sizes 8,64,...] [--markdown]
 
 Ladder: GPT-3 175B on DGX A100, Llama 3 70B and Llama 3.1 405B on DGX H100, from 8 to 16,384 GPUs,
-with tp, pp, dp, micro-batch, vpp, sp, recompute, zero and the first/last stage layer counts free.
+with tp, pp, dp, micro-batch, vpp, sp, recompute, zero and the first/last stage layer counts free
+(--restricted: the default stage split and vpp 1 or 2, so that enumeration finishes).
 The enumerator evaluates every point with the model; when it passes --enum-limit seconds it stops
 and its full time is extrapolated from its rate (marked "est."), and its optimum is then only the
 best of the points it reached (marked "partial").
@@ -28,10 +29,14 @@ LADDER = [
 ]
 
 
-def problem(model, system, seq, batch, precision, n):
+# --restricted: the default stage split and vpp 1 or 2, spaces the enumerator finishes in seconds
+RESTRICTED = {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1, 2]}
+
+
+def problem(model, system, seq, batch, precision, n, mapping=None):
     return parse_problem({"model": model, "system": {"name": system, "num_gpus": n},
                           "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision},
-                          "objective": "throughput"}, source=f"{model}@{n}")
+                          "mapping": mapping or {}, "objective": "throughput"}, source=f"{model}@{n}")
 
 
 def main() -> int:
@@ -41,13 +46,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sizes", default="8,64,512,1024,4096,16384")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--restricted", action="store_true", help="default stage split and vpp in {1, 2}")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     head = ["model", "GPUs", "space", "enumeration s", "solve s", "ratio", "status", "enum best tok/s", "CP-SAT tok/s", "same"]
     rows = []
     for model, system, seq, batch, precision in LADDER:
         for n in sizes:
-            p = problem(model, system, seq, batch, precision, n)
+            p = problem(model, system, seq, batch, precision, n, RESTRICTED if args.restricted else None)
             t0 = time.perf_counter()
             s = solve(p, time_limit=args.time_limit, workers=args.workers)
             solve_s = time.perf_counter() - t0

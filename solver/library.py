@@ -55,6 +55,14 @@ def _library_file(kind: str, name, field: str, source: str | None) -> Path:
     return path
 
 
+def _read_library_entry(kind: str, name, field: str, allowed: tuple, required: tuple) -> tuple[str, dict]:
+    """(path, mapping) of a library file, its keys checked."""
+    path = _library_file(kind, name, field, None)
+    data = read_yaml(path, f"{kind.split('/')[-1].rstrip('s')} file")
+    check_keys(data, allowed, required, str(path), "")
+    return str(path), data
+
+
 def check_keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix: str) -> None:
     """ProblemError for unknown or missing keys of a YAML mapping."""
     unknown = sorted(set(map(str, data)) - set(allowed))
@@ -134,11 +142,8 @@ def _number(data: dict, key: str, source: str, prefix: str) -> float:
 @functools.lru_cache(maxsize=None)
 def load_device(name: str) -> DeviceSpec:
     """A device from problems/systems/devices/."""
-    path = _library_file("systems/devices", name, "device", None)
-    src = str(path)
-    data = read_yaml(path, "device file")
-    check_keys(data, ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency"),
-               ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"), src, "")
+    src, data = _read_library_entry("systems/devices", name, "device", ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency"),
+                                    ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"))
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
@@ -178,11 +183,8 @@ def _tier(data, name: str, src: str) -> NetworkTier:
 
 @functools.lru_cache(maxsize=None)
 def _system_file(name: str) -> tuple:
-    path = _library_file("systems", name, "system.name", None)
-    src = str(path)
-    data = read_yaml(path, "system file")
-    check_keys(data, ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out"),
-               ("device", "gpus_per_node", "scale_up", "scale_out"), src, "")
+    src, data = _read_library_entry("systems", name, "system.name", ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out"),
+                                    ("device", "gpus_per_node", "scale_up", "scale_out"))
     device = load_device(data["device"])
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     return (src, device, int(data["gpus_per_node"]), int(domain or data["gpus_per_node"]), _tier(data["scale_up"], "scale_up", src),
