@@ -32,6 +32,27 @@ def default_edge_stage_layers(layers: int, pp: int) -> tuple[int, int]:
     return rest - last, last
 
 
+def split_stages(layers: int, pp: int, first: int, last: int) -> tuple[list[int] | None, str, str]:
+    """(stage layer counts, or None with the reason and the field to blame) for explicit edges."""
+    if pp == 1:
+        if first != layers or last != layers:
+            return None, f"with pp 1 the only stage holds all {layers} layers", "mapping.first_stage_layers"
+        return [layers], "", ""
+    if first < 1 or last < 1:
+        return None, (f"the first and last stage need at least one layer of {layers}; "
+                      "set mapping.first_stage_layers and last_stage_layers"), "mapping.pp"
+    middle_total = layers - first - last
+    if pp == 2:
+        if middle_total != 0:
+            return None, (f"first_stage_layers {first} + last_stage_layers {last} must equal the {layers} layers "
+                          "with pp 2"), "mapping.first_stage_layers"
+        return [first, last], "", ""
+    if middle_total < pp - 2 or middle_total % (pp - 2):
+        return None, (f"{middle_total} layers left for {pp - 2} middle stages do not split evenly "
+                      f"(layers {layers}, first {first}, last {last}, pp {pp})"), "mapping.pp"
+    return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last], "", ""
+
+
 def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> list[int]:
     """Transformer layers held by each pipeline stage, first to last.
 
@@ -43,28 +64,10 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
         first, last = default_edge_stage_layers(layers, pp)
     elif first == 0 or last == 0:
         raise ProblemError("give both first_stage_layers and last_stage_layers, or neither", field="mapping")
-    if pp == 1:
-        if first != layers or last != layers:
-            raise ProblemError(f"with pp 1 the only stage holds all {layers} layers", field="mapping.first_stage_layers")
-        return [layers]
-    if first < 1 or last < 1:
-        raise ProblemError(f"the first and last stage need at least one layer of {layers}; "
-                           "set mapping.first_stage_layers and last_stage_layers", field="mapping.pp")
-    middle_total = layers - first - last
-    if pp == 2:
-        if middle_total != 0:
-            raise ProblemError(
-                f"first_stage_layers {first} + last_stage_layers {last} must equal the {layers} layers with pp 2",
-                field="mapping.first_stage_layers",
-            )
-        return [first, last]
-    if middle_total < pp - 2 or middle_total % (pp - 2):
-        raise ProblemError(
-            f"{middle_total} layers left for {pp - 2} middle stages do not split evenly "
-            f"(layers {layers}, first {first}, last {last}, pp {pp})",
-            field="mapping.pp",
-        )
-    return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last]
+    counts, reason, field = split_stages(layers, pp, first, last)
+    if counts is None:
+        raise ProblemError(reason, field=field)
+    return counts
 
 
 def vpp_divides_stages(stage_layers: list[int], vpp: int) -> bool:

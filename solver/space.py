@@ -9,10 +9,11 @@ parallelism plug in here).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from model.errors import ProblemError
-from model.pipeline import default_edge_stage_layers, stage_layer_counts, vpp_divides_stages
+from model.pipeline import default_edge_stage_layers, split_stages, vpp_divides_stages
 from model.training import check_grid
 
 from .problem import Problem
@@ -50,29 +51,15 @@ class Space:
             return [(L, L)]
         if self.default_split:
             split = default_edge_stage_layers(L, pp)
-            try:
-                stage_layer_counts(L, pp, *split)
-            except ProblemError:
-                return []
-            return [split]
+            return [split] if split_stages(L, pp, *split)[0] else []
         firsts = self.first_stage_layers or range(1, L + 1)
         lasts = self.last_stage_layers or range(1, L + 1)
-        out = []
-        for f in firsts:
-            for last in lasts:
-                try:
-                    stage_layer_counts(L, pp, f, last)
-                except ProblemError:
-                    continue
-                out.append((f, last))
-        return out
+        return [(f, last) for f in firsts for last in lasts if split_stages(L, pp, f, last)[0]]
 
     def partitions_or_default(self, pp: int) -> list[tuple[int, int]]:
         """The default split if the space allows it (cheap), else every allowed partition."""
         split = default_edge_stage_layers(self.layers, pp) if pp > 1 else (self.layers, self.layers)
-        try:
-            stage_layer_counts(self.layers, pp, *split)
-        except ProblemError:
+        if not split_stages(self.layers, pp, *split)[0]:
             return self.partitions(pp)
         firsts, lasts = self.first_stage_layers, self.last_stage_layers
         if (not firsts or split[0] in firsts) and (not lasts or split[1] in lasts) or pp == 1:
@@ -83,8 +70,12 @@ class Space:
         """Interleaving depths allowed with this pipeline partition."""
         if pp == 1:
             return [v for v in self.vpp if v == 1]
-        layers = stage_layer_counts(self.layers, pp, first, last)
+        layers = split_stages(self.layers, pp, first, last)[0]
         return [v for v in self.vpp if v <= min(layers) and vpp_divides_stages(layers, v)]
+
+    @functools.cached_property
+    def size_cached(self) -> int:
+        return self.size()
 
     def size(self) -> int:
         """Number of mappings in the space (counted, not enumerated point by point)."""
@@ -151,7 +142,7 @@ def build_space(problem: Problem) -> Space:
     if not space.grid:
         raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
                            "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
-    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size():
+    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size_cached:
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "

@@ -37,7 +37,11 @@ class Tables:
     chunks: dict  # stage kind -> list of (pp, vpp, chunk limit)
 
 
-def compile_tables(space: Space) -> Tables:
+def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
+    """All factor tables of ``space``. With ``prune_memory``, layer rows whose activations for a
+    single layer and micro-batch already exceed the device's usable memory are left out: no
+    mapping can use them (every stage holds at least one layer of one micro-batch), and dropping
+    them keeps the micro-batch domain small (a solver technique; the space itself is unchanged)."""
     problem = space.problem
     model, wl = problem.model, problem.workload
     systems = {n: problem.system(n) for n in problem.num_gpus}
@@ -61,6 +65,10 @@ def compile_tables(space: Space) -> Tables:
                         act = memory.activation_bytes_per_layer(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
                         work = memory.recompute_working_bytes(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
                         raw_layer[(tp, cp, mb, sp, rc)] = (lt.total, lt.forward, lt.backward, act, work)
+    if prune_memory:
+        usable = min(s_.usable_memory_bytes for s_ in systems.values())
+        kept = {k: v for k, v in raw_layer.items() if v[3] + v[4] <= usable}
+        raw_layer = kept or raw_layer  # nothing fits: keep all, the solver proves it infeasible
     scale = Scale(min(v[0] for v in raw_layer.values()))
     t, mem = scale.time, scale.memory
     layer = [(tp, cp, mb, int(sp), RECOMPUTE.index(rc), t(tot), t(f), t(b), mem(act), mem(work))
