@@ -68,9 +68,8 @@ def _minimised(objective: str, metrics: dict) -> float:
 
 
 def _from_minimised(objective: str, value: float, tokens: float) -> float:
-    if objective == "throughput":
-        return tokens / value if value > 0 else float("inf")
-    if objective == "tokens_per_gpu":
+    """The minimised quantity back in the objective's unit (tokens per step-second, or as is)."""
+    if objective in ("throughput", "tokens_per_gpu"):
         return tokens / value if value > 0 else float("inf")
     return value
 
@@ -141,13 +140,10 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
             result.status = status
             best = _minimised(objective, plan.evaluation.metrics)
             bound_units = solver.best_objective_bound
-            bound = (tables.scale.gib(bound_units) if objective == "memory" else tables.scale.seconds(bound_units))
-            if objective == "tokens_per_gpu":
-                bound = min(bound, best)
-            else:
-                bound = min(bound, best)
+            # the proven bound on the minimised quantity, never past the plan's own float value
+            bound = min(best, tables.scale.gib(bound_units) if objective == "memory" else tables.scale.seconds(bound_units))
             result.objective_value = objective_value(objective, plan.evaluation.metrics)
-            result.bound = _from_minimised(objective, bound, tokens) if objective != "step_time" else bound
+            result.bound = _from_minimised(objective, bound, tokens)
             result.gap = abs(best - bound) / best if best else 0.0
         enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
     result.solve_time_s = time.perf_counter() - start
