@@ -97,8 +97,9 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     N, tp, pp, dp, cp, crosses = table_vars(grid, ["N", "tp", "pp", "dp", "cp", "crosses"], "grid")
     md.add_allowed_assignments([N, tp, pp, dp, cp, crosses], grid)
     mb = var(min(space.micro_batch), max(space.micro_batch), "micro_batch")
-    v = var(1, max(space.vpp), "vpp")
-    md.add_allowed_assignments([v], [(x,) for x in space.vpp])
+    used = space.used_values()
+    v = var(1, max(used["vpp"]), "vpp")
+    md.add_allowed_assignments([v], [(x,) for x in used["vpp"]])
     sp = md.new_bool_var("sp")
     rc = var(0, 2, "recompute")
     md.add_allowed_assignments([rc], [(RECOMPUTE.index(r),) for r in space.recompute])
@@ -129,6 +130,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
 
     # pipeline partition: first, middle (each of pp-2), last
     n1, nL, nm = var(1, L, "first_stage_layers"), var(1, L, "last_stage_layers"), var(0, L, "middle_stage_layers")
+    md.add_allowed_assignments([n1], [(x,) for x in used["first"]])
+    md.add_allowed_assignments([nL], [(x,) for x in used["last"]])
     pp3 = md.new_bool_var("pp3")
     md.add(pp >= 3).only_enforce_if(pp3)
     md.add(pp <= 2).only_enforce_if(~pp3)
@@ -169,7 +172,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     vP = prod(v, P, "vpp_p2p")  # read only when pp > 1
     t1, tL, tm = (prod(n, T, f"layers_time_{k}") for n, k in ((n1, "first"), (nL, "last"), (nm, "middle")))
     hi_t = (L * _bounds(tables.layer, 5)[1] + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
-            + max(space.vpp) * _bounds(tables.p2p, 4)[1])
+            + max(used["vpp"]) * _bounds(tables.p2p, 4)[1])
     s1, sL, sm = var(0, hi_t, "stage_first"), var(0, hi_t, "stage_last"), var(0, hi_t, "stage_middle")
     md.add(s1 == t1 + Eff + Efb + vP).only_enforce_if(~pp1)
     md.add(s1 == t1 + Eff + Efb + Elf + Elb).only_enforce_if(pp1)

@@ -7,6 +7,7 @@ resolution (``check_round_trip``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -152,8 +153,8 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
 
 def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Mapping] | None:
     """A good starting plan for the solver's hint: the model evaluated on a few hundred common
-    choices (every grid, the two smallest micro-batches, every recomputation and ZeRO stage, no
-    interleaving, the default stage split); the best that fits."""
+    choices (every grid, the smallest micro-batch, every recomputation and ZeRO stage, no
+    interleaving, the default stage split); the best that fits, then its best interleaving depth."""
     best = None
     gb = problem.workload.global_batch
     systems = {}
@@ -175,7 +176,16 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
                     key = _minimised(objective, ev.metrics)
                     if best is None or key < best[0]:
                         best = (key, n, mapping)
-    return None if best is None else (best[1], best[2])
+    if best is None:
+        return None
+    # then the interleaving depth of the best one, which the sweep left at its smallest value
+    key, n, mapping = best
+    for v in space.vpp_values(mapping.pp, mapping.first_stage_layers, mapping.last_stage_layers):
+        trial = dataclasses.replace(mapping, vpp=v)
+        ev = evaluate_training(problem.model, systems[n], problem.workload, trial)
+        if ev.metrics["fits"] and _minimised(objective, ev.metrics) < key:
+            key, mapping = _minimised(objective, ev.metrics), trial
+    return n, mapping
 
 
 def _hint(enc, num_gpus: int, mapping: Mapping) -> None:
@@ -217,7 +227,7 @@ def _candidates(space: Space):
     """Every point of the space, in a fixed order (the enumerator's loop)."""
     gb = space.problem.workload.global_batch
     for n, tp, pp, dp, cp in space.grid:
-        partitions = [(f, last, space.vpp_values(pp, f, last)) for f, last in space.partitions(pp)]
+        partitions = space.pipeline_options[pp]
         for mb in space.micro_batch:
             if gb % (dp * mb):
                 continue

@@ -77,14 +77,24 @@ class Space:
     def size_cached(self) -> int:
         return self.size()
 
+    @functools.cached_property
+    def pipeline_options(self) -> dict:
+        """pp -> [(first, last, allowed vpp values)] for every pipeline depth of the grid."""
+        return {pp: [(f, last, self.vpp_values(pp, f, last)) for f, last in self.partitions(pp)]
+                for pp in sorted({g[2] for g in self.grid})}
+
+    def used_values(self) -> dict:
+        """Values of vpp, first and last stage layers that some valid pipeline uses (solver domains)."""
+        options = [o for opts in self.pipeline_options.values() for o in opts if o[2]]
+        return {"vpp": sorted({v for o in options for v in o[2]}), "first": sorted({o[0] for o in options}),
+                "last": sorted({o[1] for o in options})}
+
     def size(self) -> int:
         """Number of mappings in the space (counted, not enumerated point by point)."""
         gb = self.problem.workload.global_batch
-        per_pp = {}
+        per_pp = {pp: sum(len(o[2]) for o in opts) for pp, opts in self.pipeline_options.items()}
         total = 0
         for n, tp, pp, dp, cp in self.grid:
-            if pp not in per_pp:
-                per_pp[pp] = sum(len(self.vpp_values(pp, f, last)) for f, last in self.partitions(pp))
             mbs = sum(1 for mb in self.micro_batch if gb % (dp * mb) == 0)
             sps = sum(1 for s in self.sp if tp > 1 or not s)
             total += per_pp[pp] * mbs * sps * len(self.recompute) * len(self.zero)

@@ -119,7 +119,7 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
 
     chunks = {"first": set(), "middle": set(), "last": set()}
     for pp in pps:
-        for v in space.vpp:
+        for v in space.used_values()["vpp"]:
             if pp == 1 and v > 1:
                 continue
             chunks["first"].add((pp, v, memory.in_flight_chunk_limit(0, pp, v)))
