@@ -95,7 +95,8 @@ def attention_core_backward_factor(attention: str) -> float:
 def elementwise_forward_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str) -> float:
     """Bytes streamed by the memory-bound operations of one layer's forward on one rank.
 
-    Two norms (read + write h), two bias-dropout-residual adds (read 2h, write h, a 1-byte mask),
+    Two norms (read + write h), two bias-dropout-residual adds (read 2h, write h, a 1-byte mask
+    when the model trains with dropout),
     the activation function (GeLU: read f, write f; SwiGLU: read 2f, write f). Norms and residual
     adds run on s/t tokens with sequence parallelism, on all tokens without it (Korthikanti 2022).
     """
@@ -103,7 +104,7 @@ def elementwise_forward_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool
     h, f = model.hidden, model.ffn
     seq_tokens = tokens / tp if sp else tokens
     norms = 2 * 2 * h * e
-    residuals = 2 * (3 * h * e + h)
+    residuals = 2 * (3 * h * e + (h if model.dropout else 0))
     act = (3 * f if model.activation == "swiglu" else 2 * f) * e / tp
     return seq_tokens * (norms + residuals) + tokens * act
 

@@ -14,50 +14,62 @@ ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
 MASK_BYTES = 1.0
 
 
-def replicated_activation_bytes(model: ModelSpec, tokens: float) -> float:
+def saved_gemm_input_bytes(precision: str) -> float:
+    """Bytes per element of a GEMM input kept for the backward pass: 2 for 16-bit training; 1 for
+    FP8/FP4, where Transformer Engine saves the FP8 cast it already made for the forward GEMM
+    (TE docs, "Using FP8 with Transformer Engine"; Micikevicius et al. 2022)."""
+    return 1.0 if precision in ("fp8", "fp4") else ACT_BYTES
+
+
+def replicated_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:
     """Per-layer activations that tensor parallelism does not split (Korthikanti's 10sbh).
 
-    Inputs of the two norms (2 x 2sbh), the QKV input (2sbh), the FC1 input (2sbh) and the two
-    dropout masks (2 x sbh). Sequence parallelism splits them by t.
+    Inputs of the two norms (2 x 2sbh), the QKV input and the FC1 input (2 x 2sbh, GEMM inputs)
+    and the two dropout masks (2 x sbh; none for models trained without dropout, such as Llama).
+    Sequence parallelism splits them by t.
     """
-    h = model.hidden
-    return tokens * h * (2 * ACT_BYTES + 2 * ACT_BYTES + 2 * MASK_BYTES)
+    masks = 2 * MASK_BYTES if model.dropout else 0.0
+    return tokens * model.hidden * (2 * ACT_BYTES + 2 * gemm_input_bytes + masks)
 
 
-def sharded_activation_bytes(model: ModelSpec, tokens: float) -> float:
+def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:
     """Per-layer activations split by tensor parallelism, without the s x s score terms
     (Korthikanti's 24sbh for MHA and f = 4h).
 
-    Q, K and V (2sb(a+2kv)d), the output-projection input (2sb·a·d), the MLP activation's
-    input and output (GeLU: 2sbf + 2sbf; SwiGLU: gate and up 4sbf + product 2sbf).
+    Q, K and V (2sb(a+2kv)d, the attention's inputs), the output-projection input (a GEMM input),
+    the MLP activation's input (GeLU: 2sbf; SwiGLU: gate and up, 4sbf) and output (the FC2 GEMM
+    input, sbf x its bytes).
     """
     qkv = (model.q_width + 2 * model.kv_width) * ACT_BYTES
-    proj_in = model.q_width * ACT_BYTES
-    mlp = (6 if model.activation == "swiglu" else 4) * model.ffn
-    return tokens * (qkv + proj_in + mlp)
+    proj_in = model.q_width * gemm_input_bytes
+    act_in = (2 if model.activation == "swiglu" else 1) * model.ffn * ACT_BYTES
+    return tokens * (qkv + proj_in + act_in + model.ffn * gemm_input_bytes)
 
 
 def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq_kv: float) -> float:
-    """Per-layer s x s attention tensors of a materialised softmax: 5·a·s²·b bytes
-    (softmax output 2, dropout mask 1, dropout output 2; Korthikanti Sec. 4.1). Flash attention
-    and selective recomputation keep none of them."""
-    return 5.0 * model.heads * seq_q * seq_kv * micro_batch
+    """Per-layer s x s attention tensors of a materialised softmax: 5·a·s²·b bytes (softmax output 2,
+    dropout mask 1, dropout output 2; Korthikanti Sec. 4.1), 2·a·s²·b without attention dropout.
+    Flash attention and selective recomputation keep none of them."""
+    per_score = 5.0 if model.dropout else 2.0
+    return per_score * model.heads * seq_q * seq_kv * micro_batch
 
 
 def activation_bytes_per_layer(
-    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str
+    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
+    gemm_input_bytes: float = ACT_BYTES,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
     full recompute: only the layer input, 2sbh (split by t under sp; Korthikanti Table 2).
     selective: no score tensors. none: score tensors unless flash attention is used (flash keeps
     the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
+    ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training.
     """
     tokens = micro_batch * seq_len / cp
     if recompute == "full":
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
-    replicated = replicated_activation_bytes(model, tokens) / (tp if sp else 1)
-    sharded = sharded_activation_bytes(model, tokens) / tp
+    replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
+    sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
     elif recompute == "selective":
@@ -68,12 +80,13 @@ def activation_bytes_per_layer(
 
 
 def recompute_working_bytes(
-    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str
+    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
+    gemm_input_bytes: float = ACT_BYTES,
 ) -> float:
     """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
     if recompute != "full":
         return 0.0
-    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention)
+    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes)
 
 
 def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:

@@ -59,6 +59,7 @@ class ModelSpec:
     max_seq_len: int = 2048
     norm: str = "layernorm"
     bias: bool = True
+    dropout: bool = True  # trained with hidden/attention dropout (GPT-3, Megatron); Llama-style models are not
     params_b: float | None = None
     source: str | None = field(default=None, compare=False)
 

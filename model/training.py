@@ -216,9 +216,12 @@ def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mappin
     """Activation bytes held at the peak of one stage (in-flight micro-batches, edge buffers,
     the recompute working set)."""
     m = mapping
-    per_layer = memory.activation_bytes_per_layer(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention)
+    saved = memory.saved_gemm_input_bytes(workload.precision)
+    per_layer = memory.activation_bytes_per_layer(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute,
+                                                  workload.attention, saved)
     total = memory.in_flight_layer_activations(layers_on_stage, stage, m.pp, m.vpp, microbatches) * per_layer
-    total += memory.recompute_working_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention)
+    total += memory.recompute_working_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute,
+                                            workload.attention, saved)
     if stage == 0:
         total += memory.embedding_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.pp)
     if stage == m.pp - 1:

@@ -86,7 +86,7 @@ def _build(cls, kwargs: dict, source: str | None, prefix: str):
 
 
 MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "activation", "head_dim",
-              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "params_b")
+              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "dropout", "params_b")
 MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
 
 
@@ -97,7 +97,7 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
     kwargs.setdefault("name", "inline")
     kwargs.setdefault("kv_heads", kwargs["heads"])
     kwargs.setdefault("head_dim", 0)
-    for key in ("tied_embeddings", "bias"):
+    for key in ("tied_embeddings", "bias", "dropout"):
         if key in kwargs and not isinstance(kwargs[key], bool):
             raise ProblemError(f"must be true or false, got {kwargs[key]!r}", source=source, field=prefix + key)
     if not isinstance(kwargs["name"], str):

@@ -69,7 +69,8 @@ def _minimised(objective: str, metrics: dict) -> float:
 
 
 def _from_minimised(objective: str, value: float, tokens: float) -> float:
-    """The minimised quantity back in the objective's unit (tokens per step-second, or as is)."""
+    """The minimised quantity back in the objective's unit (tokens per step-second, or as is);
+    a lower bound on it becomes an upper bound on throughput."""
     if objective in ("throughput", "tokens_per_gpu"):
         return tokens / value if value > 0 else float("inf")
     return value
@@ -140,12 +141,12 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
         if rank == 0:
             result.status = status
             best = _minimised(objective, plan.evaluation.metrics)
-            bound_units = solver.best_objective_bound
-            # the proven bound on the minimised quantity, never past the plan's own float value
-            bound = min(best, tables.scale.gib(bound_units) if objective == "memory" else tables.scale.seconds(bound_units))
+            # CP-SAT's proven relative gap, in its own integer units, applied to the model's float value
+            found_units = solver.objective_value
+            gap = max(0.0, (found_units - solver.best_objective_bound) / found_units) if found_units > 0 else 0.0
             result.objective_value = objective_value(objective, plan.evaluation.metrics)
-            result.bound = _from_minimised(objective, bound, tokens)
-            result.gap = abs(best - bound) / best if best else 0.0
+            result.bound = _from_minimised(objective, best * (1.0 - gap), tokens)
+            result.gap = gap
         enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
     result.solve_time_s = time.perf_counter() - start
     return result

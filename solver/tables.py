@@ -62,8 +62,9 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
                         continue  # sequence parallelism is a no-op without tensor parallelism: one symmetric copy
                     for rc in space.recompute:
                         lt = layer_times(model, system, wl, tp, cp, mb, sp, rc)
-                        act = memory.activation_bytes_per_layer(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
-                        work = memory.recompute_working_bytes(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention)
+                        saved = memory.saved_gemm_input_bytes(wl.precision)
+                        act = memory.activation_bytes_per_layer(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention, saved)
+                        work = memory.recompute_working_bytes(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention, saved)
                         raw_layer[(tp, cp, mb, sp, rc)] = (lt.total, lt.forward, lt.backward, act, work)
     if prune_memory:
         usable = min(s_.usable_memory_bytes for s_ in systems.values())
