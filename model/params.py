@@ -1,4 +1,4 @@
-"""Parameter counts of a dense decoder-only transformer.
+"""Parameter counts of a decoder-only transformer (dense, MoE, MLA).
 
 Per layer: attention Q, K, V, O projections (GQA: K and V have kv_heads x head_dim columns;
 Ainslie et al. 2023), the MLP (two matrices for GeLU, three for SwiGLU; Shazeer 2020), two
@@ -11,7 +11,21 @@ from .specs import ModelSpec
 
 
 def attention_params_per_layer(model: ModelSpec) -> int:
-    """Q, K, V and output projection weights (and biases), in parameters."""
+    """Q, K, V and output projection weights (and biases), in parameters.
+
+    MLA (DeepSeek-V2 Sec. 2.1): query down/up projections (or a plain h x a·d_qk one without query
+    compression), a joint KV down-projection to kv_lora_rank plus the shared RoPE key, the KV
+    up-projection to a·(d_nope + d_v), the output projection a·d_v x h, and the RMSNorms of the
+    two latent vectors.
+    """
+    if model.mla is not None:
+        m, h, a = model.mla, model.hidden, model.heads
+        if m.q_lora_rank:
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * m.qk_head_dim
+        else:
+            q = h * a * m.qk_head_dim
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + a * m.v_head_dim * h
     h, q, kv = model.hidden, model.q_width, model.kv_width
     weights = h * q + 2 * h * kv + q * h
     biases = (q + 2 * kv + h) if model.bias else 0
@@ -26,15 +40,33 @@ def mlp_params_per_layer(model: ModelSpec) -> int:
     return matrices * h * f + biases
 
 
+def _ffn_params(model: ModelSpec, width: int) -> int:
+    """One FFN block of intermediate ``width``: 2 (GeLU) or 3 (SwiGLU) matrices, biases if any."""
+    h = model.hidden
+    matrices = 3 if model.activation == "swiglu" else 2
+    biases = (width * (matrices - 1) + h) if model.bias else 0
+    return matrices * h * width + biases
+
+
+def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
+    """A mixture-of-experts FFN: router (h x E), routed experts, shared experts. ``active``
+    counts what one token uses: the router, top_k routed experts and the shared ones."""
+    moe = model.moe
+    routed = moe.top_k if active else moe.experts
+    return (model.hidden * moe.experts + routed * _ffn_params(model, moe.expert_ffn)
+            + moe.shared_experts * _ffn_params(model, moe.shared_expert_ffn))
+
+
 def norm_params_per_layer(model: ModelSpec) -> int:
     """Two norms per layer: LayerNorm has a scale and a shift (2h each), RMSNorm a scale (h)."""
     per_norm = 2 * model.hidden if model.norm == "layernorm" else model.hidden
     return 2 * per_norm
 
 
-def layer_params(model: ModelSpec) -> int:
-    """All parameters of one transformer block."""
-    return attention_params_per_layer(model) + mlp_params_per_layer(model) + norm_params_per_layer(model)
+def layer_params(model: ModelSpec, moe_layer: bool = False, active: bool = False) -> int:
+    """All parameters of one transformer block (a dense one, or an MoE one with ``moe_layer``)."""
+    ffn = moe_params_per_layer(model, active) if moe_layer else mlp_params_per_layer(model)
+    return attention_params_per_layer(model) + ffn + norm_params_per_layer(model)
 
 
 def input_embedding_params(model: ModelSpec) -> int:
@@ -49,9 +81,11 @@ def output_layer_params(model: ModelSpec) -> int:
     return final_norm + (0 if model.tied_embeddings else model.vocab * model.hidden)
 
 
-def total_params(model: ModelSpec) -> int:
-    """Every parameter of the model, counted once."""
-    return model.layers * layer_params(model) + input_embedding_params(model) + output_layer_params(model)
+def total_params(model: ModelSpec, active: bool = False) -> int:
+    """Every parameter of the model, counted once; ``active``: those one token uses (MoE)."""
+    dense = model.layers - model.moe_layers
+    body = dense * layer_params(model) + model.moe_layers * layer_params(model, True, active) if model.moe else model.layers * layer_params(model)
+    return body + input_embedding_params(model) + output_layer_params(model)
 
 
 def matmul_params_per_layer(model: ModelSpec) -> int:

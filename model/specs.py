@@ -42,6 +42,46 @@ def _choice(value, name: str, allowed: tuple, source: str | None):
 
 
 @dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts feed-forward layers (Shazeer et al. 2017; Fedus et al. 2022; DeepSeek-V3)."""
+
+    experts: int  # routed experts per MoE layer
+    top_k: int  # routed experts per token
+    expert_ffn: int  # intermediate width of one routed expert
+    shared_experts: int = 0  # experts every token passes through (DeepSeekMoE)
+    shared_expert_ffn: int = 0  # width of one shared expert; 0 = expert_ffn
+    first_dense_layers: int = 0  # leading layers with a dense FFN of the model's `ffn` width
+    capacity_factor: float | None = None  # None = dropless
+    load_imbalance: float = 1.0  # tokens of the busiest expert / the mean (the busiest sets the pace)
+
+    def __post_init__(self):
+        for name in ("experts", "top_k", "expert_ffn"):
+            _positive_int(getattr(self, name), name, None)
+        if self.top_k > self.experts:
+            raise ProblemError(f"top_k {self.top_k} exceeds the {self.experts} experts", field="top_k")
+        if self.shared_expert_ffn == 0:
+            object.__setattr__(self, "shared_expert_ffn", self.expert_ffn)
+        if self.load_imbalance < 1.0:
+            raise ProblemError(f"must be >= 1 (busiest expert / mean), got {self.load_imbalance}", field="load_imbalance")
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1): compressed KV (and
+    query) through low-rank projections, with a decoupled RoPE part per head."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0 = no query compression
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A dense decoder-only transformer."""
 
@@ -61,6 +101,9 @@ class ModelSpec:
     bias: bool = True
     dropout: bool = True  # trained with hidden/attention dropout (GPT-3, Megatron); Llama-style models are not
     params_b: float | None = None
+    active_params_b: float | None = None  # published parameters used per token (MoE)
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -82,6 +125,14 @@ class ModelSpec:
             raise ProblemError(
                 f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads"
             )
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) has a mixture-of-experts FFN."""
+        return self.moe is not None and index >= self.moe.first_dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return 0 if self.moe is None else self.layers - self.moe.first_dense_layers
 
     @property
     def q_width(self) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from model.errors import ProblemError
-from model.specs import DeviceSpec, ModelSpec, NetworkTier, SystemSpec
+from model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
 
 
 def library_root() -> Path:
@@ -73,10 +73,10 @@ def check_keys(data: dict, allowed: tuple, required: tuple, source: str | None, 
             raise ProblemError("is required", source=source, field=f"{prefix}{key}")
 
 
-def _build(cls, kwargs: dict, source: str | None, prefix: str):
+def _build(cls, kwargs: dict, source: str | None, prefix: str, with_source: bool = True):
     """Construct a spec; turn a wrong type into a ProblemError naming the field."""
     try:
-        return cls(**kwargs, source=source)
+        return cls(**kwargs, source=source) if with_source else cls(**kwargs)
     except ProblemError as exc:
         if exc.field and not exc.field.startswith(prefix):
             raise ProblemError(str(exc).split(": ", 2)[-1], source=source, field=prefix + exc.field) from None
@@ -86,7 +86,11 @@ def _build(cls, kwargs: dict, source: str | None, prefix: str):
 
 
 MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "activation", "head_dim",
-              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "dropout", "params_b")
+              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "dropout", "params_b",
+              "active_params_b", "moe", "mla")
+MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_expert_ffn", "first_dense_layers",
+            "capacity_factor", "load_imbalance")
+MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank")
 MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
 
 
@@ -102,11 +106,25 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
             raise ProblemError(f"must be true or false, got {kwargs[key]!r}", source=source, field=prefix + key)
     if not isinstance(kwargs["name"], str):
         raise ProblemError(f"must be a string, got {kwargs['name']!r}", source=source, field=prefix + "name")
-    if "params_b" in kwargs and kwargs["params_b"] is not None:
-        value = as_float(kwargs["params_b"])
-        if value is None or value <= 0:
-            raise ProblemError(f"must be a positive number of billions, got {kwargs['params_b']!r}", source=source, field=prefix + "params_b")
-        kwargs["params_b"] = value
+    for key in ("params_b", "active_params_b"):
+        if kwargs.get(key) is not None:
+            value = as_float(kwargs[key])
+            if value is None or value <= 0:
+                raise ProblemError(f"must be a positive number of billions, got {kwargs[key]!r}", source=source, field=prefix + key)
+            kwargs[key] = value
+    for key, spec, keys, required in (("moe", MoESpec, MOE_KEYS, ("experts", "top_k", "expert_ffn")),
+                                      ("mla", MLASpec, MLA_KEYS, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))):
+        if kwargs.get(key) is not None:
+            block = kwargs[key]
+            if not isinstance(block, dict):
+                raise ProblemError("must be a mapping", source=source, field=prefix + key)
+            check_keys(block, keys, required, source, f"{prefix}{key}.")
+            for name, value in block.items():
+                ok = value is None if name == "capacity_factor" and value is None else (
+                    isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+                if not ok:
+                    raise ProblemError(f"must be a non-negative number, got {value!r}", source=source, field=f"{prefix}{key}.{name}")
+            kwargs[key] = _build(spec, block, source, f"{prefix}{key}.", with_source=False)
     return _build(ModelSpec, kwargs, source, prefix)
 
 

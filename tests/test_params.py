@@ -167,3 +167,38 @@ def test_palm_model_flops_per_token_from_published_count():
     n = 6_738_415_616 - V * h - (2 * L + 1) * h
     want = 6 * n + 12 * L * 32 * 128 * seq
     assert rel_close(params.model_flops_per_token(m, seq), want, 1e-12)
+
+
+# Mixture-of-experts models: total and activated parameters against the publishers' figures.
+# (name, published total B, published active B, whether the active figure leaves out the input
+# embedding table: the gpt-oss model card counts 5.1B "active" without the 0.58B embedding lookup)
+MOE_PUBLISHED = [
+    ("deepseek-v3", 671.0, 37.0, False),      # arXiv 2412.19437 abstract (main model, MTP excluded)
+    ("qwen3-30b-a3b", 30.5, 3.3, False),      # Qwen3 model card
+    ("qwen3-235b-a22b", 235.0, 22.0, False),  # Qwen3 model card
+    ("mixtral-8x7b", 46.7, 12.9, False),      # arXiv 2401.04088 / model card
+    ("mixtral-8x22b", 141.0, 39.0, False),    # Mistral AI announcement
+    ("gpt-oss-120b", 116.8, 5.1, True),       # OpenAI gpt-oss model card
+]
+
+
+@pytest.mark.parametrize("name,total_b,active_b,no_embedding", MOE_PUBLISHED)
+def test_moe_total_and_active_params_match_published(name, total_b, active_b, no_embedding):
+    from solver.library import load_model
+    from model import params
+
+    model = load_model(name)
+    assert params.total_params(model) / 1e9 == pytest.approx(total_b, rel=0.02)
+    active = params.total_params(model, active=True) - (params.input_embedding_params(model) if no_embedding else 0)
+    assert active / 1e9 == pytest.approx(active_b, rel=0.02)
+    assert params.total_params(model, active=True) < params.total_params(model)
+
+
+def test_mla_attention_params_of_deepseek_v3():
+    """DeepSeek-V3 MLA per layer (config dims): q 7168·1536 + 1536 + 1536·128·192, kv 7168·576 + 512
+    + 512·128·256, o 128·128·7168."""
+    from solver.library import load_model
+    from model import params
+
+    expected = 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert params.attention_params_per_layer(load_model("deepseek-v3")) == expected
