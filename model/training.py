@@ -245,6 +245,10 @@ def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, pa
 
 def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, pp: int, dp: int, cp: int) -> None:
     """Divisibility rules of the parallel grid alone (Megatron-Core's): ProblemError if broken."""
+    if model.moe is not None or model.mla is not None:
+        kind = "mixture-of-experts" if model.moe is not None else "multi-head latent attention"
+        raise ProblemError(f"{model.name} uses {kind}: its parameter counts are modelled, its time and memory are not yet "
+                           "(expert and context parallelism come with the 5D-parallelism work); choose a dense model", field="model")
     if tp * pp * dp * cp != system.num_gpus:
         raise ProblemError(
             f"tp·pp·dp·cp = {tp}·{pp}·{dp}·{cp} = {tp * pp * dp * cp} must equal system.num_gpus = {system.num_gpus}",

@@ -72,7 +72,7 @@ class Problem:
         try:
             check_mapping(self.model, self.system(), self.workload, mapping)
         except ProblemError as exc:
-            raise ProblemError(str(exc), source=src) from None
+            raise ProblemError(exc.args[0].split(": ", 1)[-1] if exc.field else str(exc), source=src, field=exc.field) from None
         return mapping
 
 

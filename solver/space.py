@@ -112,6 +112,11 @@ def build_space(problem: Problem) -> Space:
     if any(e != 1 for e in problem.mapping.get("ep", (1,))):
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
                            source=problem.source, field="mapping.ep")
+    if model.moe is not None or model.mla is not None:
+        try:  # raises: MoE / MLA time and memory are not modelled yet
+            check_grid(model, problem.system(problem.num_gpus[0]), wl, 1, 1, problem.num_gpus[0], 1)
+        except ProblemError as exc:
+            raise ProblemError(exc.args[0].split(": ", 1)[-1], source=problem.source, field=exc.field) from None
     grid = []
     for n in problem.num_gpus:
         system = problem.system(n)
