@@ -286,6 +286,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         )
     if m.vpp > 1 and m.pp == 1:
         raise ProblemError("vpp > 1 (interleaved schedule) needs pp > 1", field="mapping.vpp")
+    microbatches = workload.global_batch // (m.dp * m.micro_batch)
+    if m.vpp > 1 and microbatches % m.pp:
+        # Megatron-LM's interleaved schedule runs micro-batches in groups of pp (schedules.py)
+        raise ProblemError(f"the interleaved schedule (vpp {m.vpp}) needs the {microbatches} micro-batches per step to be "
+                           f"a multiple of pp {m.pp}", field="mapping.vpp")
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     if m.vpp > min(layers) or not vpp_divides_stages(layers, m.vpp):
         raise ProblemError(f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "

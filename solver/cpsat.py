@@ -148,6 +148,15 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.add(v <= n1)
     md.add(v <= nL)
     md.add(v <= nm).only_enforce_if(pp3)
+    # the interleaved schedule needs the micro-batches to be a multiple of pp (model check_mapping)
+    m_mod_pp = var(0, max(g[2] for g in grid), "microbatches_mod_pp")
+    pp_divisor = var(1, max(g[2] for g in grid), "pp_as_divisor")  # a modulus domain must exclude 0
+    md.add(pp_divisor == pp)
+    md.add_modulo_equality(m_mod_pp, m, pp_divisor)
+    interleaved = md.new_bool_var("interleaved")
+    md.add(v >= 2).only_enforce_if(interleaved)
+    md.add(v == 1).only_enforce_if(~interleaved)
+    md.add(m_mod_pp == 0).only_enforce_if(interleaved)
     # vpp splits every stage into equal chunks; an edge stage may count its embedding or loss as a
     # layer (model/pipeline.vpp_divides_stages)
     rest_m = var(0, L, "middle_mod_vpp")

@@ -172,7 +172,10 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
                 sp = tp > 1 and True in space.sp
                 mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, vpp=vpps[0], sp=sp,
                                   recompute=rc, zero=zero, first_stage_layers=first, last_stage_layers=last)
-                ev = evaluate_training(problem.model, system, problem.workload, mapping)
+                try:
+                    ev = evaluate_training(problem.model, system, problem.workload, mapping)
+                except ProblemError:
+                    continue  # an interleaving the micro-batch count does not allow
                 if ev.metrics["fits"]:
                     key = _minimised(objective, ev.metrics)
                     if best is None or key < best[0]:
@@ -183,7 +186,10 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
     key, n, mapping = best
     for v in space.vpp_values(mapping.pp, mapping.first_stage_layers, mapping.last_stage_layers):
         trial = dataclasses.replace(mapping, vpp=v)
-        ev = evaluate_training(problem.model, systems[n], problem.workload, trial)
+        try:
+            ev = evaluate_training(problem.model, systems[n], problem.workload, trial)
+        except ProblemError:
+            continue  # e.g. micro-batches not a multiple of pp for this interleaving
         if ev.metrics["fits"] and _minimised(objective, ev.metrics) < key:
             key, mapping = _minimised(objective, ev.metrics), trial
     return n, mapping
@@ -232,11 +238,12 @@ def _candidates(space: Space):
         for mb in space.micro_batch:
             if gb % (dp * mb):
                 continue
+            interleave = (gb // (dp * mb)) % pp == 0  # the interleaved schedule needs m % pp == 0
             for sp, rc, zero in itertools.product(space.sp, space.recompute, space.zero):
                 if sp and tp == 1:
                     continue
                 for f, last, vpps in partitions:
-                    for v in vpps:
+                    for v in vpps if interleave else [v for v in vpps if v == 1]:
                         yield n, Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, vpp=v, sp=sp, recompute=rc, zero=zero,
                                          first_stage_layers=f, last_stage_layers=last)
 

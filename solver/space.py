@@ -94,10 +94,15 @@ class Space:
         gb = self.problem.workload.global_batch
         per_pp = {pp: sum(len(o[2]) for o in opts) for pp, opts in self.pipeline_options.items()}
         total = 0
+        # pipelines without interleaving, usable whatever the micro-batch count
+        plain = {pp: sum(1 for o in opts if 1 in o[2]) for pp, opts in self.pipeline_options.items()}
         for n, tp, pp, dp, cp in self.grid:
-            mbs = sum(1 for mb in self.micro_batch if gb % (dp * mb) == 0)
             sps = sum(1 for s in self.sp if tp > 1 or not s)
-            total += per_pp[pp] * mbs * sps * len(self.recompute) * len(self.zero)
+            for mb in self.micro_batch:
+                if gb % (dp * mb):
+                    continue
+                pipelines = per_pp[pp] if (gb // (dp * mb)) % pp == 0 else plain[pp]
+                total += pipelines * sps * len(self.recompute) * len(self.zero)
         return total
 
 

@@ -406,3 +406,19 @@ def test_empty_space_enumerate_agrees_with_solve(case):
                       source="t")
     with pytest.raises(ProblemError):
         enumerate_space(p)
+
+
+def test_interleaving_needs_microbatches_in_groups_of_pp():
+    """Megatron's interleaved schedule runs micro-batches in groups of pp: with 2 micro-batches on 4
+    stages only vpp 1 is valid, for evaluate, the enumerator and the solver alike."""
+    data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=16, seq_len=4096, global_batch=16,
+                            mapping={"tp": 1, "pp": 4, "dp": 4, "micro_batch": 2, "vpp": [1, 2, 4],
+                                     "first_stage_layers": 0, "last_stage_layers": 0})
+    p = parse_problem(data, source="t")
+    enumerated = enumerate_space(p, top=10)
+    assert enumerated.plans and all(plan.mapping.vpp == 1 for plan in enumerated.plans)
+    solved = solve(p, workers=WORKERS, time_limit=TIME_LIMIT, top=3)
+    assert solved.plans and all(plan.mapping.vpp == 1 for plan in solved.plans)
+    with pytest.raises(ProblemError, match="multiple of pp"):
+        fixed = dict(data, mapping={**data["mapping"], "vpp": 2})
+        parse_problem(fixed, source="t").fixed_mapping()
