@@ -2,8 +2,10 @@
 
 The evaluation is factored so the planner can tabulate each factor on its own decisions:
 ``layer_times`` (tp, cp, micro-batch, sp, recompute), ``edge_stage_times`` (tp, cp,
-micro-batch), ``pipeline_p2p_time_s`` (tp, cp, dp, micro-batch, sp), ``stage_state_bytes``
-(tp, zero, dp, layers on the stage), ``stage_activation_bytes`` (…), ``dp_exposed_time_s``.
+micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, whether the pipeline leaves the
+scale-up domain), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
+``memory.activation_bytes_per_layer`` and ``memory.in_flight_chunks`` (pp, vpp, micro-batches),
+``dp_comm_times_s`` (affine in the stage's parameters).
 ``evaluate_training`` composes them; it is the single source of truth for every number.
 """
 
