@@ -12,7 +12,7 @@ Every plan is decoded and re-evaluated by the model (solver/plan.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -39,12 +39,10 @@ def _bounds(rows, col) -> tuple[int, int]:
 @dataclass
 class Encoding:
     model: cp_model.CpModel
-    decisions: dict  # name -> IntVar
-    step: cp_model.IntVar
-    peak_memory: cp_model.IntVar
+    decisions: dict  # name -> IntVar (the mapping's keys and num_gpus)
+    step: cp_model.IntVar  # step time, time units
+    peak_memory: cp_model.IntVar  # memory units
     objective_var: cp_model.IntVar
-    memory_literal: cp_model.IntVar  # true = enforce the memory cap
-    extras: dict = field(default_factory=dict)
 
 
 def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = True) -> Encoding:
@@ -269,10 +267,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.add(mem["middle"] == 0).only_enforce_if(~pp3)
     peak = var(0, max(int(hi(x)) for x in mem.values()), "peak_memory")
     md.add_max_equality(peak, list(mem.values()))
-    fits = md.new_bool_var("memory_cap")
-    md.add(peak <= cap).only_enforce_if(fits)
     if enforce_memory:
-        md.add(fits == 1)
+        md.add(peak <= cap)
 
     if objective in ("throughput", "step_time"):
         obj = step
@@ -285,14 +281,12 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.minimize(obj)
     decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "micro_batch": mb, "vpp": v, "sp": sp,
                  "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}
-    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj, memory_literal=fits,
-                    extras={"cap": cap})
+    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj)
 
 
 def decode(values: dict, space: Space) -> tuple[int, Mapping]:
     """(num_gpus, Mapping) from the decision values of a solution."""
-    pp = values["pp"]
     return values["num_gpus"], Mapping(
-        tp=values["tp"], pp=pp, dp=values["dp"], cp=values["cp"], micro_batch=values["micro_batch"], vpp=values["vpp"],
+        tp=values["tp"], pp=values["pp"], dp=values["dp"], cp=values["cp"], micro_batch=values["micro_batch"], vpp=values["vpp"],
         sp=bool(values["sp"]), recompute=RECOMPUTE[values["recompute"]], zero=values["zero"],
         first_stage_layers=values["first_stage_layers"], last_stage_layers=values["last_stage_layers"])
