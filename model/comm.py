@@ -61,3 +61,17 @@ def p2p_time_s(nbytes: float, crosses_domain: bool, system: SystemSpec) -> float
 def tier_name(group_size: int, stride: int, system: SystemSpec) -> str:
     """'scale_up' if the whole group sits in one scale-up domain, else 'scale_out'."""
     return "scale_up" if ranks_per_domain(group_size, stride, system) >= group_size else "scale_out"
+
+
+def alltoall_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
+    """All-to-all of ``nbytes`` per rank (pairwise exchange; Thakur et al. 2005, Sec. 4.5): each
+    rank keeps 1/n and sends the rest, the part bound for its own scale-up domain over the
+    scale-up links and the part for other domains through its NIC, both at once; n-1 steps of
+    latency on the slower tier the group uses."""
+    if group_size <= 1 or nbytes <= 0:
+        return 0.0
+    local = ranks_per_domain(group_size, stride, system)
+    inside = nbytes * (local - 1) / group_size / system.scale_up.effective_bytes_per_s
+    across = nbytes * (group_size - local) / group_size / system.scale_out.effective_bytes_per_s
+    tier = system.scale_out if local < group_size else system.scale_up
+    return (group_size - 1) * tier.latency_s + max(inside, across)

@@ -32,34 +32,97 @@ def memory_bound_time_s(device: DeviceSpec, nbytes: float) -> float:
     return nbytes / (device.hbm_bytes_per_s * device.memory_efficiency)
 
 
-def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int) -> dict:
-    """(m, n, k) of each forward GEMM of one layer on one tensor-parallel rank.
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key head dim, value head dim): MLA uses d_nope + d_rope for QK and its own d_v."""
+    if model.mla is not None:
+        return model.mla.qk_head_dim, model.mla.v_head_dim
+    return model.head_dim, model.head_dim
 
-    Megatron's split (Shoeybi et al. 2019, Sec. 3): QKV and FC1 column-parallel, the attention
-    output projection and FC2 row-parallel. SwiGLU's gate and up projections are one fused GEMM.
+
+def attention_gemm_shapes(model: ModelSpec, tokens: float, tp: int) -> dict:
+    """(m, n, k) of the attention projections of one layer on one tensor-parallel rank.
+
+    MHA/GQA: fused QKV (column-parallel) and output projection (row-parallel; Shoeybi et al. 2019).
+    MLA (DeepSeek-V2 Sec. 2.1, Megatron-Core MLA): the low-rank down-projections are replicated
+    across tp, the up-projections column-parallel, the output projection row-parallel.
     """
-    h, f = model.hidden, model.ffn
-    up = 2 * f if model.activation == "swiglu" else f
-    return {
-        "qkv": (tokens, (model.q_width + 2 * model.kv_width) / tp, h),
-        "attn_out": (tokens, h, model.q_width / tp),
-        "mlp_up": (tokens, up / tp, h),
-        "mlp_down": (tokens, h, f / tp),
-    }
+    h, a = model.hidden, model.heads
+    if model.mla is not None:
+        m = model.mla
+        shapes = {"kv_down": (tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+                  "kv_up": (tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
+                  "attn_out": (tokens, h, a * m.v_head_dim / tp)}
+        if m.q_lora_rank:
+            shapes["q_down"] = (tokens, m.q_lora_rank, h)
+            shapes["q_up"] = (tokens, a * m.qk_head_dim / tp, m.q_lora_rank)
+        else:
+            shapes["q"] = (tokens, a * m.qk_head_dim / tp, h)
+        return shapes
+    return {"qkv": (tokens, (model.q_width + 2 * model.kv_width) / tp, h),
+            "attn_out": (tokens, h, model.q_width / tp)}
 
 
-def layer_gemm_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int) -> float:
-    """Forward time of all GEMMs in one layer, seconds. Backward is twice this (dgrad + wgrad)."""
-    return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp).values())
+def mlp_gemm_shapes(model: ModelSpec, tokens: float, width: float) -> dict:
+    """(m, n, k) of an FFN of intermediate ``width`` (already divided by its tensor parallelism);
+    SwiGLU's gate and up projections are one fused GEMM."""
+    up = 2 * width if model.activation == "swiglu" else width
+    return {"mlp_up": (tokens, up, model.hidden), "mlp_down": (tokens, model.hidden, width)}
+
+
+def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool = False) -> dict:
+    """(m, n, k) of each forward GEMM of one layer on one tensor-parallel rank, routed experts
+    excepted (``moe_routed_forward_time_s``): the attention projections, then the dense FFN, or
+    in an MoE layer the shared experts' FFN (DeepSeekMoE) when there are any."""
+    shapes = attention_gemm_shapes(model, tokens, tp)
+    if not moe_layer:
+        shapes.update(mlp_gemm_shapes(model, tokens, model.ffn / tp))
+    elif model.moe.shared_experts:
+        shapes.update(mlp_gemm_shapes(model, tokens, model.moe.shared_experts * model.moe.shared_expert_ffn / tp))
+    return shapes
+
+
+def layer_gemm_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int,
+                              moe_layer: bool = False) -> float:
+    """Forward time of the layer's GEMMs (routed experts aside), seconds. Backward is twice this
+    (dgrad + wgrad)."""
+    return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values())
+
+
+def routed_rows_per_gpu(model: ModelSpec, tokens: float, tp: int) -> float:
+    """Token-expert pairs the busiest GPU computes when each GPU routes its sequence-parallel
+    share, tokens/tp of its data-parallel shard's ``tokens``: tokens/tp·top_k, balanced over the
+    EP group (each rank sends and receives the same share), times the load imbalance, which a
+    capacity factor caps (Fedus et al. 2022, Sec. 2.2)."""
+    moe = model.moe
+    imbalance = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    return tokens / tp * moe.top_k * imbalance
+
+
+def moe_routed_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int) -> float:
+    """Forward time of the router and the routed experts of one MoE layer on one GPU, seconds.
+
+    Router: a (tokens/tp x h) @ (h x E) GEMM on the sequence-parallel share. Experts: E/ep local
+    experts (a grouped GEMM), each receiving an equal share of the GPU's routed rows, at full width
+    (expert tensor parallelism 1, as Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes set it).
+    """
+    moe = model.moe
+    local = moe.experts / ep
+    rows = routed_rows_per_gpu(model, tokens, tp) / local
+    experts = local * sum(gemm_time_s(device, m, n, k, precision)
+                          for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn).values())
+    router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, precision)
+    return experts + router
 
 
 def attention_core_flops(model: ModelSpec, micro_batch: int, seq_len: int, cp: int, tp: int, causal_skip: bool) -> float:
-    """Forward FLOPs of QK^T and AV for one layer on one rank: 4·b·s_q·s_kv·(a/t)·d.
+    """Forward FLOPs of QK^T and AV for one layer on one rank: 2·b·s_q·s_kv·(a/t)·(d_qk + d_v)
+    (= 4·b·s_q·s_kv·(a/t)·d when both head dims are d).
 
     Each context-parallel rank holds s/cp queries against all s keys. Flash attention skips the
     masked half of a causal score matrix (``causal_skip``); a materialised score matrix does not.
     """
-    flops = 4.0 * micro_batch * (seq_len / cp) * seq_len * (model.heads / tp) * model.head_dim
+    d_qk, d_v = attention_head_dims(model)
+    flops = 2.0 * micro_batch * (seq_len / cp) * seq_len * (model.heads / tp) * (d_qk + d_v)
     return flops * (0.5 if causal_skip else 1.0)
 
 
@@ -92,21 +155,34 @@ def attention_core_backward_factor(attention: str) -> float:
     return FLASH_BACKWARD_FACTOR if attention == "flash" else 2.0
 
 
-def elementwise_forward_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str) -> float:
+def ffn_intermediate_elements(model: ModelSpec, tokens: float, tp: int, moe_layer: bool = False) -> float:
+    """Elements of the FFN's intermediate activation on one GPU: tokens x ffn / tp for a dense
+    layer; for an MoE layer the shared experts' tokens x width / tp plus the GPU's routed rows x
+    the expert width (expert tensor parallelism 1)."""
+    if not moe_layer:
+        return tokens * model.ffn / tp
+    moe = model.moe
+    return tokens * moe.shared_experts * moe.shared_expert_ffn / tp + routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn
+
+
+def elementwise_forward_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str,
+                              moe_layer: bool = False) -> float:
     """Bytes streamed by the memory-bound operations of one layer's forward on one rank.
 
     Two norms (read + write h), two bias-dropout-residual adds (read 2h, write h, a 1-byte mask
-    when the model trains with dropout),
-    the activation function (GeLU: read f, write f; SwiGLU: read 2f, write f). Norms and residual
-    adds run on s/t tokens with sequence parallelism, on all tokens without it (Korthikanti 2022).
+    when the model trains with dropout), the activation function (GeLU: read f, write f; SwiGLU:
+    read 2f, write f) over the FFN's intermediate elements; an MoE layer also permutes its routed
+    rows before and after the experts (read + write h each way). Norms and residual adds run on
+    s/t tokens with sequence parallelism, on all tokens without it (Korthikanti 2022).
     """
     e = bytes_per_element(activation_precision(precision))
-    h, f = model.hidden, model.ffn
+    h = model.hidden
     seq_tokens = tokens / tp if sp else tokens
     norms = 2 * 2 * h * e
     residuals = 2 * (3 * h * e + (h if model.dropout else 0))
-    act = (3 * f if model.activation == "swiglu" else 2 * f) * e / tp
-    return seq_tokens * (norms + residuals) + tokens * act
+    act = (3 if model.activation == "swiglu" else 2) * e * ffn_intermediate_elements(model, tokens, tp, moe_layer)
+    permute = 2 * 2 * h * e * routed_rows_per_gpu(model, tokens, tp) if moe_layer else 0.0
+    return seq_tokens * (norms + residuals) + act + permute
 
 
 def logits_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int) -> float:
@@ -129,7 +205,8 @@ def optimizer_step_time_s(device: DeviceSpec, params_owned: float, grad_bytes: f
     return memory_bound_time_s(device, params_owned * (24.0 + grad_bytes + 2.0))
 
 
-def low_precision_cast_bytes(model: ModelSpec, tokens: float, tp: int, precision: str) -> tuple[float, float]:
+def low_precision_cast_bytes(model: ModelSpec, tokens: float, tp: int, precision: str,
+                             moe_layer: bool = False) -> tuple[float, float]:
     """(forward, backward) bytes of casting GEMM operands to FP8/FP4 in one layer on one rank.
 
     Transformer Engine's FP8 recipe (Micikevicius et al., "FP8 Formats for Deep Learning", 2022;
@@ -141,7 +218,7 @@ def low_precision_cast_bytes(model: ModelSpec, tokens: float, tp: int, precision
     if precision not in ("fp8", "fp4"):
         return 0.0, 0.0
     forward = backward = 0.0
-    for m, n, k in layer_gemm_shapes(model, tokens, tp).values():
+    for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values():
         forward += 3.0 * m * k
         backward += 3.0 * m * n + m * k + m * n
     return forward, backward

@@ -8,6 +8,7 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
+from .compute import attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu
 from .specs import ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
@@ -33,17 +34,28 @@ def replicated_activation_bytes(model: ModelSpec, tokens: float, gemm_input_byte
 
 
 def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:
-    """Per-layer activations split by tensor parallelism, without the s x s score terms
-    (Korthikanti's 24sbh for MHA and f = 4h).
+    """Per-layer attention activations split by tensor parallelism, without the s x s score terms
+    (Korthikanti's 8sbh of the 24sbh for MHA): Q, K and V (the attention's inputs; MLA keeps them
+    decompressed, a·d_qk, a·d_qk and a·d_v) and the output-projection input (a GEMM input)."""
+    d_qk, d_v = attention_head_dims(model)
+    if model.mla is not None:
+        qkv, proj = model.heads * (2 * d_qk + d_v), model.heads * d_v
+    else:
+        qkv, proj = model.q_width + 2 * model.kv_width, model.q_width
+    return tokens * (qkv * ACT_BYTES + proj * gemm_input_bytes)
 
-    Q, K and V (2sb(a+2kv)d, the attention's inputs), the output-projection input (a GEMM input),
-    the MLP activation's input (GeLU: 2sbf; SwiGLU: gate and up, 4sbf) and output (the FC2 GEMM
-    input, sbf x its bytes).
-    """
-    qkv = (model.q_width + 2 * model.kv_width) * ACT_BYTES
-    proj_in = model.q_width * gemm_input_bytes
-    act_in = (2 if model.activation == "swiglu" else 1) * model.ffn * ACT_BYTES
-    return tokens * (qkv + proj_in + act_in + model.ffn * gemm_input_bytes)
+
+def ffn_activation_bytes(model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES,
+                         moe_layer: bool = False) -> float:
+    """FFN activations of one layer on one GPU (already divided by tp; Korthikanti's 16sbh/t for
+    f = 4h): the activation function's input (GeLU: 2 bytes per intermediate element; SwiGLU:
+    gate and up, 4) and output (the FC2 GEMM input). An MoE layer keeps these for the shared
+    experts and the routed rows, plus each routed row's expert input (a GEMM input) and its
+    16-bit permuted copy (Megatron-Core token dispatcher)."""
+    act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
+    elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
+    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (gemm_input_bytes + ACT_BYTES) if moe_layer else 0.0
+    return elements * (act_in + gemm_input_bytes) + rows
 
 
 def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq_kv: float) -> float:
@@ -56,7 +68,7 @@ def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq
 
 def activation_bytes_per_layer(
     model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
-    gemm_input_bytes: float = ACT_BYTES,
+    gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
@@ -70,6 +82,7 @@ def activation_bytes_per_layer(
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
+    sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer)
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
     elif recompute == "selective":
@@ -81,12 +94,12 @@ def activation_bytes_per_layer(
 
 def recompute_working_bytes(
     model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
-    gemm_input_bytes: float = ACT_BYTES,
+    gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False,
 ) -> float:
     """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
     if recompute != "full":
         return 0.0
-    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes)
+    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes, moe_layer)
 
 
 def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:

@@ -88,22 +88,40 @@ def total_params(model: ModelSpec, active: bool = False) -> int:
     return body + input_embedding_params(model) + output_layer_params(model)
 
 
-def matmul_params_per_layer(model: ModelSpec) -> int:
-    """Weights that take part in GEMMs in one layer (no biases, no norms)."""
-    h, f = model.hidden, model.ffn
+def expert_params_per_layer(model: ModelSpec) -> int:
+    """Routed experts' parameters in one MoE layer (sharded by expert parallelism)."""
+    return model.moe.experts * _ffn_params(model, model.moe.expert_ffn) if model.moe else 0
+
+
+def matmul_params_per_layer(model: ModelSpec, moe_layer: bool = False) -> int:
+    """Weights one token meets in GEMMs in one layer (no biases, no norms): the attention
+    projections, then the dense FFN, or the router, top_k routed and the shared experts."""
+    h = model.hidden
     matrices = 3 if model.activation == "swiglu" else 2
-    return 2 * h * model.q_width + 2 * h * model.kv_width + matrices * h * f
+    if model.mla is not None:
+        attention = attention_params_per_layer(model) - (model.mla.q_lora_rank + model.mla.kv_lora_rank)
+    else:
+        attention = 2 * h * model.q_width + 2 * h * model.kv_width
+    if not moe_layer:
+        return attention + matrices * h * model.ffn
+    moe = model.moe
+    return (attention + h * moe.experts + moe.top_k * matrices * h * moe.expert_ffn
+            + moe.shared_experts * matrices * h * moe.shared_expert_ffn)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs per trained token, PaLM convention (Chowdhery et al. 2022, Appendix B).
 
-    6N for the matmul weights (forward 2N, backward 4N) including the logit layer (V x h), plus
-    12·L·H·Q·T for attention scores (H heads of size Q, sequence T, no causal discount). No
-    recomputation is counted: this is the numerator of MFU.
+    6N for the matmul weights a token meets (forward 2N, backward 4N; for MoE the activated
+    experts only) including the logit layer (V x h), plus 12·L·H·Q·T for attention scores (H heads
+    of size Q, sequence T, no causal discount; Q = (d_qk + d_v)/2 for MLA). No recomputation is
+    counted: this is the numerator of MFU.
     """
-    n = model.layers * matmul_params_per_layer(model) + model.vocab * model.hidden
-    return 6.0 * n + 12.0 * model.layers * model.q_width * seq_len
+    dense = model.layers - model.moe_layers
+    moe = model.moe_layers * matmul_params_per_layer(model, True) if model.moe else 0
+    n = dense * matmul_params_per_layer(model) + moe + model.vocab * model.hidden
+    d_qk, d_v = (model.mla.qk_head_dim, model.mla.v_head_dim) if model.mla else (model.head_dim, model.head_dim)
+    return 6.0 * n + 6.0 * model.layers * model.heads * (d_qk + d_v) * seq_len
 
 
 def megatron_flops_per_iteration(model: ModelSpec, seq_len: int, global_batch: int, recompute: bool) -> float:

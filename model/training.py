@@ -38,15 +38,18 @@ class LayerTimes:
     tp_comm_bwd: float
     cp_comm_bwd: float
     recompute: float
+    ep_comm_fwd: float = 0.0  # MoE all-to-all dispatch + combine
+    ep_comm_bwd: float = 0.0
 
     @property
     def forward(self) -> float:
-        return self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd
+        return (self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd
+                + self.ep_comm_fwd)
 
     @property
     def backward(self) -> float:
         return (self.gemm_bwd + self.attention_bwd + self.elementwise_bwd + self.tp_comm_bwd
-                + self.cp_comm_bwd + self.recompute)
+                + self.cp_comm_bwd + self.ep_comm_bwd + self.recompute)
 
     @property
     def total(self) -> float:
@@ -80,14 +83,33 @@ def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Wo
     return max(0.0, transfer - attention_fwd_s)
 
 
-def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, recompute: str) -> LayerTimes:
-    """Forward and backward time of one transformer layer for one micro-batch on one GPU."""
+def ep_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                           ep: int) -> float:
+    """MoE token dispatch and combine in one layer's forward: two all-to-alls over the ep ranks
+    (consecutive ranks: with expert tensor parallelism 1 the expert grid is laid over tp·cp·dp,
+    tp fastest) of each GPU's routed rows of its sequence-parallel share, tokens/tp x top_k x h
+    (Lepikhin et al., GShard, 2020). The backward sends the gradients the same way."""
+    if ep == 1 or model.moe is None:
+        return 0.0
+    tokens = micro_batch * workload.seq_len / cp
+    e = bytes_per_element(activation_precision(workload.precision))
+    nbytes = tokens / tp * model.moe.top_k * model.hidden * e
+    return 2.0 * comm.alltoall_time_s(nbytes, ep, 1, system)
+
+
+def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
+                recompute: str, ep: int = 1, moe_layer: bool = False) -> LayerTimes:
+    """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
+    one micro-batch on one GPU."""
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
-    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp)
+    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
+    if moe_layer:
+        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
+    ep_fwd = ep_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, ep) if moe_layer else 0.0
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
-    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision)
-    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision)
+    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
+    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
     elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
     elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
     tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp)
@@ -96,7 +118,7 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
     cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0) * 2.0
     if recompute == "full":
-        redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd
+        redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
     elif recompute == "selective":
         redo = attn_fwd
     else:
@@ -104,7 +126,7 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     return LayerTimes(
         gemm_fwd=gemm_fwd, attention_fwd=attn_fwd, elementwise_fwd=elem_fwd, tp_comm_fwd=tp_fwd, cp_comm_fwd=cp_fwd,
         gemm_bwd=2.0 * gemm_fwd, attention_bwd=attn_bwd, elementwise_bwd=elem_bwd, tp_comm_bwd=tp_fwd,
-        cp_comm_bwd=cp_bwd, recompute=redo,
+        cp_comm_bwd=cp_bwd, recompute=redo, ep_comm_fwd=ep_fwd, ep_comm_bwd=ep_fwd,
     )
 
 
@@ -156,16 +178,31 @@ def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload
     return 2.0 * comm.p2p_time_s(nbytes, crosses_domain, system)
 
 
-def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int) -> float:
-    """Parameters held by one GPU of a stage: its layers, plus the embedding on the first stage
-    and the output layer on the last (vocab-parallel over tp; Megatron keeps a copy of tied
-    embeddings on the last stage)."""
-    n = layers_on_stage * params.layer_params(model) / tp
+def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int, moe_layers: int = 0) -> float:
+    """Parameters held by one GPU of a stage, routed experts aside (``stage_expert_params``): its
+    layers split by tp, plus the embedding on the first stage and the output layer on the last
+    (vocab-parallel over tp; Megatron keeps a copy of tied embeddings on the last stage)."""
+    dense = layers_on_stage - moe_layers
+    n = dense * params.layer_params(model) / tp
+    if moe_layers:
+        n += moe_layers * (params.layer_params(model, moe_layer=True) - params.expert_params_per_layer(model)) / tp
     if is_first:
         n += params.input_embedding_params(model) / tp
     if is_last:
         n += (params.output_layer_params(model) + (model.vocab * model.hidden if model.tied_embeddings and not is_first else 0)) / tp
     return n
+
+
+def stage_expert_params(model: ModelSpec, moe_layers: int, ep: int) -> float:
+    """Routed-expert parameters on one GPU of a stage: E/ep whole experts per MoE layer (expert
+    tensor parallelism 1)."""
+    return moe_layers * params.expert_params_per_layer(model) / ep
+
+
+def expert_dp_group_size(mapping: Mapping) -> int:
+    """Ranks that share (and reduce) the same expert weights: tp·dp·cp/ep (Megatron-Core with
+    expert tensor parallelism 1)."""
+    return mapping.tp * mapping.dp * mapping.cp // mapping.ep
 
 
 def grad_bytes(workload: Workload) -> float:
@@ -178,7 +215,8 @@ def dp_group_size(mapping: Mapping) -> int:
     return mapping.dp * mapping.cp
 
 
-def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float) -> tuple[float, float]:
+def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
+                    expert_params_on_gpu: float = 0.0) -> tuple[float, float]:
     """(gradient reduction, parameter gather) seconds for one step's data-parallel traffic.
 
     ZeRO-0: one all-reduce of the gradients (counted as reduction, gather 0). ZeRO-1/2 and
@@ -186,18 +224,20 @@ def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, pa
     weights. ZeRO-3: per micro-batch an all-gather for forward and for backward plus a
     reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch.
     """
-    n = dp_group_size(mapping)
-    if n == 1:
-        return 0.0, 0.0
-    stride = mapping.tp
+    n, stride = dp_group_size(mapping), mapping.tp
     grads = comm.reduce_scatter_time_s(params_on_gpu * grad_bytes(workload), n, stride, system)
     gather = comm.reduce_scatter_time_s(params_on_gpu * WEIGHT_BYTES, n, stride, system)
+    if expert_params_on_gpu:  # expert gradients reduce over the expert data-parallel group
+        ne, estride = expert_dp_group_size(mapping), mapping.ep
+        grads += comm.reduce_scatter_time_s(expert_params_on_gpu * grad_bytes(workload), ne, estride, system)
+        gather += comm.reduce_scatter_time_s(expert_params_on_gpu * WEIGHT_BYTES, ne, estride, system)
     if mapping.zero == 0:
         return 2.0 * grads, 0.0
     return grads, gather
 
 
-def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, microbatches: int, stage_fwd_s: float, stage_bwd_s: float) -> float:
+def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, microbatches: int,
+                      stage_fwd_s: float, stage_bwd_s: float, expert_params_on_gpu: float = 0.0) -> float:
     """Data-parallel communication left on the critical path, seconds.
 
     Megatron overlaps the gradient reduce-scatter with the last micro-batch's backward and the
@@ -205,7 +245,7 @@ def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, 
     --overlap-param-gather); only what outlasts that compute is exposed. ZeRO-3 prefetches each
     micro-batch's gathers behind that micro-batch's compute (DeepSpeed).
     """
-    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu)
+    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu, expert_params_on_gpu)
     if mapping.zero == 3:
         per_micro = max(0.0, gather - stage_fwd_s) + max(0.0, gather + grads - stage_bwd_s)
         return microbatches * per_micro
@@ -214,16 +254,21 @@ def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, 
     return max(0.0, grads - stage_bwd_s) + max(0.0, gather - stage_fwd_s)
 
 
-def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, layers_on_stage: int, stage: int, microbatches: int) -> float:
+def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, layers_on_stage: int, stage: int,
+                           microbatches: int, moe_layers: int = 0) -> float:
     """Activation bytes held at the peak of one stage (in-flight micro-batches, edge buffers,
-    the recompute working set)."""
+    the recompute working set); ``moe_layers`` of its layers are MoE layers."""
     m = mapping
     saved = memory.saved_gemm_input_bytes(workload.precision)
-    per_layer = memory.activation_bytes_per_layer(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute,
-                                                  workload.attention, saved)
-    total = memory.in_flight_layer_activations(layers_on_stage, stage, m.pp, m.vpp, microbatches) * per_layer
-    total += memory.recompute_working_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute,
-                                            workload.attention, saved)
+    per_chunk_layers = memory.in_flight_layer_activations(1, stage, m.pp, m.vpp, microbatches)  # chunks / vpp
+    total, working = 0.0, 0.0
+    for count, moe_layer in ((layers_on_stage - moe_layers, False), (moe_layers, True)):
+        if count == 0:
+            continue
+        args = (model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention, saved, moe_layer)
+        total += per_chunk_layers * count * memory.activation_bytes_per_layer(*args)
+        working = max(working, memory.recompute_working_bytes(*args))
+    total += working
     if stage == 0:
         total += memory.embedding_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.pp)
     if stage == m.pp - 1:
@@ -231,13 +276,17 @@ def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mappin
     return total
 
 
-def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float) -> dict:
-    """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component."""
-    n = dp_group_size(mapping)
+def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
+                      expert_params_on_gpu: float = 0.0) -> dict:
+    """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component; expert
+    weights shard their states over the expert data-parallel group dp·cp/ep."""
     g = grad_bytes(workload)
-    total = memory.state_bytes_per_param(mapping.zero, n, WEIGHT_BYTES, g) * params_on_gpu
-    weights = params_on_gpu * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
-    grads = params_on_gpu * g / (n if mapping.zero >= 2 else 1)
+    weights = grads = total = 0.0
+    for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):
+        if count:
+            total += memory.state_bytes_per_param(mapping.zero, n, WEIGHT_BYTES, g) * count
+            weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
+            grads += count * g / (n if mapping.zero >= 2 else 1)
     out = {"weights": weights, "gradients": grads, "optimizer": total - weights - grads}
     if mapping.zero == 3:
         layer_rank = params.layer_params(model) / mapping.tp
@@ -247,10 +296,6 @@ def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, pa
 
 def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, pp: int, dp: int, cp: int) -> None:
     """Divisibility rules of the parallel grid alone (Megatron-Core's): ProblemError if broken."""
-    if model.moe is not None or model.mla is not None:
-        kind = "mixture-of-experts" if model.moe is not None else "multi-head latent attention"
-        raise ProblemError(f"{model.name} uses {kind}: its parameter counts are modelled, its time and memory are not yet "
-                           "(expert and context parallelism come with the 5D-parallelism work); choose a dense model", field="model")
     if tp * pp * dp * cp != system.num_gpus:
         raise ProblemError(
             f"tp·pp·dp·cp = {tp}·{pp}·{dp}·{cp} = {tp * pp * dp * cp} must equal system.num_gpus = {system.num_gpus}",
@@ -278,8 +323,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"{m.recompute!r} is not allowed; allowed: none, selective, full", field="mapping.recompute")
     if m.zero not in (0, 1, 2, 3):
         raise ProblemError(f"{m.zero!r} is not allowed; allowed: 0, 1, 2, 3", field="mapping.zero")
-    if m.ep != 1:
+    if m.ep != 1 and model.moe is None:
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep")
+    if model.moe is not None and (model.moe.experts % m.ep or (m.tp * m.dp * m.cp) % m.ep):
+        raise ProblemError(f"ep {m.ep} must divide the {model.moe.experts} experts and tp·dp·cp = {m.tp * m.dp * m.cp} "
+                           "(Megatron-Core with expert tensor parallelism 1)", field="mapping.ep")
     check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
     if workload.global_batch % (m.dp * m.micro_batch):
         raise ProblemError(
@@ -318,23 +366,33 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     microbatches = workload.global_batch // (m.dp * m.micro_batch)
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute)
+    lt_moe = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True) if model.moe else lt
     edge = edge_stage_times(model, system, workload, m.tp, m.cp, m.micro_batch)
     crosses = pipeline_crosses_domain(system, m.tp, m.cp, m.dp, m.pp)
     p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.micro_batch, crosses) * m.vpp if m.pp > 1 else 0.0
 
     stages = []
+    start = 0
     for i, n_layers in enumerate(layers):
         is_first, is_last = i == 0, i == m.pp - 1
+        # MoE layers on this stage: the first `first_dense_layers` layers of the model are dense
+        # (stages taken as contiguous layer ranges, also with interleaving)
+        n_moe = max(0, start + n_layers - max(start, model.moe.first_dense_layers)) if model.moe else 0
+        n_dense = n_layers - n_moe
+        start += n_layers
         extra_fwd = (edge.first_fwd if is_first else 0.0) + (edge.last_fwd if is_last else 0.0)
         extra_bwd = (edge.first_bwd if is_first else 0.0) + (edge.last_bwd if is_last else 0.0)
         extra = extra_fwd + extra_bwd
-        t = n_layers * lt.total + extra + p2p
-        p = stage_params(model, n_layers, is_first, is_last, m.tp)
-        state = stage_state_bytes(model, workload, m, p)
-        act = stage_activation_bytes(model, workload, m, n_layers, i, microbatches)
+        t = n_dense * lt.total + n_moe * lt_moe.total + extra + p2p
+        p = stage_params(model, n_layers, is_first, is_last, m.tp, n_moe)
+        pe = stage_expert_params(model, n_moe, m.ep)
+        state = stage_state_bytes(model, workload, m, p, pe)
+        act = stage_activation_bytes(model, workload, m, n_layers, i, microbatches, n_moe)
         stages.append({
-            "stage": i, "layers": n_layers, "time_per_microbatch_s": t, "params": p,
-            "time_fwd_s": n_layers * lt.forward + extra_fwd, "time_bwd_s": n_layers * lt.backward + extra_bwd,
+            "stage": i, "layers": n_layers, "moe_layers": n_moe, "time_per_microbatch_s": t, "params": p,
+            "expert_params": pe,
+            "time_fwd_s": n_dense * lt.forward + n_moe * lt_moe.forward + extra_fwd,
+            "time_bwd_s": n_dense * lt.backward + n_moe * lt_moe.backward + extra_bwd,
             "memory_bytes": sum(state.values()) + act, "state": state, "activations_bytes": act, "extra_s": extra,
         })
 
@@ -345,8 +403,9 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     # the step; the other stages' reductions overlap with stage 0's remaining backwards.
     first = stages[0]
     dp_exposed = dp_exposed_time_s(system, workload, m, first["params"], microbatches,
-                                   first["time_fwd_s"], first["time_bwd_s"])
+                                   first["time_fwd_s"], first["time_bwd_s"], first["expert_params"])
     owned = first["params"] / (dp_group_size(m) if m.zero >= 1 else 1)
+    owned += first["expert_params"] / (expert_dp_group_size(m) if m.zero >= 1 else 1)
     opt = compute.optimizer_step_time_s(system.device, owned, grad_bytes(workload))
     step = pipe + dp_exposed + opt
 
@@ -358,15 +417,21 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
 
     # Time breakdown: the slowest stage's per-micro-batch components times m, then the bubble.
     cs = stages[critical]
-    n_c = cs["layers"] * microbatches
+    n_moe = cs["moe_layers"] * microbatches
+    n_dense = (cs["layers"] - cs["moe_layers"]) * microbatches
+
+    def layers_sum(*names):  # a component summed over the critical stage's layers and micro-batches
+        return sum(n_dense * getattr(lt, f) + n_moe * getattr(lt_moe, f) for f in names)
+
     breakdown_time = {
-        "compute/gemm": n_c * (lt.gemm_fwd + lt.gemm_bwd),
-        "compute/attention": n_c * (lt.attention_fwd + lt.attention_bwd),
-        "compute/elementwise": n_c * (lt.elementwise_fwd + lt.elementwise_bwd),
-        "compute/recompute": n_c * lt.recompute,
+        "compute/gemm": layers_sum("gemm_fwd", "gemm_bwd"),
+        "compute/attention": layers_sum("attention_fwd", "attention_bwd"),
+        "compute/elementwise": layers_sum("elementwise_fwd", "elementwise_bwd"),
+        "compute/recompute": layers_sum("recompute"),
         "compute/embedding_logits": cs["extra_s"] * microbatches,
-        "comm/tp": n_c * (lt.tp_comm_fwd + lt.tp_comm_bwd),
-        "comm/cp": n_c * (lt.cp_comm_fwd + lt.cp_comm_bwd),
+        "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
+        "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
+        "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),
         "comm/pp": p2p * microbatches,
         "comm/dp_exposed": dp_exposed,
         "optimizer": opt,
@@ -388,6 +453,7 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
         "microbatches": microbatches,
         "num_gpus": system.num_gpus,
         "params_b": params.total_params(model) / 1e9,
+        "active_params_b": params.total_params(model, active=True) / 1e9,
     }
     breakdown = {"time_s": breakdown_time, "memory_gib": breakdown_memory,
                  "critical_stage": critical, "peak_memory_stage": peak_stage}

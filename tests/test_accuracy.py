@@ -11,7 +11,8 @@ import pytest
 
 from solver.validation import evaluate_all, load_runs
 
-OUTSIDE_MODEL = {"Megatron SC'21 Table 2 ZeRO-3"}  # DeepSpeed ZeRO-3 overheads: see README, Accuracy
+OUTSIDE_MODEL = {"Megatron SC'21 Table 2 ZeRO-3",  # DeepSpeed ZeRO-3 overheads: see README, Accuracy
+                 "Megatron-Bridge 25.09 MoE"}  # the expert model is new: reported, not yet held to the dense targets
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,95 @@
+"""Mixture-of-experts and MLA terms of the model (evaluate only; the planner refuses MoE models)."""
+
+import pytest
+
+from model import compute, memory, params
+from model.errors import ProblemError
+from model.specs import Mapping
+from model.training import check_mapping, ep_comm_forward_time_s, evaluate_training, layer_times
+from solver.library import load_model, load_system
+from solver.problem import parse_problem
+
+
+def _workload(seq=4096, batch=256, precision="bf16"):
+    return parse_problem({"model": "mixtral-8x7b", "system": {"name": "dgx-h100", "num_gpus": 64},
+                          "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision}},
+                         source="t").workload
+
+
+def _mixtral(ep, tp=2, pp=4, dp=8, **kw):
+    model, system, wl = load_model("mixtral-8x7b"), load_system("dgx-h100", tp * pp * dp), _workload()
+    mapping = Mapping(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch=1, sp=tp > 1, **kw)
+    return model, system, wl, mapping
+
+
+def test_model_flops_count_active_experts_only():
+    """Mixtral: 6 x the activated matmul weights (top-2 of 8 experts) + attention, not 6 x all 46.7B."""
+    model = load_model("mixtral-8x7b")
+    per_token = params.model_flops_per_token(model, 4096)
+    attention = 6.0 * model.layers * model.heads * 2 * model.head_dim * 4096
+    active_matmul = model.layers * params.matmul_params_per_layer(model, moe_layer=True) + model.vocab * model.hidden
+    assert per_token == pytest.approx(6 * active_matmul + attention, rel=1e-12)
+    assert 6 * 12.0e9 < per_token - attention < 6 * 13.5e9  # ~12.9B active parameters
+
+
+def test_expert_parallelism_divides_expert_memory_and_adds_all_to_all():
+    one = evaluate_training(*_mixtral(ep=1))
+    eight = evaluate_training(*_mixtral(ep=8))
+    s1, s8 = one.stages[0], eight.stages[0]
+    assert s8["expert_params"] == pytest.approx(s1["expert_params"] / 8, rel=1e-12)
+    assert s1["params"] == pytest.approx(s8["params"], rel=1e-12)  # attention and norms: unchanged
+    assert one.breakdown["time_s"]["comm/ep"] == 0.0 < eight.breakdown["time_s"]["comm/ep"]
+    assert eight.metrics["peak_memory_gib"] < one.metrics["peak_memory_gib"]
+
+
+def test_all_to_all_is_slower_across_nodes():
+    model, system, wl, _ = _mixtral(ep=8)
+    inside = ep_comm_forward_time_s(model, system, wl, tp=1, cp=1, micro_batch=1, ep=8)    # 8 consecutive ranks: one node
+    across = ep_comm_forward_time_s(model, system, wl, tp=1, cp=1, micro_batch=1, ep=64)  # 8 nodes
+    assert 0 < inside < across
+
+
+def test_moe_layer_compute_matches_routed_flops():
+    """Routed expert GEMM FLOPs per GPU = 2 x rows x (3 h f_e) with rows = tokens/tp x top_k."""
+    model = load_model("mixtral-8x7b")
+    rows = compute.routed_rows_per_gpu(model, 4096, 2)
+    assert rows == 4096 / 2 * 2
+    shapes = compute.mlp_gemm_shapes(model, rows / (8 / 8), model.moe.expert_ffn)
+    flops = sum(2 * m * n * k for m, n, k in shapes.values())
+    assert flops == pytest.approx(2 * rows * 3 * model.hidden * model.moe.expert_ffn, rel=1e-12)
+
+
+def test_routed_experts_add_to_the_layer_and_load_imbalance_slows_it():
+    model, system, wl, m = _mixtral(ep=8)
+    moe_times = layer_times(model, system, wl, 2, 1, 1, True, "none", 8, True)
+    assert moe_times.gemm_fwd > compute.layer_gemm_forward_time_s(model, system.device, "bf16", 4096, 2, True)
+    import dataclasses
+    skewed = dataclasses.replace(model, moe=dataclasses.replace(model.moe, load_imbalance=1.5))
+    assert layer_times(skewed, system, wl, 2, 1, 1, True, "none", 8, True).gemm_fwd > moe_times.gemm_fwd
+
+
+def test_expert_parallelism_rules():
+    model, system, wl, _ = _mixtral(ep=8)
+    with pytest.raises(ProblemError, match="ep 3"):
+        check_mapping(model, system, wl, Mapping(tp=2, pp=4, dp=8, ep=3, micro_batch=1, sp=True))
+    dense = load_model("llama2-7b")
+    with pytest.raises(ProblemError, match="dense"):
+        check_mapping(dense, system, wl, Mapping(tp=2, pp=4, dp=8, ep=2, micro_batch=1, sp=True))
+
+
+def test_mla_attention_uses_its_head_dims():
+    model = load_model("deepseek-v3")
+    assert compute.attention_head_dims(model) == (192, 128)
+    flops = compute.attention_core_flops(model, 1, 4096, 1, 1, causal_skip=False)
+    assert flops == 2.0 * 4096 * 4096 * 128 * (192 + 128)
+
+
+def test_deepseek_v3_dense_leading_layers_sit_on_the_first_stage():
+    model, system = load_model("deepseek-v3"), load_system("dgx-h100", 1024)
+    wl = parse_problem({"model": "deepseek-v3", "system": {"name": "dgx-h100", "num_gpus": 1024},
+                        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 8192, "precision": "fp8"}},
+                       source="t").workload
+    ev = evaluate_training(model, system, wl, Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True,
+                                                      first_stage_layers=7, last_stage_layers=6))
+    assert [s["moe_layers"] for s in ev.stages] == [4, 8, 8, 8, 8, 8, 8, 6]  # layers 0-2 are dense
+    assert 0.0 < ev.metrics["mfu"] < 1.0
