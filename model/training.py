@@ -205,6 +205,14 @@ def expert_dp_group_size(mapping: Mapping) -> int:
     return mapping.tp * mapping.dp * mapping.cp // mapping.ep
 
 
+def optimizer_owned_params(mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0) -> float:
+    """Parameters whose Adam step this GPU runs: all it holds with ZeRO-0, its 1/dp·cp shard (and
+    1/(tp·dp·cp/ep) of the experts) with ZeRO-1 and above (Rajbhandari et al. SC'20)."""
+    if mapping.zero == 0:
+        return params_on_gpu + expert_params_on_gpu
+    return params_on_gpu / dp_group_size(mapping) + expert_params_on_gpu / expert_dp_group_size(mapping)
+
+
 def grad_bytes(workload: Workload) -> float:
     """Bytes of one accumulated gradient element (``workload.grad_bytes``)."""
     return workload.grad_bytes
@@ -404,8 +412,7 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     first = stages[0]
     dp_exposed = dp_exposed_time_s(system, workload, m, first["params"], microbatches,
                                    first["time_fwd_s"], first["time_bwd_s"], first["expert_params"])
-    owned = first["params"] / (dp_group_size(m) if m.zero >= 1 else 1)
-    owned += first["expert_params"] / (expert_dp_group_size(m) if m.zero >= 1 else 1)
+    owned = optimizer_owned_params(m, first["params"], first["expert_params"])
     opt = compute.optimizer_step_time_s(system.device, owned, grad_bytes(workload))
     step = pipe + dp_exposed + opt
 

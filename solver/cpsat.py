@@ -92,8 +92,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         return out
 
     grid = [tuple(g) for g in tables.grid]
-    N, tp, pp, dp, cp, crosses = table_vars(grid, ["N", "tp", "pp", "dp", "cp", "crosses"], "grid")
-    md.add_allowed_assignments([N, tp, pp, dp, cp, crosses], grid)
+    N, tp, pp, dp, cp, ep, crosses = table_vars(grid, ["N", "tp", "pp", "dp", "cp", "ep", "crosses"], "grid")
+    md.add_allowed_assignments([N, tp, pp, dp, cp, ep, crosses], grid)
     mb = var(min(space.micro_batch), max(space.micro_batch), "micro_batch")
     used = space.used_values()
     v = var(1, max(used["vpp"]), "vpp")
@@ -107,16 +107,20 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # factor tables
     m = var(1, problem.workload.global_batch, "microbatches")
     md.add_allowed_assignments([dp, mb, m], tables.micro)
+    # lead layers (dense, on the first stage: k of them) and body layers (MoE, or dense again)
+    k = space.lead_layers
     layer_rows = sorted(tables.layer)
     layer_row, T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc], layer_rows, ["T", "Tf", "Tb", "A", "W"], "layer", with_index=True)
+    Tm, Tfm, Tbm, Am, Wm = factor([tp, cp, mb, sp, rc, ep], tables.body, ["T", "Tf", "Tb", "A", "W"], "body")
     Eff, Efb, Elf, Elb, LA = factor([tp, cp, mb], tables.edge, ["Eff", "Efb", "Elf", "Elb", "LA"], "edge")
     (EA,) = factor([tp, cp, mb, pp], tables.embed_act, ["EA"], "emb")
     (P,) = factor([tp, cp, mb, crosses], tables.p2p, ["P"], "p2p")
     pp1 = md.new_bool_var("pp1")
     md.add(pp == 1).only_enforce_if(pp1)
     md.add(pp >= 2).only_enforce_if(~pp1)
-    Sl, Se, So, Z3 = factor([tp, zero, dp, cp, pp1], tables.state, ["Sl", "Se", "So", "Z3"], "state")
-    G0, G1, A0, A1, O0, O1 = factor([tp, zero, dp, cp, pp1], tables.dp, ["G0", "G1", "A0", "A1", "O0", "O1"], "dp")
+    Sl, Sm, Se, So, Z3 = factor([tp, zero, dp, cp, pp1, ep], tables.state, ["Sl", "Sm", "Se", "So", "Z3"], "state")
+    G0, G1, Gs, A0, A1, As, O0, O1, Os = factor([tp, zero, dp, cp, pp1, ep], tables.dp,
+                                               ["G0", "G1", "Gs", "A0", "A1", "As", "O0", "O1", "Os"], "dp")
     # in-flight chunks = min(m·vpp, the schedule's limit) (model/memory.in_flight_chunks)
     chunks = {}
     mv = prod(m, v, "microbatch_chunks")
@@ -175,14 +179,20 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
             if allowed:
                 md.add_allowed_assignments([pp1, n], [(0, x) for x in allowed] + [(1, L)])
 
-    # stage times per micro-batch
+    # stage times per micro-batch; the first stage holds the k lead layers and b1 body layers
+    b1 = var(0, L, "first_body_layers")
+    md.add(b1 == n1 - k)
+    has_body1 = md.new_bool_var("first_has_body_layers")
+    md.add(b1 >= 1).only_enforce_if(has_body1)
+    md.add(b1 == 0).only_enforce_if(~has_body1)
     vP = prod(v, P, "vpp_p2p")  # read only when pp > 1
-    t1, tL, tm = (prod(n, T, f"layers_time_{k}") for n, k in ((n1, "first"), (nL, "last"), (nm, "middle")))
-    hi_t = (L * _bounds(tables.layer, 5)[1] + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
+    t1 = prod(b1, Tm, "layers_time_first")
+    tL, tm = (prod(n, Tm, f"layers_time_{kind}") for n, kind in ((nL, "last"), (nm, "middle")))
+    hi_t = (L * max(_bounds(tables.layer, 5)[1], _bounds(tables.body, 6)[1]) + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
             + max(used["vpp"]) * _bounds(tables.p2p, 4)[1])
     s1, sL, sm = var(0, hi_t, "stage_first"), var(0, hi_t, "stage_last"), var(0, hi_t, "stage_middle")
-    md.add(s1 == t1 + Eff + Efb + vP).only_enforce_if(~pp1)
-    md.add(s1 == t1 + Eff + Efb + Elf + Elb).only_enforce_if(pp1)
+    md.add(s1 == k * T + t1 + Eff + Efb + vP).only_enforce_if(~pp1)
+    md.add(s1 == k * T + t1 + Eff + Efb + Elf + Elb).only_enforce_if(pp1)
     md.add(sL == tL + Elf + Elb + vP).only_enforce_if(~pp1)
     md.add(sL == s1).only_enforce_if(pp1)
     md.add(sm == tm + vP).only_enforce_if(pp3)
@@ -198,7 +208,9 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # works m times at least its share of all L layers, and m/pp = gb·tp·cp/(N·mb), so
     # m·slowest >= gb·L·T·tp·cp/(N·mb) (floor), which depends on the layer factor and N only.
     gb = problem.workload.global_batch
-    if len(problem.num_gpus) == 1:
+    if problem.model.moe is not None:
+        pass  # MoE: lead and body layers differ, the dense bound does not apply
+    elif len(problem.num_gpus) == 1:
         n_ = problem.num_gpus[0]
         values = [(gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
         work = var(0, max(values), "work")
@@ -207,21 +219,32 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
                      for n_ in problem.num_gpus for r in layer_rows]
         (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
-    md.add(busy >= work)
+    if problem.model.moe is None:
+        md.add(busy >= work)
     bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
     md.add_division_equality(bubble, total - slowest, v)
 
     # data-parallel exposure and optimizer (stage 0)
-    f0, b0 = prod(n1, Tf, "first_fwd_layers"), prod(n1, Tb, "first_bwd_layers")
+    f0, b0 = prod(b1, Tfm, "first_fwd_layers"), prod(b1, Tbm, "first_bwd_layers")
     fwd0, bwd0 = var(0, hi_t, "first_fwd"), var(0, hi_t, "first_bwd")
-    md.add(fwd0 == f0 + Eff).only_enforce_if(~pp1)
-    md.add(fwd0 == f0 + Eff + Elf).only_enforce_if(pp1)
-    md.add(bwd0 == b0 + Efb).only_enforce_if(~pp1)
-    md.add(bwd0 == b0 + Efb + Elb).only_enforce_if(pp1)
-    grads = var(0, _bounds(tables.dp, 5)[1] + L * _bounds(tables.dp, 6)[1], "dp_grads")
-    gather = var(0, _bounds(tables.dp, 7)[1] + L * _bounds(tables.dp, 8)[1], "dp_gather")
-    md.add(grads == G0 + prod(n1, G1, "grads_layers"))
-    md.add(gather == A0 + prod(n1, A1, "gather_layers"))
+    md.add(fwd0 == k * Tf + f0 + Eff).only_enforce_if(~pp1)
+    md.add(fwd0 == k * Tf + f0 + Eff + Elf).only_enforce_if(pp1)
+    md.add(bwd0 == k * Tb + b0 + Efb).only_enforce_if(~pp1)
+    md.add(bwd0 == k * Tb + b0 + Efb + Elb).only_enforce_if(pp1)
+    b1_less = var(-1, L, "first_body_layers_minus_1")
+    md.add(b1_less == b1 - 1)
+
+    def first_stage_affine(at0, at1, slope, name):
+        """Stage 0's DP or optimizer time: its value with no body layer, or at one plus a slope
+        per further body layer (the model's collectives are affine in the bytes once non-zero)."""
+        hi_ = max(_bounds(tables.dp, i)[1] for i in range(6, 15)) * (L + 2)
+        out = var(0, hi_, name)
+        md.add(out == at0).only_enforce_if(~has_body1)
+        md.add(out == at1 + prod(b1_less, slope, f"{name}_layers")).only_enforce_if(has_body1)
+        return out
+
+    grads = first_stage_affine(G0, G1, Gs, "dp_grads")
+    gather = first_stage_affine(A0, A1, As, "dp_gather")
     hi_c = int(hi(grads) + hi(gather))
     ea, eb, eb3 = var(0, hi_c, "exp_gather"), var(0, hi_c, "exp_grads"), var(0, hi_c, "exp_z3")
     md.add_max_equality(ea, [0, gather - fwd0])
@@ -240,8 +263,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     dpx = var(0, hi(per_m), "dp_exposed")
     md.add(dpx == per_m).only_enforce_if(z3)
     md.add(dpx == per).only_enforce_if(~z3)
-    opt = var(0, _bounds(tables.dp, 9)[1] + L * _bounds(tables.dp, 10)[1], "optimizer")
-    md.add(opt == O0 + prod(n1, O1, "opt_layers"))
+    opt = first_stage_affine(O0, O1, Os, "optimizer")
 
     step = var(0, hi(busy) + hi(bubble) + hi(dpx) + hi(opt), "step")
     md.add(step == busy + bubble + dpx + opt)
@@ -249,21 +271,33 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # memory per stage (memory units, rounded up)
     cap = sc.memory_cap(problem.system(problem.num_gpus[0]).usable_memory_bytes)
     mem, act, state = {}, {}, {}
-    for kind, n in (("first", n1), ("middle", nm), ("last", nL)):
-        cna = prod(prod(chunks[kind], n, f"chunk_layers_{kind}"), A, f"act_raw_{kind}")
-        # activations = chunks x layers x per-layer / vpp, rounded up: vpp·act >= chunks·layers·A
+    for kind, n in (("first", b1), ("middle", nm), ("last", nL)):
+        layer_act = prod(n, Am, f"body_act_{kind}")
+        if kind == "first" and k:
+            lead_act = var(0, hi(layer_act) + k * _bounds(tables.layer, 8)[1], "first_layers_act")
+            md.add(lead_act == layer_act + k * A)
+            layer_act = lead_act
+        cna = prod(chunks[kind], layer_act, f"act_raw_{kind}")
+        # activations = chunks x (layers x per-layer) / vpp, rounded up: vpp·act >= chunks·layers·A
         act[kind] = var(0, hi(cna), f"act_{kind}")
         md.add(prod(v, act[kind], f"act_v_{kind}") >= cna)
-        state[kind] = prod(n, Sl, f"state_layers_{kind}")
-        hi_m = int(hi(act[kind]) + hi(state[kind])
-                   + sum(_bounds(tables.state, i)[1] for i in (6, 7, 8))
-                   + _bounds(tables.layer, 9)[1] + _bounds(tables.edge, 7)[1] + _bounds(tables.embed_act, 4)[1])
+        state[kind] = prod(n, Sm, f"state_layers_{kind}")
+        hi_m = int(hi(act[kind]) + hi(state[kind]) + k * _bounds(tables.state, 6)[1]
+                   + sum(_bounds(tables.state, i)[1] for i in (8, 9, 10))
+                   + max(_bounds(tables.layer, 9)[1], _bounds(tables.body, 10)[1]) + _bounds(tables.edge, 7)[1]
+                   + _bounds(tables.embed_act, 4)[1])
         mem[kind] = var(0, hi_m, f"memory_{kind}")
-    md.add(mem["first"] == state["first"] + Se + So + Z3 + act["first"] + W + EA + LA).only_enforce_if(pp1)
-    md.add(mem["first"] == state["first"] + Se + Z3 + act["first"] + W + EA).only_enforce_if(~pp1)
-    md.add(mem["last"] == state["last"] + So + Z3 + act["last"] + W + LA).only_enforce_if(~pp1)
+    # the recompute working set of the first stage: the largest of the layer kinds it holds
+    W1 = var(0, max(_bounds(tables.layer, 9)[1], _bounds(tables.body, 10)[1]), "first_working")
+    Wm_first = var(0, _bounds(tables.body, 10)[1], "first_body_working")
+    md.add(Wm_first == Wm).only_enforce_if(has_body1)
+    md.add(Wm_first == 0).only_enforce_if(~has_body1)
+    md.add_max_equality(W1, [W, Wm_first] if k else [Wm_first])
+    md.add(mem["first"] == k * Sl + state["first"] + Se + So + Z3 + act["first"] + W1 + EA + LA).only_enforce_if(pp1)
+    md.add(mem["first"] == k * Sl + state["first"] + Se + Z3 + act["first"] + W1 + EA).only_enforce_if(~pp1)
+    md.add(mem["last"] == state["last"] + So + Z3 + act["last"] + Wm + LA).only_enforce_if(~pp1)
     md.add(mem["last"] == mem["first"]).only_enforce_if(pp1)
-    md.add(mem["middle"] == state["middle"] + Z3 + act["middle"] + W).only_enforce_if(pp3)
+    md.add(mem["middle"] == state["middle"] + Z3 + act["middle"] + Wm).only_enforce_if(pp3)
     md.add(mem["middle"] == 0).only_enforce_if(~pp3)
     peak = var(0, max(int(hi(x)) for x in mem.values()), "peak_memory")
     md.add_max_equality(peak, list(mem.values()))
@@ -279,7 +313,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     else:
         raise ValueError(objective)
     md.minimize(obj)
-    decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "micro_batch": mb, "vpp": v, "sp": sp,
+    decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch": mb, "vpp": v, "sp": sp,
                  "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}
     return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj)
 
@@ -287,6 +321,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
 def decode(values: dict, space: Space) -> tuple[int, Mapping]:
     """(num_gpus, Mapping) from the decision values of a solution."""
     return values["num_gpus"], Mapping(
-        tp=values["tp"], pp=values["pp"], dp=values["dp"], cp=values["cp"], micro_batch=values["micro_batch"], vpp=values["vpp"],
+        tp=values["tp"], pp=values["pp"], dp=values["dp"], cp=values["cp"], ep=values["ep"], micro_batch=values["micro_batch"],
+        vpp=values["vpp"],
         sp=bool(values["sp"]), recompute=RECOMPUTE[values["recompute"]], zero=values["zero"],
         first_stage_layers=values["first_stage_layers"], last_stage_layers=values["last_stage_layers"])

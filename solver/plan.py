@@ -20,7 +20,6 @@ from model.training import Evaluation, evaluate_training
 
 from .cpsat import RECOMPUTE, _status_name, decode, encode
 from .problem import Problem
-from model.pipeline import default_edge_stage_layers
 
 from .space import Space, build_space
 from .tables import compile_tables
@@ -159,10 +158,11 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
     best = None
     gb = problem.workload.global_batch
     systems = {}
-    for n, tp, pp, dp, cp in space.grid:
-        first, last = default_edge_stage_layers(problem.model.layers, pp)
-        if (first, last) not in space.partitions_or_default(pp):
+    for n, tp, pp, dp, cp, ep in space.grid:
+        options = space.partitions_or_default(pp)
+        if not options:
             continue
+        first, last = options[len(options) // 2]
         vpps = space.vpp_values(pp, first, last)
         if not vpps:
             continue
@@ -170,7 +170,7 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
         for mb in [m for m in space.micro_batch if gb % (dp * m) == 0][:2]:
             for rc, zero in itertools.product(space.recompute, space.zero):
                 sp = tp > 1 and True in space.sp
-                mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, vpp=vpps[0], sp=sp,
+                mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, vpp=vpps[0], sp=sp,
                                   recompute=rc, zero=zero, first_stage_layers=first, last_stage_layers=last)
                 try:
                     ev = evaluate_training(problem.model, system, problem.workload, mapping)
@@ -233,7 +233,7 @@ def explain_infeasible(problem: Problem, space: Space, tables, time_limit: float
 def _candidates(space: Space):
     """Every point of the space, in a fixed order (the enumerator's loop)."""
     gb = space.problem.workload.global_batch
-    for n, tp, pp, dp, cp in space.grid:
+    for n, tp, pp, dp, cp, ep in space.grid:
         partitions = space.pipeline_options[pp]
         for mb in space.micro_batch:
             if gb % (dp * mb):
@@ -244,8 +244,8 @@ def _candidates(space: Space):
                     continue
                 for f, last, vpps in partitions:
                     for v in vpps if interleave else [v for v in vpps if v == 1]:
-                        yield n, Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, vpp=v, sp=sp, recompute=rc, zero=zero,
-                                         first_stage_layers=f, last_stage_layers=last)
+                        yield n, Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, vpp=v, sp=sp, recompute=rc,
+                                         zero=zero, first_stage_layers=f, last_stage_layers=last)
 
 
 def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,

@@ -30,7 +30,7 @@ class Space:
     """Every choice the planner may make, as finite domains."""
 
     problem: Problem
-    grid: tuple  # (num_gpus, tp, pp, dp, cp) that pass the divisibility rules
+    grid: tuple  # (num_gpus, tp, pp, dp, cp, ep) that pass the divisibility rules
     micro_batch: tuple
     vpp: tuple
     sp: tuple  # booleans
@@ -51,15 +51,21 @@ class Space:
             return [(L, L)]
         if self.default_split:
             split = default_edge_stage_layers(L, pp)
-            return [split] if split_stages(L, pp, *split)[0] else []
+            return [split] if split_stages(L, pp, *split)[0] and split[0] >= self.lead_layers else []
         firsts = self.first_stage_layers or range(1, L + 1)
         lasts = self.last_stage_layers or range(1, L + 1)
-        return [(f, last) for f in firsts for last in lasts if split_stages(L, pp, f, last)[0]]
+        return [(f, last) for f in firsts for last in lasts if split_stages(L, pp, f, last)[0] and f >= self.lead_layers]
+
+    @property
+    def lead_layers(self) -> int:
+        """Dense layers before the first MoE layer; the planner keeps them on the first stage."""
+        moe = self.problem.model.moe
+        return moe.first_dense_layers if moe is not None else 0
 
     def partitions_or_default(self, pp: int) -> list[tuple[int, int]]:
         """The default split if the space allows it (cheap), else every allowed partition."""
         split = default_edge_stage_layers(self.layers, pp) if pp > 1 else (self.layers, self.layers)
-        if not split_stages(self.layers, pp, *split)[0]:
+        if not split_stages(self.layers, pp, *split)[0] or split[0] < self.lead_layers:
             return self.partitions(pp)
         firsts, lasts = self.first_stage_layers, self.last_stage_layers
         if (not firsts or split[0] in firsts) and (not lasts or split[1] in lasts) or pp == 1:
@@ -96,7 +102,7 @@ class Space:
         total = 0
         # pipelines without interleaving, usable whatever the micro-batch count
         plain = {pp: sum(1 for o in opts if 1 in o[2]) for pp, opts in self.pipeline_options.items()}
-        for n, tp, pp, dp, cp in self.grid:
+        for n, tp, pp, dp, cp, ep in self.grid:
             sps = sum(1 for s in self.sp if tp > 1 or not s)
             for mb in self.micro_batch:
                 if gb % (dp * mb):
@@ -111,17 +117,21 @@ def _allowed(problem: Problem, key: str, free: list) -> list:
     return [v for v in free if v in chosen] if chosen is not None else list(free)
 
 
+def expert_parallel_degrees(problem: Problem, expert_ranks: int) -> list[int]:
+    """Allowed ep: 1 for dense models; for MoE the divisors of the expert count that divide
+    tp·dp·cp (Megatron-Core with expert tensor parallelism 1), within the mapping's restriction."""
+    moe = problem.model.moe
+    if moe is None:
+        return [1]
+    return _allowed(problem, "ep", [e for e in divisors(moe.experts) if expert_ranks % e == 0])
+
+
 def build_space(problem: Problem) -> Space:
     """The space of ``problem``; ProblemError when a restriction leaves no valid grid."""
     model, wl = problem.model, problem.workload
     if model.moe is None and any(e != 1 for e in problem.mapping.get("ep", (1,))):
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
                            source=problem.source, field="mapping.ep")
-    if model.moe is not None or model.mla is not None:
-        kind = "mixture-of-experts" if model.moe is not None else "multi-head latent attention"
-        raise ProblemError(f"{model.name} uses {kind}: `evaluate` models it, the planner does not yet (expert parallelism "
-                           "as a decision comes with the 5D-parallelism work); fix the mapping and use evaluate",
-                           source=problem.source, field="model")
     grid = []
     for n in problem.num_gpus:
         system = problem.system(n)
@@ -137,7 +147,8 @@ def build_space(problem: Problem) -> Space:
                         check_grid(model, system, wl, tp, pp, dp, cp)
                     except ProblemError:
                         continue
-                    grid.append((n, tp, pp, dp, cp))
+                    for ep in expert_parallel_degrees(problem, tp * dp * cp):
+                        grid.append((n, tp, pp, dp, cp, ep))
     if not grid:
         fixed = {k: list(v) for k, v in problem.mapping.items() if k in ("tp", "pp", "dp", "cp")}
         raise ProblemError(

@@ -10,30 +10,31 @@ from dataclasses import dataclass
 
 from model import memory
 from model.specs import Mapping
-from model.training import (dp_comm_times_s, edge_stage_times, layer_times, pipeline_crosses_domain, pipeline_p2p_time_s,
-                            stage_params, stage_state_bytes)
+from model.training import (dp_comm_times_s, edge_stage_times, layer_times, optimizer_owned_params, pipeline_crosses_domain,
+                            pipeline_p2p_time_s, stage_expert_params, stage_params, stage_state_bytes)
 from model import compute
 
 from .scaling import Scale
 from .space import RECOMPUTE, Space
 
 
-def _mapping(tp=1, pp=1, dp=1, cp=1, micro_batch=1, vpp=1, sp=False, recompute="none", zero=1) -> Mapping:
+def _mapping(tp=1, pp=1, dp=1, cp=1, micro_batch=1, vpp=1, sp=False, recompute="none", zero=1, ep=1) -> Mapping:
     """A Mapping carrying the decisions a factor depends on (the others are not read)."""
-    return Mapping(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch, vpp=vpp, sp=sp, recompute=recompute, zero=zero)
+    return Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, vpp=vpp, sp=sp, recompute=recompute, zero=zero)
 
 
 @dataclass
 class Tables:
     scale: Scale
-    grid: list  # (num_gpus, tp, pp, dp, cp, pipeline crosses a domain)
-    layer: list  # (tp, cp, mb, sp, rc, total, fwd, bwd, activation_units, working_units)
+    grid: list  # (num_gpus, tp, pp, dp, cp, ep, pipeline crosses a domain)
+    layer: list  # lead (dense) layers: (tp, cp, mb, sp, rc, total, fwd, bwd, activation_units, working_units)
+    body: list  # body (MoE, or for dense models the same dense) layers: (tp, cp, mb, sp, rc, ep, total, fwd, bwd, act, working)
     edge: list  # (tp, cp, mb, first_fwd, first_bwd, last_fwd, last_bwd, logits_act_units)
     embed_act: list  # (tp, cp, mb, pp, units)
     p2p: list  # (tp, cp, mb, crosses, time): zero is never read when pp = 1
     micro: list  # (dp, mb, m)
-    state: list  # (tp, zero, dp, cp, pp1, per_layer_units, first_edge_units, last_edge_units, zero3_buffer_units)
-    dp: list  # (tp, zero, dp, cp, pp1, grads0, grads_per_layer, gather0, gather_per_layer, opt0, opt_per_layer)
+    state: list  # (tp, zero, dp, cp, pp1, ep, lead_layer, body_layer, first_edge, last_edge, zero3_buffer) units
+    dp: list  # (tp, zero, dp, cp, pp1, ep, then for grads, gather, optimizer: at 0 body layers, at 1, slope per layer)
     chunks: dict  # stage kind -> list of (pp, vpp, chunk limit)
 
 
@@ -53,7 +54,18 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
     gb = wl.global_batch
     mbs = [mb for mb in space.micro_batch if any(gb % (dp * mb) == 0 for dp in dps)]
 
-    raw_layer = {}
+    moe = model.moe is not None
+    eps = sorted({g[5] for g in space.grid})
+    saved = memory.saved_gemm_input_bytes(wl.precision)
+
+    def layer_row(tp, cp, mb, sp, rc, ep, moe_layer):
+        lt = layer_times(model, system, wl, tp, cp, mb, sp, rc, ep, moe_layer)
+        args = (model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention, saved, moe_layer)
+        return lt.total, lt.forward, lt.backward, memory.activation_bytes_per_layer(*args), memory.recompute_working_bytes(*args)
+
+    # "lead" layers: the dense layers before the first MoE layer (all layers of a dense model);
+    # "body" layers: the MoE layers (for a dense model the same dense layers, with ep = 1)
+    raw_lead, raw_body = {}, {}
     for tp in tps:
         for cp in cps:
             for mb in mbs:
@@ -61,19 +73,21 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
                     if sp and tp == 1:
                         continue  # sequence parallelism is a no-op without tensor parallelism: one symmetric copy
                     for rc in space.recompute:
-                        lt = layer_times(model, system, wl, tp, cp, mb, sp, rc)
-                        saved = memory.saved_gemm_input_bytes(wl.precision)
-                        act = memory.activation_bytes_per_layer(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention, saved)
-                        work = memory.recompute_working_bytes(model, mb, wl.seq_len, tp, cp, sp, rc, wl.attention, saved)
-                        raw_layer[(tp, cp, mb, sp, rc)] = (lt.total, lt.forward, lt.backward, act, work)
+                        raw_lead[(tp, cp, mb, sp, rc)] = layer_row(tp, cp, mb, sp, rc, 1, False)
+                        for ep in eps:
+                            raw_body[(tp, cp, mb, sp, rc, ep)] = (layer_row(tp, cp, mb, sp, rc, ep, True) if moe
+                                                                  else raw_lead[(tp, cp, mb, sp, rc)])
     if prune_memory:
         usable = min(s_.usable_memory_bytes for s_ in systems.values())
-        kept = {k: v for k, v in raw_layer.items() if v[3] + v[4] <= usable}
-        raw_layer = kept or raw_layer  # nothing fits: keep all, the solver proves it infeasible
-    scale = Scale(min(v[0] for v in raw_layer.values()))
+        raw_body = {k: v for k, v in raw_body.items() if v[3] + v[4] <= usable} or raw_body  # none fits: keep, proven infeasible
+        if not moe:
+            raw_lead = {k[:5]: raw_lead[k[:5]] for k in raw_body}
+    scale = Scale(min(v[0] for v in list(raw_lead.values()) + list(raw_body.values())))
     t, mem = scale.time, scale.memory
     layer = [(tp, cp, mb, int(sp), RECOMPUTE.index(rc), t(tot), t(f), t(b), mem(act), mem(work))
-             for (tp, cp, mb, sp, rc), (tot, f, b, act, work) in raw_layer.items()]
+             for (tp, cp, mb, sp, rc), (tot, f, b, act, work) in raw_lead.items()]
+    body = [(tp, cp, mb, int(sp), RECOMPUTE.index(rc), ep, t(tot), t(f), t(b), mem(act), mem(work))
+            for (tp, cp, mb, sp, rc, ep), (tot, f, b, act, work) in raw_body.items()]
 
     edge, embed_act = [], []
     for tp in tps:
@@ -90,31 +104,35 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
     for tp in tps:
         for cp in cps:
             for mb in mbs:
-                for crosses in sorted({g[5] for g in grid}):
+                for crosses in sorted({g[6] for g in grid}):
                     p2p.append((tp, cp, mb, crosses, t(pipeline_p2p_time_s(model, system, wl, tp, cp, mb, bool(crosses)))))
     micro = sorted({(dp, mb, gb // (dp * mb)) for dp in dps for mb in mbs if gb % (dp * mb) == 0})
 
     state, dp_rows = [], []
-    grids = sorted({(g[1], g[3], g[4], g[2] == 1) for g in space.grid})
-    layer_p = stage_params(model, 1, False, False, 1)
-    for tp, dp, cp, pp1 in grids:
-        emb_p = stage_params(model, 0, True, pp1, tp)
-        per_layer_p = layer_p / tp
+    lead = space.lead_layers
+    strip = lambda d: sum(v for k, v in d.items() if k != "zero3_buffers")  # noqa: E731
+    for tp, dp, cp, pp1, ep in sorted({(g[1], g[3], g[4], g[2] == 1, g[5]) for g in space.grid}):
+        body_moe = 1 if moe else 0
         for zero in space.zero:
-            m = _mapping(tp=tp, dp=dp, cp=cp, zero=zero)
-            s_layer = stage_state_bytes(model, wl, m, per_layer_p)
+            m = _mapping(tp=tp, dp=dp, cp=cp, zero=zero, ep=ep)
+            s_lead = stage_state_bytes(model, wl, m, stage_params(model, 1, False, False, tp))
+            s_body = stage_state_bytes(model, wl, m, stage_params(model, 1, False, False, tp, body_moe),
+                                       stage_expert_params(model, body_moe, ep))
             # pp = 1: one stage holds embedding and output (no second copy of tied embeddings)
             s_emb = stage_state_bytes(model, wl, m, stage_params(model, 0, True, pp1, tp))
             s_out = stage_state_bytes(model, wl, m, stage_params(model, 0, False, True, tp)) if not pp1 else {}
-            z3 = s_layer.get("zero3_buffers", 0.0)
-            strip = lambda d: sum(v for k, v in d.items() if k != "zero3_buffers")  # noqa: E731
-            state.append((tp, zero, dp, cp, int(pp1), mem(strip(s_layer)), mem(strip(s_emb)), mem(strip(s_out)), mem(z3)))
-            g0, a0 = dp_comm_times_s(system, wl, m, emb_p)
-            g1, a1 = dp_comm_times_s(system, wl, m, emb_p + per_layer_p)
-            owned = (lambda p: p / (dp * cp) if zero >= 1 else p)  # noqa: E731
-            o0 = compute.optimizer_step_time_s(system.device, owned(emb_p), wl.grad_bytes)
-            o1 = compute.optimizer_step_time_s(system.device, owned(emb_p + per_layer_p), wl.grad_bytes)
-            dp_rows.append((tp, zero, dp, cp, int(pp1), t(g0), t(g1 - g0), t(a0), t(a1 - a0), t(o0), t(o1 - o0)))
+            z3 = s_lead.get("zero3_buffers", 0.0)
+            state.append((tp, zero, dp, cp, int(pp1), ep, mem(strip(s_lead)), mem(strip(s_body)), mem(strip(s_emb)),
+                          mem(strip(s_out)), mem(z3)))
+
+            def first_stage(b):  # DP traffic and optimizer of stage 0 holding the lead layers and b body layers
+                p = stage_params(model, lead + b, True, pp1, tp, b if moe else 0)
+                pe = stage_expert_params(model, b if moe else 0, ep)
+                g, a = dp_comm_times_s(system, wl, m, p, pe)
+                return g, a, compute.optimizer_step_time_s(system.device, optimizer_owned_params(m, p, pe), wl.grad_bytes)
+            f0, f1, f2 = first_stage(0), first_stage(1), first_stage(2)
+            dp_rows.append((tp, zero, dp, cp, int(pp1), ep) + tuple(
+                t(x) for x in (f0[0], f1[0], f2[0] - f1[0], f0[1], f1[1], f2[1] - f1[1], f0[2], f1[2], f2[2] - f1[2])))
     state = sorted(set(state))
     dp_rows = sorted(set(dp_rows))
 
@@ -126,5 +144,5 @@ def compile_tables(space: Space, prune_memory: bool = True) -> Tables:
             chunks["first"].add((pp, v, memory.in_flight_chunk_limit(0, pp, v)))
             chunks["middle"].add((pp, v, memory.in_flight_chunk_limit(min(1, pp - 1), pp, v)))
             chunks["last"].add((pp, v, memory.in_flight_chunk_limit(pp - 1, pp, v)))
-    return Tables(scale=scale, grid=grid, layer=layer, edge=edge, embed_act=sorted(set(embed_act)), p2p=p2p, micro=micro,
+    return Tables(scale=scale, grid=grid, layer=layer, body=body, edge=edge, embed_act=sorted(set(embed_act)), p2p=p2p, micro=micro,
                   state=state, dp=dp_rows, chunks={k: sorted(v) for k, v in chunks.items()})

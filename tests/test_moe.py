@@ -93,3 +93,46 @@ def test_deepseek_v3_dense_leading_layers_sit_on_the_first_stage():
                                                       first_stage_layers=7, last_stage_layers=6))
     assert [s["moe_layers"] for s in ev.stages] == [4, 8, 8, 8, 8, 8, 8, 6]  # layers 0-2 are dense
     assert 0.0 < ev.metrics["mfu"] < 1.0
+
+
+# ---------------------------------------------------------------- planning MoE models
+TINY_MOE = {"name": "tiny-moe", "layers": 6, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 4096, "vocab": 32000,
+            "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False, "dropout": False,
+            "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1, "first_dense_layers": 1}}
+
+
+def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=2048):
+    return parse_problem({"model": model, "system": {"name": "dgx-h100", "num_gpus": num_gpus},
+                          "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": "bf16"},
+                          "mapping": mapping, "objective": objective}, source="moe-test")
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory"])
+@pytest.mark.parametrize("case", [
+    ("tiny", 16, 32, {"vpp": [1, 2]}),                                   # ep, tp, pp, dp, stage split all free
+    ("tiny", 32, 64, {"recompute": ["none", "full"], "zero": [1, 3], "vpp": [1]}),
+    ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
+])
+def test_planner_matches_enumerator_on_moe(case, objective):
+    from solver.plan import enumerate_space, solve
+
+    name, n, batch, mapping = case
+    p = _moe_problem(TINY_MOE if name == "tiny" else name, n, batch, mapping, objective)
+    enumerated = enumerate_space(p)
+    solved = solve(p, time_limit=60)
+    assert solved.status == enumerated.status
+    if enumerated.plans:
+        assert solved.objective_value == pytest.approx(enumerated.objective_value, rel=1e-3)
+        best = solved.plans[0]
+        assert best.evaluation.metrics["fits"]
+        first = best.mapping.first_stage_layers
+        assert best.mapping.pp == 1 or first >= p.model.moe.first_dense_layers  # lead layers on stage 0
+
+
+def test_planner_chooses_expert_parallelism_for_a_moe_model():
+    from solver.plan import solve
+
+    p = _moe_problem("mixtral-8x7b", 64, 256, {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1, 2]})
+    result = solve(p, time_limit=60)
+    assert result.status == "OPTIMAL"
+    assert result.plans[0].mapping.ep > 1  # 8 experts replicated on every GPU would not be the best use of memory/time

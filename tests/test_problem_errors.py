@@ -260,17 +260,3 @@ def test_bad_command_line_arguments(args, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("parasol:"), err
-
-
-@pytest.mark.parametrize("command", ["solve", "enumerate"])
-def test_moe_models_are_refused_by_the_planner_until_modelled(command, tmp_path):
-    """MoE/MLA models are evaluated but not yet planned: the planner says so in one line (exit 2)
-    rather than planning them as dense models."""
-    path = tmp_path / "moe.yaml"
-    path.write_text("model: mixtral-8x7b\nsystem: {name: dgx-h100, num_gpus: 64}\n"
-                    "workload: {kind: training, seq_len: 4096, global_batch: 256, precision: bf16}\n"
-                    "mapping: {tp: 2, pp: 4, dp: 8, ep: 8, micro_batch: 1}\n")
-    proc = subprocess.run([sys.executable, "-m", "solver", command, str(path)], capture_output=True, text=True)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(path) in lines[0] and ": model:" in lines[0] and "mixture-of-experts" in lines[0]
