@@ -208,18 +208,16 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # works m times at least its share of all L layers, and m/pp = gb·tp·cp/(N·mb), so
     # m·slowest >= gb·L·T·tp·cp/(N·mb) (floor), which depends on the layer factor and N only.
     gb = problem.workload.global_batch
-    if problem.model.moe is not None:
-        pass  # MoE: lead and body layers differ, the dense bound does not apply
-    elif len(problem.num_gpus) == 1:
-        n_ = problem.num_gpus[0]
-        values = [(gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
-        work = var(0, max(values), "work")
-        md.add_element(layer_row, values, work)
-    else:
-        work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
-                     for n_ in problem.num_gpus for r in layer_rows]
-        (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
-    if problem.model.moe is None:
+    if problem.model.moe is None:  # MoE: lead and body layers differ and the dense bound does not apply
+        if len(problem.num_gpus) == 1:
+            n_ = problem.num_gpus[0]
+            values = [(gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
+            work = var(0, max(values), "work")
+            md.add_element(layer_row, values, work)
+        else:
+            work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
+                         for n_ in problem.num_gpus for r in layer_rows]
+            (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
         md.add(busy >= work)
     bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
     md.add_division_equality(bubble, total - slowest, v)
