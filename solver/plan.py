@@ -118,7 +118,7 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
     if hint is not None:
         _hint(enc, *hint)
     tokens = problem.workload.global_batch * problem.workload.seq_len
-    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size_cached)
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
     deadline = start + time_limit
     for rank in range(top):
         solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed)
@@ -253,7 +253,7 @@ def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1
     """Exhaustive baseline: evaluate every point of the same space with the model."""
     objective = objective or problem.objective
     space = build_space(problem)
-    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size_cached, workers=1)
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1)
     start = time.perf_counter()
     systems = {n: problem.system(n) for n in problem.num_gpus}
     best = []  # (key, index, plan)
@@ -292,5 +292,3 @@ def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1
             result.message = "no point of the space fits in memory"
     return result
 
-
-__all__ = ["Plan", "PlanResult", "solve", "enumerate_space", "objective_value", "RECOMPUTE", "ProblemError"]

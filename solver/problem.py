@@ -66,14 +66,19 @@ class Problem:
             if len(allowed) != 1:
                 raise ProblemError(f"evaluate needs one value, got the list {list(allowed)}", source=src, field=f"mapping.{key}")
             values[key] = allowed[0]
-        kwargs = {**MAPPING_DEFAULTS, **values}
-        kwargs.setdefault("sp", kwargs["tp"] > 1)
-        mapping = Mapping(**kwargs)
+        mapping = mapping_with_defaults(values)
         try:
             check_mapping(self.model, self.system(), self.workload, mapping)
         except ProblemError as exc:
             raise ProblemError(exc.args[0].split(": ", 1)[-1] if exc.field else str(exc), source=src, field=exc.field) from None
         return mapping
+
+
+def mapping_with_defaults(values: dict) -> Mapping:
+    """A Mapping from the given keys, absent ones at ``MAPPING_DEFAULTS`` and sp = (tp > 1)."""
+    kwargs = {**MAPPING_DEFAULTS, **values}
+    kwargs.setdefault("sp", kwargs["tp"] > 1)
+    return Mapping(**kwargs)
 
 
 def _positive_int(value, src: str, fld: str) -> int:

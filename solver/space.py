@@ -79,9 +79,6 @@ class Space:
         layers = split_stages(self.layers, pp, first, last)[0]
         return [v for v in self.vpp if v <= min(layers) and vpp_divides_stages(layers, v)]
 
-    @functools.cached_property
-    def size_cached(self) -> int:
-        return self.size()
 
     @functools.cached_property
     def pipeline_options(self) -> dict:
@@ -96,7 +93,11 @@ class Space:
                 "last": sorted({o[1] for o in options})}
 
     def size(self) -> int:
-        """Number of mappings in the space (counted, not enumerated point by point)."""
+        """Number of mappings in the space (counted once, not enumerated point by point)."""
+        return self._size
+
+    @functools.cached_property
+    def _size(self) -> int:
         gb = self.problem.workload.global_batch
         per_pp = {pp: sum(len(o[2]) for o in opts) for pp, opts in self.pipeline_options.items()}
         total = 0
@@ -173,7 +174,7 @@ def build_space(problem: Problem) -> Space:
     if not space.grid:
         raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
                            "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
-    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size_cached:
+    if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size():
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "

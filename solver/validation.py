@@ -14,7 +14,7 @@ from model.training import Evaluation, check_mapping, evaluate_training
 from model.errors import ProblemError
 
 from . import library
-from .problem import MAPPING_DEFAULTS, Problem, parse_problem
+from .problem import Problem, mapping_with_defaults, parse_problem
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,7 @@ def candidate_mappings(problem: Problem, system: SystemSpec):
     """Every mapping the run's (possibly listed) settings allow, valid for the problem."""
     keys = list(problem.mapping)
     for combo in itertools.product(*(problem.mapping[k] for k in keys)):
-        values = {**MAPPING_DEFAULTS, **dict(zip(keys, combo))}
-        values.setdefault("sp", values["tp"] > 1)
-        mapping = Mapping(**values)
+        mapping = mapping_with_defaults(dict(zip(keys, combo)))
         try:
             check_mapping(problem.model, system, problem.workload, mapping)
         except ProblemError:
