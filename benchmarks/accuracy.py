@@ -23,7 +23,7 @@ from solver.validation import evaluate_all  # noqa: E402
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).
 OUTSIDE_MODEL = ("Megatron SC'21 Table 2 ZeRO-3",)
-MOE = ("Megatron-Bridge 25.09 MoE",)  # reported on their own: the expert model is new and not calibrated
+MOE = ("Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)")  # reported on their own (calibrate.py --moe)
 
 
 def summarise(results) -> dict:
@@ -80,6 +80,10 @@ def main() -> int:
         worst = max(dense, key=lambda r: abs(r.error))
         print(f"{len(dense)} dense runs without {', '.join(OUTSIDE_MODEL)}: mean |error| {100 * statistics.fmean(errors):.1f} %, "
               f"max {100 * max(errors):.1f} % ({worst.run_id})")
+    for name in MOE:
+        errors = [abs(r.error) for r in results if r.family == name]
+        if errors:
+            print(f"{len(errors)} MoE runs, {name}: mean |error| {100 * statistics.fmean(errors):.1f} %, max {100 * max(errors):.1f} %")
     mem = [r for r in results if r.measured_memory_gib]
     if mem:
         merr = [r.evaluation.metrics["peak_memory_gib"] / r.measured_memory_gib - 1 for r in mem]

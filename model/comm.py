@@ -63,15 +63,26 @@ def tier_name(group_size: int, stride: int, system: SystemSpec) -> str:
     return "scale_up" if ranks_per_domain(group_size, stride, system) >= group_size else "scale_out"
 
 
+def alltoall_split_time_s(inside_bytes: float, across_bytes: float, group_size: int, local: int,
+                          system: SystemSpec) -> float:
+    """All-to-all in which each rank sends ``inside_bytes`` to peers in its own scale-up domain
+    and ``across_bytes`` to other domains, seconds: both tiers at once at their effective rates
+    (the slower sets the pace), plus n-1 pairwise steps of latency on the slower tier the group
+    uses (pairwise exchange, Thakur et al. 2005, Sec. 4.5)."""
+    if group_size <= 1 or inside_bytes + across_bytes <= 0:
+        return 0.0
+    inside = inside_bytes / system.scale_up.effective_bytes_per_s
+    across = across_bytes / system.scale_out.effective_bytes_per_s
+    tier = system.scale_out if local < group_size else system.scale_up
+    return (group_size - 1) * tier.latency_s + max(inside, across)
+
+
 def alltoall_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
-    """All-to-all of ``nbytes`` per rank (pairwise exchange; Thakur et al. 2005, Sec. 4.5): each
-    rank keeps 1/n and sends the rest, the part bound for its own scale-up domain over the
-    scale-up links and the part for other domains through its NIC, both at once; n-1 steps of
-    latency on the slower tier the group uses."""
+    """All-to-all of ``nbytes`` per rank, spread evenly over the group, seconds: each rank keeps
+    1/n and sends the rest, the part bound for its own scale-up domain over the scale-up links and
+    the part for other domains through its NIC (``alltoall_split_time_s``)."""
     if group_size <= 1 or nbytes <= 0:
         return 0.0
     local = ranks_per_domain(group_size, stride, system)
-    inside = nbytes * (local - 1) / group_size / system.scale_up.effective_bytes_per_s
-    across = nbytes * (group_size - local) / group_size / system.scale_out.effective_bytes_per_s
-    tier = system.scale_out if local < group_size else system.scale_up
-    return (group_size - 1) * tier.latency_s + max(inside, across)
+    return alltoall_split_time_s(nbytes * (local - 1) / group_size, nbytes * (group_size - local) / group_size,
+                                 group_size, local, system)

@@ -104,6 +104,9 @@ def moe_routed_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: s
     Router: a (tokens/tp x h) @ (h x E) GEMM on the sequence-parallel share. Experts: E/ep local
     experts (a grouped GEMM), each receiving an equal share of the GPU's routed rows, at full width
     (expert tensor parallelism 1, as Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes set it).
+    Both run at the GEMM roofline divided by the device's ``moe_expert_efficiency``: what the
+    block (router, token permutation, grouped GEMMs, the host sync of dropless dispatch) achieves
+    of the dense GEMM rate, fitted on published MoE runs (benchmarks/calibrate.py --moe).
     """
     moe = model.moe
     local = moe.experts / ep
@@ -111,7 +114,7 @@ def moe_routed_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: s
     experts = local * sum(gemm_time_s(device, m, n, k, precision)
                           for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn).values())
     router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, precision)
-    return experts + router
+    return (experts + router) / device.moe_expert_efficiency
 
 
 def attention_core_flops(model: ModelSpec, micro_batch: int, seq_len: int, cp: int, tp: int, causal_skip: bool) -> float:

@@ -80,7 +80,7 @@ def vpp_divides_stages(stage_layers: list[int], vpp: int) -> bool:
     last = len(stage_layers) - 1
     for i, n in enumerate(stage_layers):
         edge = i in (0, last)
-        if n % vpp and not (edge and (n + 1) % vpp == 0):
+        if (n % vpp or n < vpp) and not (edge and (n + 1) % vpp == 0):
             return False
     return True
 

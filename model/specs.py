@@ -53,6 +53,7 @@ class MoESpec:
     first_dense_layers: int = 0  # leading layers with a dense FFN of the model's `ffn` width
     capacity_factor: float | None = None  # None = dropless
     load_imbalance: float = 1.0  # tokens of the busiest expert / the mean (the busiest sets the pace)
+    max_nodes_per_token: int = 0  # node-limited routing (DeepSeek-V3 Sec. 2.1.2: M = 4); 0 = no limit
 
     def __post_init__(self):
         for name in ("experts", "top_k", "expert_ffn"):
@@ -172,6 +173,8 @@ class DeviceSpec:
     attention_efficiency: float  # flash-attention fraction of peak
     memory_efficiency: float  # achieved fraction of HBM bandwidth
     tdp_w: float = 0.0
+    moe_expert_efficiency: float = 1.0  # routed-expert block (router, permutation, grouped GEMMs) rate / dense GEMM rate
+    moe_overlap_efficiency: float = 1.0  # share of a layer's compute that can hide overlapped all-to-all
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
     source: str | None = field(default=None, compare=False)
 
@@ -224,6 +227,8 @@ class Workload:
     attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
+    moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
+    moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     source: str | None = field(default=None, compare=False)
 
 

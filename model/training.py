@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import comm, compute, memory, params
+from . import comm, compute, expert_parallel, memory, params
 from .errors import ProblemError
 from .pipeline import pipeline_time_s, stage_layer_counts, vpp_divides_stages
 from .precision import activation_precision, bytes_per_element
-from .specs import Mapping, ModelSpec, SystemSpec, Workload
+from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
 GIB = 2.0**30
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
@@ -83,18 +83,45 @@ def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Wo
     return max(0.0, transfer - attention_fwd_s)
 
 
-def ep_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                           ep: int) -> float:
-    """MoE token dispatch and combine in one layer's forward: two all-to-alls over the ep ranks
-    (consecutive ranks: with expert tensor parallelism 1 the expert grid is laid over tp·cp·dp,
-    tp fastest) of each GPU's routed rows of its sequence-parallel share, tokens/tp x top_k x h
-    (Lepikhin et al., GShard, 2020). The backward sends the gradients the same way."""
+def ep_comm_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                   ep: int, direction: str) -> float:
+    """MoE all-to-all in one layer of one micro-batch, seconds: the token dispatch and the combine
+    of the forward (``direction`` forward), or of the backward, which sends the gradients back the
+    same way (``backward``). Each GPU routes its sequence-parallel share, tokens/tp, over ep
+    consecutive ranks (with expert tensor parallelism 1 the expert grid is laid over tp·cp·dp, tp
+    fastest); the copies per token and bytes per element come from ``expert_parallel``."""
     if ep == 1 or model.moe is None:
         return 0.0
-    tokens = micro_batch * workload.seq_len / cp
-    e = bytes_per_element(activation_precision(workload.precision))
-    nbytes = tokens / tp * model.moe.top_k * model.hidden * e
-    return 2.0 * comm.alltoall_time_s(nbytes, ep, 1, system)
+    tokens = micro_batch * workload.seq_len / cp / tp
+    local = comm.ranks_per_domain(ep, 1, system)
+    inside, across = expert_parallel.dispatch_copies_per_token(model, ep, local, workload.moe_dispatcher)
+    total = 0.0
+    for leg in ("dispatch", "combine"):
+        e = expert_parallel.dispatch_bytes_per_element(workload, leg if direction == "forward" else "combine")
+        row = tokens * model.hidden * e
+        total += comm.alltoall_split_time_s(row * inside, row * across, ep, local, system)
+    return total
+
+
+def ep_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                           ep: int) -> float:
+    """Dispatch and combine of one layer's forward, seconds (``ep_comm_time_s``)."""
+    return ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward")
+
+
+def ep_exposed_times_s(device: DeviceSpec, workload: Workload, ep_fwd: float, ep_bwd: float,
+                       layer_compute_s: float) -> tuple[float, float]:
+    """(forward, backward) all-to-all seconds left exposed. Without overlap, all of it. With
+    ``moe_a2a_overlap`` the forward of one micro-batch and the backward of another run merged, each
+    one's all-to-all hidden behind the other's compute (DualPipe, DeepSeek-V3 Sec. 3.2.1; Megatron-
+    Core --overlap-moe-expert-parallel-comm): what exceeds the share of the layer's fwd+bwd compute
+    that can hide it (the device's ``moe_overlap_efficiency``: the communication kernels take SMs,
+    and each phase waits for its own dispatch) shows."""
+    total = ep_fwd + ep_bwd
+    if not workload.moe_a2a_overlap or total <= 0:
+        return ep_fwd, ep_bwd
+    shown = max(0.0, total - device.moe_overlap_efficiency * layer_compute_s) / total
+    return ep_fwd * shown, ep_bwd * shown
 
 
 def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
@@ -106,7 +133,8 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
     if moe_layer:
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
-    ep_fwd = ep_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, ep) if moe_layer else 0.0
+    ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward") if moe_layer else 0.0
+    ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward") if moe_layer else 0.0
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
@@ -117,6 +145,8 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
     cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0) * 2.0
+    ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd
+                                                    + elem_fwd + elem_bwd)
     if recompute == "full":
         redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
     elif recompute == "selective":
@@ -126,7 +156,7 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     return LayerTimes(
         gemm_fwd=gemm_fwd, attention_fwd=attn_fwd, elementwise_fwd=elem_fwd, tp_comm_fwd=tp_fwd, cp_comm_fwd=cp_fwd,
         gemm_bwd=2.0 * gemm_fwd, attention_bwd=attn_bwd, elementwise_bwd=elem_bwd, tp_comm_bwd=tp_fwd,
-        cp_comm_bwd=cp_bwd, recompute=redo, ep_comm_fwd=ep_fwd, ep_comm_bwd=ep_fwd,
+        cp_comm_bwd=cp_bwd, recompute=redo, ep_comm_fwd=ep_fwd_shown, ep_comm_bwd=ep_bwd_shown,
     )
 
 
@@ -350,7 +380,7 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"the interleaved schedule (vpp {m.vpp}) needs the {microbatches} micro-batches per step to be "
                            f"a multiple of pp {m.pp}", field="mapping.vpp")
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
-    if m.vpp > min(layers) or not vpp_divides_stages(layers, m.vpp):
+    if not vpp_divides_stages(layers, m.vpp):
         raise ProblemError(f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
                            "(the first and last stage may count the embedding or loss as a layer)", field="mapping.vpp")
 

@@ -89,7 +89,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
               "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "dropout", "params_b",
               "active_params_b", "moe", "mla")
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_expert_ffn", "first_dense_layers",
-            "capacity_factor", "load_imbalance")
+            "capacity_factor", "load_imbalance", "max_nodes_per_token")
 MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank")
 MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
 
@@ -167,16 +167,27 @@ def load_device(name: str) -> DeviceSpec:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
     peaks = {k: _number(peaks, k, src, "peak_flops.") for k in peaks if peaks[k] is not None}
     eff = data["efficiency"]
-    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory"), ("gemm", "attention", "memory"), src, "efficiency.")
+    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "moe_expert", "moe_overlap"),
+               ("gemm", "attention", "memory"), src, "efficiency.")
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
     return DeviceSpec(
         name=data.get("name", name), peak_flops=peaks, hbm_bytes=_number(data, "hbm_bytes", src, ""),
         hbm_bytes_per_s=_number(data, "hbm_bytes_per_s", src, ""), gemm_efficiency_flops=xs, gemm_efficiency=ys,
         attention_efficiency=_number(eff, "attention", src, "efficiency."),
-        memory_efficiency=_number(eff, "memory", src, "efficiency."), tdp_w=float(data.get("tdp_w", 0.0)),
+        memory_efficiency=_number(eff, "memory", src, "efficiency."),
+        tdp_w=float(data.get("tdp_w", 0.0)),
+        **{f"{key}_efficiency": _fraction(eff, key, src) for key in ("moe_expert", "moe_overlap") if key in eff},
         low_precision_gemm=low, source=src,
     )
+
+
+def _fraction(data: dict, key: str, src: str) -> float:
+    """An efficiency in (0, 1]."""
+    value = as_float(data.get(key))
+    if value is None or not 0 < value <= 1:
+        raise ProblemError(f"must be a fraction in (0, 1], got {data.get(key)!r}", source=src, field=f"efficiency.{key}")
+    return value
 
 
 def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:

@@ -25,7 +25,9 @@ from . import library
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective")
 OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu")
-WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp")
+WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp",
+                 "moe_dispatcher", "moe_a2a_overlap")
+MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
                 "first_stage_layers", "last_stage_layers")
 ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
@@ -104,12 +106,18 @@ def _parse_workload(data, src: str) -> Workload:
     grad_bytes = data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0)
     if grad_bytes not in (2, 4):
         raise ProblemError(f"{grad_bytes!r} is not allowed; allowed: 2, 4", source=src, field="workload.grad_bytes")
-    overlap = data.get("overlap_dp", True)
-    if not isinstance(overlap, bool):
-        raise ProblemError(f"must be true or false, got {overlap!r}", source=src, field="workload.overlap_dp")
+    flags = {}
+    for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False)):
+        flags[key] = data.get(key, default)
+        if not isinstance(flags[key], bool):
+            raise ProblemError(f"must be true or false, got {flags[key]!r}", source=src, field=f"workload.{key}")
+    dispatcher = data.get("moe_dispatcher", "alltoall")
+    if dispatcher not in MOE_DISPATCHERS:
+        raise ProblemError(f"{dispatcher!r} is not allowed; allowed: {', '.join(MOE_DISPATCHERS)}", source=src, field="workload.moe_dispatcher")
     return Workload(kind="training", seq_len=_positive_int(data["seq_len"], src, "workload.seq_len"),
                     global_batch=_positive_int(data["global_batch"], src, "workload.global_batch"),
-                    precision=precision, attention=attention, grad_bytes=float(grad_bytes), overlap_dp=overlap, source=src)
+                    precision=precision, attention=attention, grad_bytes=float(grad_bytes), moe_dispatcher=dispatcher,
+                    source=src, **flags)
 
 
 def _parse_mapping(data, src: str) -> dict:

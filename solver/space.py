@@ -77,7 +77,7 @@ class Space:
         if pp == 1:
             return [v for v in self.vpp if v == 1]
         layers = split_stages(self.layers, pp, first, last)[0]
-        return [v for v in self.vpp if v <= min(layers) and vpp_divides_stages(layers, v)]
+        return [v for v in self.vpp if vpp_divides_stages(layers, v)]
 
 
     @functools.cached_property

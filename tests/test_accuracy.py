@@ -11,8 +11,9 @@ import pytest
 
 from solver.validation import evaluate_all, load_runs
 
+MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 OUTSIDE_MODEL = {"Megatron SC'21 Table 2 ZeRO-3",  # DeepSpeed ZeRO-3 overheads: see README, Accuracy
-                 "Megatron-Bridge 25.09 MoE"}  # the expert model is new: reported, not yet held to the dense targets
+                 MOE_CALIBRATION, MOE_CHECK}  # MoE runs: held to the MoE targets below
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +41,17 @@ def test_errors_are_not_all_one_sign(results):
     """A calibration that only shifts every prediction one way would show here."""
     signs = {r.error > 0 for r in results if r.family not in OUTSIDE_MODEL}
     assert signs == {True, False}
+
+
+def test_moe_calibration_runs_within_fifteen_percent_on_average(results):
+    """Issue 4's target on the MoE runs of the calibration set (two H100 MoE efficiencies were
+    fitted on them: benchmarks/calibrate.py --moe)."""
+    errors = [abs(r.error) for r in results if r.family == MOE_CALIBRATION]
+    assert len(errors) == 3 and statistics.fmean(errors) <= 0.15
+
+
+def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_average(results):
+    """Published MoE runs not used for fitting (Megatron MoE Model Zoo): a looser bound, measured
+    18.7 % when the fit was made; a change that loses the out-of-sample accuracy fails here."""
+    errors = [abs(r.error) for r in results if r.family == MOE_CHECK]
+    assert len(errors) == 4 and statistics.fmean(errors) <= 0.25

@@ -1,4 +1,4 @@
-"""Mixture-of-experts and MLA terms of the model (evaluate only; the planner refuses MoE models)."""
+"""Mixture-of-experts and MLA terms of the model, expert-parallel dispatch, and MoE planning."""
 
 import pytest
 
@@ -132,7 +132,78 @@ def test_planner_matches_enumerator_on_moe(case, objective):
 def test_planner_chooses_expert_parallelism_for_a_moe_model():
     from solver.plan import solve
 
-    p = _moe_problem("mixtral-8x7b", 64, 256, {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1, 2]})
+    # ZeRO-1 without tp or pp: 46.7B parameters' weights and gradients on every GPU (~280 GB) do not
+    # fit, so the plan must shard the experts over ep ranks
+    p = _moe_problem("mixtral-8x7b", 64, 256, {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1],
+                                               "tp": 1, "pp": 1, "zero": 1})
     result = solve(p, time_limit=60)
     assert result.status == "OPTIMAL"
-    assert result.plans[0].mapping.ep > 1  # 8 experts replicated on every GPU would not be the best use of memory/time
+    assert result.plans[0].mapping.ep > 1
+
+
+# --- expert-parallel dispatch (model/expert_parallel.py) ---------------------------------------
+
+from math import comb  # noqa: E402
+
+from model import expert_parallel  # noqa: E402
+from model.specs import Workload  # noqa: E402
+
+
+def test_expert_set_hit_probability_is_hypergeometric():
+    # one expert of 8, top-2: P(hit) = 1 - C(7,2)/C(8,2) = 1 - 21/28 = 0.25 = k/E
+    assert expert_parallel.expert_set_hit_probability(8, 2, 1) == pytest.approx(0.25)
+    assert expert_parallel.expert_set_hit_probability(256, 8, 32) == pytest.approx(1 - comb(224, 8) / comb(256, 8))
+    assert expert_parallel.expert_set_hit_probability(8, 2, 8) == 1.0
+
+
+def test_alltoall_dispatcher_sends_top_k_copies_split_by_domain():
+    model = load_model("deepseek-v3")
+    inside, across = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="alltoall")
+    assert inside == pytest.approx(8 * 7 / 64) and across == pytest.approx(8 * 56 / 64)
+    assert inside + across == pytest.approx(8 * 63 / 64)  # the copy to the rank itself stays put
+
+
+def test_deepep_sends_each_token_once_per_remote_node_and_respects_node_limited_routing():
+    model = load_model("deepseek-v3")  # top-8 of 256, M = 4 nodes per token
+    _, plain = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="alltoall")
+    _, dedup = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="deepep")
+    assert dedup < plain
+    # 8 nodes: unlimited, 8 x P(node hit) ~ 5.3 distinct nodes; the limit caps them at 4, 7/8 of them remote
+    assert dedup == pytest.approx(4 * 7 / 8, rel=1e-9)
+    import dataclasses
+    free = dataclasses.replace(model, moe=dataclasses.replace(model.moe, max_nodes_per_token=0))
+    _, unlimited = expert_parallel.dispatch_copies_per_token(free, ep=64, local=8, dispatcher="deepep")
+    assert unlimited == pytest.approx(7 * expert_parallel.expert_set_hit_probability(256, 8, 32))
+
+
+def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
+    wl = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher="deepep")
+    assert expert_parallel.dispatch_bytes_per_element(wl, "dispatch") == pytest.approx(1 + 4 / 128)
+    assert expert_parallel.dispatch_bytes_per_element(wl, "combine") == 2.0
+    plain = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8")
+    assert expert_parallel.dispatch_bytes_per_element(plain, "dispatch") == 2.0
+
+
+def test_overlapped_all_to_all_shows_only_what_compute_cannot_hide():
+    from model.training import ep_exposed_times_s
+    device = load_system("dgx-h100", 8).device
+    on = Workload(kind="training", seq_len=4096, global_batch=64, moe_a2a_overlap=True)
+    off = Workload(kind="training", seq_len=4096, global_batch=64)
+    assert ep_exposed_times_s(device, off, 1.0, 2.0, 10.0) == (1.0, 2.0)
+    hidden = device.moe_overlap_efficiency * 5.0
+    assert 0 < hidden < 3.0
+    f, b = ep_exposed_times_s(device, on, 1.0, 2.0, 5.0)
+    assert f + b == pytest.approx(max(0.0, 3.0 - hidden)) and f / b == pytest.approx(0.5)
+    assert ep_exposed_times_s(device, on, 1.0, 2.0, 100.0) == (0.0, 0.0)
+
+
+def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
+    import dataclasses
+    model, system = load_model("deepseek-v3"), load_system("dgx-h100", 1024)
+    base = Workload(kind="training", seq_len=4096, global_batch=8192, precision="fp8")
+    mapping = Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=4, last_stage_layers=9)
+    plain = evaluate_training(model, system, base, mapping).metrics["step_time_s"]
+    deepep = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher="deepep"), mapping).metrics["step_time_s"]
+    both = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher="deepep", moe_a2a_overlap=True),
+                             mapping).metrics["step_time_s"]
+    assert both < deepep < plain

@@ -77,6 +77,8 @@ CASES = [
     pytest.param("fp8-on-a100", edit(("workload.precision", "fp8")), "workload.precision"),
     ("unknown-attention", edit(("workload.attention", "paged")), "workload.attention"),
     ("overlap-not-bool", edit(("workload.overlap_dp", "yes")), "workload.overlap_dp"),
+    ("a2a-overlap-not-bool", edit(("workload.moe_a2a_overlap", 1)), "workload.moe_a2a_overlap"),
+    ("unknown-dispatcher", edit(("workload.moe_dispatcher", "nccl")), "workload.moe_dispatcher"),
     ("num-gpus-float", edit(("system.num_gpus", 64.0)), "system.num_gpus"),
     ("num-gpus-negative", edit(("system.num_gpus", -64)), "system.num_gpus"),
     ("tp-string", edit(("mapping.tp", "8")), "mapping.tp"),

@@ -1,0 +1,69 @@
+"""Expert-parallel token dispatch and combine: how many copies of each token cross which tier.
+
+Two dispatchers, as Megatron-Core offers them:
+
+- ``alltoall`` (Megatron-Core MoEAlltoAllTokenDispatcher): tokens are permuted by expert and
+  exchanged with one all-to-all, so a token routed to k experts travels k times, each copy to the
+  rank holding that expert (GShard, Lepikhin et al. 2020). Both directions carry activations at
+  the training precision's activation width.
+- ``deepep`` (DeepEP, DeepSeek-AI 2025; DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.2.2): a
+  token crosses the scale-out network once per destination node holding any of its experts and
+  is forwarded inside the node over NVLink once per destination GPU; with FP8 training the
+  dispatch is sent in FP8 with one fp32 scale per 128 elements (Sec. 3.3), the combine in BF16.
+  Node-limited routing (Sec. 2.1.2) caps the destination nodes per token.
+
+Experts are spread evenly over the ranks of the expert-parallel group (E/ep per rank) and routing
+is balanced (the benchmark runs force it); a token's top-k experts are k distinct experts drawn
+uniformly, so the chance it needs a given set of g experts is hypergeometric.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from .precision import activation_precision, bytes_per_element
+from .specs import ModelSpec, Workload
+
+FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0  # one fp32 scale per 1x128 block (DeepSeek-V3 Sec. 3.3.2)
+
+
+def expert_set_hit_probability(experts: int, top_k: int, set_size: int) -> float:
+    """Probability that a token's k distinct experts, drawn uniformly from E, include at least one
+    of a given ``set_size`` experts: 1 - C(E-g, k)/C(E, k) (hypergeometric), dimensionless."""
+    if set_size >= experts:
+        return 1.0
+    return 1.0 - comb(experts - set_size, top_k) / comb(experts, top_k)
+
+
+def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher: str) -> tuple[float, float]:
+    """(copies sent inside the scale-up domain, copies sent across it) per routed token, for an
+    expert-parallel group of ``ep`` ranks with ``local`` of them per scale-up domain.
+
+    alltoall: k copies, spread evenly over the ep ranks: k(local-1)/ep stay in the domain (the
+    copy to the rank itself is free), k(ep-local)/ep leave it.
+    deepep: one copy per distinct remote node hit, (N-1)·p_node with N = ep/local nodes, and the
+    NVLink forwards, one per distinct GPU hit, ep·p_gpu, other than the receiving one (by symmetry
+    each GPU forwards as much as it originates); node-limited routing scales both down to the M
+    nodes a token may reach.
+    """
+    moe = model.moe
+    if dispatcher == "alltoall":
+        return moe.top_k * (local - 1) / ep, moe.top_k * (ep - local) / ep
+    nodes = ep // local
+    p_node = expert_set_hit_probability(moe.experts, moe.top_k, moe.experts // nodes)
+    p_gpu = expert_set_hit_probability(moe.experts, moe.top_k, moe.experts // ep)
+    limit = 1.0
+    if moe.max_nodes_per_token and nodes * p_node > moe.max_nodes_per_token:
+        limit = moe.max_nodes_per_token / (nodes * p_node)
+    across = (nodes - 1) * p_node * limit
+    inside = ep * p_gpu * limit * (local - 1) / local  # a hit GPU that is not the receiving one
+    return inside, across
+
+
+def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
+    """Bytes per hidden element of a token copy: the activation width, except that DeepEP sends
+    the FP8 training forward dispatch in FP8 plus its block scales (DeepSeek-V3 Sec. 3.3.2);
+    ``direction`` is ``dispatch`` or ``combine`` (the backward pass sends gradients in BF16)."""
+    if workload.moe_dispatcher == "deepep" and workload.precision == "fp8" and direction == "dispatch":
+        return 1.0 + FP8_SCALE_BYTES_PER_ELEMENT
+    return bytes_per_element(activation_precision(workload.precision))
