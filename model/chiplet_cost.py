@@ -400,6 +400,6 @@ def scale_device(device: DeviceSpec, chiplets: ChipletSpec, count: int) -> Devic
     if scaled is chiplets:
         return device
     f = count / chiplets.compute.count
-    m = scaled.hbm_stacks / chiplets.hbm_stacks
+    m = scaled.hbm_stacks / chiplets.hbm_stacks if chiplets.hbm_stacks else 1.0
     return replace(device, name=f"{device.name}-x{count}", peak_flops={k: v * f for k, v in device.peak_flops.items()},
                    hbm_bytes=device.hbm_bytes * m, hbm_bytes_per_s=device.hbm_bytes_per_s * m, tdp_w=device.tdp_w * f)

@@ -190,7 +190,7 @@ def chiplets_from_dict(data, src: str, params: CostParameters, prefix: str = "ch
     gen = _choice(h["generation"], src, prefix + "hbm.generation", params.hbm)
     return ChipletSpec(
         compute=die("compute"), io=die("io") if "io" in data else None, hbm_generation=gen,
-        hbm_stacks=_int(h, "stacks", src, prefix + "hbm."), hbm_stack_gb=_num(h, "stack_gb", src, prefix + "hbm."),
+        hbm_stacks=_int(h, "stacks", src, prefix + "hbm.", minimum=0), hbm_stack_gb=_num(h, "stack_gb", src, prefix + "hbm."),
         packaging=_choice(data["packaging"], src, prefix + "packaging", params.packages),
         interposer_mm2=_num(data, "interposer_mm2", src, prefix, default=None),
         bridges=_int(data, "bridges", src, prefix, default=None, minimum=0),
