@@ -12,6 +12,11 @@ from model.system_cost import system_cost
 from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
 
 
+DIE_FIELDS = {"die_area_mm2": "area_mm2", "dies_per_wafer": "dies_per_wafer", "die_yield": "die_yield"}  # of the compute die
+DEVICE_FIELDS = ("kgd_cost_usd", "packaging_cost_usd", "hbm_cost_usd", "test_cost_usd", "manufacturing_cost_usd", "nre_usd",
+                 "nre_share_usd", "device_cost_usd")
+
+
 def cost_document(system_name: str, num_gpus: int | None = None, chiplets: int | None = None,
                   gpu_hour_usd: float | None = None) -> dict:
     """Everything `parasol cost --json` prints. A device without a ``chiplets:`` section has null
@@ -37,27 +42,16 @@ def cost_document(system_name: str, num_gpus: int | None = None, chiplets: int |
         spec, cost = scaled, device_cost(scaled, params)
     prices, origin = prices_for(system, overrides, base_name, None if cost is None else cost.device_cost_usd,
                                 gpu_hour_usd, price_scale)
-    compute = None if cost is None else cost.dies[0]
+    doc.update(dict.fromkeys(("chiplet_count", "node", "packaging_type", *DIE_FIELDS, *DEVICE_FIELDS, "dies", "hbm",
+                              "packaging", "volume_units", "d2d_bytes_per_s")))
+    if spec is not None:
+        doc.update(chiplet_count=spec.compute.count, node=spec.compute.node, packaging_type=spec.packaging,
+                   hbm={"generation": spec.hbm_generation, "stacks": spec.hbm_stacks, "stack_gb": spec.hbm_stack_gb},
+                   volume_units=spec.volume_units or params.nre.volume_units, d2d_bytes_per_s=spec.d2d_bytes_per_s)
+        doc.update({key: getattr(cost.dies[0], name) for key, name in DIE_FIELDS.items()})
+        doc.update({key: getattr(cost, key) for key in DEVICE_FIELDS})
+        doc.update(dies=[d.as_dict() for d in cost.dies], packaging=cost.packaging)
     doc.update({
-        "chiplet_count": None if spec is None else spec.compute.count,
-        "node": None if spec is None else spec.compute.node,
-        "packaging_type": None if spec is None else spec.packaging,
-        "die_area_mm2": None if compute is None else compute.area_mm2,
-        "dies_per_wafer": None if compute is None else compute.dies_per_wafer,
-        "die_yield": None if compute is None else compute.die_yield,
-        "kgd_cost_usd": None if cost is None else cost.kgd_cost_usd,
-        "packaging_cost_usd": None if cost is None else cost.packaging_cost_usd,
-        "hbm_cost_usd": None if cost is None else cost.hbm_cost_usd,
-        "test_cost_usd": None if cost is None else cost.test_cost_usd,
-        "manufacturing_cost_usd": None if cost is None else cost.manufacturing_cost_usd,
-        "nre_usd": None if cost is None else cost.nre_usd,
-        "nre_share_usd": None if cost is None else cost.nre_share_usd,
-        "device_cost_usd": None if cost is None else cost.device_cost_usd,
-        "dies": [] if cost is None else [d.as_dict() for d in cost.dies],
-        "hbm": None if spec is None else {"generation": spec.hbm_generation, "stacks": spec.hbm_stacks, "stack_gb": spec.hbm_stack_gb},
-        "packaging": None if cost is None else cost.packaging,
-        "volume_units": None if spec is None else (spec.volume_units or params.nre.volume_units),
-        "d2d_bytes_per_s": None if spec is None else spec.d2d_bytes_per_s,
         "device": {"peak_flops": system.device.peak_flops, "hbm_bytes": system.device.hbm_bytes,
                    "hbm_bytes_per_s": system.device.hbm_bytes_per_s, "tdp_w": system.device.tdp_w},
         "device_price_usd": prices.device_usd if prices.node_usd is None else None,
@@ -96,7 +90,7 @@ def cost_table(doc: dict) -> str:
             ("HBM", f"{_usd(doc['hbm_cost_usd']):>9}  ({hbm['stacks']} x {hbm['generation']} {hbm['stack_gb']:g} GB)"),
             ("final test", f"{_usd(doc['test_cost_usd']):>9}"),
             ("manufacturing", f"{_usd(doc['manufacturing_cost_usd']):>9}"),
-            ("NRE share", f"{_usd(doc['nre_share_usd']):>9}  ({_usd(doc['nre_usd'])} over {doc['volume_units']:,.0f} units)"),
+            ("NRE share", f"{_usd(doc['nre_share_usd']):>9}  (${doc['nre_usd'] / 1e6:,.0f}M of design, IP and masks over {doc['volume_units']:,.0f} units)"),
             ("device cost", f"{_usd(doc['device_cost_usd']):>9}"),
         ]
         width = max(len(k) for k, _ in rows)
