@@ -13,6 +13,7 @@ import sys
 from model.errors import ProblemError
 from model.training import evaluate_training
 
+from .cost_report import cost_document, cost_table
 from .plan import enumerate_space, solve
 from .problem import OBJECTIVES, load_problem
 from .report import evaluation_json, evaluation_table, plan_result_json, plan_result_table
@@ -42,6 +43,12 @@ def _build_parser() -> argparse.ArgumentParser:
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
+    co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
+    co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
+    co.add_argument("--chiplets", type=_positive_int, help="compute dies per package (default: the device's own)")
+    co.add_argument("--gpu-hour-usd", type=_positive_float, help="rental price per GPU-hour; replaces the amortised hourly cost")
+    co.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -93,7 +100,13 @@ def cmd_enumerate(args) -> int:
     return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit))
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate}
+def cmd_cost(args) -> int:
+    doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
+    print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "cost": cmd_cost}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -160,7 +160,8 @@ def _number(data: dict, key: str, source: str, prefix: str) -> float:
 @functools.lru_cache(maxsize=None)
 def load_device(name: str) -> DeviceSpec:
     """A device from problems/systems/devices/."""
-    src, data = _read_library_entry("systems/devices", name, "device", ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency"),
+    src, data = _read_library_entry("systems/devices", name, "device", ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency",
+                                                                        "chiplets"),
                                     ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"))
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
@@ -210,18 +211,52 @@ def _tier(data, name: str, src: str) -> NetworkTier:
                        latency_s=_number(data, "latency_s", src, f"{name}."), efficiency=_number(data, "efficiency", src, f"{name}."))
 
 
-@functools.lru_cache(maxsize=None)
-def _system_file(name: str) -> tuple:
-    src, data = _read_library_entry("systems", name, "system.name", ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out"),
-                                    ("device", "gpus_per_node", "scale_up", "scale_out"))
+SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost")
+SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
+
+
+def _system_parts(src: str, data: dict) -> tuple:
+    """(source, device, gpus per node, scale-up domain, tiers, reserve) of a system mapping. ``cost:`` is
+    read by solver.cost_library."""
     device = load_device(data["device"])
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     return (src, device, int(data["gpus_per_node"]), int(domain or data["gpus_per_node"]), _tier(data["scale_up"], "scale_up", src),
             _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)))
 
 
-def load_system(name: str, num_gpus: int) -> SystemSpec:
-    """A system from problems/systems/ with ``num_gpus`` devices."""
-    src, device, per_node, domain, up, out, reserve = _system_file(name)
+@functools.lru_cache(maxsize=None)
+def _system_file(name: str) -> tuple:
+    return _system_parts(*_read_library_entry("systems", name, "system.name", SYSTEM_KEYS, SYSTEM_REQUIRED))
+
+
+def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
+    src, device, per_node, domain, up, out, reserve = parts
     return SystemSpec(name=name, device=device, num_gpus=num_gpus, gpus_per_node=per_node, scale_up_domain=domain,
                       scale_up=up, scale_out=out, memory_reserve_bytes=reserve, source=src)
+
+
+def load_system(name: str, num_gpus: int) -> SystemSpec:
+    """A system from problems/systems/ with ``num_gpus`` devices."""
+    return _spec(name, _system_file(name), num_gpus)
+
+
+def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
+    """A system from a YAML file outside the library (its device named from the library)."""
+    data = read_yaml(path, "system file")
+    src = str(path)
+    check_keys(data, SYSTEM_KEYS, SYSTEM_REQUIRED, src, "")
+    if not isinstance(data["device"], str):
+        raise ProblemError(f"must be a device name; allowed: {', '.join(names('systems/devices'))}", source=src, field="device")
+    for key, value in (("gpus_per_node", data["gpus_per_node"]),
+                       ("scale_up.domain_size", data["scale_up"].get("domain_size", 1) if isinstance(data["scale_up"], dict) else 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=key)
+    if "memory_reserve_bytes" in data:
+        _number(data, "memory_reserve_bytes", src, "")
+    try:
+        parts = _system_parts(src, data)
+    except ProblemError as exc:
+        if exc.source is None:
+            raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field=exc.field) from None
+        raise
+    return _spec(str(data.get("name", Path(path).stem)), parts, num_gpus)

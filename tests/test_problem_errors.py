@@ -253,7 +253,8 @@ def test_messages_say_what_is_allowed(bad_files, capsys):
 
 
 @pytest.mark.parametrize("args", [["solve", "x.yaml", "--top", "0"], ["frobnicate"], ["solve", "x.yaml", "--time-limit", "-1"],
-                                  ["enumerate", "x.yaml", "--objective", "fastest"], []])
+                                  ["enumerate", "x.yaml", "--objective", "fastest"], [], ["cost"],
+                                  ["cost", "--system", "dgx-h100", "--chiplets", "0"], ["cost", "--system", "dgx-h100", "--num-gpus", "x"]])
 def test_bad_command_line_arguments(args, capsys):
     """argparse mistakes are one line and exit 2 as well."""
     from solver.cli import main
