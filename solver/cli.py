@@ -10,9 +10,11 @@ import argparse
 import json
 import sys
 
+from model.collectives import ALL_ALGORITHMS, OPS
 from model.errors import ProblemError
 from model.training import evaluate_training
 
+from .collective import parse_bytes, result_json, result_table, run_collective
 from .plan import enumerate_space, solve
 from .problem import OBJECTIVES, load_problem
 from .report import evaluation_json, evaluation_table, plan_result_json, plan_result_table
@@ -42,6 +44,21 @@ def _build_parser() -> argparse.ArgumentParser:
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    co = sub.add_parser("collective", help="time one collective on a system's topology (nccl-tests conventions)",
+                        description="Alpha-beta time of a collective on the GPUs of a library system, with the "
+                                    "nccl-tests algorithm and bus bandwidths. GB/s = 1e9 bytes/s; busbw = algbw x "
+                                    "2(n-1)/n for allreduce ((n-1)/(n+1) when --algorithm in_network is given, as "
+                                    "nccl-tests does under NCCL_ALGO=NVLS), (n-1)/n for allgather, reducescatter and "
+                                    "alltoall, 1 for p2p (nccl-tests doc/PERFORMANCE.md).")
+    co.add_argument("--system", required=True, help="a system of the library (problems/systems/)")
+    co.add_argument("--op", required=True, choices=OPS, help="the collective")
+    co.add_argument("--bytes", required=True, type=_size, dest="nbytes", metavar="B",
+                    help="buffer size in bytes as nccl-tests counts it (the whole array for allgather/reducescatter, "
+                         "one rank's send buffer for alltoall); K/M/G suffixes are powers of 1024")
+    co.add_argument("--gpus", required=True, type=_positive_int, help="GPUs in the group, placed compactly")
+    co.add_argument("--algorithm", choices=ALL_ALGORITHMS, help="fix the algorithm (default: the system's, else the fastest)")
+    co.add_argument("--json", action="store_true",
+                    help="print one JSON object {time_s, algbw_gbps, busbw_gbps, algorithm} (GB/s = 1e9 bytes/s)")
     return parser
 
 
@@ -61,6 +78,13 @@ def _positive(kind):
 
 
 _positive_int, _positive_float = _positive(int), _positive(float)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_evaluate(args) -> int:
@@ -93,7 +117,13 @@ def cmd_enumerate(args) -> int:
     return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit))
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate}
+def cmd_collective(args) -> int:
+    result = run_collective(args.system, args.op, args.nbytes, args.gpus, args.algorithm)
+    print(json.dumps(result_json(result)) if args.json else result_table(args.system, result))
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "collective": cmd_collective}
 
 
 def main(argv: list[str] | None = None) -> int:
