@@ -308,8 +308,12 @@ def pairwise_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placeme
     _require_switched(topo, pl, "pairwise exchange")
     piece, total = nbytes / pl.n, 0.0
     for level, steps in _alltoall_peers(pl):
-        taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece)
-        total += steps * (_latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper))
+        # partners beyond each tapered boundary: the steps to them export every member's piece through it
+        members = [b.members for b in sorted(topo.boundaries(pl, level), key=lambda b: b.members)] + [pl.below(level + 1)]
+        groups = [(steps - (members[-1] - members[0]), 0)] + [(members[j + 1] - members[j], members[j]) for j in range(len(members) - 1)]
+        for count, reach in groups:
+            taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece, crosses=lambda b: b.members <= reach)
+            total += count * (_latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper))
     return total
 
 
