@@ -51,7 +51,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                     "nccl-tests does under NCCL_ALGO=NVLS), (n-1)/n for allgather, reducescatter and "
                                     "alltoall, 1 for p2p (nccl-tests doc/PERFORMANCE.md).")
     co.add_argument("--system", required=True, help="a system of the library (problems/systems/)")
-    co.add_argument("--op", required=True, choices=OPS, help="the collective")
+    co.add_argument("--op", required=True, choices=OPS,
+                    help="the collective; p2p is nccl-tests sendrecv: every rank sends B to the next one at once")
     co.add_argument("--bytes", required=True, type=_size, dest="nbytes", metavar="B",
                     help="buffer size in bytes as nccl-tests counts it (the whole array for allgather/reducescatter, "
                          "one rank's send buffer for alltoall); K/M/G suffixes are powers of 1024")
