@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ProblemError
+from .topology import default_topology
 
 ACTIVATIONS = ("gelu", "swiglu")
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
@@ -210,10 +211,18 @@ class SystemSpec:
     scale_out: NetworkTier
     memory_reserve_bytes: float = 0.0
     source: str | None = field(default=None, compare=False)
+    topology: object = field(default=None, compare=False)  # model.topology.Topology from the file; None: derived
 
     @property
     def usable_memory_bytes(self) -> float:
         return self.device.hbm_bytes - self.memory_reserve_bytes
+
+    def network_topology(self):
+        """The system file's topology, or the two-level one its scale_up/scale_out tiers describe
+        (``model.topology.default_topology``), sized for ``num_gpus``."""
+        if self.topology is not None:
+            return self.topology
+        return default_topology(self.scale_up, self.scale_out, self.scale_up_domain, self.num_gpus)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ import argparse
 import json
 import sys
 
+from model.collectives import ALL_ALGORITHMS, OPS
 from model.errors import ProblemError
 from model.training import evaluate_training
 
+from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .plan import enumerate_space, solve
 from .problem import OBJECTIVES, load_problem
@@ -49,6 +51,22 @@ def _build_parser() -> argparse.ArgumentParser:
     co.add_argument("--chiplets", type=_positive_int, help="compute dies per package (default: the device's own)")
     co.add_argument("--gpu-hour-usd", type=_positive_float, help="rental price per GPU-hour; replaces the amortised hourly cost")
     co.add_argument("--json", action="store_true", help="print one JSON object")
+    co = sub.add_parser("collective", help="time one collective on a system's topology (nccl-tests conventions)",
+                        description="Alpha-beta time of a collective on the GPUs of a library system, with the "
+                                    "nccl-tests algorithm and bus bandwidths. GB/s = 1e9 bytes/s; busbw = algbw x "
+                                    "2(n-1)/n for allreduce ((n-1)/(n+1) when --algorithm in_network is given, as "
+                                    "nccl-tests does under NCCL_ALGO=NVLS), (n-1)/n for allgather, reducescatter and "
+                                    "alltoall, 1 for p2p (nccl-tests doc/PERFORMANCE.md).")
+    co.add_argument("--system", required=True, help="a system of the library (problems/systems/)")
+    co.add_argument("--op", required=True, choices=OPS,
+                    help="the collective; p2p is nccl-tests sendrecv: every rank sends B to the next one at once")
+    co.add_argument("--bytes", required=True, type=_size, dest="nbytes", metavar="B",
+                    help="buffer size in bytes as nccl-tests counts it (the whole array for allgather/reducescatter, "
+                         "one rank's send buffer for alltoall); K/M/G suffixes are powers of 1024")
+    co.add_argument("--gpus", required=True, type=_positive_int, help="GPUs in the group, placed compactly")
+    co.add_argument("--algorithm", choices=ALL_ALGORITHMS, help="fix the algorithm (default: the system's, else the fastest)")
+    co.add_argument("--json", action="store_true",
+                    help="print one JSON object {time_s, algbw_gbps, busbw_gbps, algorithm} (GB/s = 1e9 bytes/s)")
     return parser
 
 
@@ -68,6 +86,13 @@ def _positive(kind):
 
 
 _positive_int, _positive_float = _positive(int), _positive(float)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_evaluate(args) -> int:
@@ -106,7 +131,14 @@ def cmd_cost(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "cost": cmd_cost}
+def cmd_collective(args) -> int:
+    result = run_collective(args.system, args.op, args.nbytes, args.gpus, args.algorithm)
+    print(json.dumps(result_json(result)) if args.json else result_table(args.system, result))
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "cost": cmd_cost,
+            "collective": cmd_collective}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,13 +7,16 @@ mistake into a one-line ``ProblemError`` naming the file and the field.
 from __future__ import annotations
 
 import functools
+import math
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
 from model.errors import ProblemError
+from model.collectives import ALGORITHMS
 from model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
+from model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
 
 def library_root() -> Path:
@@ -211,17 +214,18 @@ def _tier(data, name: str, src: str) -> NetworkTier:
                        latency_s=_number(data, "latency_s", src, f"{name}."), efficiency=_number(data, "efficiency", src, f"{name}."))
 
 
-SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost")
+SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost", "topology")
 SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
 
 
 def _system_parts(src: str, data: dict) -> tuple:
-    """(source, device, gpus per node, scale-up domain, tiers, reserve) of a system mapping. ``cost:`` is
+    """(source, device, gpus per node, scale-up domain, tiers, reserve, topology) of a system mapping. ``cost:`` is
     read by solver.cost_library."""
     device = load_device(data["device"])
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
+    topology = topology_from_dict(data["topology"], src) if "topology" in data else None
     return (src, device, int(data["gpus_per_node"]), int(domain or data["gpus_per_node"]), _tier(data["scale_up"], "scale_up", src),
-            _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)))
+            _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)), topology)
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,13 +234,13 @@ def _system_file(name: str) -> tuple:
 
 
 def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
-    src, device, per_node, domain, up, out, reserve = parts
+    src, device, per_node, domain, up, out, reserve, topology = parts
     return SystemSpec(name=name, device=device, num_gpus=num_gpus, gpus_per_node=per_node, scale_up_domain=domain,
-                      scale_up=up, scale_out=out, memory_reserve_bytes=reserve, source=src)
+                      scale_up=up, scale_out=out, memory_reserve_bytes=reserve, source=src, topology=topology)
 
 
 def load_system(name: str, num_gpus: int) -> SystemSpec:
-    """A system from problems/systems/ with ``num_gpus`` devices."""
+    """A system from problems/systems/ with ``num_gpus`` devices (and its ``topology:`` if it has one)."""
     return _spec(name, _system_file(name), num_gpus)
 
 
@@ -260,3 +264,142 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
             raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field=exc.field) from None
         raise
     return _spec(str(data.get("name", Path(path).stem)), parts, num_gpus)
+
+
+# ---- topology: section (model/topology.py) ----------------------------------------------------
+
+LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "count")
+LEVEL_KEYS = {
+    "switch": ("in_network_reduction",),
+    "fat_tree": ("tiers", "rail_optimized", "in_network_reduction"),
+    "torus": ("dims", "wrap", "wrap_multiple"),
+    "ring": (),
+    "dragonfly": ("groups", "routers_per_group", "units_per_router", "global_links_per_router", "global_link"),
+    "full_mesh": (),
+}
+LEVEL_COMMON = ("name", "kind", "size", "link", "efficiency")
+TIER_KEYS = ("name", "size", "oversubscription", "radix", "latency_s")
+
+
+def _mapping(value, source: str, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise ProblemError(f"must be a mapping, got {type(value).__name__}", source=source, field=field)
+    return value
+
+
+def _list(value, source: str, field: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise ProblemError("must be a non-empty list", source=source, field=field)
+    return value
+
+
+def _count(data: dict, key: str, source: str, prefix: str, default=None) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=prefix + key)
+    return value
+
+
+def _fraction(data: dict, key: str, source: str, prefix: str) -> float:
+    value = as_float(data.get(key))
+    if value is None or not 0 < value <= 1:
+        raise ProblemError(f"must be a fraction in (0, 1], got {data.get(key)!r}", source=source, field=prefix + key)
+    return value
+
+
+def _flag(data: dict, key: str, source: str, prefix: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ProblemError(f"must be true or false, got {value!r}", source=source, field=prefix + key)
+    return value
+
+
+def _link(data, source: str, field: str) -> Link:
+    data = _mapping(data, source, field)
+    check_keys(data, LINK_KEYS, ("bandwidth_bytes_per_s", "latency_s"), source, f"{field}.")
+    bandwidth = _number(data, "bandwidth_bytes_per_s", source, f"{field}.")
+    if bandwidth <= 0:
+        raise ProblemError("must be a positive number", source=source, field=f"{field}.bandwidth_bytes_per_s")
+    return Link(bandwidth, _number(data, "latency_s", source, f"{field}."), _count(data, "count", source, f"{field}.", 1))
+
+
+def _tiers(data, source: str, field: str) -> tuple:
+    tiers = []
+    for j, tier in enumerate(_list(data, source, field)):
+        where = f"{field}[{j}]."
+        tier = _mapping(tier, source, where.rstrip("."))
+        check_keys(tier, TIER_KEYS, ("name", "size"), source, where)
+        oversub = as_float(tier.get("oversubscription", 1.0))
+        if oversub is None or oversub <= 0:
+            raise ProblemError(f"must be a positive ratio (injection : uplink, 7 for 1:7), got {tier.get('oversubscription')!r}",
+                               source=source, field=where + "oversubscription")
+        tiers.append(Tier(str(tier["name"]), _count(tier, "size", source, where), oversub,
+                          _count(tier, "radix", source, where, 1) if "radix" in tier else 0,
+                          _number(tier, "latency_s", source, where) if "latency_s" in tier else 0.0))
+    return tuple(tiers)
+
+
+def _level(data, source: str, field: str) -> Level:
+    data = _mapping(data, source, field)
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise ProblemError(f"{kind!r} is not a topology kind; allowed: {', '.join(KINDS)}", source=source, field=f"{field}.kind")
+    where = f"{field}."
+    check_keys(data, LEVEL_COMMON + LEVEL_KEYS[kind], ("name", "kind", "link", "efficiency") + (
+        ("size",) if kind in ("switch", "full_mesh", "ring") else ()), source, where)
+    kwargs = {"name": str(data["name"]), "kind": kind, "link": _link(data["link"], source, where + "link"),
+              "efficiency": _fraction(data, "efficiency", source, where)}
+    inn = data.get("in_network_reduction", False)
+    if inn is not False:
+        inn = _mapping(inn, source, where + "in_network_reduction")
+        check_keys(inn, ("efficiency", "latency_s"), ("efficiency", "latency_s"), source, where + "in_network_reduction.")
+        kwargs["in_network"] = InNetworkReduction(_fraction(inn, "efficiency", source, where + "in_network_reduction."),
+                                                  _number(inn, "latency_s", source, where + "in_network_reduction."))
+    if kind == "torus":
+        dims = _list(data.get("dims"), source, where + "dims")
+        kwargs["dims"] = tuple(_count({"dims": d}, "dims", source, where) for d in dims)
+        wrap = data.get("wrap", True)
+        wrap = [wrap] * len(dims) if isinstance(wrap, bool) else wrap
+        if not isinstance(wrap, list) or len(wrap) != len(dims) or not all(isinstance(w, bool) for w in wrap):
+            raise ProblemError(f"must be true/false or a list of {len(dims)} true/false (one per dimension)", source=source,
+                               field=where + "wrap")
+        kwargs["wrap"] = tuple(wrap)
+        if "wrap_multiple" in data:
+            kwargs["wrap_multiple"] = _count(data, "wrap_multiple", source, where)
+    elif kind == "ring":
+        kwargs.update(dims=(_count(data, "size", source, where),), wrap=(True,))
+    elif kind == "fat_tree":
+        kwargs["tiers"] = _tiers(data["tiers"], source, where + "tiers") if "tiers" in data else ()
+        kwargs["rail_optimized"] = _flag(data, "rail_optimized", source, where)
+    elif kind == "dragonfly":
+        for key in LEVEL_KEYS["dragonfly"][:-1]:
+            kwargs[key] = _count(data, key, source, where)
+        kwargs["global_link"] = _link(data.get("global_link"), source, where + "global_link")
+    size = data.get("size")
+    if size is None and kind == "fat_tree" and not kwargs["tiers"]:
+        raise ProblemError("is required (or give tiers)", source=source, field=where + "size")
+    if size is not None:
+        kwargs["size"] = _count(data, "size", source, where)
+    else:
+        kwargs["size"] = {"fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
+                          "torus": lambda: math.prod(kwargs["dims"]),
+                          "dragonfly": lambda: kwargs["groups"] * kwargs["routers_per_group"] * kwargs["units_per_router"]}[kind]()
+    if kind == "fat_tree" and not kwargs["tiers"]:
+        kwargs["tiers"] = (Tier("network", kwargs["size"]),)
+    return _build(Level, kwargs, source, where, with_source=False)
+
+
+def topology_from_dict(data, source: str, prefix: str = "topology") -> Topology:
+    """A Topology from a system file's ``topology:`` mapping: ``levels`` (innermost first) and
+    optionally ``algorithms`` ({op: algorithm} the system fixes). ProblemError naming the field."""
+    data = _mapping(data, source, prefix)
+    check_keys(data, ("levels", "algorithms"), ("levels",), source, f"{prefix}.")
+    levels = tuple(_level(level, source, f"{prefix}.levels[{i}]") for i, level in enumerate(_list(data["levels"], source, f"{prefix}.levels")))
+    fixed = _mapping(data.get("algorithms", {}), source, f"{prefix}.algorithms")
+    for op, name in fixed.items():
+        if op not in ALGORITHMS:
+            raise ProblemError(f"unknown collective {op!r}; allowed: {', '.join(ALGORITHMS)}", source=source, field=f"{prefix}.algorithms")
+        if name not in ALGORITHMS[op]:
+            raise ProblemError(f"{name!r} is not an {op} algorithm; allowed: {', '.join(ALGORITHMS[op])}", source=source,
+                               field=f"{prefix}.algorithms.{op}")
+    return Topology(levels, tuple(fixed.items()), source)
