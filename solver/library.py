@@ -181,17 +181,9 @@ def load_device(name: str) -> DeviceSpec:
         attention_efficiency=_number(eff, "attention", src, "efficiency."),
         memory_efficiency=_number(eff, "memory", src, "efficiency."),
         tdp_w=float(data.get("tdp_w", 0.0)),
-        **{f"{key}_efficiency": _fraction(eff, key, src) for key in ("moe_expert", "moe_overlap") if key in eff},
+        **{f"{key}_efficiency": _fraction(eff, key, src, "efficiency.") for key in ("moe_expert", "moe_overlap") if key in eff},
         low_precision_gemm=low, source=src,
     )
-
-
-def _fraction(data: dict, key: str, src: str) -> float:
-    """An efficiency in (0, 1]."""
-    value = as_float(data.get(key))
-    if value is None or not 0 < value <= 1:
-        raise ProblemError(f"must be a fraction in (0, 1], got {data.get(key)!r}", source=src, field=f"efficiency.{key}")
-    return value
 
 
 def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:

@@ -249,10 +249,16 @@ def test_node_price_replaces_devices_hosts_and_nics():
 
 # ------------------------------------------------------------------ library data
 
+NO_PUBLISHED_DIE_DATA = {"tpu-v5p"}  # Google publishes no die area or package bill for TPU v5p
+
+
 def test_every_device_file_loads_and_has_chiplets():
     for name in library.names("systems/devices"):
         dev = library.load_device(name)
         spec = cost_library.load_chiplets(dev)
+        if name in NO_PUBLISHED_DIE_DATA:
+            assert spec is None, name
+            continue
         assert spec is not None, name
         cost = device_cost(spec, PARAMS)
         assert 1000 < cost.manufacturing_cost_usd < 50000, (name, cost.manufacturing_cost_usd)
@@ -266,6 +272,8 @@ def test_every_cost_number_has_a_source_comment():
     for path in files:
         lines = path.read_text().splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith("chiplets:")), None) if "devices" in str(path) else 0
+        if path.stem in NO_PUBLISHED_DIE_DATA:
+            continue
         assert start is not None, f"{path.name} has no chiplets: section"
         for line in lines[start:]:
             body = line.split("#")[0]
@@ -311,6 +319,9 @@ def test_cost_table(capsys):
 @pytest.mark.parametrize("system", library.names("systems"))
 def test_cost_every_library_system(system, capsys):
     code, out, err = _cli(["cost", "--system", system, "--json"], capsys)
+    if library.load_system(system, 1).device.name in NO_PUBLISHED_DIE_DATA:  # no die data and no price: one line, exit 2
+        assert code == 2 and "chiplets" in err and err.count("\n") == 1
+        return
     assert code == 0, err
     doc = json.loads(out)
     assert doc["device_cost_usd"] > doc["manufacturing_cost_usd"] > 0 and doc["system"]["capex_usd"] > 0
