@@ -205,20 +205,26 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.add(total == s1).only_enforce_if(pp1)
     busy = prod(m, slowest, "slowest_x_microbatches")
     # Redundant bound that gives the LP a direct handle on the dominant term: the slowest stage
-    # works m times at least its share of all L layers, and m/pp = gb·tp·cp/(N·mb), so
-    # m·slowest >= gb·L·T·tp·cp/(N·mb) (floor), which depends on the layer factor and N only.
+    # works m times at least its share of all layers (k lead, L-k body), and m/pp = gb·tp·cp/(N·mb),
+    # so m·slowest >= gb·tp·cp·(k·T + (L-k)·Tm)/(N·mb) (floor), which depends on the layer factors
+    # and N only.
     gb = problem.workload.global_batch
-    if problem.model.moe is None:  # MoE: lead and body layers differ and the dense bound does not apply
+    if problem.model.moe is None:  # one layer kind: an element over the layer row is lighter
+        work_rows = [(n_,) + r[:5] + ((gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]),) for n_ in problem.num_gpus for r in layer_rows]
+        keys = [N, tp, cp, mb, sp, rc]
         if len(problem.num_gpus) == 1:
-            n_ = problem.num_gpus[0]
-            values = [(gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
-            work = var(0, max(values), "work")
-            md.add_element(layer_row, values, work)
-        else:
-            work_rows = [(n_, r[0], r[1], r[2], r[3], r[4], (gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]))
-                         for n_ in problem.num_gpus for r in layer_rows]
-            (work,) = factor([N, tp, cp, mb, sp, rc], work_rows, ["work"], "work")
-        md.add(busy >= work)
+            work = var(0, max(r[-1] for r in work_rows), "work")
+            md.add_element(layer_row, [r[-1] for r in work_rows], work)
+    else:
+        lead_time = {r[:5]: r[5] for r in layer_rows}
+        work_rows = sorted({(n_,) + r[:6] + ((gb * r[0] * r[1] * (k * lead_time[r[:5]] + (L - k) * r[6])) // (n_ * r[2]),)
+                            for n_ in problem.num_gpus for r in tables.body if r[:5] in lead_time})
+        keys = [N, tp, cp, mb, sp, rc, ep]
+    if problem.model.moe is not None or len(problem.num_gpus) > 1:
+        if len(problem.num_gpus) == 1:
+            keys, work_rows = keys[1:], [r[1:] for r in work_rows]
+        (work,) = factor(keys, work_rows, ["work"], "work")
+    md.add(busy >= work)
     bubble = var(0, hi_t * max(g[2] for g in grid), "bubble")
     md.add_division_equality(bubble, total - slowest, v)
 

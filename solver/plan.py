@@ -90,15 +90,20 @@ def check_round_trip(plan: Plan) -> None:
 
 # One presolve pass: measured on the 1,024-GPU ladder (GPT-3 175B, Llama 3 70B, 405B), later
 # passes cost 0.4-1.3 s and never shortened the search (benchmarks/solve_speed.py).
+# MoE problems skip presolve: their expert tables (keyed by ep as well) make CP-SAT's presolve
+# expand ~1e8 objective entries and probe 2.5M clauses; on the DeepSeek-V3 2,048-GPU example it
+# took 47 of 52 s, the search 5 s; without presolve the solve takes 14 s. Dense problems keep it
+# (GPT-3 175B on 1,024 A100: 2.1 s with, 6.6 s without).
 PRESOLVE_ITERATIONS = 1
 
 
-def _solver(time_limit: float, workers: int, seed: int) -> cp_model.CpSolver:
+def _solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.random_seed = int(seed)
     solver.parameters.num_workers = int(workers)
     solver.parameters.max_presolve_iterations = PRESOLVE_ITERATIONS
+    solver.parameters.cp_model_presolve = presolve
     return solver
 
 
@@ -121,7 +126,7 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
     deadline = start + time_limit
     for rank in range(top):
-        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed)
+        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve=problem.model.moe is None)
         code = solver.solve(enc.model)
         status = _status_name(code)
         result.deterministic_time += solver.deterministic_time
@@ -210,7 +215,7 @@ def explain_infeasible(problem: Problem, space: Space, tables, time_limit: float
     mapping reaches says by how much. Otherwise the mapping restrictions themselves conflict.
     """
     enc = encode(space, compile_tables(space, prune_memory=False), "memory", enforce_memory=False)
-    solver = _solver(time_limit, workers, seed)
+    solver = _solver(time_limit, workers, seed, presolve=problem.model.moe is None)
     status = _status_name(solver.solve(enc.model))
     system = problem.system(problem.num_gpus[0])
     device = system.device

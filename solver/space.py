@@ -127,6 +127,22 @@ def expert_parallel_degrees(problem: Problem, expert_ranks: int) -> list[int]:
     return _allowed(problem, "ep", [e for e in divisors(moe.experts) if expert_ranks % e == 0])
 
 
+MIN_TOKENS_PER_CP_RANK = 2048
+
+
+def context_parallel_degrees(problem: Problem, n: int) -> list[int]:
+    """Allowed cp for ``n`` GPUs: the listed values, or when cp is free the powers of two dividing n
+    whose ranks keep at least 2,048 tokens each and split the sequence into the 2·cp chunks of
+    causal load balancing (Megatron-Core). A planner pruning, not a model rule: below ~2K tokens per
+    rank the ring's K/V block transfer outlasts the block's attention on a scale-out link (for a
+    70B-class GQA model, transfer ∝ s/cp, compute ∝ (s/cp)², equal near 2,500 tokens at 50 GB/s and
+    1 PFLOP/s), so smaller shards only add exposed communication; list cp values to go below."""
+    if "cp" in problem.mapping:
+        return list(problem.mapping["cp"])
+    seq = problem.workload.seq_len
+    return [c for c in divisors(n) if c & (c - 1) == 0 and (c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))]
+
+
 def build_space(problem: Problem) -> Space:
     """The space of ``problem``; ProblemError when a restriction leaves no valid grid."""
     model, wl = problem.model, problem.workload
@@ -137,7 +153,7 @@ def build_space(problem: Problem) -> Space:
     for n in problem.num_gpus:
         system = problem.system(n)
         for tp in _allowed(problem, "tp", divisors(n)):
-            for cp in _allowed(problem, "cp", [1]) if "cp" not in problem.mapping else problem.mapping["cp"]:
+            for cp in context_parallel_degrees(problem, n):
                 for pp in _allowed(problem, "pp", [p for p in divisors(n) if p <= model.layers]):
                     if n % (tp * cp * pp):
                         continue

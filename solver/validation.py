@@ -49,6 +49,8 @@ def family(run_id: str) -> str:
         return "Megatron-Bridge 25.09 MoE"
     if run_id.startswith("moezoo"):
         return "MoE Model Zoo (out of sample)"
+    if run_id.startswith("llama3paper"):
+        return "Llama 3 paper (out of sample)"
     for prefix, name in (("megatron21-t1", "Megatron SC'21 Table 1"), ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
                          ("megatron21-t2-zero", "Megatron SC'21 Table 2 ZeRO-3"), ("mtnlg", "MT-NLG"), ("bloom", "BLOOM"),
                          ("nemo2407", "NeMo 24.07"), ("mbridge2509", "Megatron-Bridge 25.09")):

@@ -13,7 +13,8 @@ from solver.validation import evaluate_all, load_runs
 
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 OUTSIDE_MODEL = {"Megatron SC'21 Table 2 ZeRO-3",  # DeepSpeed ZeRO-3 overheads: see README, Accuracy
-                 MOE_CALIBRATION, MOE_CHECK}  # MoE runs: held to the MoE targets below
+                 MOE_CALIBRATION, MOE_CHECK,  # MoE runs: held to the MoE targets below
+                 "Llama 3 paper (out of sample)"}  # published, not in the reference: held to its own bound below
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +56,11 @@ def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_aver
     18.7 % when the fit was made; a change that loses the out-of-sample accuracy fails here."""
     errors = [abs(r.error) for r in results if r.family == MOE_CHECK]
     assert len(errors) == 4 and statistics.fmean(errors) <= 0.25
+
+
+def test_llama3_paper_runs_outside_the_calibration_set(results):
+    """Llama 3 405B on 8,192 and 16,384 H100 (Llama 3 paper Table 4; not in ../shared/reference),
+    including the 128K-context row with cp 16: the model is optimistic here (measured when added:
+    -17 %, -18 %, -32 %); the bound keeps it from drifting further."""
+    errors = [r.error for r in results if r.family == "Llama 3 paper (out of sample)"]
+    assert len(errors) == 3 and statistics.fmean(abs(e) for e in errors) <= 0.25 and max(abs(e) for e in errors) <= 0.35
