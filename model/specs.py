@@ -238,6 +238,7 @@ class Workload:
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
+    train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     source: str | None = field(default=None, compare=False)
 
 

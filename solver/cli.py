@@ -12,13 +12,12 @@ import sys
 
 from model.collectives import ALL_ALGORITHMS, OPS
 from model.errors import ProblemError
-from model.training import evaluate_training
 
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
-from .plan import enumerate_space, solve
+from .plan import enumerate_space, evaluate_plan, solve
 from .problem import OBJECTIVES, load_problem
-from .report import evaluation_json, evaluation_table, plan_result_json, plan_result_table
+from .report import evaluation_json, evaluation_table, plan_json, plan_result_json, plan_result_table
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -45,6 +44,9 @@ def _build_parser() -> argparse.ArgumentParser:
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+        else:
+            sp.add_argument("--all", action="store_true",
+                            help="with --json: list every feasible point with its metrics under \"points\" (small spaces)")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -98,7 +100,7 @@ def _size(text: str) -> int:
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
     mapping = problem.fixed_mapping()
-    evaluation = evaluate_training(problem.model, problem.system(), problem.workload, mapping)
+    evaluation = evaluate_plan(problem, problem.num_gpus[0], mapping)
     if args.json:
         print(json.dumps(evaluation_json(problem, mapping, evaluation), indent=2))
     else:
@@ -110,7 +112,10 @@ def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
     result = run(problem, args)
     if args.json:
-        print(json.dumps(plan_result_json(problem, result, args.top), indent=2))
+        doc = plan_result_json(problem, result, args.top)
+        if getattr(args, "all", False):
+            doc["points"] = [plan_json(problem, p) for p in result.feasible_points]
+        print(json.dumps(doc, indent=2))
     else:
         print(plan_result_table(problem, result))
     return 0
@@ -122,7 +127,8 @@ def cmd_solve(args) -> int:
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit))
+    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
+                                                            keep_all=a.all))
 
 
 def cmd_cost(args) -> int:

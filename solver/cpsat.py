@@ -45,7 +45,8 @@ class Encoding:
     objective_var: cp_model.IntVar
 
 
-def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = True) -> Encoding:
+def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = True, hourly_cost: dict | None = None,
+           max_step_s: float | None = None) -> Encoding:
     problem = space.problem
     L = problem.model.layers
     md = cp_model.CpModel()
@@ -314,8 +315,22 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         obj = prod(step, N, "step_x_gpus")
     elif objective == "memory":
         obj = peak
+    elif objective in ("cost", "tokens_per_usd"):
+        # $ per token ∝ step time x the system's $ per hour (tokens per step are fixed); the hourly
+        # cost of each device count in integer units of 1e-5 of the cheapest
+        # (a linear equality per device count, enforced by N's value: lighter than a product)
+        cheapest = min(hourly_cost.values())
+        weights = {n_: int(round(hourly_cost[n_] / cheapest * 1e5)) for n_ in problem.num_gpus}
+        obj = var(0, int(hi(step)) * max(weights.values()), "step_x_usd_per_hour")
+        for n_, w in weights.items():
+            is_n = md.new_bool_var(f"num_gpus_is_{n_}")
+            md.add(N == n_).only_enforce_if(is_n)
+            md.add(N != n_).only_enforce_if(~is_n)
+            md.add(obj == w * step).only_enforce_if(is_n)
     else:
         raise ValueError(objective)
+    if max_step_s is not None:  # max_run_hours (solver/costing.max_step_time_s)
+        md.add(step <= int(max_step_s / tables.scale.time_unit_s))
     md.minimize(obj)
     decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch": mb, "vpp": v, "sp": sp,
                  "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}

@@ -18,6 +18,7 @@ from model.errors import ProblemError
 from model.specs import Mapping
 from model.training import Evaluation, evaluate_training
 
+from . import costing
 from .cpsat import RECOMPUTE, _status_name, decode, encode
 from .problem import Problem
 
@@ -50,12 +51,18 @@ class PlanResult:
     space_size: int = 0
     points_evaluated: int | None = None
     message: str | None = None
+    feasible_points: list = field(default_factory=list)  # enumerate keep_all: every plan that fits and meets the limits
+    all_points: list = field(default_factory=list)  # enumerate keep_all: every point evaluated
 
 
 def objective_value(objective: str, metrics: dict) -> float:
-    """The objective in its natural unit: tokens/s, seconds, GiB or tokens/s per GPU."""
-    return {"throughput": metrics["tokens_per_s"], "step_time": metrics["step_time_s"],
-            "memory": metrics["peak_memory_gib"], "tokens_per_gpu": metrics["tokens_per_s_per_gpu"]}[objective]
+    """The objective in its natural unit: tokens/s, seconds, GiB, tokens/s per GPU, $ (the run's
+    cost with workload.train_tokens, else $ per million tokens) or tokens per $."""
+    if objective == "cost":
+        return metrics["run_cost_usd"] if "run_cost_usd" in metrics else metrics["usd_per_million_tokens"]
+    key = {"throughput": "tokens_per_s", "step_time": "step_time_s", "memory": "peak_memory_gib",
+           "tokens_per_gpu": "tokens_per_s_per_gpu", "tokens_per_usd": "tokens_per_usd"}[objective]
+    return metrics[key]
 
 
 def _minimised(objective: str, metrics: dict) -> float:
@@ -64,19 +71,47 @@ def _minimised(objective: str, metrics: dict) -> float:
         return metrics["step_time_s"]
     if objective == "tokens_per_gpu":
         return metrics["step_time_s"] * metrics["num_gpus"]
+    if objective in costing.COST_OBJECTIVES:
+        return metrics["step_time_s"] * metrics["cost_per_hour_usd"]
     return metrics["peak_memory_gib"]
 
 
-def _from_minimised(objective: str, value: float, tokens: float) -> float:
+def _from_minimised(objective: str, value: float, tokens: float, metrics: dict) -> float:
     """The minimised quantity back in the objective's unit (tokens per step-second, or as is);
     a lower bound on it becomes an upper bound on throughput."""
     if objective in ("throughput", "tokens_per_gpu"):
         return tokens / value if value > 0 else float("inf")
+    if objective in costing.COST_OBJECTIVES:  # value = step x $/hour, proportional to the objective
+        ratio = value / _minimised(objective, metrics)
+        return objective_value(objective, metrics) * (ratio if objective == "cost" else 1.0 / max(ratio, 1e-300))
     return value
 
 
 def evaluate_plan(problem: Problem, num_gpus: int, mapping: Mapping) -> Evaluation:
-    return evaluate_training(problem.model, problem.system(num_gpus), problem.workload, mapping)
+    """The model's evaluation of a plan, with its cost metrics when the problem asks for cost."""
+    ev = evaluate_training(problem.model, problem.system(num_gpus), problem.workload, mapping)
+    try:
+        row = problem.system_cost(num_gpus)
+    except ProblemError:
+        if problem.needs_cost:
+            raise
+        return ev  # a device with neither chiplet data nor a price: no cost metrics unless asked for
+    ev.metrics.update(costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens))
+    if problem.chiplets != (None,):
+        ev.metrics["chiplets"] = problem.chiplets[0]
+    return ev
+
+
+def _cost_filter(problem: Problem) -> tuple[Problem | None, str | None]:
+    """The problem restricted to the device counts whose system meets max_capex_usd / max_power_w,
+    or (None, why not) when none does."""
+    if not problem.constraints:
+        return problem, None
+    rows = {(n, problem.chiplets[0]): problem.system_cost(n) for n in problem.num_gpus}
+    why = costing.cost_limits_message(problem, rows)
+    if why is not None:
+        return None, why
+    return dataclasses.replace(problem, num_gpus=tuple(n for n in problem.num_gpus if costing.within_limits(problem, rows[(n, problem.chiplets[0])]))), None
 
 
 def check_round_trip(plan: Plan) -> None:
@@ -107,6 +142,43 @@ def _solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -
     return solver
 
 
+def _per_chiplet_count(problem: Problem, run, time_limit: float | None, top: int) -> PlanResult:
+    """Run ``run(problem, seconds left)`` once per allowed chiplet count (a decomposition: the counts
+    change the device, so each gets its own exact solve or enumeration) on the device counts that
+    meet the cost limits, and keep the best ``top`` plans over all of them."""
+    start = time.perf_counter()
+    results = []
+    for count in problem.chiplets:
+        sub, why = _cost_filter(dataclasses.replace(problem, chiplets=(count,)))
+        if sub is None:
+            results.append(PlanResult(status="INFEASIBLE", objective=problem.objective, message=why))
+            continue
+        left = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - start))
+        results.append(run(sub, left))
+    if len(results) == 1:
+        return results[0]
+    best = min((r for r in results if r.plans), key=lambda r: _minimised(problem.objective, r.plans[0].evaluation.metrics),
+               default=None)
+    out = PlanResult(status="INFEASIBLE", objective=problem.objective, space_size=sum(r.space_size for r in results),
+                     workers=max(r.workers for r in results), deterministic_time=sum(r.deterministic_time for r in results))
+    if any(r.points_evaluated is not None for r in results):
+        out.points_evaluated = sum(r.points_evaluated or 0 for r in results)
+    out.plans = sorted((p for r in results for p in r.plans), key=lambda p: _minimised(problem.objective, p.evaluation.metrics))[:top]
+    out.feasible_points = [p for r in results for p in r.feasible_points]
+    statuses = {r.status for r in results}
+    if best is not None:
+        proven = statuses <= {"OPTIMAL", "INFEASIBLE"}
+        out.status = "OPTIMAL" if proven else "FEASIBLE"
+        out.objective_value = objective_value(problem.objective, out.plans[0].evaluation.metrics)
+        out.bound, out.gap = (out.objective_value, 0.0) if proven else (None, None)
+    elif statuses != {"INFEASIBLE"}:
+        out.status = "UNKNOWN"
+    else:
+        out.message = "; ".join(f"chiplets {c}: {r.message}" for c, r in zip(problem.chiplets, results) if r.message)
+    out.solve_time_s = time.perf_counter() - start
+    return out
+
+
 def solve(problem: Problem, objective: str | None = None, top: int = 1, time_limit: float = 60.0,
           workers: int = 1, seed: int = 0) -> PlanResult:
     """The best mapping (or the ``top`` best distinct ones) under the model, with proof status.
@@ -114,11 +186,17 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
     One CP-SAT worker by default: deterministic for a given seed, and on two cores as fast as two
     workers on the benchmark ladder.
     """
-    objective = objective or problem.objective
+    problem = dataclasses.replace(problem, objective=objective or problem.objective)
+    return _per_chiplet_count(problem, lambda p, left: _solve_one(p, top, left, workers, seed), time_limit, top)
+
+
+def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed: int) -> PlanResult:
+    objective = problem.objective
     start = time.perf_counter()  # solve_time_s: the whole planning, tables and hint included
     space = build_space(problem)
     tables = compile_tables(space)
-    enc = encode(space, tables, objective)
+    hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus} if objective in costing.COST_OBJECTIVES else None
+    enc = encode(space, tables, objective, hourly_cost=hourly, max_step_s=costing.max_step_time_s(problem))
     hint = greedy_plan(problem, space, objective)
     if hint is not None:
         _hint(enc, *hint)
@@ -149,7 +227,7 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
             found_units = solver.objective_value
             gap = max(0.0, (found_units - solver.best_objective_bound) / found_units) if found_units > 0 else 0.0
             result.objective_value = objective_value(objective, plan.evaluation.metrics)
-            result.bound = _from_minimised(objective, best * (1.0 - gap), tokens)
+            result.bound = _from_minimised(objective, best * (1.0 - gap), tokens, plan.evaluation.metrics)
             result.gap = gap
         enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
     result.solve_time_s = time.perf_counter() - start
@@ -181,6 +259,9 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
                     ev = evaluate_training(problem.model, system, problem.workload, mapping)
                 except ProblemError:
                     continue  # an interleaving the micro-batch count does not allow
+                if problem.needs_cost:
+                    ev.metrics.update(costing.cost_metrics(problem.system_cost(n), ev.metrics["tokens_per_s"],
+                                                           problem.workload.train_tokens))
                 if ev.metrics["fits"]:
                     key = _minimised(objective, ev.metrics)
                     if best is None or key < best[0]:
@@ -192,7 +273,7 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
     for v in space.vpp_values(mapping.pp, mapping.first_stage_layers, mapping.last_stage_layers):
         trial = dataclasses.replace(mapping, vpp=v)
         try:
-            ev = evaluate_training(problem.model, systems[n], problem.workload, trial)
+            ev = evaluate_plan(problem, n, trial)
         except ProblemError:
             continue  # e.g. micro-batches not a multiple of pp for this interleaving
         if ev.metrics["fits"] and _minimised(objective, ev.metrics) < key:
@@ -256,14 +337,21 @@ def _candidates(space: Space):
 def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,
                     keep_all: bool = False) -> PlanResult:
     """Exhaustive baseline: evaluate every point of the same space with the model."""
-    objective = objective or problem.objective
+    problem = dataclasses.replace(problem, objective=objective or problem.objective)
+    return _per_chiplet_count(problem, lambda p, left: _enumerate_one(p, top, left, keep_all), time_limit, top)
+
+
+def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_all: bool) -> PlanResult:
+    objective = problem.objective
+    max_step = costing.max_step_time_s(problem)
     space = build_space(problem)
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1)
     start = time.perf_counter()
     systems = {n: problem.system(n) for n in problem.num_gpus}
+    costs = {n: problem.system_cost(n) for n in problem.num_gpus} if problem.needs_cost else {}
     best = []  # (key, index, plan)
     evaluated = 0
-    everything = []
+    everything, feasible = [], []
     complete = True
     for index, (n, mapping) in enumerate(_candidates(space)):
         if time_limit is not None and evaluated % 256 == 0 and time.perf_counter() - start > time_limit:
@@ -271,10 +359,16 @@ def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1
             break
         ev = evaluate_training(problem.model, systems[n], problem.workload, mapping)
         evaluated += 1
+        if problem.needs_cost:
+            ev.metrics.update(costing.cost_metrics(costs[n], ev.metrics["tokens_per_s"], problem.workload.train_tokens))
         if keep_all:
+            if problem.chiplets != (None,):
+                ev.metrics["chiplets"] = problem.chiplets[0]
             everything.append(Plan(n, mapping, ev))
-        if not ev.metrics["fits"]:
+        if not ev.metrics["fits"] or (max_step is not None and ev.metrics["step_time_s"] > max_step):
             continue
+        if keep_all:
+            feasible.append(everything[-1])
         key = _minimised(objective, ev.metrics)
         best.append((key, index, Plan(n, mapping, ev)))
         if len(best) > 4 * top:
@@ -284,8 +378,7 @@ def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1
     result.plans = [b[2] for b in best[:top]]
     result.points_evaluated = evaluated
     result.solve_time_s = time.perf_counter() - start
-    if keep_all:
-        result.all_points = everything  # type: ignore[attr-defined]
+    result.all_points, result.feasible_points = everything, feasible
     if result.plans:
         result.status = "OPTIMAL" if complete else "FEASIBLE"
         result.objective_value = objective_value(objective, result.plans[0].evaluation.metrics)

@@ -21,12 +21,12 @@ from model.precision import TRAINING_PRECISIONS
 from model.specs import ATTENTION_KERNELS, Mapping, ModelSpec, Workload
 from model.training import check_mapping
 
-from . import library
+from . import costing, library
 
-TOP_KEYS = ("model", "system", "workload", "mapping", "objective")
-OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu")
+TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
+OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu", "cost", "tokens_per_usd")
 WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp",
-                 "moe_dispatcher", "moe_a2a_overlap")
+                 "moe_dispatcher", "moe_a2a_overlap", "train_tokens")
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
                 "first_stage_layers", "last_stage_layers")
@@ -49,15 +49,37 @@ class Problem:
     mapping: dict  # key -> tuple of allowed values; absent key = free
     objective: str
     source: str = field(default="<problem>", compare=False)
+    chiplets: tuple = (None,)  # compute dies per package to consider (None: the device as described)
+    gpu_hour_usd: float | None = None  # rental price; replaces the amortised hourly cost
+    constraints: dict = field(default_factory=dict)  # max_capex_usd, max_power_w, max_run_hours
 
     def system(self, num_gpus: int | None = None):
-        return library.load_system(self.system_name, num_gpus if num_gpus is not None else self.num_gpus[0])
+        n = num_gpus if num_gpus is not None else self.num_gpus[0]
+        if self.chiplets == (None,):
+            return library.load_system(self.system_name, n)
+        return costing.system_with_chiplets(self.system_name, n, self.chiplets[0])
+
+    @property
+    def needs_cost(self) -> bool:
+        """Whether planning needs the system's cost (a cost objective, limit or run length)."""
+        return (self.objective in costing.COST_OBJECTIVES or bool(self.constraints) or self.workload.train_tokens is not None
+                or self.gpu_hour_usd is not None or self.chiplets != (None,))
+
+    def system_cost(self, num_gpus: int) -> dict:
+        """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices."""
+        try:
+            return costing.system_cost(self.system_name, num_gpus, self.chiplets[0], self.gpu_hour_usd)
+        except ProblemError as exc:
+            raise ProblemError(str(exc).split(": ", 1)[-1] if exc.source else str(exc), source=exc.source or self.source,
+                               field=exc.field) from None
 
     def fixed_mapping(self) -> Mapping:
         """The one mapping ``evaluate`` runs: every key a scalar, absent keys at their defaults."""
         src = self.source
         if len(self.num_gpus) != 1:
             raise ProblemError("evaluate needs a single device count", source=src, field="system.num_gpus")
+        if len(self.chiplets) != 1:
+            raise ProblemError("evaluate needs a single chiplet count", source=src, field="system.chiplets")
         values = {}
         for key in MAPPING_KEYS:
             allowed = self.mapping.get(key)
@@ -114,10 +136,16 @@ def _parse_workload(data, src: str) -> Workload:
     dispatcher = data.get("moe_dispatcher", "alltoall")
     if dispatcher not in MOE_DISPATCHERS:
         raise ProblemError(f"{dispatcher!r} is not allowed; allowed: {', '.join(MOE_DISPATCHERS)}", source=src, field="workload.moe_dispatcher")
+    train_tokens = data.get("train_tokens")
+    if train_tokens is not None:
+        train_tokens = library.as_float(train_tokens)
+        if train_tokens is None or train_tokens <= 0:
+            raise ProblemError(f"must be a positive number of tokens, got {data['train_tokens']!r}", source=src,
+                               field="workload.train_tokens")
     return Workload(kind="training", seq_len=_positive_int(data["seq_len"], src, "workload.seq_len"),
                     global_batch=_positive_int(data["global_batch"], src, "workload.global_batch"),
                     precision=precision, attention=attention, grad_bytes=float(grad_bytes), moe_dispatcher=dispatcher,
-                    source=src, **flags)
+                    train_tokens=train_tokens, source=src, **flags)
 
 
 def _parse_mapping(data, src: str) -> dict:
@@ -145,10 +173,26 @@ def _parse_mapping(data, src: str) -> dict:
     return out
 
 
-def _parse_system(data, src: str) -> tuple[str, tuple]:
+def _counts(value, src: str, field_name: str, what: str) -> tuple:
+    """A positive integer, a list of them, or a range {min, max, step} (step defaults to min)."""
+    if isinstance(value, dict):
+        library.check_keys(value, ("min", "max", "step"), ("min", "max"), src, f"{field_name}.")
+        lo, hi = (_positive_int(value[k], src, f"{field_name}.{k}") for k in ("min", "max"))
+        step = _positive_int(value.get("step", lo), src, f"{field_name}.step")
+        if hi < lo:
+            raise ProblemError(f"max {hi} is below min {lo}", source=src, field=f"{field_name}.max")
+        values = list(range(lo, hi + 1, step))
+    else:
+        values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ProblemError("an empty list allows nothing", source=src, field=field_name)
+    return tuple(dict.fromkeys(_positive_int(n, src, field_name) for n in values))
+
+
+def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping {name, num_gpus}", source=src, field="system")
-    library.check_keys(data, ("name", "num_gpus"), ("name", "num_gpus"), src, "system.")
+    library.check_keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
     name = data["name"]
     try:
         library.load_system(name, 1)
@@ -156,10 +200,30 @@ def _parse_system(data, src: str) -> tuple[str, tuple]:
         if exc.source is None:
             raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field="system.name") from None
         raise
-    counts = data["num_gpus"] if isinstance(data["num_gpus"], list) else [data["num_gpus"]]
-    if not counts:
-        raise ProblemError("an empty list allows nothing", source=src, field="system.num_gpus")
-    return name, tuple(dict.fromkeys(_positive_int(n, src, "system.num_gpus") for n in counts))
+    counts = _counts(data["num_gpus"], src, "system.num_gpus", "GPUs")
+    chiplets = _counts(data["chiplets"], src, "system.chiplets", "chiplets") if "chiplets" in data else (None,)
+    price = None
+    if "gpu_hour_usd" in data:
+        price = library.as_float(data["gpu_hour_usd"])
+        if price is None or price <= 0:
+            raise ProblemError(f"must be a positive price, got {data['gpu_hour_usd']!r}", source=src, field="system.gpu_hour_usd")
+    return name, counts, chiplets, price
+
+
+def _parse_constraints(data, src: str, workload: Workload) -> dict:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ProblemError(f"must be a mapping with keys among {', '.join(costing.CONSTRAINT_KEYS)}", source=src, field="constraints")
+    library.check_keys(data, costing.CONSTRAINT_KEYS, (), src, "constraints.")
+    out = {}
+    for key, value in data.items():
+        out[key] = library.as_float(value)
+        if out[key] is None or out[key] <= 0:
+            raise ProblemError(f"must be a positive number, got {value!r}", source=src, field=f"constraints.{key}")
+    if "max_run_hours" in out and workload.train_tokens is None:
+        raise ProblemError("needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours")
+    return out
 
 
 def parse_problem(data: dict, source: str = "<problem>") -> Problem:
@@ -178,8 +242,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             if exc.source is None:
                 raise ProblemError(str(exc).split(": ", 1)[-1], source=source, field="model") from None
             raise
-    system_name, counts = _parse_system(data["system"], source)
+    system_name, counts, chiplets, gpu_hour_usd = _parse_system(data["system"], source)
     workload = _parse_workload(data["workload"], source)
+    constraints = _parse_constraints(data.get("constraints"), source, workload)
     device = library.load_system(system_name, 1).device
     if workload.precision not in device.peak_flops:
         raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
@@ -195,7 +260,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     if objective not in OBJECTIVES:
         raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")
     return Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
-                   mapping=mapping, objective=objective, source=source)
+                   mapping=mapping, objective=objective, source=source, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd,
+                   constraints=constraints)
 
 
 def load_problem(path: str | Path) -> Problem:

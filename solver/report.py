@@ -46,6 +46,17 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
                                 + ("" if met["fits"] else "  ** DOES NOT FIT **")),
         ("micro-batches per step", str(met["microbatches"])),
     ])
+    if "cost_per_hour_usd" in met:
+        cost_rows = [("system capex", f"${met['capex_usd']:,.0f}"), ("power", f"{met['power_w'] / 1e3:,.1f} kW"),
+                     ("cost per hour", f"${met['cost_per_hour_usd']:,.2f}"),
+                     ("$ per million tokens", f"${met['usd_per_million_tokens']:,.4f}")]
+        if "run_hours" in met:
+            cost_rows += [("run", f"{met['run_hours']:,.1f} h ({met['run_hours'] / 24:,.1f} days)"),
+                          ("run cost", f"${met['run_cost_usd']:,.0f}")]
+        if "chiplets" in met:
+            cost_rows.insert(0, ("chiplets per device", str(met["chiplets"])))
+        lines.append("")
+        lines += _rows("cost", cost_rows)
     step = met["step_time_s"]
     lines.append("")
     lines += _rows(f"time (slowest stage {bd['critical_stage']}, whole step)",

@@ -88,7 +88,7 @@ def check_plans(problem, result):
         assert plan.solver_step_s is not None
         assert abs(plan.solver_step_s - met["step_time_s"]) <= ROUND_TRIP_TOLERANCE * met["step_time_s"]
         again = evaluate_training(problem.model, problem.system(plan.num_gpus), problem.workload, plan.mapping)
-        assert again.metrics == met
+        assert {k: met[k] for k in again.metrics} == again.metrics  # the model's own (plus cost metrics)
         assert plan.num_gpus in problem.num_gpus and plan.mapping.num_gpus == plan.num_gpus
 
 
@@ -333,7 +333,7 @@ def test_fixing_a_known_good_mapping_returns_it():
     plan = sol.plans[0]
     assert plan.num_gpus == 8
     assert plan.mapping.as_dict() == {k: KNOWN_GOOD[k] for k in MAPPING_KEYS}
-    assert plan.evaluation.metrics == ev.metrics
+    assert {k: plan.evaluation.metrics[k] for k in ev.metrics} == ev.metrics
     check_plans(p, sol)
 
 
