@@ -319,9 +319,12 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         # $ per token ∝ step time x the system's $ per hour (tokens per step are fixed); the hourly
         # cost of each device count in integer units of 1e-5 of the cheapest
         # (a linear equality per device count, enforced by N's value: lighter than a product)
+        # (weights in units of 1e-4 of the cheapest: a relative rounding under 5e-5; the product's
+        # domain stays well inside int64, where CP-SAT's presolve is exact)
         cheapest = min(hourly_cost.values())
-        weights = {n_: int(round(hourly_cost[n_] / cheapest * 1e5)) for n_ in problem.num_gpus}
-        obj = var(0, int(hi(step)) * max(weights.values()), "step_x_usd_per_hour")
+        weights = {n_: int(round(hourly_cost[n_] / cheapest * 1e4)) for n_ in problem.num_gpus}
+        step_hi = int(hi(step)) if max_step_s is None else min(int(hi(step)), int(max_step_s / tables.scale.time_unit_s))
+        obj = var(0, step_hi * max(weights.values()), "step_x_usd_per_hour")
         for n_, w in weights.items():
             is_n = md.new_bool_var(f"num_gpus_is_{n_}")
             md.add(N == n_).only_enforce_if(is_n)

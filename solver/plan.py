@@ -213,7 +213,8 @@ def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed
             if rank == 0:
                 result.status = status
                 if status == "INFEASIBLE":
-                    result.message = explain_infeasible(problem, space, tables, time_limit, workers, seed)
+                    result.message = (_run_length_binds(problem, time_limit, workers, seed)
+                                      or explain_infeasible(problem, space, tables, time_limit, workers, seed))
             break
         values = {k: solver.value(v) for k, v in enc.decisions.items()}
         n, mapping = decode(values, space)
@@ -287,6 +288,21 @@ def _hint(enc, num_gpus: int, mapping: Mapping) -> None:
     values["recompute"] = RECOMPUTE.index(values["recompute"])
     for key, var in enc.decisions.items():
         enc.model.add_hint(var, values[key])
+
+
+def _run_length_binds(problem: Problem, time_limit: float, workers: int, seed: int) -> str | None:
+    """If max_run_hours is what binds, say so with the fastest allowed plan's run length."""
+    if costing.max_step_time_s(problem) is None:
+        return None
+    free = dataclasses.replace(problem, objective="throughput", constraints={k: v for k, v in problem.constraints.items()
+                                                                            if k != "max_run_hours"})
+    fastest = _solve_one(free, 1, time_limit, workers, seed)
+    if not fastest.plans:
+        return None
+    met = fastest.plans[0].evaluation.metrics
+    return (f"max_run_hours binds: the fastest allowed plan ({fastest.plans[0].num_gpus} GPUs, "
+            f"{met['tokens_per_s']:,.0f} tokens/s) needs {met['run_hours']:,.0f} h, over the limit "
+            f"{problem.constraints['max_run_hours']:,.0f} h")
 
 
 def explain_infeasible(problem: Problem, space: Space, tables, time_limit: float, workers: int, seed: int) -> str:

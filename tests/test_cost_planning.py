@@ -111,3 +111,10 @@ def test_enumerate_all_lists_every_feasible_point(tmp_path):
     assert len(points) > 1 and all(pt["metrics"]["fits"] for pt in points)
     best = min(points, key=lambda pt: pt["metrics"]["usd_per_million_tokens"])
     assert best["metrics"]["usd_per_million_tokens"] == pytest.approx(doc["objective"], rel=1e-12)
+
+
+def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
+    p = _problem("cost", constraints={"max_run_hours": 1e-6})
+    sol = solve(p, time_limit=60)
+    assert sol.status == enumerate_space(p).status == "INFEASIBLE"
+    assert sol.message.startswith("max_run_hours binds: the fastest allowed plan")

@@ -34,7 +34,7 @@ def edit(*changes, delete=()):
         *head, last = path.split(".")
         cur = d
         for k in head:
-            cur = cur[k]
+            cur = cur.setdefault(k, {})
         cur[last] = value
     for path in delete:
         *head, last = path.split(".")
@@ -78,6 +78,15 @@ CASES = [
     ("unknown-attention", edit(("workload.attention", "paged")), "workload.attention"),
     ("overlap-not-bool", edit(("workload.overlap_dp", "yes")), "workload.overlap_dp"),
     ("a2a-overlap-not-bool", edit(("workload.moe_a2a_overlap", 1)), "workload.moe_a2a_overlap"),
+    ("train-tokens-negative", edit(("workload.train_tokens", -5)), "workload.train_tokens"),
+    ("constraints-not-mapping", edit(("constraints", 5)), "constraints"),
+    ("unknown-constraint", edit(("constraints.max_gpus", 5)), "constraints.max_gpus"),
+    ("constraint-not-positive", edit(("constraints.max_capex_usd", 0)), "constraints.max_capex_usd"),
+    ("run-hours-without-tokens", edit(("constraints.max_run_hours", 100)), "constraints.max_run_hours"),
+    ("num-gpus-range-inverted", edit(("system.num_gpus", {"min": 64, "max": 8})), "system.num_gpus.max"),
+    ("num-gpus-range-unknown-key", edit(("system.num_gpus", {"min": 8, "max": 64, "by": 8})), "system.num_gpus.by"),
+    ("gpu-hour-price-negative", edit(("system.gpu_hour_usd", -2)), "system.gpu_hour_usd"),
+    ("chiplets-zero", edit(("system.chiplets", [0, 2])), "system.chiplets"),
     ("unknown-dispatcher", edit(("workload.moe_dispatcher", "nccl")), "workload.moe_dispatcher"),
     ("num-gpus-float", edit(("system.num_gpus", 64.0)), "system.num_gpus"),
     ("num-gpus-negative", edit(("system.num_gpus", -64)), "system.num_gpus"),

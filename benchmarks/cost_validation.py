@@ -1,0 +1,87 @@
+"""Cost anchors that join the performance model with the cost model (issue 7, Validation).
+
+    python benchmarks/cost_validation.py [--time-limit S]
+
+1. DeepSeek-V3's pre-training budget (arXiv 2412.19437, Sec. 1 and Table 1: 2,664K H800 GPU-hours
+   for the 14.8T pre-training tokens, $5.328M at $2 per GPU-hour) from the model's throughput on
+   2,048 H800 with the published mapping (PP 16, EP 64, no TP, ZeRO-1 DP; DeepEP-style dispatch and
+   DualPipe-style overlap), with and without full recomputation (the published run fits with its own
+   selective recomputation and FP8 caching, which the model does not have), and with parasol's plan.
+2. The seeds' headline that an A100 -> B200 system trains LLMs about 35x faster, as a design-space
+   example: the best plan for the same model on the same number of GPUs of each system, at each
+   system's best training precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from solver.plan import evaluate_plan, solve  # noqa: E402
+from solver.problem import load_problem, parse_problem  # noqa: E402
+
+DEEPSEEK_TOKENS = 14.8e12  # pre-training tokens (paper abstract)
+DEEPSEEK_GPU_HOURS = 2.664e6  # pre-training H800 GPU-hours (paper Table 1)
+DEEPSEEK_PRICE = 2.0  # $ per H800 GPU-hour (paper Table 1)
+EXAMPLE = Path(__file__).resolve().parents[1] / "problems" / "examples" / "deepseek-v3-h800.yaml"
+
+
+def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
+    """(label, tokens/s per GPU, GPU-hours, $) for the published mapping and for parasol's plan."""
+    rows = []
+    workload = {"kind": "training", "seq_len": 4096, "global_batch": 15360, "precision": "fp8",
+                "moe_dispatcher": "deepep", "moe_a2a_overlap": True, "train_tokens": DEEPSEEK_TOKENS}
+    for recompute in ("none", "full"):
+        p = parse_problem({"model": "deepseek-v3", "system": {"name": "dgx-h800", "num_gpus": 2048, "gpu_hour_usd": DEEPSEEK_PRICE},
+                           "workload": workload,
+                           "mapping": {"tp": 1, "pp": 16, "dp": 128, "ep": 64, "micro_batch": 1, "zero": 1, "sp": False,
+                                       "recompute": recompute, "first_stage_layers": 3, "last_stage_layers": 2}},
+                          source="published mapping")
+        met = evaluate_plan(p, 2048, p.fixed_mapping()).metrics
+        fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
+        rows.append((f"published mapping, recompute {recompute} ({fits})", met["tokens_per_s_per_gpu"],
+                     met["run_hours"] * 2048, met["run_cost_usd"]))
+    plan = solve(load_problem(EXAMPLE), time_limit=time_limit)
+    if plan.plans:
+        met = plan.plans[0].evaluation.metrics
+        gpu_hours = DEEPSEEK_TOKENS / met["tokens_per_s"] / 3600 * 2048
+        rows.append((f"parasol's plan ({plan.status})", met["tokens_per_s_per_gpu"], gpu_hours, gpu_hours * DEEPSEEK_PRICE))
+    return rows
+
+
+def a100_to_b200(time_limit: float, num_gpus: int = 1024) -> list[tuple[str, str, float]]:
+    """(system, precision, best tokens/s) for GPT-3 175B on ``num_gpus`` GPUs of each system."""
+    out = []
+    for system, precision in (("dgx-a100", "bf16"), ("dgx-b200", "bf16"), ("dgx-b200", "fp8"), ("gb200-nvl72", "fp8"),
+                              ("gb200-nvl72", "fp4")):
+        p = parse_problem({"model": "gpt3-175b", "system": {"name": system, "num_gpus": num_gpus},
+                           "workload": {"kind": "training", "seq_len": 2048, "global_batch": 1536, "precision": precision},
+                           "mapping": {"vpp": [1, 2, 4], "cp": 1}}, source=f"{system} {precision}")
+        r = solve(p, time_limit=time_limit)
+        out.append((system, precision, r.objective_value or 0.0, r.status))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=120.0)
+    args = parser.parse_args()
+    print(f"DeepSeek-V3 pre-training budget: published {DEEPSEEK_GPU_HOURS / 1e6:.3f}M H800 GPU-hours, "
+          f"${DEEPSEEK_GPU_HOURS * DEEPSEEK_PRICE / 1e6:.3f}M at ${DEEPSEEK_PRICE:.0f}/GPU-hour "
+          f"({DEEPSEEK_TOKENS / DEEPSEEK_GPU_HOURS / 3600:,.0f} tokens/s per GPU)")
+    for label, per_gpu, gpu_hours, usd in deepseek_budget(args.time_limit):
+        print(f"  {label:<55} {per_gpu:7,.0f} tok/s/GPU  {gpu_hours / 1e6:6.3f}M GPU-h  ${usd / 1e6:6.3f}M  "
+              f"({100 * (gpu_hours / DEEPSEEK_GPU_HOURS - 1):+.1f} %)")
+    print("\nA100 -> B200 (GPT-3 175B, 1,024 GPUs, best plan each):")
+    rows = a100_to_b200(args.time_limit)
+    base = rows[0][2]
+    for system, precision, tokens, status in rows:
+        print(f"  {system:<12} {precision:<5} {tokens:12,.0f} tokens/s  x{tokens / base:5.2f}  ({status})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
