@@ -422,3 +422,17 @@ def test_interleaving_needs_microbatches_in_groups_of_pp():
     with pytest.raises(ProblemError, match="multiple of pp"):
         fixed = dict(data, mapping={**data["mapping"], "vpp": 2})
         parse_problem(fixed, source="t").fixed_mapping()
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory"])
+@pytest.mark.parametrize("model", ["llama2-7b", "megatron-gpt-1.7b"])
+def test_context_parallelism_is_a_free_decision(model, objective):
+    """Long sequences: cp absent ranges over {1, 2, 4, 8} (>= 2K tokens per rank), and the optimum
+    agrees with the enumerator's over the same space."""
+    data = training_problem(model, "dgx-h100", 16, seq_len=16384, global_batch=16, objective=objective,
+                            mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1, 3],
+                                     "recompute": ["selective", "full"], "micro_batch": [1]})
+    problem = parse_problem(data, source="cp")
+    assert {g[4] for g in build_space(problem).grid} == {1, 2, 4, 8}
+    enum, sol = differential(data, source="cp")
+    assert enum.plans
