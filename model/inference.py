@@ -540,8 +540,11 @@ def serving_memory(model: ModelSpec, workload: InferenceWorkload, pool: PoolMapp
     return out
 
 
-def evaluate_inference(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping) -> Evaluation:
-    """TTFT, TPOT, end-to-end latency, throughput and peak memory of a serving plan, with breakdowns."""
+def evaluate_inference(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping,
+                       with_max_batch: bool = True) -> Evaluation:
+    """TTFT, TPOT, end-to-end latency, throughput and peak memory of a serving plan, with breakdowns;
+    ``with_max_batch`` adds the largest batch that fits (``max_batch``, a search: the enumerator
+    leaves it out of its inner loop)."""
     check_serving(model, system, workload, mapping)
     pool, batch = mapping.decode, mapping.batch
     micro = batch / pool.pp
@@ -574,10 +577,11 @@ def evaluate_inference(model: ModelSpec, system: SystemSpec, workload: Inference
         "usable_memory_gib": usable / GIB,
         "fits": bool(mem["bytes"] <= usable),
         "meets_slo": bool(slo_ok),
-        "max_batch": max_batch(model, system, workload, pool),
         "num_gpus": system.num_gpus,
         "params_b": params.total_params(model) / 1e9,
     }
+    if with_max_batch:
+        metrics["max_batch"] = max_batch(model, system, workload, pool)
     breakdown = {"tpot_s": _pass_breakdown(dec, model), "ttft_s": _pass_breakdown(pre, model),
                  "memory_gib": {k: v / GIB for k, v in mem["components"].items()},
                  "peak_memory_pool": mem["pool"], "peak_memory_stage": mem["stage"]}

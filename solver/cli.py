@@ -12,8 +12,11 @@ import sys
 
 from model.collectives import ALL_ALGORITHMS, OPS
 from model.errors import ProblemError
+from model.inference import evaluate_inference
 from model.training import evaluate_training
 
+from . import inference_plan, inference_report
+from .inference_problem import INFERENCE_OBJECTIVES
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .plan import enumerate_space, solve
@@ -37,7 +40,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("problem", help="problem YAML file")
-        sp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective")
+        sp.add_argument("--objective", choices=OBJECTIVES + tuple(o for o in INFERENCE_OBJECTIVES if o not in OBJECTIVES),
+                        help="overrides the problem's objective (training: throughput, step_time, memory, tokens_per_gpu; "
+                             "inference: throughput, ttft, tpot, latency)")
         sp.add_argument("--top", type=_positive_int, default=1, help="return the K best distinct mappings")
         sp.add_argument("--time-limit", type=_positive_float, default=60.0 if name == "solve" else None,
                         help="seconds (solve: default 60; enumerate: none)")
@@ -97,6 +102,12 @@ def _size(text: str) -> int:
 
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
+    if problem.is_inference:
+        mapping = problem.fixed_serving_mapping()
+        evaluation = evaluate_inference(problem.model, problem.system(), problem.workload, mapping)
+        print(json.dumps(inference_report.evaluation_json(problem, mapping, evaluation), indent=2) if args.json
+              else inference_report.evaluation_table(problem, mapping, evaluation))
+        return 0
     mapping = problem.fixed_mapping()
     evaluation = evaluate_training(problem.model, problem.system(), problem.workload, mapping)
     if args.json:
@@ -112,17 +123,18 @@ def _plan_command(args, run) -> int:
     if args.json:
         print(json.dumps(plan_result_json(problem, result, args.top), indent=2))
     else:
-        print(plan_result_table(problem, result))
+        print((inference_report.plan_result_table if problem.is_inference else plan_result_table)(problem, result))
     return 0
 
 
 def cmd_solve(args) -> int:
-    return _plan_command(args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-                                                  workers=a.workers, seed=a.seed))
+    return _plan_command(args, lambda p, a: (inference_plan.solve if p.is_inference else solve)(
+        p, objective=a.objective, top=a.top, time_limit=a.time_limit, workers=a.workers, seed=a.seed))
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit))
+    return _plan_command(args, lambda p, a: (inference_plan.enumerate_space if p.is_inference else enumerate_space)(
+        p, objective=a.objective, top=a.top, time_limit=a.time_limit))
 
 
 def cmd_cost(args) -> int:

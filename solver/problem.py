@@ -22,6 +22,7 @@ from model.specs import ATTENTION_KERNELS, Mapping, ModelSpec, Workload
 from model.training import check_mapping
 
 from . import library
+from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective")
 OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu")
@@ -45,10 +46,18 @@ class Problem:
     model: ModelSpec
     system_name: str
     num_gpus: tuple  # allowed device counts (one for a fixed system)
-    workload: Workload
+    workload: Workload  # or model.specs.InferenceWorkload (kind inference)
     mapping: dict  # key -> tuple of allowed values; absent key = free
     objective: str
     source: str = field(default="<problem>", compare=False)
+
+    @property
+    def is_inference(self) -> bool:
+        return self.workload.kind == "inference"
+
+    def fixed_serving_mapping(self):
+        """The one serving plan ``evaluate`` runs (inference problems; ``inference_problem``)."""
+        return fixed_serving_mapping(self)
 
     def system(self, num_gpus: int | None = None):
         return library.load_system(self.system_name, num_gpus if num_gpus is not None else self.num_gpus[0])
@@ -92,9 +101,11 @@ def _positive_int(value, src: str, fld: str) -> int:
 def _parse_workload(data, src: str) -> Workload:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field="workload")
+    if data.get("kind") == "inference":
+        return parse_inference_workload(data, src)
     library.check_keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
     if data["kind"] != "training":
-        raise ProblemError(f"{data['kind']!r} is not supported yet; allowed: training", source=src, field="workload.kind")
+        raise ProblemError(f"{data['kind']!r} is not allowed; allowed: training, inference", source=src, field="workload.kind")
     precision = data.get("precision", "bf16")
     if precision not in TRAINING_PRECISIONS:
         raise ProblemError(f"{precision!r} is not allowed; allowed: {', '.join(TRAINING_PRECISIONS)}", source=src, field="workload.precision")
@@ -184,7 +195,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     if workload.precision not in device.peak_flops:
         raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
                            f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}", source=source, field="workload.precision")
-    mapping = _parse_mapping(data.get("mapping"), source)
+    inference = workload.kind == "inference"
+    mapping = parse_inference_mapping(data.get("mapping"), workload, source) if inference else _parse_mapping(data.get("mapping"), source)
     if "num_gpus" in mapping:
         # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
         allowed = tuple(n for n in counts if n in mapping.pop("num_gpus"))
@@ -192,7 +204,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise ProblemError(f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus")
         counts = allowed
     objective = data.get("objective", "throughput")
-    if objective not in OBJECTIVES:
+    if inference:
+        check_inference_objective(objective, source)
+    elif objective not in OBJECTIVES:
         raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")
     return Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
                    mapping=mapping, objective=objective, source=source)
