@@ -19,6 +19,7 @@ from . import inference_plan, inference_report
 from .inference_problem import INFERENCE_OBJECTIVES
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
+from .pareto import pareto_front
 from .plan import enumerate_space, solve
 from .problem import OBJECTIVES, load_problem
 from .report import evaluation_json, evaluation_table, plan_result_json, plan_result_table
@@ -50,6 +51,15 @@ def _build_parser() -> argparse.ArgumentParser:
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics of a serving problem (epsilon-constraint, CP-SAT)")
+    pa.add_argument("problem", help="problem YAML file (workload kind inference)")
+    pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B",
+                    help="two metrics, e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, tpot_s, "
+                         "e2e_latency_s, peak_memory_gib)")
+    pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
+    pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -91,6 +101,13 @@ def _positive(kind):
 
 
 _positive_int, _positive_float = _positive(int), _positive(float)
+
+
+def _metric_pair(text: str) -> tuple:
+    names = tuple(x.strip() for x in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected two metric names separated by a comma, got {text!r}")
+    return names
 
 
 def _size(text: str) -> int:
@@ -137,6 +154,16 @@ def cmd_enumerate(args) -> int:
         p, objective=a.objective, top=a.top, time_limit=a.time_limit))
 
 
+def cmd_pareto(args) -> int:
+    problem = load_problem(args.problem)
+    if not problem.is_inference:
+        raise ProblemError("pareto draws the front of a serving problem; this workload is training (kind: inference "
+                           "is needed)", source=problem.source, field="workload.kind")
+    result = pareto_front(inference_plan.pareto_target(problem), args.objectives, args.time_limit, args.workers, args.seed)
+    print(json.dumps(inference_report.front_json(problem, result), indent=2) if args.json else inference_report.front_table(problem, result))
+    return 0
+
+
 def cmd_cost(args) -> int:
     doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
@@ -149,7 +176,7 @@ def cmd_collective(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "cost": cmd_cost,
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "pareto": cmd_pareto, "cost": cmd_cost,
             "collective": cmd_collective}
 
 

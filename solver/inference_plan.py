@@ -625,3 +625,18 @@ def enumerate_space(problem, objective: str | None = None, top: int = 1, time_li
         if complete:
             result.message = "no plan of the space fits in memory and meets the SLOs"
     return result
+
+
+def pareto_target(problem):
+    """The serving space as a Pareto target (``solver.pareto``): every metric of ``METRIC_SENSE``."""
+    from .pareto import ParetoTarget
+
+    space = build_space(problem)
+    tables = compile_tables(space)
+
+    def check(plan, enc, solver):
+        check_round_trip(problem, plan, {k: solver.value(v) for k, v in enc.times.items()}, tables.scale)
+
+    return ParetoTarget(encode=lambda: encode(space, tables), decode=lambda values: decode_plan(values, space),
+                        evaluate=lambda n, mapping: evaluate_plan(problem, n, mapping), metrics=tuple(METRIC_SENSE),
+                        space_size=space.size(), check=check)
