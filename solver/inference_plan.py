@@ -41,14 +41,15 @@ from .plan import ROUND_TRIP_TOLERANCE, Plan, PlanResult, _solver
 from .scaling import Scale
 from .space import divisors
 
-# Default batch domain when the problem leaves the batch free: the batch sizes serving engines run
-# their decode steps at - 1, 2, 4 and the multiples of 8 (vLLM captures CUDA graphs for exactly these
-# and pads a step's batch up to the next one: vllm/config.py, cudagraph capture sizes) - up to the
-# largest that fits, at most this many requests per replica. mapping.batch may list any others.
+# Default batch domain when the problem leaves the batch free: each pipeline micro-batch (one engine
+# step; the whole batch when pp is 1) takes the step sizes serving engines run at - 1, 2, 4 and the
+# multiples of 8 (vLLM captures CUDA graphs for exactly these and pads a step up to the next one:
+# vllm/config.py, cudagraph capture sizes) - so the batch is pp times one of them, up to the largest
+# that fits and at most this many requests per replica. mapping.batch may list any batches.
 MAX_DEFAULT_BATCH = 1024
 
 
-def default_batches(largest: int) -> tuple:
+def default_micro_batches(largest: int) -> tuple:
     """1, 2, 4, 8, 16, 24, … up to ``largest`` (at least 1)."""
     return tuple(b for b in range(1, max(1, largest) + 1) if b in (1, 2, 4) or b % 8 == 0)
 # What each metric does for the user: +1 smaller is better, -1 larger is better.
@@ -92,7 +93,18 @@ class InferenceSpace:
     problem: object
     decode: tuple  # (N, tp, pp, ep, dp, crosses) rows; colocated pools, or decode pools (N = their GPUs)
     prefill: tuple  # disaggregated: prefill pool rows; () otherwise
-    batches: tuple  # allowed batch per (decode) replica
+    batches: tuple  # allowed batch per (decode) replica, or () when ``micro_batches`` sets them
+    micro_batches: tuple = ()  # default domain: batch = pp x one of these
+
+    def batches_for(self, pp: int) -> list:
+        """The batches allowed with pp pipeline stages (multiples of pp)."""
+        if self.micro_batches:
+            return [pp * m for m in self.micro_batches if pp * m <= MAX_DEFAULT_BATCH]
+        return [b for b in self.batches if b % pp == 0]
+
+    @property
+    def all_batches(self) -> list:
+        return sorted({b for r in self.decode for b in self.batches_for(r[2])})
 
     @property
     def disaggregated(self) -> bool:
@@ -102,22 +114,20 @@ class InferenceSpace:
         """(num_gpus, ServingMapping) for every point of the space, in a fixed order."""
         if not self.disaggregated:
             for n, tp, pp, ep, dp, _ in self.decode:
-                for b in self.batches:
-                    if b % pp == 0:
-                        yield n, ServingMapping(batch=b, decode=PoolMapping(tp, pp, ep, dp))
+                for b in self.batches_for(pp):
+                    yield n, ServingMapping(batch=b, decode=PoolMapping(tp, pp, ep, dp))
             return
         for total in self.problem.num_gpus:
             for p in self.prefill:
                 for d in self.decode:
                     if p[0] + d[0] == total:
-                        for b in self.batches:
-                            if b % d[2] == 0:
-                                yield total, ServingMapping(batch=b, decode=PoolMapping(*d[1:5]), prefill=PoolMapping(*p[1:5]))
+                        for b in self.batches_for(d[2]):
+                            yield total, ServingMapping(batch=b, decode=PoolMapping(*d[1:5]), prefill=PoolMapping(*p[1:5]))
 
     def size(self) -> int:
         per_pp = {}
         for row in self.decode:
-            per_pp.setdefault(row[2], sum(1 for b in self.batches if b % row[2] == 0))
+            per_pp.setdefault(row[2], len(self.batches_for(row[2])))
         if not self.disaggregated:
             return sum(per_pp[r[2]] for r in self.decode)
         return sum(per_pp[d[2]] for total in self.problem.num_gpus for p in self.prefill for d in self.decode
@@ -141,13 +151,14 @@ def build_space(problem) -> InferenceSpace:
         raise ProblemError(f"no tp·pp·dp grid of num_gpus {list(problem.num_gpus)} serves {model.heads} heads, "
                            f"{model.kv_heads} kv_heads and {model.layers} layers"
                            + (f" under the restrictions {fixed}" if fixed else ""), source=problem.source, field="mapping")
+    batches, micros = (), ()
     if "batch" in problem.mapping:
         batches = tuple(sorted(problem.mapping["batch"]))
     else:
         systems = problem.system(problem.num_gpus[0])
-        largest = max(inference.max_batch(model, systems, wl, PoolMapping(*r[1:5]), MAX_DEFAULT_BATCH) for r in decode)
-        batches = default_batches(largest)
-    space = InferenceSpace(problem=problem, decode=tuple(decode), prefill=tuple(prefill), batches=batches)
+        largest = max(inference.max_batch(model, systems, wl, PoolMapping(*r[1:5]), MAX_DEFAULT_BATCH) // r[2] for r in decode)
+        micros = default_micro_batches(largest)
+    space = InferenceSpace(problem=problem, decode=tuple(decode), prefill=tuple(prefill), batches=batches, micro_batches=micros)
     if not space.size():
         raise ProblemError(f"no allowed batch {list(batches)[:8]} splits into the pp micro-batches of any allowed pool "
                            "(batch must be a multiple of pp)", source=problem.source, field="mapping")
@@ -199,9 +210,7 @@ def usable_micro_batches(space: InferenceSpace, prune_memory: bool) -> dict:
     out, everything = {}, {}
     for _, tp, pp, ep, dp, c in space.decode:
         pool = PoolMapping(tp, pp, ep, dp)
-        for b in space.batches:
-            if b % pp:
-                continue
+        for b in space.batches_for(pp):
             everything.setdefault((tp, ep, c), set()).add(b // pp)
             if not prune_memory or inference.serving_memory(problem.model, problem.workload, pool, b, None)["bytes"] <= usable:
                 out.setdefault((tp, ep, c), set()).add(b // pp)
@@ -372,7 +381,7 @@ def encode(space: InferenceSpace, tables: InferenceTables, enforce_memory: bool 
     m = B.var(min(micros), max(micros), "micro_batch")
     md.add_allowed_assignments([m], [(x,) for x in micros])
     b = B.prod(pp, m, "batch")
-    md.add_allowed_assignments([b], [(x,) for x in space.batches])
+    md.add_allowed_assignments([pp, b], sorted({(r[2], x) for r in space.decode for x in space.batches_for(r[2])}))
     pp1 = md.new_bool_var("pp1")
     md.add(pp == 1).only_enforce_if(pp1)
     md.add(pp >= 2).only_enforce_if(~pp1)
@@ -417,7 +426,7 @@ def encode(space: InferenceSpace, tables: InferenceTables, enforce_memory: bool 
         tpot = B.prod(pp, cycles["decode"], "tpot")
     else:
         tpot = B.prod(pp, cycles["mixed"], "tpot")
-        rounds = B.var(out, max(out, max(space.batches)), "prefill_rounds_x_batch")  # max(batch, output_len)
+        rounds = B.var(out, max(out, max(space.all_batches)), "prefill_rounds_x_batch")  # max(batch, output_len)
         md.add_max_equality(rounds, [b, out])
         ttft = B.floor_div(B.prod(tpot, rounds, "ttft_x_batch"), b, "ttft")
     e2e = B.affine(ttft + (out - 1) * tpot, B.hi(ttft) + (out - 1) * B.hi(tpot), "e2e")
@@ -463,7 +472,7 @@ def _quotient_resolution(space: InferenceSpace, tables: InferenceTables, numerat
     problem = space.problem
     pp_max = max(r[2] for r in space.decode)
     least = max(1, tables.scale.time(tables.raw_min_time_s) * problem.model.layers // pp_max)
-    divisor = max(problem.num_gpus) * max(space.batches) * max(1, inference.prefill_prompts_per_pass(problem.workload))
+    divisor = max(problem.num_gpus) * max(space.all_batches) * max(1, inference.prefill_prompts_per_pass(problem.workload))
     return max(1, min(math.ceil(QUOTIENT_STEPS * divisor / least), 2**61 // max(1, numerator_hi)))
 
 
