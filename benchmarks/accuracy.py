@@ -13,7 +13,6 @@ a cross-validated figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import inference_accuracy  # noqa: E402  (benchmarks/inference_accuracy.py: the serving runs)
+from solver.report import text_table  # noqa: E402
 from solver.validation import evaluate_all  # noqa: E402
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
@@ -52,20 +52,11 @@ def table(results, markdown: bool) -> str:
         mem = f"{r.measured_memory_gib:.0f} / {r.evaluation.metrics['peak_memory_gib']:.1f}" if r.measured_memory_gib else ""
         rows.append([r.run_id, str(m.num_gpus), f"{m.tp}/{m.pp}/{m.dp}/{m.cp}, {m.micro_batch}, {m.vpp}",
                      f"{r.measured_step_s:.3f}", f"{r.predicted_step_s:.3f}", f"{100 * r.error:+.1f} %", mem])
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
+    return text_table(head, rows, markdown)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    args = inference_accuracy.arguments(__doc__)
     results = evaluate_all()
     summary = summarise(results)
     serving = inference_accuracy.evaluate_all()

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from solver.inference_validation import evaluate_all  # noqa: E402
+from solver.report import text_table  # noqa: E402
 
 
 def summarise(results) -> dict:
@@ -40,11 +41,7 @@ def table(results, markdown: bool) -> str:
         rows.append([r.run_id, str(met["num_gpus"]), str(r.problem.mapping["tp"][0]), str(wl.batch), f"{wl.input_len}/{wl.output_len}",
                      "TTFT" if r.metric == "ttft_s" else "tok/s/GPU", unit(r.measured), unit(r.predicted), f"{100 * r.error:+.1f} %",
                      f"{met['peak_memory_gib']:.1f}" + ("" if met["fits"] else " (does not fit)")])
-    if markdown:
-        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(row) + " |" for row in rows])
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
+    return text_table(head, rows, markdown)
 
 
 def report(results) -> str:
@@ -67,11 +64,16 @@ def as_json(results) -> dict:
          "peak_memory_gib": r.evaluation.metrics["peak_memory_gib"], "fits": r.evaluation.metrics["fits"]} for r in results]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str):
+    """--json and --markdown, the options of the accuracy scripts."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments(__doc__)
     results = evaluate_all()
     if args.json:
         print(json.dumps(as_json(results), indent=2))

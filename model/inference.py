@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 
 from . import comm, compute, expert_parallel, kv_cache, memory, params

@@ -37,7 +37,7 @@ from model.specs import PoolMapping, ServingMapping
 
 from .cpsat import _status_name
 from .inference_problem import INFERENCE_OBJECTIVES, OBJECTIVE_METRICS
-from .plan import ROUND_TRIP_TOLERANCE, Plan, PlanResult, _solver
+from .plan import ROUND_TRIP_TOLERANCE, Plan, PlanResult, _solver, finish_enumeration, keep_best, relative_gap, solve_top
 from .scaling import Scale
 from .space import divisors
 
@@ -528,32 +528,20 @@ def solve(problem, objective: str | None = None, top: int = 1, time_limit: float
     target = enc.metric(metric)
     enc.model.minimize(target)
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
-    deadline = start + time_limit
-    for rank in range(top):
-        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed)
-        status = _status_name(solver.solve(enc.model))
-        assert status != "MODEL_INVALID", enc.model.validate()  # a bug in the encoding, not a user error
-        result.deterministic_time += solver.deterministic_time
-        result.workers = solver.parameters.num_workers
-        if status not in ("OPTIMAL", "FEASIBLE"):
-            if rank == 0:
-                result.status = status
-                if status == "INFEASIBLE":
-                    result.message = explain_infeasible(space, tables, metric, time_limit, workers, seed)
-            break
-        values = {k: solver.value(v) for k, v in enc.decisions.items()}
+
+    def record(rank, solver, values):
         n, mapping = decode_plan(values, space)
         plan = Plan(n, mapping, evaluate_plan(problem, n, mapping), tables.scale.seconds(solver.value(enc.times["e2e"])))
         check_round_trip(problem, plan, {k: solver.value(v) for k, v in enc.times.items()}, tables.scale)
         result.plans.append(plan)
         if rank == 0:
-            result.status = status
-            found = solver.objective_value
-            gap = max(0.0, (found - solver.best_objective_bound) / found) if found > 0 else 0.0
+            gap = relative_gap(solver)
             value = plan.evaluation.metrics[metric]
             result.objective_value, result.gap = value, gap
             result.bound = value / (1.0 - gap) if METRIC_SENSE[metric] < 0 and gap < 1 else value * (1.0 - gap)
-        enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
+
+    solve_top(enc.model, enc.decisions, top, start + time_limit, workers, seed, result, record,
+              lambda: explain_infeasible(space, tables, metric, time_limit, workers, seed))
     result.solve_time_s = time.perf_counter() - start
     return result
 
@@ -615,16 +603,10 @@ def enumerate_space(problem, objective: str | None = None, top: int = 1, time_li
         met = ev.metrics
         if not met["fits"] or not met["meets_slo"]:
             continue
-        best.append((metric_value(met, metric), index, n, mapping))
-        if len(best) > 4 * top:
-            best.sort(key=lambda x: (x[0], x[1]))
-            del best[top:]
+        keep_best(best, (metric_value(met, metric), index, n, mapping), top)
     best.sort(key=lambda x: (x[0], x[1]))
     result.plans = [Plan(n, mapping, evaluate_plan(problem, n, mapping)) for _, _, n, mapping in best[:top]]
-    result.points_evaluated = evaluated
-    result.solve_time_s = time.perf_counter() - start
-    if keep_all:
-        result.all_points = everything  # type: ignore[attr-defined]
+    finish_enumeration(result, evaluated, start, everything if keep_all else None)
     if result.plans:
         result.status = "OPTIMAL" if complete else "FEASIBLE"
         result.objective_value = result.plans[0].evaluation.metrics[metric]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .report import _rows, mapping_dict
+from .report import _rows, mapping_dict, plan_result_head
 
 
 def evaluation_json(problem, mapping, evaluation) -> dict:
@@ -60,11 +60,7 @@ def plans_table(plans) -> list[str]:
 
 def plan_result_table(problem, result) -> str:
     """The readable report of an inference solve or enumeration."""
-    head = (f"status {result.status}  objective {result.objective} = "
-            + (f"{result.objective_value:,.4g}" if result.objective_value is not None else "n/a")
-            + (f"  bound {result.bound:,.4g}  gap {100 * result.gap:.3f} %" if result.bound is not None and result.gap is not None else "")
-            + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} plans"
-            + (f"  evaluated {result.points_evaluated:,}" if result.points_evaluated is not None else ""))
+    head = plan_result_head(result, "plans")
     if not result.plans:
         return head + ("\n" + result.message if result.message else "")
     best = result.plans[0]

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from model.inference import evaluate_inference
 from model.training import Evaluation
 
-from . import library
-from .problem import Problem, parse_problem
+from .problem import Problem
+from .validation import load_runs as _load_runs, problem_from_entry
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class InferenceRunResult:
 
 
 def load_runs(path=None) -> list[dict]:
-    path = path or library.library_root() / "validation" / "inference_runs.yaml"
-    return library.read_yaml(path, "validation file")["runs"]
+    """The run entries of problems/validation/inference_runs.yaml."""
+    return _load_runs(path, "inference_runs.yaml")
 
 
 def family(entry: dict) -> str:
@@ -44,9 +44,7 @@ def family(entry: dict) -> str:
 
 
 def evaluate_run(entry: dict) -> InferenceRunResult:
-    data = {k: entry[k] for k in ("model", "workload", "mapping")}
-    data["system"] = {"name": entry["system"], "num_gpus": entry["num_gpus"]}
-    problem = parse_problem(data, source=f"validation run {entry['id']}")
+    problem = problem_from_entry(entry)
     mapping = problem.fixed_serving_mapping()
     evaluation = evaluate_inference(problem.model, problem.system(), problem.workload, mapping)
     metric, measured = next(iter(entry["measured"].items()))
