@@ -575,6 +575,8 @@ def explain_infeasible(space: InferenceSpace, tables: InferenceTables, metric: s
     if _status_name(solver.solve(enc.model)) in ("OPTIMAL", "FEASIBLE"):
         n, mapping = decode_plan({k: solver.value(v) for k, v in enc.decisions.items()}, space)
         ev = evaluate_plan(problem, n, mapping)
+        if ev.metrics["fits"]:
+            return "the TTFT and TPOT SLOs together admit no plan that fits (each alone does)"
         mem = ev.breakdown["memory_gib"]
         return (f"memory binds: {ev.metrics['peak_memory_gib']:.1f} GiB per GPU is the least any plan needs (weights "
                 f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB + activations {mem['activations']:.1f} GiB, at "
