@@ -2,6 +2,9 @@
 
     python benchmarks/accuracy.py [--json] [--markdown]
 
+The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
+benchmarks/inference_accuracy.py; --json adds them under "inference").
+
 Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources). The device efficiency curves were calibrated on this same set
 (benchmarks/calibrate.py), so the errors below are in-sample; see --holdout in calibrate.py for
@@ -10,7 +13,6 @@ a cross-validated figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -18,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import inference_accuracy  # noqa: E402  (benchmarks/inference_accuracy.py: the serving runs)
+from solver.report import text_table  # noqa: E402
 from solver.validation import evaluate_all  # noqa: E402
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
@@ -50,24 +54,16 @@ def table(results, markdown: bool) -> str:
         mem = f"{r.measured_memory_gib:.0f} / {r.evaluation.metrics['peak_memory_gib']:.1f}" if r.measured_memory_gib else ""
         rows.append([r.run_id, str(m.num_gpus), f"{m.tp}/{m.pp}/{m.dp}/{m.cp}, {m.micro_batch}, {m.vpp}",
                      f"{r.measured_step_s:.3f}", f"{r.predicted_step_s:.3f}", f"{100 * r.error:+.1f} %", mem])
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
+    return text_table(head, rows, markdown)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    args = inference_accuracy.arguments(__doc__)
     results = evaluate_all()
     summary = summarise(results)
+    serving = inference_accuracy.evaluate_all()
     if args.json:
-        print(json.dumps({"summary": summary, "runs": [
+        print(json.dumps({"summary": summary, "inference": inference_accuracy.as_json(serving), "runs": [
             {"id": r.run_id, "family": r.family, "measured_step_s": r.measured_step_s, "predicted_step_s": r.predicted_step_s,
              "error": r.error, "mapping": r.mapping.as_dict(), "measured_memory_gib": r.measured_memory_gib,
              "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"]} for r in results]}, indent=2))
@@ -96,6 +92,9 @@ def main() -> int:
         print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
     for name, s in summary["by_family"].items():
         print(f"  {name:<32} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
+    print()
+    print("Inference (problems/validation/inference_runs.yaml; per run: python benchmarks/inference_accuracy.py)")
+    print(inference_accuracy.report(serving))
     return 0
 
 

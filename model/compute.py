@@ -16,14 +16,26 @@ from .specs import DeviceSpec, ModelSpec
 FLASH_BACKWARD_FACTOR = 2.5
 
 
-def gemm_time_s(device: DeviceSpec, m: float, n: float, k: float, precision: str) -> float:
-    """Time of an (m x k) @ (k x n) GEMM, seconds: roofline of 2mnk FLOPs and the operand bytes."""
+def gemm_time_s(device: DeviceSpec, m: float, n: float, k: float, precision: str,
+                weight_bytes: float | None = None, memory_efficiency: float | None = None) -> float:
+    """Time of an (m x k) @ (k x n) GEMM, seconds: roofline of 2mnk FLOPs and the operand bytes.
+
+    ``weight_bytes`` is the storage size of one element of the (k x n) weight when it differs from
+    the compute precision (weight-only quantisation such as W4A16: the kernel reads int4 weights
+    and computes in 16 bits; Lin et al., AWQ, MLSys 2024); ``memory_efficiency`` the achieved
+    fraction of HBM bandwidth when not the device's layer-kernel figure (inference decode GEMMs
+    stream their weights). Both default to the training behaviour.
+    """
     flops = 2.0 * m * n * k
     if flops <= 0:
         return 0.0
     compute = flops / (device.peak(precision) * float(device.gemm_efficiency_at(flops, precision)))
-    traffic = (m * k + k * n) * bytes_per_element(precision) + m * n * bytes_per_element(activation_precision(precision))
-    memory = traffic / (device.hbm_bytes_per_s * device.memory_efficiency)
+    if weight_bytes is None:
+        operands = (m * k + k * n) * bytes_per_element(precision)
+    else:
+        operands = m * k * bytes_per_element(precision) + k * n * weight_bytes
+    traffic = operands + m * n * bytes_per_element(activation_precision(precision))
+    memory = traffic / (device.hbm_bytes_per_s * (device.memory_efficiency if memory_efficiency is None else memory_efficiency))
     return max(compute, memory)
 
 
@@ -124,9 +136,23 @@ def attention_core_flops(model: ModelSpec, micro_batch: int, seq_len: int, cp: i
     Each context-parallel rank holds s/cp queries against all s keys. Flash attention skips the
     masked half of a causal score matrix (``causal_skip``); a materialised score matrix does not.
     """
-    d_qk, d_v = attention_head_dims(model)
-    flops = 2.0 * micro_batch * (seq_len / cp) * seq_len * (model.heads / tp) * (d_qk + d_v)
+    flops = attention_score_flops(model, micro_batch, seq_len / cp, seq_len, tp)
     return flops * (0.5 if causal_skip else 1.0)
+
+
+def attention_score_flops(model: ModelSpec, sequences: float, q_len: float, kv_len: float, tp: int) -> float:
+    """FLOPs of QK^T and AV for ``sequences`` sequences of ``q_len`` queries against ``kv_len``
+    keys on one tensor-parallel rank, no causal discount: 2·b·s_q·s_kv·(a/t)·(d_qk + d_v)
+    (Vaswani et al. 2017; two matmuls of 2·s_q·s_kv·d each per head)."""
+    d_qk, d_v = attention_head_dims(model)
+    return 2.0 * sequences * q_len * kv_len * (model.heads / tp) * (d_qk + d_v)
+
+
+def attention_peak_flops(device: DeviceSpec) -> float:
+    """Peak FLOP/s the attention core runs at: the 16-bit (bf16) tensor-core rate, FLOP/s; FP8
+    and FP4 recipes keep attention in 16 bits (Transformer Engine; TensorRT-LLM's default FMHA)."""
+    half = "bf16" if device.peak_flops.get("bf16") else next(iter(device.peak_flops))
+    return device.peak(half)
 
 
 # Bytes moved per element of the s x s score matrix by a materialised attention forward:
@@ -143,12 +169,11 @@ def attention_core_forward_time_s(
     flash: one fused kernel at the device's attention efficiency (Dao et al. 2022).
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
-    half = "bf16" if device.peak_flops.get("bf16") else next(iter(device.peak_flops))
     if attention == "flash":
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
-        return flops / (device.peak(half) * device.attention_efficiency)
+        return flops / (attention_peak_flops(device) * device.attention_efficiency)
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)
-    gemm = flops / (device.peak(half) * float(device.gemm_efficiency_at(flops / 2)))
+    gemm = flops / (attention_peak_flops(device) * float(device.gemm_efficiency_at(flops / 2)))
     scores = micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
     return gemm + memory_bound_time_s(device, scores * STANDARD_ATTENTION_SCORE_BYTES)
 

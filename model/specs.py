@@ -177,6 +177,8 @@ class DeviceSpec:
     moe_expert_efficiency: float = 1.0  # routed-expert block (router, permutation, grouped GEMMs) rate / dense GEMM rate
     moe_overlap_efficiency: float = 1.0  # share of a layer's compute that can hide overlapped all-to-all
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
+    stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
+    kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -187,6 +189,18 @@ class DeviceSpec:
                 field="workload.precision",
             )
         return self.peak_flops[precision]
+
+    @property
+    def weight_streaming_efficiency(self) -> float:
+        """Achieved fraction of HBM bandwidth when a decode GEMM (a few tokens) streams its
+        weights: the device file's ``efficiency.stream`` where measured, else ``memory``."""
+        return self.stream_efficiency or self.memory_efficiency
+
+    @property
+    def kv_streaming_efficiency(self) -> float:
+        """Achieved fraction of HBM bandwidth when decode attention streams the KV cache: the
+        device file's ``efficiency.kv_stream`` where measured, else ``memory``."""
+        return self.kv_stream_efficiency or self.memory_efficiency
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16") -> np.ndarray:
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear
@@ -270,3 +284,70 @@ class Mapping:
             "recompute": self.recompute, "zero": self.zero,
             "first_stage_layers": self.first_stage_layers, "last_stage_layers": self.last_stage_layers,
         }
+
+
+SERVING_MODES = ("static", "continuous", "disaggregated")
+DECODE_ATTENTION_KERNELS = ("grouped", "per_query_head")
+
+
+@dataclass(frozen=True)
+class InferenceWorkload:
+    """What is served: requests of ``input_len`` prompt tokens and ``output_len`` generated tokens.
+
+    ``batch`` is the number of requests one replica (one model instance: tp·pp GPUs) runs at once,
+    its decode batch; None when the planner chooses it. ``precision`` is the GEMM (activation)
+    precision, ``weight_precision`` the stored weights' (weight-only quantisation when narrower),
+    ``kv_precision`` the KV cache's. SLOs are upper bounds in seconds, None when absent.
+    """
+
+    input_len: int
+    output_len: int
+    batch: int | None = None
+    precision: str = "bf16"
+    kv_precision: str = "bf16"
+    weight_precision: str = "bf16"
+    serving: str = "static"
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    kv_block_tokens: int = 16  # paged KV block (vLLM's default block_size 16; Kwon et al., SOSP 2023)
+    max_prefill_tokens: int = 8192  # tokens one prefill pass takes (TensorRT-LLM max_num_tokens default 8192)
+    decode_attention: str = "grouped"  # grouped (K/V read once per KV head) | per_query_head (once per query head)
+    kind: str = "inference"
+    source: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class PoolMapping:
+    """One pool of identical model replicas: tp·pp GPUs each, dp replicas; ep spreads the experts
+    of an MoE model over ep ranks (ep divides tp·dp, experts laid over the pool's GPUs)."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def as_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp}
+
+
+@dataclass(frozen=True)
+class ServingMapping:
+    """A serving plan: the decode batch per replica and the pool(s). Static and continuous serving
+    run prefill and decode on ``decode``; disaggregated serving adds a ``prefill`` pool."""
+
+    batch: int
+    decode: PoolMapping
+    prefill: PoolMapping | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.decode.num_gpus + (self.prefill.num_gpus if self.prefill is not None else 0)
+
+    def as_dict(self) -> dict:
+        if self.prefill is None:
+            return {**self.decode.as_dict(), "batch": self.batch}
+        return {"prefill": self.prefill.as_dict(), "decode": self.decode.as_dict(), "batch": self.batch}

@@ -12,9 +12,13 @@ import sys
 
 from model.collectives import ALL_ALGORITHMS, OPS
 from model.errors import ProblemError
+from model.inference import evaluate_inference
 
+from . import inference_plan, inference_report
+from .inference_problem import INFERENCE_OBJECTIVES
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
+from .pareto import pareto_front
 from .plan import enumerate_space, evaluate_plan, solve
 from .problem import OBJECTIVES, load_problem
 from .report import evaluation_json, evaluation_table, plan_json, plan_result_json, plan_result_table
@@ -36,7 +40,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("problem", help="problem YAML file")
-        sp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective")
+        sp.add_argument("--objective", choices=OBJECTIVES + tuple(o for o in INFERENCE_OBJECTIVES if o not in OBJECTIVES),
+                        help="overrides the problem's objective (training: throughput, step_time, memory, tokens_per_gpu; "
+                             "inference: throughput, ttft, tpot, latency)")
         sp.add_argument("--top", type=_positive_int, default=1, help="return the K best distinct mappings")
         sp.add_argument("--time-limit", type=_positive_float, default=60.0 if name == "solve" else None,
                         help="seconds (solve: default 60; enumerate: none)")
@@ -47,6 +53,15 @@ def _build_parser() -> argparse.ArgumentParser:
         else:
             sp.add_argument("--all", action="store_true",
                             help="with --json: list every feasible point with its metrics under \"points\" (small spaces)")
+    pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics of a serving problem (epsilon-constraint, CP-SAT)")
+    pa.add_argument("problem", help="problem YAML file (workload kind inference)")
+    pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B",
+                    help="two metrics, e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, tpot_s, "
+                         "e2e_latency_s, peak_memory_gib)")
+    pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
+    pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -90,6 +105,13 @@ def _positive(kind):
 _positive_int, _positive_float = _positive(int), _positive(float)
 
 
+def _metric_pair(text: str) -> tuple:
+    names = tuple(x.strip() for x in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected two metric names separated by a comma, got {text!r}")
+    return names
+
+
 def _size(text: str) -> int:
     try:
         return parse_bytes(text)
@@ -99,6 +121,12 @@ def _size(text: str) -> int:
 
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
+    if problem.is_inference:
+        mapping = problem.fixed_serving_mapping()
+        evaluation = evaluate_inference(problem.model, problem.system(), problem.workload, mapping)
+        print(json.dumps(inference_report.evaluation_json(problem, mapping, evaluation), indent=2) if args.json
+              else inference_report.evaluation_table(problem, mapping, evaluation))
+        return 0
     mapping = problem.fixed_mapping()
     evaluation = evaluate_plan(problem, problem.num_gpus[0], mapping)
     if args.json:
@@ -117,18 +145,29 @@ def _plan_command(args, run) -> int:
             doc["points"] = [plan_json(problem, p) for p in result.feasible_points]
         print(json.dumps(doc, indent=2))
     else:
-        print(plan_result_table(problem, result))
+        print((inference_report.plan_result_table if problem.is_inference else plan_result_table)(problem, result))
     return 0
 
 
 def cmd_solve(args) -> int:
-    return _plan_command(args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-                                                  workers=a.workers, seed=a.seed))
+    return _plan_command(args, lambda p, a: (inference_plan.solve if p.is_inference else solve)(
+        p, objective=a.objective, top=a.top, time_limit=a.time_limit, workers=a.workers, seed=a.seed))
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-                                                            keep_all=a.all))
+    return _plan_command(args, lambda p, a: (inference_plan.enumerate_space if p.is_inference else enumerate_space)(
+        p, objective=a.objective, top=a.top, time_limit=a.time_limit,
+        **({} if p.is_inference else {"keep_all": a.all})))
+
+
+def cmd_pareto(args) -> int:
+    problem = load_problem(args.problem)
+    if not problem.is_inference:
+        raise ProblemError("pareto draws the front of a serving problem; this workload is training (kind: inference "
+                           "is needed)", source=problem.source, field="workload.kind")
+    result = pareto_front(inference_plan.pareto_target(problem), args.objectives, args.time_limit, args.workers, args.seed)
+    print(json.dumps(inference_report.front_json(problem, result), indent=2) if args.json else inference_report.front_table(problem, result))
+    return 0
 
 
 def cmd_cost(args) -> int:
@@ -143,7 +182,7 @@ def cmd_collective(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "cost": cmd_cost,
+COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "pareto": cmd_pareto, "cost": cmd_cost,
             "collective": cmd_collective}
 
 

@@ -171,7 +171,8 @@ def load_device(name: str) -> DeviceSpec:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
     peaks = {k: _number(peaks, k, src, "peak_flops.") for k in peaks if peaks[k] is not None}
     eff = data["efficiency"]
-    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "moe_expert", "moe_overlap"),
+    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert",
+                     "moe_overlap"),
                ("gemm", "attention", "memory"), src, "efficiency.")
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
@@ -181,7 +182,8 @@ def load_device(name: str) -> DeviceSpec:
         attention_efficiency=_number(eff, "attention", src, "efficiency."),
         memory_efficiency=_number(eff, "memory", src, "efficiency."),
         tdp_w=float(data.get("tdp_w", 0.0)),
-        **{f"{key}_efficiency": _fraction(eff, key, src, "efficiency.") for key in ("moe_expert", "moe_overlap") if key in eff},
+        **{f"{key}_efficiency": _fraction(eff, key, src, "efficiency.") for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
+           if key in eff},
         low_precision_gemm=low, source=src,
     )
 

@@ -202,37 +202,57 @@ def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed
         _hint(enc, *hint)
     tokens = problem.workload.global_batch * problem.workload.seq_len
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
-    deadline = start + time_limit
+
+    def record(rank, solver, values):
+        n, mapping = decode(values, space)
+        plan = Plan(n, mapping, evaluate_plan(problem, n, mapping), tables.scale.seconds(solver.value(enc.step)))
+        check_round_trip(plan)
+        result.plans.append(plan)
+        if rank == 0:
+            best = _minimised(objective, plan.evaluation.metrics)
+            gap = relative_gap(solver)
+            result.objective_value = objective_value(objective, plan.evaluation.metrics)
+            result.bound = _from_minimised(objective, best * (1.0 - gap), tokens, plan.evaluation.metrics)
+            result.gap = gap
+
+    solve_top(enc.model, enc.decisions, top, start + time_limit, workers, seed, result, record,
+              lambda: (_run_length_binds(problem, time_limit, workers, seed)
+                       or explain_infeasible(problem, space, tables, time_limit, workers, seed)),
+              presolve=problem.model.moe is None)
+    result.solve_time_s = time.perf_counter() - start
+    return result
+
+
+def relative_gap(solver: cp_model.CpSolver) -> float:
+    """CP-SAT's proven relative gap in its own integer units, (found - bound) / found, applied by
+    the callers to the model's float value."""
+    found = solver.objective_value
+    return max(0.0, (found - solver.best_objective_bound) / found) if found > 0 else 0.0
+
+
+def solve_top(model: cp_model.CpModel, decisions: dict, top: int, deadline: float, workers: int, seed: int,
+              result: PlanResult, record, explain, presolve: bool = True) -> None:
+    """The top-K loop of a solve: up to ``top`` solves of ``model``, each later one forbidding the
+    previous assignment of ``decisions``. ``record(rank, solver, values)`` turns a solution into a
+    plan; ``explain()`` names what binds when the first solve is INFEASIBLE. Fills the result's
+    status, message, worker count and deterministic time."""
     for rank in range(top):
-        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve=problem.model.moe is None)
-        code = solver.solve(enc.model)
-        status = _status_name(code)
+        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve=presolve)
+        status = _status_name(solver.solve(model))
+        assert status != "MODEL_INVALID", model.validate()  # a bug in an encoding, not a user error
         result.deterministic_time += solver.deterministic_time
         result.workers = solver.parameters.num_workers
         if status not in ("OPTIMAL", "FEASIBLE"):
             if rank == 0:
                 result.status = status
                 if status == "INFEASIBLE":
-                    result.message = (_run_length_binds(problem, time_limit, workers, seed)
-                                      or explain_infeasible(problem, space, tables, time_limit, workers, seed))
+                    result.message = explain()
             break
-        values = {k: solver.value(v) for k, v in enc.decisions.items()}
-        n, mapping = decode(values, space)
-        plan = Plan(n, mapping, evaluate_plan(problem, n, mapping), tables.scale.seconds(solver.value(enc.step)))
-        check_round_trip(plan)
-        result.plans.append(plan)
+        values = {k: solver.value(v) for k, v in decisions.items()}
+        record(rank, solver, values)
         if rank == 0:
             result.status = status
-            best = _minimised(objective, plan.evaluation.metrics)
-            # CP-SAT's proven relative gap, in its own integer units, applied to the model's float value
-            found_units = solver.objective_value
-            gap = max(0.0, (found_units - solver.best_objective_bound) / found_units) if found_units > 0 else 0.0
-            result.objective_value = objective_value(objective, plan.evaluation.metrics)
-            result.bound = _from_minimised(objective, best * (1.0 - gap), tokens, plan.evaluation.metrics)
-            result.gap = gap
-        enc.model.add_forbidden_assignments(list(enc.decisions.values()), [[values[k] for k in enc.decisions]])
-    result.solve_time_s = time.perf_counter() - start
-    return result
+        model.add_forbidden_assignments(list(decisions.values()), [[values[k] for k in decisions]])
 
 
 def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Mapping] | None:
@@ -350,6 +370,23 @@ def _candidates(space: Space):
                                          zero=zero, first_stage_layers=f, last_stage_layers=last)
 
 
+def keep_best(best: list, entry: tuple, top: int) -> None:
+    """Add ``entry`` = (key, index, ...) to the enumerator's ``best``, trimmed now and then to the
+    ``top`` smallest (key, index): ties keep the order of the space."""
+    best.append(entry)
+    if len(best) > 4 * top:
+        best.sort(key=lambda x: (x[0], x[1]))
+        del best[top:]
+
+
+def finish_enumeration(result: PlanResult, evaluated: int, start: float, everything: list | None) -> None:
+    """Record an enumeration's count and time, and every evaluated point when they were kept."""
+    result.points_evaluated = evaluated
+    result.solve_time_s = time.perf_counter() - start
+    if everything is not None:
+        result.all_points = everything
+
+
 def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,
                     keep_all: bool = False) -> PlanResult:
     """Exhaustive baseline: evaluate every point of the same space with the model."""
@@ -385,16 +422,11 @@ def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_al
             continue
         if keep_all:
             feasible.append(everything[-1])
-        key = _minimised(objective, ev.metrics)
-        best.append((key, index, Plan(n, mapping, ev)))
-        if len(best) > 4 * top:
-            best.sort(key=lambda x: (x[0], x[1]))
-            del best[top:]
+        keep_best(best, (_minimised(objective, ev.metrics), index, Plan(n, mapping, ev)), top)
     best.sort(key=lambda x: (x[0], x[1]))
     result.plans = [b[2] for b in best[:top]]
-    result.points_evaluated = evaluated
-    result.solve_time_s = time.perf_counter() - start
-    result.all_points, result.feasible_points = everything, feasible
+    finish_enumeration(result, evaluated, start, everything if keep_all else None)
+    result.feasible_points = feasible
     if result.plans:
         result.status = "OPTIMAL" if complete else "FEASIBLE"
         result.objective_value = objective_value(objective, result.plans[0].evaluation.metrics)

@@ -22,6 +22,7 @@ from model.specs import ATTENTION_KERNELS, Mapping, ModelSpec, Workload
 from model.training import check_mapping
 
 from . import costing, library
+from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
 OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu", "cost", "tokens_per_usd")
@@ -45,13 +46,21 @@ class Problem:
     model: ModelSpec
     system_name: str
     num_gpus: tuple  # allowed device counts (one for a fixed system)
-    workload: Workload
+    workload: Workload  # or model.specs.InferenceWorkload (kind inference)
     mapping: dict  # key -> tuple of allowed values; absent key = free
     objective: str
     source: str = field(default="<problem>", compare=False)
     chiplets: tuple = (None,)  # compute dies per package to consider (None: the device as described)
     gpu_hour_usd: float | None = None  # rental price; replaces the amortised hourly cost
     constraints: dict = field(default_factory=dict)  # max_capex_usd, max_power_w, max_run_hours
+
+    @property
+    def is_inference(self) -> bool:
+        return self.workload.kind == "inference"
+
+    def fixed_serving_mapping(self):
+        """The one serving plan ``evaluate`` runs (inference problems; ``inference_problem``)."""
+        return fixed_serving_mapping(self)
 
     def system(self, num_gpus: int | None = None):
         n = num_gpus if num_gpus is not None else self.num_gpus[0]
@@ -62,7 +71,8 @@ class Problem:
     @property
     def needs_cost(self) -> bool:
         """Whether planning needs the system's cost (a cost objective, limit or run length)."""
-        return (self.objective in costing.COST_OBJECTIVES or bool(self.constraints) or self.workload.train_tokens is not None
+        return (self.objective in costing.COST_OBJECTIVES or bool(self.constraints)
+                or getattr(self.workload, "train_tokens", None) is not None
                 or self.gpu_hour_usd is not None or self.chiplets != (None,))
 
     def system_cost(self, num_gpus: int) -> dict:
@@ -114,9 +124,11 @@ def _positive_int(value, src: str, fld: str) -> int:
 def _parse_workload(data, src: str) -> Workload:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field="workload")
+    if data.get("kind") == "inference":
+        return parse_inference_workload(data, src)
     library.check_keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
     if data["kind"] != "training":
-        raise ProblemError(f"{data['kind']!r} is not supported yet; allowed: training", source=src, field="workload.kind")
+        raise ProblemError(f"{data['kind']!r} is not allowed; allowed: training, inference", source=src, field="workload.kind")
     precision = data.get("precision", "bf16")
     if precision not in TRAINING_PRECISIONS:
         raise ProblemError(f"{precision!r} is not allowed; allowed: {', '.join(TRAINING_PRECISIONS)}", source=src, field="workload.precision")
@@ -221,7 +233,7 @@ def _parse_constraints(data, src: str, workload: Workload) -> dict:
         out[key] = library.as_float(value)
         if out[key] is None or out[key] <= 0:
             raise ProblemError(f"must be a positive number, got {value!r}", source=src, field=f"constraints.{key}")
-    if "max_run_hours" in out and workload.train_tokens is None:
+    if "max_run_hours" in out and getattr(workload, "train_tokens", None) is None:
         raise ProblemError("needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours")
     return out
 
@@ -249,7 +261,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     if workload.precision not in device.peak_flops:
         raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
                            f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}", source=source, field="workload.precision")
-    mapping = _parse_mapping(data.get("mapping"), source)
+    inference = workload.kind == "inference"
+    mapping = parse_inference_mapping(data.get("mapping"), workload, source) if inference else _parse_mapping(data.get("mapping"), source)
     if "num_gpus" in mapping:
         # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
         allowed = tuple(n for n in counts if n in mapping.pop("num_gpus"))
@@ -257,7 +270,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise ProblemError(f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus")
         counts = allowed
     objective = data.get("objective", "throughput")
-    if objective not in OBJECTIVES:
+    if inference:
+        check_inference_objective(objective, source)
+    elif objective not in OBJECTIVES:
         raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")
     return Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
                    mapping=mapping, objective=objective, source=source, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd,

@@ -91,13 +91,28 @@ def plan_result_json(problem, result, top: int) -> dict:
     return out
 
 
-def plan_result_table(problem, result) -> str:
-    """The readable report of a solve or an enumeration."""
-    head = (f"status {result.status}  objective {result.objective} = "
+def plan_result_head(result, points: str = "mappings") -> str:
+    """The first line of a solve or enumeration report: status, objective, bound, gap, time, space."""
+    return (f"status {result.status}  objective {result.objective} = "
             + (f"{result.objective_value:,.4g}" if result.objective_value is not None else "n/a")
             + (f"  bound {result.bound:,.4g}  gap {100 * result.gap:.3f} %" if result.bound is not None and result.gap is not None else "")
-            + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} mappings"
+            + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} {points}"
             + (f"  evaluated {result.points_evaluated:,}" if result.points_evaluated is not None else ""))
+
+
+def text_table(head: list, rows: list, markdown: bool) -> str:
+    """Rows of strings under a header, as a Markdown table or aligned plain text."""
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
+
+
+def plan_result_table(problem, result) -> str:
+    """The readable report of a solve or an enumeration."""
+    head = plan_result_head(result)
     if not result.plans:
         return head + ("\n" + result.message if result.message else "")
     best = result.plans[0]

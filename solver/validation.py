@@ -37,10 +37,17 @@ class RunResult:
         return self.predicted_step_s / self.measured_step_s - 1.0
 
 
-def load_runs(path=None) -> list[dict]:
-    """The run entries of the validation file."""
-    path = path or library.library_root() / "validation" / "training_runs.yaml"
+def load_runs(path=None, name: str = "training_runs.yaml") -> list[dict]:
+    """The run entries of a validation file (problems/validation/``name`` unless ``path``)."""
+    path = path or library.library_root() / "validation" / name
     return library.read_yaml(path, "validation file")["runs"]
+
+
+def problem_from_entry(entry: dict) -> Problem:
+    """The problem a validation entry describes (its model, system, device count, workload, mapping)."""
+    data = {k: entry[k] for k in ("model", "workload", "mapping")}
+    data["system"] = {"name": entry["system"], "num_gpus": entry["num_gpus"]}
+    return parse_problem(data, source=f"validation run {entry['id']}")
 
 
 def family(run_id: str) -> str:
@@ -74,9 +81,7 @@ def candidate_mappings(problem: Problem, system: SystemSpec):
 def evaluate_run(entry: dict, system_override=None) -> RunResult:
     """Evaluate one published run; ``system_override(system) -> system`` swaps in trial
     efficiencies during calibration."""
-    data = {k: entry[k] for k in ("model", "workload", "mapping")}
-    data["system"] = {"name": entry["system"], "num_gpus": entry["num_gpus"]}
-    problem = parse_problem(data, source=f"validation run {entry['id']}")
+    problem = problem_from_entry(entry)
     system = problem.system()
     if system_override is not None:
         system = system_override(system)

@@ -46,6 +46,27 @@ def edit(*changes, delete=()):
 
 
 
+INF = {  # an inference problem (issue 6) that evaluates
+    "model": "llama3.1-8b",
+    "system": {"name": "dgx-h100", "num_gpus": 4},
+    "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "batch": 16, "precision": "fp8", "serving": "static"},
+    "mapping": {"tp": 2, "pp": 1, "dp": 2},
+}
+
+
+def inf(*changes, delete=()):
+    """INF with changes and deletions, as ``edit`` does for BASE."""
+    global BASE
+    saved, BASE = BASE, INF
+    try:
+        return edit(*changes, delete=delete)
+    finally:
+        BASE = saved
+
+
+DISAGG = {**INF, "workload": {**INF["workload"], "serving": "disaggregated"},
+          "mapping": {"prefill": {"tp": 1, "dp": 2}, "decode": {"tp": 2, "dp": 1}}}
+
 # (id, file content: dict or raw text or None for a missing file, field the message must name or None)
 CASES = [
     ("malformed-yaml", "model: [unclosed\nsystem: {name: dgx-a100\n", None),
@@ -136,13 +157,45 @@ CASES = [
     ("inline-tied-not-bool", edit(("model", {**TINY, "tied_embeddings": "no"})), "model.tied_embeddings"),
     pytest.param("inline-params-b-string", edit(("model", {**TINY, "params_b": "seven"})), "model.params_b"),
     pytest.param("inline-name-list", edit(("model", {**TINY, "name": ["tiny"]})), "model.name"),
+    # inference problems (issue 6)
+    ("inf-unknown-serving", inf(("workload.serving", "batched")), "workload.serving"),
+    ("inf-unknown-precision", inf(("workload.precision", "fp7")), "workload.precision"),
+    ("inf-fp8-on-a100", inf(("system.name", "dgx-a100")), "workload.precision"),
+    ("inf-fp4-on-h100", inf(("workload.precision", "fp4")), "workload.precision"),
+    ("inf-kv-precision", inf(("workload.kv_precision", "int4")), "workload.kv_precision"),
+    ("inf-weight-precision", inf(("workload.weight_precision", "int3")), "workload.weight_precision"),
+    ("inf-input-len-zero", inf(("workload.input_len", 0)), "workload.input_len"),
+    ("inf-output-len-string", inf(("workload.output_len", "64")), "workload.output_len"),
+    ("inf-missing-input-len", inf(delete=["workload.input_len"]), "workload.input_len"),
+    ("inf-training-key", inf(("workload.seq_len", 2048)), "workload.seq_len"),
+    ("inf-batch-zero", inf(("workload.batch", 0)), "workload.batch"),
+    ("inf-slo-not-mapping", inf(("workload.slo", 2.0)), "workload.slo"),
+    ("inf-slo-unknown-key", inf(("workload.slo", {"itl_s": 0.05})), "workload.slo.itl_s"),
+    ("inf-slo-negative", inf(("workload.slo", {"ttft_s": -1})), "workload.slo.ttft_s"),
+    ("inf-decode-attention", inf(("workload.decode_attention", "paged")), "workload.decode_attention"),
+    ("inf-micro-batch-key", inf(("mapping.micro_batch", 2)), "mapping.micro_batch"),
+    ("inf-objective", {**INF, "objective": "step_time"}, "objective"),
+    ("inf-grid-product", inf(("mapping.dp", 4)), "mapping"),
+    ("inf-tp-heads", inf(("system.num_gpus", 3), ("mapping.tp", 3), ("mapping.dp", 1)), "mapping.tp"),
+    ("inf-batch-not-in-pp", inf(("mapping.pp", 2), ("mapping.tp", 1), ("workload.batch", 15)), "workload.batch"),
+    ("inf-ep-on-dense", inf(("mapping.ep", 2)), "mapping.ep"),
+    ("inf-batch-conflict", inf(("mapping.batch", [8, 32])), "mapping.batch"),
+    ("inf-missing-batch-for-evaluate", inf(delete=["workload.batch"]), "workload.batch"),
+    ("inf-missing-tp-for-evaluate", inf(delete=["mapping.tp"]), "mapping.tp"),
+    ("inf-pools-without-disaggregation", inf(("mapping", {"prefill": {"tp": 1}, "decode": {"tp": 1}})), "mapping.decode"),
+    ("inf-disagg-top-level-tp", {**DISAGG, "mapping": {"tp": 2, "dp": 2}}, "mapping.dp"),
+    ("inf-disagg-pool-not-mapping", {**DISAGG, "mapping": {"prefill": 2, "decode": {"tp": 2, "dp": 1}}}, "mapping.prefill"),
+    ("inf-disagg-pool-key", {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 2, "cp": 2}, "decode": {"tp": 2, "dp": 1}}},
+     "mapping.prefill.cp"),
+    ("inf-disagg-split", {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 3}, "decode": {"tp": 2, "dp": 1}}}, "mapping"),
 ]
 
 # cases also run as real subprocesses: `python -m solver evaluate`, the `parasol` script, `solve`
 MODULE_SUBSET = ["malformed-yaml", "top-level-list", "missing-file", "unknown-model", "tp-bool", "tp-not-dividing-heads",
                  "list-to-evaluate", "unknown-precision", "recompute-unknown", "grid-product"]
 PARASOL_SUBSET = ["malformed-yaml", "unknown-model", "tp-string", "list-to-evaluate"]
-SOLVE_SUBSET = ["unknown-system", "tp-negative", "inline-missing-hidden", "objective-unknown"]
+SOLVE_SUBSET = ["unknown-system", "tp-negative", "inline-missing-hidden", "objective-unknown", "inf-unknown-serving",
+                "inf-slo-negative"]
 
 
 def _case_id(case) -> str:

@@ -1,0 +1,88 @@
+"""Measured vs predicted serving figures for every published inference run in the validation set.
+
+    python benchmarks/inference_accuracy.py [--json] [--markdown]
+
+Runs: problems/validation/inference_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
+with sources): TensorRT-LLM 0.6.1 static-batch throughput (output tokens/s per GPU) on H100 FP8 and
+A100 FP16, TensorRT-LLM 0.5 first-token latency at batch 1. Nothing in the inference model was fitted
+to these runs: the device efficiencies are microbenchmarks (problems/measurements/), so every error
+below is out of sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from solver.inference_validation import evaluate_all  # noqa: E402
+from solver.report import text_table  # noqa: E402
+
+
+def summarise(results) -> dict:
+    by_family, by_metric = {}, {}
+    for r in results:
+        by_family.setdefault(r.family, []).append(abs(r.error))
+        by_metric.setdefault(r.metric, []).append(abs(r.error))
+    stats = lambda v: {"runs": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)}  # noqa: E731
+    return {"by_metric": {k: stats(v) for k, v in by_metric.items()}, "by_family": {k: stats(v) for k, v in by_family.items()}}
+
+
+def table(results, markdown: bool) -> str:
+    head = ["run", "GPUs", "tp", "batch", "in/out", "metric", "measured", "predicted", "error", "memory GiB"]
+    rows = []
+    for r in results:
+        wl, met = r.problem.workload, r.evaluation.metrics
+        unit = (lambda x: f"{x * 1e3:.1f} ms") if r.metric == "ttft_s" else (lambda x: f"{x:,.0f}")
+        rows.append([r.run_id, str(met["num_gpus"]), str(r.problem.mapping["tp"][0]), str(wl.batch), f"{wl.input_len}/{wl.output_len}",
+                     "TTFT" if r.metric == "ttft_s" else "tok/s/GPU", unit(r.measured), unit(r.predicted), f"{100 * r.error:+.1f} %",
+                     f"{met['peak_memory_gib']:.1f}" + ("" if met["fits"] else " (does not fit)")])
+    return text_table(head, rows, markdown)
+
+
+def report(results) -> str:
+    summary = summarise(results)
+    lines = []
+    for name, s in summary["by_metric"].items():
+        what = "first-token latency" if name == "ttft_s" else "throughput (output tokens/s per GPU)"
+        lines.append(f"{s['runs']} inference runs, {what}: mean |error| {100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %")
+    for name, s in summary["by_family"].items():
+        lines.append(f"  {name:<54} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
+    unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
+    if unfit:
+        lines.append(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
+    return "\n".join(lines)
+
+
+def as_json(results) -> dict:
+    return {"summary": summarise(results), "runs": [
+        {"id": r.run_id, "family": r.family, "metric": r.metric, "measured": r.measured, "predicted": r.predicted, "error": r.error,
+         "peak_memory_gib": r.evaluation.metrics["peak_memory_gib"], "fits": r.evaluation.metrics["fits"]} for r in results]}
+
+
+def arguments(doc: str):
+    """--json and --markdown, the options of the accuracy scripts."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments(__doc__)
+    results = evaluate_all()
+    if args.json:
+        print(json.dumps(as_json(results), indent=2))
+        return 0
+    print(table(results, args.markdown))
+    print()
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

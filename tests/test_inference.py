@@ -1,0 +1,354 @@
+"""Serving (issue 6): model terms, the published TensorRT-LLM runs, the planner against the
+enumerator, the Pareto front against the enumerator's non-dominated points, and the CLI contract."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+import yaml
+
+from model import compute, inference, kv_cache
+from model.errors import ProblemError
+from model.inference import evaluate_inference
+from model.specs import InferenceWorkload, PoolMapping, ServingMapping
+from solver import inference_plan, pareto
+from solver.inference_plan import METRIC_SENSE, enumerate_space, solve
+from solver.inference_validation import evaluate_all
+from solver.library import library_root, load_model, load_system
+from solver.problem import parse_problem
+
+from conftest import rel_close, write_yaml
+
+WORKERS, TIME_LIMIT = 2, 30
+
+
+def _wl(**kw) -> InferenceWorkload:
+    base = dict(input_len=512, output_len=128, batch=32, precision="fp8", kv_precision="fp8", weight_precision="fp8")
+    return InferenceWorkload(**{**base, **kw})
+
+
+def _eval(model="llama3.1-8b", system="dgx-h100", n=1, tp=1, pp=1, ep=1, batch=32, **kw):
+    wl = _wl(batch=batch, **kw)
+    dp = n // (tp * pp)
+    return evaluate_inference(load_model(model), load_system(system, n), wl, ServingMapping(batch, PoolMapping(tp, pp, ep, dp)))
+
+
+# ---------------------------------------------------------------- KV cache
+
+def test_kv_bytes_per_token_for_mha_gqa_mqa_and_mla():
+    gptj, llama, deepseek = load_model("gpt-j-6b"), load_model("llama3.1-8b"), load_model("deepseek-v3")
+    assert kv_cache.kv_bytes_per_token(gptj, "bf16") == 2 * 16 * 256 * 2  # MHA: K and V of 16 heads of 256
+    assert kv_cache.kv_bytes_per_token(llama, "fp8") == 2 * 8 * 128  # GQA: 8 KV heads
+    assert kv_cache.kv_bytes_per_token(llama, "fp8", tp=2) == 8 * 128  # split by tp
+    assert kv_cache.kv_bytes_per_token(llama, "fp8", tp=16) == 2 * 128  # tp > kv_heads: one head replicated
+    mqa = dataclasses.replace(llama, kv_heads=1, name="mqa")
+    assert kv_cache.kv_bytes_per_token(mqa, "bf16", tp=8) == 2 * 128 * 2
+    # MLA caches the 512-wide latent and the 64-wide RoPE key, whole on every rank (DeepSeek-V2 Table 1)
+    assert kv_cache.kv_bytes_per_token(deepseek, "fp8") == kv_cache.kv_bytes_per_token(deepseek, "fp8", tp=8) == 576
+    assert kv_cache.kv_bytes_per_token(deepseek, "fp4") == pytest.approx(576 * (0.5 + 1 / 16))
+
+
+def test_paged_allocation_rounds_each_sequence_up_to_whole_blocks():
+    assert kv_cache.paged_tokens(2049, 16) == 2064 and kv_cache.paged_tokens(2048, 16) == 2048
+    m = load_model("llama3.1-8b")
+    one = kv_cache.kv_bytes_per_sequence(m, "bf16", 1, m.layers, 2049, 64)
+    assert one == 2112 * m.layers * kv_cache.kv_bytes_per_token(m, "bf16")
+
+
+# ---------------------------------------------------------------- rooflines and precisions
+
+def test_decode_is_memory_bound_at_small_batch_and_compute_bound_at_large():
+    """The crossover falls out of the per-operation rooflines: a decode step costs the same at
+    batch 1 and 8 (weights streamed once), and twice as much at 4096 as at 2048."""
+    m, system = load_model("llama3.1-8b"), load_system("dgx-h100", 1)
+    wl = _wl(input_len=128, output_len=2)
+
+    def step(b):
+        return inference.layer_time(m, system, wl, 1, 1, inference.Pass(decode_seqs=b, context_len=129)).gemm
+    assert step(8) / step(1) < 1.1
+    assert step(4096) / step(2048) > 1.8
+    device = system.device
+    weights = sum(k * n for _, n, k in compute.layer_gemm_shapes(m, 1, 1).values())
+    assert step(1) == pytest.approx(weights / (device.hbm_bytes_per_s * device.weight_streaming_efficiency), rel=0.01)
+
+
+def test_decode_gemm_roofline_against_the_h100_microbenchmark():
+    """The roofline with the measured streaming efficiency reproduces the 40 decode-shaped GEMMs
+    of problems/measurements/decode-microbench.yaml (H100) within 10 % on average (7.7 % when
+    measured)."""
+    data = yaml.safe_load((library_root() / "measurements" / "decode-microbench.yaml").read_text())["h100"]["gemm"]
+    device = load_system("dgx-h100", 1).device
+    errors = [abs(compute.gemm_time_s(device, r["m"], r["n"], r["k"], r["precision"], None, device.weight_streaming_efficiency)
+                  / r["seconds"] - 1) for r in data]
+    assert len(errors) == 78 and statistics.fmean(errors) <= 0.10
+
+
+def test_weight_precision_is_separate_from_the_gemm_precision():
+    """int4 weights with bf16 GEMMs (W4A16): a quarter of the bf16 layer weight bytes plus group scales,
+    faster memory-bound decode, the bf16 tensor-core rate for compute-bound prefill."""
+    base = dict(precision="bf16", kv_precision="bf16", batch=1, input_len=4096, output_len=64)
+    bf16 = _eval(weight_precision="bf16", **base)
+    int4 = _eval(weight_precision="int4", **base)
+    assert int4.breakdown["memory_gib"]["weights"] < 0.4 * bf16.breakdown["memory_gib"]["weights"]  # embeddings stay 16-bit
+    assert int4.metrics["tpot_s"] < 0.5 * bf16.metrics["tpot_s"]
+    assert int4.breakdown["ttft_s"]["compute/gemm"] == pytest.approx(bf16.breakdown["ttft_s"]["compute/gemm"], rel=0.05)
+    with pytest.raises(ProblemError):
+        _eval(precision="fp4", system="dgx-h100")  # no FP4 tensor cores on H100
+
+
+def test_grouped_and_per_query_head_decode_attention():
+    """A GQA model's cache is read once per KV head by a grouped kernel, once per query head by
+    TensorRT-LLM's pre-XQA masked MHA (4 query heads share a KV head in Llama 3.1 8B)."""
+    m, system = load_model("llama3.1-8b"), load_system("dgx-h100", 1)
+    p = inference.Pass(decode_seqs=64, context_len=4096)
+    grouped = inference.layer_time(m, system, _wl(), 1, 1, p).attention
+    per_head = inference.layer_time(m, system, _wl(decode_attention="per_query_head"), 1, 1, p).attention
+    assert per_head == pytest.approx(4 * grouped, rel=1e-9)
+
+
+def test_tensor_parallelism_splits_weights_and_adds_all_reduces():
+    one, two = _eval(n=2, tp=1), _eval(n=2, tp=2)
+    assert two.breakdown["memory_gib"]["weights"] < 0.55 * one.breakdown["memory_gib"]["weights"]
+    assert one.breakdown["tpot_s"]["comm/tp"] == 0 < two.breakdown["tpot_s"]["comm/tp"]
+    assert two.metrics["tpot_s"] < one.metrics["tpot_s"]
+
+
+def test_pipeline_needs_the_batch_in_pp_micro_batches():
+    with pytest.raises(ProblemError, match="micro-batches"):
+        _eval(n=2, pp=2, batch=33)
+    two = _eval(n=2, pp=2, batch=32)
+    assert two.breakdown["tpot_s"]["comm/pp"] > 0
+
+
+# ---------------------------------------------------------------- serving modes
+
+def test_static_serving_identities():
+    met = _eval(n=4, tp=2, batch=48).metrics
+    assert met["e2e_latency_s"] == pytest.approx(met["ttft_s"] + 127 * met["tpot_s"], rel=1e-12)
+    assert met["tokens_per_s"] == pytest.approx(2 * 48 * 128 / met["e2e_latency_s"], rel=1e-12)
+    assert met["tokens_per_s_per_gpu"] == pytest.approx(met["tokens_per_s"] / 4, rel=1e-12)
+    assert met["tokens_per_s_per_user"] == pytest.approx(1 / met["tpot_s"], rel=1e-12)
+    for key in ("ttft_s", "tpot_s", "e2e_latency_s", "tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "batch",
+                "peak_memory_gib", "fits"):
+        assert key in met
+
+
+def test_continuous_batching_steady_state():
+    """Each iteration decodes the batch and prefills batch·input/output prompt tokens; a prompt is
+    in after output/batch iterations."""
+    small, big = _eval(batch=16, serving="continuous"), _eval(batch=256, serving="continuous")
+    assert small.metrics["ttft_s"] == pytest.approx(128 / 16 * small.metrics["tpot_s"], rel=1e-12)
+    assert big.metrics["ttft_s"] == pytest.approx(big.metrics["tpot_s"], rel=1e-12)
+    assert big.metrics["tokens_per_s"] == pytest.approx(256 / big.metrics["tpot_s"], rel=1e-12)
+
+
+def test_disaggregated_serving_pools_and_kv_transfer():
+    m, system, wl = load_model("llama3.1-8b"), load_system("dgx-h100", 16), _wl(serving="disaggregated", batch=64)
+    plans = {pre: ServingMapping(64, PoolMapping(1, 1, 1, 16 - pre), PoolMapping(1, 1, 1, pre)) for pre in (1, 4, 8)}
+    evs = {pre: evaluate_inference(m, system, wl, plan) for pre, plan in plans.items()}
+    assert all(ev.breakdown["ttft_s"]["comm/kv_transfer"] > 0 for ev in evs.values())  # 16 GPUs: two nodes, NIC transfer
+    # the decode pool's TPOT does not depend on the prefill pool; throughput is the slower pool's rate
+    assert evs[1].metrics["tpot_s"] == evs[8].metrics["tpot_s"]
+    decode_rate = 8 * 64 / (127 * evs[8].metrics["tpot_s"]) * 128
+    assert evs[8].metrics["tokens_per_s"] <= decode_rate * (1 + 1e-12)
+    with pytest.raises(ProblemError):
+        evaluate_inference(m, system, wl, ServingMapping(64, PoolMapping(1, 1, 1, 16)))  # no prefill pool
+
+
+def test_largest_batch_that_fits():
+    ev = _eval(model="llama3.3-70b", n=2, tp=2, batch=8, input_len=2048, output_len=2048)
+    b = ev.metrics["max_batch"]
+    assert b > 8
+    assert _eval(model="llama3.3-70b", n=2, tp=2, batch=b, input_len=2048, output_len=2048).metrics["fits"]
+    assert not _eval(model="llama3.3-70b", n=2, tp=2, batch=b + 1, input_len=2048, output_len=2048).metrics["fits"]
+
+
+@pytest.mark.parametrize("model,n,tp,ep", [("mixtral-8x7b", 2, 2, 2), ("qwen3-30b-a3b", 1, 1, 1), ("gpt-oss-120b", 2, 1, 2),
+                                           ("deepseek-v3", 8, 8, 8)])
+def test_moe_models_are_servable(model, n, tp, ep):
+    ev = _eval(model=model, system="hgx-h200", n=n, tp=tp, ep=ep, batch=16)
+    assert ev.metrics["fits"] and ev.metrics["tokens_per_s"] > 0
+    assert ev.breakdown["tpot_s"]["comm/ep"] > 0 if ep > 1 else ev.breakdown["tpot_s"]["comm/ep"] == 0
+
+
+# ---------------------------------------------------------------- accuracy against published runs
+
+@pytest.fixture(scope="module")
+def runs():
+    return evaluate_all()
+
+
+def test_every_published_inference_run_evaluates(runs):
+    assert len(runs) == 45 and all(r.predicted > 0 for r in runs)
+
+
+def test_throughput_error_within_fifteen_percent(runs):
+    """Issue 6's target on the 29 TensorRT-LLM 0.6.1 throughput runs (9.6 % when measured; H100
+    8.5 %, A100 10.9 %); nothing was fitted to them."""
+    for family in {r.family for r in runs if r.metric == "tokens_per_s_per_gpu"}:
+        errors = [abs(r.error) for r in runs if r.family == family]
+        assert statistics.fmean(errors) <= 0.15, family
+    assert statistics.fmean(abs(r.error) for r in runs if r.metric == "tokens_per_s_per_gpu") <= 0.12
+
+
+def test_first_token_latency_error_as_achieved(runs):
+    """First-token latency: A100 within the 15 % target (6.6 % measured); H100 FP8 is not (34 %:
+    every H100 run is predicted faster than TensorRT-LLM 0.5 measured it, see README), so the set
+    as a whole holds 20.4 %: a change that loses accuracy fails here."""
+    ftl = [r for r in runs if r.metric == "ttft_s"]
+    assert statistics.fmean(abs(r.error) for r in ftl if "A100" in r.family) <= 0.15
+    assert statistics.fmean(abs(r.error) for r in ftl) <= 0.22
+    assert all(r.error < 0 for r in ftl if "H100" in r.family)
+
+
+def test_published_peak_throughput_batches_fit(runs):
+    """The published batches were the largest each engine ran; the model's memory lets them run."""
+    assert all(r.evaluation.metrics["fits"] for r in runs)
+
+
+# ---------------------------------------------------------------- planner against the oracle
+
+def _problem(serving="static", objective="throughput", model="llama3.1-8b", system="dgx-h100", num_gpus=4, batch=None,
+             slo=None, mapping=None, precision="fp8", input_len=512, output_len=64):
+    wl = {"kind": "inference", "input_len": input_len, "output_len": output_len, "precision": precision, "serving": serving}
+    if slo:
+        wl["slo"] = slo
+    mp = dict(mapping or {})
+    mp.setdefault("batch", batch or [1, 4, 8, 16, 32, 64])
+    return {"model": model, "system": {"name": system, "num_gpus": num_gpus}, "workload": wl, "mapping": mp, "objective": objective}
+
+
+DIFF_CASES = [
+    ("static", "throughput", {}), ("static", "ttft", {}), ("static", "latency", {"model": "mixtral-8x7b"}),
+    ("continuous", "throughput", {"slo": {"tpot_s": 0.004}}), ("continuous", "tpot", {"num_gpus": [2, 4]}),
+    ("continuous", "ttft", {"model": "qwen3-30b-a3b"}), ("disaggregated", "throughput", {}),
+    ("disaggregated", "latency", {"system": "dgx-a100", "precision": "bf16", "model": "llama2-7b"}),
+    ("static", "throughput", {"model": "llama3.3-70b", "system": "dgx-a100", "precision": "bf16", "num_gpus": 8,
+                              "slo": {"ttft_s": 2.0}, "input_len": 1024, "output_len": 256}),
+]
+
+
+def _check_against_oracle(data):
+    problem = parse_problem(data, source="t")
+    enum = enumerate_space(problem, keep_all=True)
+    sol = solve(problem, workers=WORKERS, time_limit=TIME_LIMIT)
+    assert enum.points_evaluated == enum.space_size == sol.space_size > 1
+    assert sol.status == enum.status
+    if enum.status == "INFEASIBLE":
+        assert sol.message
+        return problem, enum, sol
+    assert sol.status == "OPTIMAL" and rel_close(sol.objective_value, enum.objective_value, 1e-3), (
+        sol.plans[0].mapping, enum.plans[0].mapping)
+    plan = sol.plans[0]
+    met = plan.evaluation.metrics
+    assert met["fits"]  # the SLOs are checked on the floats by the solver's round trip (within its resolution)
+    # round trip: the plan written back as the problem's mapping evaluates to the same metrics
+    again = evaluate_inference(problem.model, problem.system(plan.num_gpus), problem.workload, plan.mapping)
+    assert again.metrics == met
+    return problem, enum, sol
+
+
+@pytest.mark.parametrize("serving,objective,extra", DIFF_CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(DIFF_CASES)])
+def test_solver_matches_the_enumerator(serving, objective, extra):
+    _check_against_oracle(_problem(serving, objective, **extra))
+
+
+def test_slo_binds_and_infeasible_slo_is_explained():
+    problem, enum, sol = _check_against_oracle(_problem("static", "throughput", slo={"tpot_s": 0.0025}))
+    free = enumerate_space(parse_problem(_problem("static", "throughput"), source="t"))
+    assert sol.objective_value < free.objective_value  # the SLO costs throughput
+    _, _, sol = _check_against_oracle(_problem("static", "throughput", slo={"tpot_s": 1e-4}))
+    assert sol.status == "INFEASIBLE" and "TPOT SLO binds" in sol.message
+
+
+def test_memory_infeasible_is_explained():
+    data = _problem("static", "throughput", model="llama3.1-405b", num_gpus=1, batch=[1, 2])
+    _, _, sol = _check_against_oracle(data)
+    assert sol.status == "INFEASIBLE" and "memory binds" in sol.message and "GiB" in sol.message
+
+
+def test_free_batch_domain_is_the_engine_batch_sizes_up_to_what_fits():
+    data = _problem("continuous", "throughput")
+    data["mapping"] = {"tp": 1}
+    space = inference_plan.build_space(parse_problem(data, source="t"))
+    assert space.micro_batches[:5] == (1, 2, 4, 8, 16) and all(m % 8 == 0 for m in space.micro_batches[3:])
+    assert all(b % 2 == 0 for b in space.batches_for(2)) and max(space.all_batches) <= inference_plan.MAX_DEFAULT_BATCH
+
+
+# ---------------------------------------------------------------- Pareto front
+
+PARETO_CASES = [(_problem("continuous", "throughput", num_gpus=4), ("tokens_per_s_per_gpu", "tokens_per_s_per_user")),
+                (_problem("static", "throughput", num_gpus=4), ("ttft_s", "tokens_per_s")),
+                (_problem("disaggregated", "throughput", num_gpus=4), ("e2e_latency_s", "tokens_per_s_per_gpu"))]
+
+
+@pytest.mark.parametrize("data,objectives", PARETO_CASES, ids=["continuous", "static", "disaggregated"])
+def test_pareto_front_equals_the_enumerators_non_dominated_points(data, objectives):
+    problem = parse_problem(data, source="t")
+    result = pareto.pareto_front(inference_plan.pareto_target(problem), objectives, time_limit=60, workers=WORKERS)
+    assert result.status == "COMPLETE" and len(result.plans) >= 2
+    points = [p for p in enumerate_space(problem, keep_all=True).all_points
+              if p.evaluation.metrics["fits"] and p.evaluation.metrics["meets_slo"]]
+    truth = pareto.non_dominated(points, objectives, METRIC_SENSE)
+    got = sorted(tuple(p.evaluation.metrics[o] for o in objectives) for p in result.plans)
+    want = sorted(set(tuple(p.evaluation.metrics[o] for o in objectives) for p in truth))
+    assert len(got) == len(want), (got, want)
+    for g, w in zip(got, want):
+        assert all(rel_close(a, b, 1e-6) for a, b in zip(g, w)), (g, w)
+
+
+def test_pareto_reports_partial_when_time_runs_out(monkeypatch):
+    real = pareto._solver
+
+    def starved(time_limit, workers, seed):
+        s = real(time_limit, workers, seed)
+        s.parameters.max_deterministic_time = 0.0
+        return s
+    monkeypatch.setattr(pareto, "_solver", starved)
+    problem = parse_problem(PARETO_CASES[0][0], source="t")
+    result = pareto.pareto_front(inference_plan.pareto_target(problem), PARETO_CASES[0][1], time_limit=5)
+    assert result.status == "PARTIAL" and result.gap is not None and result.message
+
+
+def test_pareto_rejects_unknown_metrics():
+    problem = parse_problem(PARETO_CASES[0][0], source="t")
+    with pytest.raises(ProblemError, match="allowed"):
+        pareto.pareto_front(inference_plan.pareto_target(problem), ("tokens_per_s", "happiness"))
+
+
+# ---------------------------------------------------------------- CLI contract
+
+def _cli(args, capsys):
+    from solver.cli import main
+    code = main(args)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out
+
+
+def test_cli_evaluate_solve_and_pareto(tmp_path, capsys):
+    data = _problem("static", "throughput", num_gpus=2, mapping={"tp": 2, "pp": 1, "ep": 1, "dp": 1}, batch=32)
+    data["workload"]["batch"] = 32
+    data["mapping"].pop("batch")
+    path = write_yaml(tmp_path / "serve.yaml", data)
+    doc = json.loads(_cli(["evaluate", str(path), "--json"], capsys))
+    for key in ("ttft_s", "tpot_s", "e2e_latency_s", "tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "batch",
+                "peak_memory_gib", "fits"):
+        assert key in doc["metrics"], key
+    assert doc["mapping"] == {"tp": 2, "pp": 1, "ep": 1, "dp": 1, "batch": 32, "num_gpus": 2}
+    assert "time to first token" in _cli(["evaluate", str(path)], capsys)
+    free = write_yaml(tmp_path / "free.yaml", _problem("continuous", "throughput", num_gpus=2))
+    solved = json.loads(_cli(["solve", str(free), "--json", "--workers", "2"], capsys))
+    assert solved["status"] == "OPTIMAL" and rel_close(solved["objective"], solved["metrics"]["tokens_per_s"], 1e-12)
+    # the returned mapping pasted back into the problem evaluates to the same metrics
+    pasted = {**_problem("continuous", "throughput", num_gpus=2), "mapping": solved["mapping"]}
+    again = json.loads(_cli(["evaluate", str(write_yaml(tmp_path / "pasted.yaml", pasted)), "--json"], capsys))
+    assert again["metrics"]["tokens_per_s"] == pytest.approx(solved["metrics"]["tokens_per_s"], rel=1e-12)
+    front = json.loads(_cli(["pareto", str(free), "--objectives", "tokens_per_s_per_gpu,tokens_per_s_per_user", "--json"], capsys))
+    assert front["status"] == "COMPLETE" and front["front"]
+    assert set(front["front"][0]) == {"mapping", "metrics"}
+    enumerated = json.loads(_cli(["enumerate", str(free), "--json"], capsys))
+    assert rel_close(enumerated["objective"], solved["objective"], 1e-3)
