@@ -53,11 +53,13 @@ def _build_parser() -> argparse.ArgumentParser:
         else:
             sp.add_argument("--all", action="store_true",
                             help="with --json: list every feasible point with its metrics under \"points\" (small spaces)")
-    pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics of a serving problem (epsilon-constraint, CP-SAT)")
-    pa.add_argument("problem", help="problem YAML file (workload kind inference)")
+    pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics (epsilon-constraint, CP-SAT)")
+    pa.add_argument("problem", help="problem YAML file (serving or training)")
     pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B",
-                    help="two metrics, e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, tpot_s, "
-                         "e2e_latency_s, peak_memory_gib)")
+                    help="two metrics; serving: e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, "
+                         "tpot_s, e2e_latency_s, peak_memory_gib); training: throughput,cost (also memory, step_time, "
+                         "tokens_per_usd)")
+    pa.add_argument("--plot", metavar="FILE.png", help="training: also draw the front into a PNG (needs the plot extra: matplotlib)")
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
@@ -163,8 +165,14 @@ def cmd_enumerate(args) -> int:
 def cmd_pareto(args) -> int:
     problem = load_problem(args.problem)
     if not problem.is_inference:
-        raise ProblemError("pareto draws the front of a serving problem; this workload is training (kind: inference "
-                           "is needed)", source=problem.source, field="workload.kind")
+        from .training_pareto import front_json, front_table, plot_front, training_front
+        result = training_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
+        if args.plot:
+            plot_front(problem, result, args.plot)
+        print(json.dumps(front_json(problem, result), indent=2) if args.json else front_table(problem, result))
+        return 0
+    if args.plot:
+        raise ProblemError("--plot draws training fronts only", field="--plot")
     result = pareto_front(inference_plan.pareto_target(problem), args.objectives, args.time_limit, args.workers, args.seed)
     print(json.dumps(inference_report.front_json(problem, result), indent=2) if args.json else inference_report.front_table(problem, result))
     return 0

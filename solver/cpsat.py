@@ -36,6 +36,12 @@ def _bounds(rows, col) -> tuple[int, int]:
     return min(values + [0]), max(values + [0])
 
 
+# The cost objective's weights: $/hour in units of 1/1,000 of the cheapest allowed system's, a
+# relative rounding under 5e-4. Finer units (1e4, 1e5) put step x weight near 1e17-1e18, where
+# CP-SAT 9.15's presolve (one pass) wrongly reported feasible problems INFEASIBLE; measured.
+COST_WEIGHT_UNITS = 1000
+
+
 @dataclass
 class Encoding:
     model: cp_model.CpModel
@@ -43,6 +49,19 @@ class Encoding:
     step: cp_model.IntVar  # step time, time units
     peak_memory: cp_model.IntVar  # memory units
     objective_var: cp_model.IntVar
+    cost: cp_model.IntVar | None = None  # step x the system's $/hour, when hourly costs were given
+
+    def metric(self, name: str) -> cp_model.IntVar:
+        """The integer to minimise for a training metric (solver.pareto): throughput and step_time
+        by the step time (tokens per step are fixed), cost and tokens_per_usd by step x $/hour,
+        memory by the peak memory."""
+        if name in ("throughput", "step_time"):
+            return self.step
+        if name in ("cost", "tokens_per_usd") and self.cost is not None:
+            return self.cost
+        if name == "memory":
+            return self.peak_memory
+        raise KeyError(name)
 
 
 def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = True, hourly_cost: dict | None = None,
@@ -316,28 +335,31 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     elif objective == "memory":
         obj = peak
     elif objective in ("cost", "tokens_per_usd"):
-        # $ per token ∝ step time x the system's $ per hour (tokens per step are fixed); the hourly
-        # cost of each device count in integer units of 1e-5 of the cheapest
-        # (a linear equality per device count, enforced by N's value: lighter than a product)
-        # (weights in units of 1e-4 of the cheapest: a relative rounding under 5e-5; the product's
-        # domain stays well inside int64, where CP-SAT's presolve is exact)
+        obj = None  # the cost variable below
+    else:
+        raise ValueError(objective)
+    cost = None
+    if hourly_cost is not None:
+        # $ per token ∝ step time x the system's $ per hour (tokens per step are fixed); a linear
+        # equality per device count, enforced by N's value (lighter than a product); weights in
+        # units of 1/COST_WEIGHT_UNITS of the cheapest system's $/hour
         cheapest = min(hourly_cost.values())
-        weights = {n_: int(round(hourly_cost[n_] / cheapest * 1e4)) for n_ in problem.num_gpus}
+        weights = {n_: int(round(hourly_cost[n_] / cheapest * COST_WEIGHT_UNITS)) for n_ in problem.num_gpus}
         step_hi = int(hi(step)) if max_step_s is None else min(int(hi(step)), int(max_step_s / tables.scale.time_unit_s))
-        obj = var(0, step_hi * max(weights.values()), "step_x_usd_per_hour")
+        cost = var(0, step_hi * max(weights.values()), "step_x_usd_per_hour")
         for n_, w in weights.items():
             is_n = md.new_bool_var(f"num_gpus_is_{n_}")
             md.add(N == n_).only_enforce_if(is_n)
             md.add(N != n_).only_enforce_if(~is_n)
-            md.add(obj == w * step).only_enforce_if(is_n)
-    else:
-        raise ValueError(objective)
+            md.add(cost == w * step).only_enforce_if(is_n)
+    if obj is None:
+        obj = cost
     if max_step_s is not None:  # max_run_hours (solver/costing.max_step_time_s)
         md.add(step <= int(max_step_s / tables.scale.time_unit_s))
     md.minimize(obj)
     decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch": mb, "vpp": v, "sp": sp,
                  "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}
-    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj)
+    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj, cost=cost)
 
 
 def decode(values: dict, space: Space) -> tuple[int, Mapping]:

@@ -118,3 +118,36 @@ def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
     sol = solve(p, time_limit=60)
     assert sol.status == enumerate_space(p).status == "INFEASIBLE"
     assert sol.message.startswith("max_run_hours binds: the fastest allowed plan")
+
+
+@pytest.mark.parametrize("objectives", [("throughput", "cost"), ("throughput", "memory")])
+def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
+    """issue 7: on a small problem the exact front (epsilon-constraint with CP-SAT) is the
+    non-dominated subset of every feasible point the enumerator lists."""
+    from solver.pareto import non_dominated
+    from solver.training_pareto import METRICS, metric_key, training_front
+
+    p = _problem("cost", num_gpus=(8, 16, 32), chiplets=None)
+    front = training_front(p, objectives, time_limit=120)
+    assert front.status == "COMPLETE" and front.plans
+    points = enumerate_space(p, keep_all=True).feasible_points
+    keys = tuple(metric_key(p, n) for n in objectives)
+    sense = {metric_key(p, n): METRICS[n][1] for n in objectives}
+    expected = non_dominated(points, keys, sense)
+    got = sorted((round(q.evaluation.metrics[keys[0]], 6), round(q.evaluation.metrics[keys[1]], 6)) for q in front.plans)
+    want = sorted({(round(q.evaluation.metrics[keys[0]], 6), round(q.evaluation.metrics[keys[1]], 6)) for q in expected})
+    assert len(got) == len(want)
+    for (a1, b1), (a2, b2) in zip(got, want):  # the integer scaling keeps values within 1e-3
+        assert a1 == pytest.approx(a2, rel=2e-3) and b1 == pytest.approx(b2, rel=2e-3)
+
+
+def test_training_front_over_chiplet_counts_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from solver.training_pareto import plot_front, training_front
+
+    p = _problem("cost", num_gpus=(8, 16), chiplets=[1, 2], system="dgx-b200")
+    front = training_front(p, ("throughput", "cost"), time_limit=120)
+    assert front.status == "COMPLETE" and {q.evaluation.metrics["chiplets"] for q in front.plans} <= {1, 2}
+    out = tmp_path / "front.png"
+    plot_front(p, front, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
