@@ -38,7 +38,12 @@ def ranks_per_domain(group_size: int, stride: int, system: SystemSpec) -> int:
 
 def reduce_scatter_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
     """Reduce-scatter (or all-gather, same cost) on the tiers the group spans, seconds."""
-    local = ranks_per_domain(group_size, stride, system)
+    return reduce_scatter_local_time_s(nbytes, group_size, ranks_per_domain(group_size, stride, system), system)
+
+
+def reduce_scatter_local_time_s(nbytes: float, group_size: int, local: int, system: SystemSpec) -> float:
+    """Reduce-scatter (or all-gather) of a group with ``local`` members per scale-up domain, seconds:
+    a ring inside each domain, then one across domains on 1/local of the data (hierarchical)."""
     remote = group_size // local
     inside = ring_reduce_scatter_time_s(nbytes, local, system.scale_up)
     across = ring_reduce_scatter_time_s(nbytes / local, remote, system.scale_out)

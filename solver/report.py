@@ -34,7 +34,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
              f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
     lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
-                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  "
+                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
                  f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first %d, last %d' % (evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
     lines.append("")
     lines += _rows("metrics", [
