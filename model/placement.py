@@ -66,9 +66,17 @@ def _valid(order: tuple) -> bool:
     return abs(i - j) == 1
 
 
-# Every valid placement, the default first, then in lexicographic order.
-PLACEMENTS = (DEFAULT_PLACEMENT,) + tuple(sorted("-".join(o) for o in itertools.permutations(PLACEMENT_DIMENSIONS)
-                                                 if _valid(o) and "-".join(o) != DEFAULT_PLACEMENT))
+def _moves(order: tuple) -> int:
+    """Pairs of dimensions in the opposite order to the default's (Kendall tau distance)."""
+    rank = [PLACEMENT_DIMENSIONS.index(d) for d in order]
+    return sum(a > b for i, a in enumerate(rank) for b in rank[i + 1:])
+
+
+# Every valid placement (48), nearest the default first (the default itself, then one swap away, ...),
+# ties in lexicographic order: the planner reports the first of equivalent placements, so the
+# most Megatron-like one.
+PLACEMENTS = tuple("-".join(o) for o in sorted((o for o in itertools.permutations(PLACEMENT_DIMENSIONS) if _valid(o)),
+                                                key=lambda o: (_moves(o), o)))
 
 
 def placement_order(placement) -> tuple:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from model.placement import describe, group_layouts
 from model.training import Evaluation
 
 
@@ -36,6 +37,11 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
                  f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
                  f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first %d, last %d' % (evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
+    system = problem.system(met["num_gpus"])
+    groups = [f"{kind} {describe(where, system)}" for kind, where in group_layouts(system, m).items()
+              if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)]
+    if groups:
+        lines.append("groups: " + "  ".join(groups))
     lines.append("")
     lines += _rows("metrics", [
         ("step time", f"{met['step_time_s']:.3f} s"),
