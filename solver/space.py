@@ -154,6 +154,12 @@ def placement_classes(problem: Problem, system, point: tuple, allowed: tuple) ->
     dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
     expert = {"tp": 1, "cp": 1, "ep": ep, "dp": tp * cp * dp // ep, "pp": pp}
     kinds = ("tp", "cp", "dp", "pp", "ep", "edp") if moe else ("tp", "cp", "dp", "pp")
+    if len(allowed) == 1:  # nothing to compare: only the rules
+        try:
+            check_placement(allowed[0], tp, cp, dp, pp, ep, moe)
+        except ProblemError:
+            return ()
+        return allowed
     strides, layouts = set(), {}
     for p in allowed:
         try:
