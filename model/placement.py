@@ -275,12 +275,13 @@ def collective_time_s(op: str, nbytes: float, layout: Layout, system: SystemSpec
 
 
 def describe(layout: Layout, system: SystemSpec) -> str:
-    """A short text of where a group sits, e.g. '8 on nvswitch' or '4x2 on ici, 2 apart'."""
+    """A short text of where a group sits: '8 (in one scale_up domain)', '16 (2 per scale_up domain)',
+    '4 (2x2x1 on ici)', '8 (1x2x4 on ici, 1x2x1 apart)' (members per torus dimension, their spacing)."""
     if layout.n == 1:
         return "1"
     if layout.placement is None:
-        tier = "scale_up" if not layout.crosses else f"{layout.local} per scale_up domain x {layout.n // max(1, layout.local)}"
-        return f"{layout.n} ({tier})"
+        where = "in one scale_up domain" if not layout.crosses else f"{layout.local} per scale_up domain"
+        return f"{layout.n} ({where})"
     topo, pl, parts = system.topology, layout.placement, []
     for i, level in enumerate(topo.levels):
         if pl.extents[i] > 1:
