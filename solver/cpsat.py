@@ -7,7 +7,10 @@ time, micro-batches x slowest stage, in-flight chunks x layers x activation) are
 The composition mirrors model/training.evaluate_training: stage time = layers·layer time +
 edge extras + vpp·p2p; pipeline = m·max + (sum - max)/vpp (model/pipeline.py); exposed DP
 communication and optimizer on stage 0; memory per stage = state + in-flight activations.
-Every plan is decoded and re-evaluated by the model (solver/plan.py).
+The placement (an index into ``model.placement.PLACEMENTS``) rides on the grid table with the layout
+classes it gives the groups; the layer, DP and p2p tables are keyed by those classes, never by the
+placement itself (solver/tables.py). Every plan is decoded and re-evaluated by the model
+(solver/plan.py).
 """
 
 from __future__ import annotations

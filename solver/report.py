@@ -98,10 +98,11 @@ def plan_result_table(problem, result) -> str:
     best = result.plans[0]
     lines = [head, "", evaluation_table(problem, best.mapping, best.evaluation, num_gpus=best.num_gpus)]
     if len(result.plans) > 1:
-        lines += ["", f"top {len(result.plans)}:", "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB"]
+        lines += ["", f"top {len(result.plans)}:",
+                  "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB  placement"]
         for i, p in enumerate(result.plans, 1):
             m, met = p.mapping, p.evaluation.metrics
             lines.append(f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
                          f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}")
+                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}")
     return "\n".join(lines)

@@ -1,7 +1,9 @@
 """Compile the model into small factor tables over the decisions each factor depends on.
 
 Every number here comes from a ``model/`` function called on one point of a factor's domain; no
-equation is written in this module. Tables hold scaled integers (solver/scaling.py).
+equation is written in this module. Tables hold scaled integers (solver/scaling.py). Where a
+placement puts the parallel groups (``model.placement.group_layouts``) enters as small class ids
+per table key, so a free placement multiplies a table only by the layouts it can really take.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,7 +16,7 @@ from conftest import REPO, rel_close, run_cli, training_problem, write_yaml
 from model import comm
 from model.collectives import collective_time_on
 from model.errors import ProblemError
-from model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts, layout,
+from model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts,
                              parallel_groups, topology_decides, training_topology)
 from model.specs import Mapping
 from model.training import evaluate_training
@@ -24,7 +25,7 @@ from solver.plan import solve
 from solver.problem import load_problem, parse_problem
 from solver.space import build_space
 
-from test_solver import WORKERS, TIME_LIMIT, differential
+from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
 
 S = 1.0e8  # bytes
 EXAMPLE = REPO / "problems" / "examples" / "torus-placement.yaml"
@@ -167,12 +168,6 @@ def test_fat_tree_taper_depends_on_where_a_group_sits():
     assert collective_time_s("reducescatter", 1e9, spread, system) > collective_time_s("reducescatter", 1e9, inside, system)
 
 
-def test_layouts_are_cached_values_not_recomputed_per_call():
-    system = tpu(64)
-    a = layout(system, Group.of((4, 1)))
-    assert layout(system, Group.of((4, 1))) is not None and a == layout(system, Group.of((4, 1)))
-
-
 # ---- the planner decides it ----------------------------------------------------------------------
 
 def _data(model, system, n, seq, gb, mapping, objective="throughput"):
@@ -213,6 +208,18 @@ def test_differential_placement_free(case):
         assert sol.plans[0].evaluation.metrics["step_time_s"] < 0.95 * evaluate_training(
             problem.model, problem.system(), problem.workload,
             dataclasses.replace(sol.plans[0].mapping, placement=DEFAULT_PLACEMENT)).metrics["step_time_s"]
+
+
+TOPOLOGY_SYSTEMS = ["tpu-v5p-torus", "slingshot-a100-dragonfly", "mi300x", "llama3-h100-cluster"]
+
+
+@pytest.mark.parametrize("seed", [3, 8, 14, 24, 51, 59])
+def test_differential_random_on_topology_systems(seed):
+    """test_solver's random problems moved onto the systems whose topology decides (placement free):
+    device-count lists, every objective, an infeasible one (seed 8)."""
+    data = random_problem(seed)
+    data["system"]["name"] = random.Random(seed).choice(TOPOLOGY_SYSTEMS)
+    differential(data, source=f"random problem seed {seed} on {data['system']['name']}")
 
 
 def test_symmetric_placements_are_tried_once():
