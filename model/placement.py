@@ -207,7 +207,10 @@ def _topology_placement(topo: Topology, num_gpus: int, factors: tuple) -> Placem
     """The group's placement on ``topo``: the job fills a compact slice (``Topology.place``) whose
     positions are mixed-radix digits of the rank, innermost level first and on a torus/ring level
     one digit per dimension. Per digit: the distinct positions the group's members take inside one
-    unit of the next digit, their spacing, and (torus/ring) whether they close the wrapped line."""
+    unit of the next digit, their spacing, and (torus/ring) whether they close the wrapped line.
+    A group that does not divide the units evenly (3 ranks on 4-GPU nodes) is taken where the group
+    of rank 0 sits, the positions it reaches in each unit counted whole: an approximation, as
+    ``comm.ranks_per_domain`` is on two tiers."""
     job = topo.place(num_gpus)
     members = np.zeros(1, dtype=np.int64)
     for n, s in factors:
