@@ -34,9 +34,14 @@ def ranks_per_domain(group_size: int, stride: int, system: SystemSpec) -> int:
     domain; the strides follow from the mapping's placement (``model/placement.py``; Megatron's
     default lays tp fastest, then cp, dp, pp).
     """
-    if stride >= system.scale_up_domain:
+    return members_per_domain(group_size, stride, system.scale_up_domain)
+
+
+def members_per_domain(group_size: int, stride: int, domain: int) -> int:
+    """``ranks_per_domain`` for a scale-up domain of ``domain`` GPUs."""
+    if stride >= domain:
         return 1
-    return max(1, min(group_size, system.scale_up_domain // stride))
+    return max(1, min(group_size, domain // stride))
 
 
 def reduce_scatter_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:

@@ -120,12 +120,16 @@ class Group:
 
 def parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int = 1) -> dict:
     """{kind: Group} of the groups a mapping communicates over (``GROUPS``), from its placement."""
+    return dict(zip(GROUPS, _parallel_groups(placement, tp, cp, dp, pp, ep)))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int) -> tuple:
     dense = rank_strides(placement, {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp})
     edp = tp * cp * dp // ep
     expert = rank_strides(placement, {"tp": 1, "cp": 1, "ep": ep, "dp": edp, "pp": pp})
-    return {"tp": Group.of((tp, dense["tp"])), "cp": Group.of((cp, dense["cp"])),
-            "dp": Group.of((cp, dense["cp"]), (dp, dense["dp"])), "pp": Group.of((pp, dense["pp"])),
-            "ep": Group.of((ep, expert["ep"])), "edp": Group.of((edp, expert["dp"]))}
+    return (Group.of((tp, dense["tp"])), Group.of((cp, dense["cp"])), Group.of((ep, expert["ep"])),
+            Group.of((cp, dense["cp"]), (dp, dense["dp"])), Group.of((edp, expert["dp"])), Group.of((pp, dense["pp"])))
 
 
 def check_placement(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int, moe: bool) -> None:
@@ -167,6 +171,7 @@ class Layout:
         return self.local < self.n
 
 
+@functools.lru_cache(maxsize=256)
 def topology_decides(topology: Topology | None) -> bool:
     """Whether a system's topology changes the answer of the two-tier model: a torus, ring, dragonfly
     or full mesh level, or a fat-tree tier with oversubscription above 1."""
@@ -235,13 +240,19 @@ def _topology_placement(topo: Topology, num_gpus: int, factors: tuple) -> Placem
     return Placement(tuple(extents), tuple(shapes), max(1, num_gpus // n), tuple(spacing), tuple(wraps))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _two_tier_layout(domain: int, factors: tuple) -> Layout:
+    """Members per scale-up domain of a strided group (``comm.ranks_per_domain`` per factor)."""
+    return Layout(math.prod(n for n, _ in factors), math.prod(comm.members_per_domain(n, s, domain) for n, s in factors))
+
+
 def layout(system: SystemSpec, group: Group) -> Layout:
     """Where ``group`` sits on ``system`` (see ``Layout``)."""
     n = group.size
     if n == 1:
         return Layout(1, 1)
     if not topology_decides(system.topology):
-        return Layout(n, math.prod(comm.ranks_per_domain(size, stride, system) for size, stride in group.factors))
+        return _two_tier_layout(system.scale_up_domain, group.factors)
     pl = _topology_placement(training_topology(system), system.num_gpus, group.factors)
     return Layout(n, pl.extents[0], pl)
 
