@@ -5,14 +5,15 @@ deciding it (differential tests against the enumerator with the placement free, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import random
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import REPO, rel_close, run_cli, training_problem, write_yaml
+from conftest import REPO, rel_close, training_problem, write_yaml
 from model import comm
 from model.collectives import collective_time_on
 from model.errors import ProblemError
@@ -21,6 +22,7 @@ from model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placeme
 from model.specs import Mapping
 from model.training import evaluate_training
 from solver import library
+from solver.cli import main
 from solver.plan import solve
 from solver.problem import load_problem, parse_problem
 from solver.space import build_space
@@ -213,7 +215,7 @@ def test_differential_placement_free(case):
 TOPOLOGY_SYSTEMS = ["tpu-v5p-torus", "slingshot-a100-dragonfly", "mi300x", "llama3-h100-cluster"]
 
 
-@pytest.mark.parametrize("seed", [3, 8, 14, 24, 51, 59])
+@pytest.mark.parametrize("seed", [3, 8, 24, 51, 59])
 def test_differential_random_on_topology_systems(seed):
     """test_solver's random problems moved onto the systems whose topology decides (placement free):
     device-count lists, every objective, an infeasible one (seed 8)."""
@@ -252,38 +254,38 @@ def test_fixing_a_placement_returns_it():
 
 # ---- the example and the command line --------------------------------------------------------------
 
+def _cli_json(args) -> dict:
+    """The command line run in-process (solver.cli.main, what `parasol` calls): exit 0 and its JSON."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    return json.loads(out.getvalue())
+
+
 @pytest.fixture(scope="module")
 def example_round_trip(tmp_path_factory):
-    naive_file = REPO / "problems" / "examples" / "torus-placement-naive.yaml"
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        naive_run = pool.submit(run_cli, ["evaluate", str(naive_file), "--json"])
-        solved = run_cli(["solve", str(EXAMPLE), "--json", "--workers", "1", "--time-limit", "60"])
-        naive = naive_run.result()
-    assert solved.returncode == 0, solved.stderr
-    doc = json.loads(solved.stdout)
+    doc = _cli_json(["solve", str(EXAMPLE), "--json", "--time-limit", "60"])
     problem = load_problem(EXAMPLE)
     data = {"model": problem.model.name, "system": {"name": problem.system_name, "num_gpus": doc["mapping"]["num_gpus"]},
             "workload": {"kind": "training", "seq_len": problem.workload.seq_len, "global_batch": problem.workload.global_batch,
                          "precision": problem.workload.precision}, "mapping": doc["mapping"]}
-    folder = tmp_path_factory.mktemp("torus")
-    evaluated = run_cli(["evaluate", str(write_yaml(folder / "plan.yaml", data)), "--json"])
+    plan = write_yaml(tmp_path_factory.mktemp("torus") / "plan.yaml", data)
+    evaluated = _cli_json(["evaluate", str(plan), "--json"])
+    naive = _cli_json(["evaluate", str(REPO / "problems" / "examples" / "torus-placement-naive.yaml"), "--json"])
     return doc, evaluated, naive
 
 
 def test_example_plan_round_trips_through_evaluate(example_round_trip):
-    doc, evaluated, _ = example_round_trip
+    doc, again, _ = example_round_trip
     assert doc["status"] == "OPTIMAL" and doc["mapping"]["placement"] != DEFAULT_PLACEMENT
-    assert evaluated.returncode == 0, evaluated.stderr
-    again = json.loads(evaluated.stdout)
     assert again["mapping"] == doc["mapping"]
     assert rel_close(again["metrics"]["step_time_s"], doc["metrics"]["step_time_s"], 1e-12)
 
 
 def test_example_naive_placement_is_slower(example_round_trip):
-    """The README's two numbers: the plan, and the same mapping with Megatron's default order."""
-    doc, _, naive = example_round_trip
-    assert naive.returncode == 0, naive.stderr
-    slow = json.loads(naive.stdout)
+    """The README's two numbers: the plan, and the same mapping with Megatron's default order (both
+    commands as the README gives them; test_cli.py runs the command line in subprocesses)."""
+    doc, _, slow = example_round_trip
     assert {k: v for k, v in slow["mapping"].items() if k != "placement"} == {k: v for k, v in doc["mapping"].items()
                                                                                if k != "placement"}
     assert slow["mapping"]["placement"] == DEFAULT_PLACEMENT
