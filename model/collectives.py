@@ -78,8 +78,12 @@ def _spanned(pl: Placement) -> list[int]:
 
 
 def _latency_s(topo: Topology, pl: Placement, level: int) -> float:
-    """Latency of the farthest hop of the group at ``level`` (link, plus fat-tree tiers climbed)."""
-    return topo.levels[level].hop_latency_s(pl.extents[level])
+    """Latency of the farthest hop of the group at ``level`` (link, plus fat-tree tiers climbed; on a
+    torus or ring, one link per unit of distance between neighbouring members)."""
+    lv = topo.levels[level]
+    if lv.kind in DIRECT:
+        return lv.link.latency_s * max(pl.gaps(level))
+    return lv.hop_latency_s(pl.span(level))
 
 
 def _max_latency_s(topo: Topology, pl: Placement) -> float:
@@ -93,9 +97,21 @@ def _peer_bw(topo: Topology, level: int) -> float:
     return lv.link.bytes_per_s * lv.efficiency
 
 
+def _wrapped(topo: Topology, pl: Placement, level: int, dim: int) -> bool:
+    """Whether the group's line along ``dim`` of a torus/ring ``level`` closes into a ring."""
+    if pl.wraps:
+        return pl.wraps[level][dim]
+    return topo.levels[level].wrapped(dim, pl.shapes[level][dim])
+
+
 def _wrapped_dims(topo: Topology, pl: Placement, level: int) -> int:
-    lv = topo.levels[level]
-    return sum(lv.wrapped(d, e) for d, e in enumerate(pl.shapes[level]))
+    return sum(_wrapped(topo, pl, level, d) for d in range(len(pl.shapes[level])))
+
+
+def _sharing(topo: Topology, pl: Placement, level: int) -> int:
+    """Groups whose traffic shares each link of a torus/ring ``level``: a group whose members sit g
+    units apart interleaves with g - 1 others of its kind along the same links; 1 on switched levels."""
+    return max(pl.gaps(level)) if topo.levels[level].kind in DIRECT else 1
 
 
 def _ring_bw(topo: Topology, pl: Placement, level: int) -> float:
@@ -110,7 +126,7 @@ def _ring_bw(topo: Topology, pl: Placement, level: int) -> float:
         rings = 2 if _wrapped_dims(topo, pl, level) else 1
     else:
         rings = 1
-    return pl.below(level) * rings * _peer_bw(topo, level)
+    return pl.below(level) * rings * _peer_bw(topo, level) / _sharing(topo, pl, level)
 
 
 def _taper_time_s(topo: Topology, pl: Placement, level: int, leaving, crosses=lambda b: True) -> float:
@@ -218,16 +234,19 @@ def torus_time_s(op: str, nbytes: float, topo: Topology, pl: Placement) -> float
     """Multi-dimensional torus algorithm, seconds (Chan, Heimlich, Purkayastha & van de Geijn,
     CCPE 19, 2007, Sec. 6): one ring phase per dimension, each on the data the previous phases
     left (S, S/e1, S/(e1 e2), ...): reduce-scatter along every dimension in turn, all-gather back.
-    A dimension that wraps around runs two rings, one per direction (2 links); an open line one."""
+    A dimension that wraps around runs two rings, one per direction (2 links); an open line one.
+    Members g links apart along a dimension take g hops per step and share each link with the
+    g - 1 groups interleaved with them."""
     top = pl.top
     lv = topo.levels[top]
     if lv.kind not in DIRECT or pl.below(top) != 1:
         raise NotApplicable("the torus algorithm needs a group inside one torus or ring level")
     piece, phases = float(nbytes), 0.0
-    for d, extent in enumerate(pl.shapes[top]):
+    for d, (extent, gap) in enumerate(zip(pl.shapes[top], pl.gaps(top))):
         if extent > 1:
-            rings = 2 if lv.wrapped(d, extent) else 1
-            phases += (extent - 1) * lv.link.latency_s + (extent - 1) / extent * piece / (rings * _peer_bw(topo, top))
+            rings = 2 if _wrapped(topo, pl, top, d) else 1
+            phases += ((extent - 1) * gap * lv.link.latency_s
+                       + (extent - 1) / extent * piece * gap / (rings * _peer_bw(topo, top)))
             piece /= extent
     return 2.0 * phases if op == "allreduce" else phases
 
@@ -290,8 +309,9 @@ def direct_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placement
             shape = pl.shapes[i]
             dims = sum(e > 1 for e in shape)
             longest = max(range(len(shape)), key=lambda d: shape[d])
-            wrap = 2 if lv.wrapped(longest, shape[longest]) else 1
-            seconds = max(bytes_i / (2 * dims * _peer_bw(topo, i)), shape[longest] * bytes_i / (4 * wrap * _peer_bw(topo, i)))
+            wrap = 2 if _wrapped(topo, pl, i, longest) else 1
+            bw = _peer_bw(topo, i) / _sharing(topo, pl, i)
+            seconds = max(bytes_i / (2 * dims * bw), shape[longest] * bytes_i / (4 * wrap * bw))
         else:
             seconds = bytes_i / _peer_bw(topo, i)
         leaving = _taper_time_s(topo, pl, i, lambda b: b.members * nbytes * (n - b.members) / n)
@@ -320,8 +340,8 @@ def pairwise_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placeme
 def _p2p_time_s(nbytes: float, topo: Topology, pl: Placement) -> float:
     """Point-to-point, seconds, as nccl-tests sendrecv_perf runs it: every rank sends S to the next
     one at once, so the time is one latency of the farthest hop + S over the slowest hop's one
-    peer link (a NIC between nodes, one link of a mesh or torus)."""
-    return _max_latency_s(topo, pl) + nbytes / min(_peer_bw(topo, i) for i in _spanned(pl))
+    peer link (a NIC between nodes, one link of a mesh or torus, shared by interleaved groups)."""
+    return _max_latency_s(topo, pl) + nbytes / min(_peer_bw(topo, i) / _sharing(topo, pl, i) for i in _spanned(pl))
 
 
 ALGORITHM_TIMES = {
@@ -358,7 +378,13 @@ def collective_time(op: str, nbytes: float, n: int, topo: Topology, algorithm: s
         raise ProblemError(f"must be a positive number of bytes, got {nbytes!r}", field="bytes")
     if n < 2:
         raise ProblemError(f"a collective needs at least 2 GPUs, got {n}", field="gpus")
-    pl = topo.place(n, concurrent)
+    return collective_time_on(op, nbytes, topo, topo.place(n, concurrent), algorithm)
+
+
+def collective_time_on(op: str, nbytes: float, topo: Topology, pl: Placement, algorithm: str | None = None) -> CollectiveTime:
+    """The collective ``op`` of ``nbytes`` over the group at ``pl`` (placed by the caller, e.g. a
+    parallel group of a training mapping, ``model/placement.py``); the algorithm as ``collective_time``."""
+    n = pl.n
     times = algorithm_times(op, nbytes, topo, pl)
     usable = {name: t for name, t in times.items() if not isinstance(t, NotApplicable)}
     if algorithm is not None:

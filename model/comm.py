@@ -6,6 +6,8 @@ steps; reduce-scatter and all-gather move (n-1)/n·S in n-1 steps. S is the full
 nccl-tests counts it. A group that spans several scale-up domains runs hierarchically
 (reduce-scatter inside each domain, the collective across domains on 1/k of the data, all-gather
 inside; the 2D algorithm of NCCL's CollNet / Jia et al. 2018), each GPU using its own NIC.
+The training model uses these on systems whose topology is such a two-tier network, with each
+group's members per domain from its placement (``model/placement.py``).
 """
 
 from __future__ import annotations
@@ -28,17 +30,28 @@ def ring_allreduce_time_s(nbytes: float, n: int, tier: NetworkTier) -> float:
 def ranks_per_domain(group_size: int, stride: int, system: SystemSpec) -> int:
     """How many members of a parallel group share one scale-up domain.
 
-    Megatron lays ranks out tp fastest, then cp, dp, pp (Megatron-Core parallel_state); a group
-    whose consecutive members sit ``stride`` ranks apart has domain/stride members per domain.
+    A group whose consecutive members sit ``stride`` ranks apart has domain/stride members per
+    domain; the strides follow from the mapping's placement (``model/placement.py``; Megatron's
+    default lays tp fastest, then cp, dp, pp).
     """
-    if stride >= system.scale_up_domain:
+    return members_per_domain(group_size, stride, system.scale_up_domain)
+
+
+def members_per_domain(group_size: int, stride: int, domain: int) -> int:
+    """``ranks_per_domain`` for a scale-up domain of ``domain`` GPUs."""
+    if stride >= domain:
         return 1
-    return max(1, min(group_size, system.scale_up_domain // stride))
+    return max(1, min(group_size, domain // stride))
 
 
 def reduce_scatter_time_s(nbytes: float, group_size: int, stride: int, system: SystemSpec) -> float:
     """Reduce-scatter (or all-gather, same cost) on the tiers the group spans, seconds."""
-    local = ranks_per_domain(group_size, stride, system)
+    return reduce_scatter_local_time_s(nbytes, group_size, ranks_per_domain(group_size, stride, system), system)
+
+
+def reduce_scatter_local_time_s(nbytes: float, group_size: int, local: int, system: SystemSpec) -> float:
+    """Reduce-scatter (or all-gather) of a group with ``local`` members per scale-up domain, seconds:
+    a ring inside each domain, then one across domains on 1/local of the data (hierarchical)."""
     remote = group_size // local
     inside = ring_reduce_scatter_time_s(nbytes, local, system.scale_up)
     across = ring_reduce_scatter_time_s(nbytes / local, remote, system.scale_out)

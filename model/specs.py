@@ -20,6 +20,10 @@ NORMS = ("layernorm", "rmsnorm")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 ATTENTION_KERNELS = ("flash", "standard")
+# Parallel dimensions in the order Megatron-Core lays them over the ranks, innermost (fastest) first
+# (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"); see model/placement.py.
+PLACEMENT_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+DEFAULT_PLACEMENT = "-".join(PLACEMENT_DIMENSIONS)
 
 
 def _positive_int(value, name: str, source: str | None) -> int:
@@ -272,6 +276,7 @@ class Mapping:
     zero: int = 1
     first_stage_layers: int = 0  # 0 means an even split
     last_stage_layers: int = 0
+    placement: str = DEFAULT_PLACEMENT  # rank order of the parallel dimensions, innermost first (model/placement.py)
 
     @property
     def num_gpus(self) -> int:
@@ -283,6 +288,7 @@ class Mapping:
             "micro_batch": self.micro_batch, "vpp": self.vpp, "sp": self.sp,
             "recompute": self.recompute, "zero": self.zero,
             "first_stage_layers": self.first_stage_layers, "last_stage_layers": self.last_stage_layers,
+            "placement": self.placement,
         }
 
 

@@ -143,11 +143,19 @@ class Boundary:
 @dataclass(frozen=True)
 class Placement:
     """Where a group sits: members along each level (innermost first; product = group size), the
-    slice shape on torus/ring levels, and how many such groups run the same collective at once."""
+    slice shape on torus/ring levels, and how many such groups run the same collective at once.
+
+    A group laid with a stride (``model/placement.py``) may also leave gaps: ``spacing`` gives per
+    level the distance between neighbouring members, in units of that level (one value for a
+    switched level, one per dimension for a torus or ring), and ``wraps`` per torus/ring level
+    whether the group's line closes into a ring in each dimension (it covers the whole wrapped
+    dimension of the job's slice). Empty: compact, and the slice wraps as ``Level.wrapped`` says."""
 
     extents: tuple
     shapes: tuple
     concurrent: int = 1
+    spacing: tuple = ()
+    wraps: tuple = ()
 
     @property
     def n(self) -> int:
@@ -162,6 +170,14 @@ class Placement:
     def below(self, level: int) -> int:
         """Group members inside one unit of ``level`` (members per node for the network level)."""
         return math.prod(self.extents[:level])
+
+    def gaps(self, level: int) -> tuple:
+        """Distance between neighbouring members along ``level`` (per dimension on a torus/ring)."""
+        return self.spacing[level] if self.spacing else (1,) * max(1, len(self.shapes[level]))
+
+    def span(self, level: int) -> int:
+        """Units of a switched ``level`` from the group's first member to past its last (extent x spacing)."""
+        return self.extents[level] * self.gaps(level)[0]
 
 
 @dataclass(frozen=True)
@@ -216,20 +232,24 @@ class Topology:
     def boundaries(self, placement: Placement, level: int) -> list[Boundary]:
         """The tapered boundaries (oversubscription > 1) that traffic between the group's units at
         ``level`` crosses: fat-tree tiers the group outgrows, the dragonfly's global links."""
-        lv, extent, per_unit = self.levels[level], placement.extents[level], self.gpus_per_unit(level)
+        lv, per_unit = self.levels[level], self.gpus_per_unit(level)
+        span, gap = placement.span(level), placement.gaps(level)[0]  # a spaced group spans more subtrees, fewer members in each
         members_per_unit = placement.below(level)
+
+        def members(reach):
+            return max(1, reach // gap) * members_per_unit
         out = []
         if lv.kind == "fat_tree":
             reach = 1
             for tier in lv.tiers:
                 reach *= tier.size
-                if extent > reach and tier.oversubscription > 1.0:
-                    out.append(Boundary(tier.name, reach * per_unit, reach * members_per_unit, tier.oversubscription))
+                if span > reach and tier.oversubscription > 1.0:
+                    out.append(Boundary(tier.name, reach * per_unit, members(reach), tier.oversubscription))
         elif lv.kind == "dragonfly":
             units = lv.routers_per_group * lv.units_per_router
-            if extent > units:
-                spanned = math.ceil(extent / units)
-                out.append(Boundary("global", units * per_unit, units * members_per_unit,
+            if span > units:
+                spanned = math.ceil(span / units)
+                out.append(Boundary("global", units * per_unit, members(units),
                                     dragonfly_oversubscription(lv, spanned, per_unit)))
         return [b for b in out if b.oversubscription > 1.0]
 
@@ -248,10 +268,11 @@ def dragonfly_oversubscription(level: Level, groups_spanned: int, gpus_per_unit:
 
 def _slice_shape(level: Level, extent: int) -> tuple:
     """The most cubic slice of ``extent`` units that fits the level's dimensions (TPU slices are
-    4x4x4, 4x4x8, ...); () if none exists."""
+    4x4x4, 4x4x8, ...): the smallest longest side, then the smallest perimeter (4x4x8 before
+    2x8x8), the first such in dimension order; () if none exists."""
     best = None
     for shape in product(*(range(1, d + 1) for d in level.dims)):
-        if math.prod(shape) == extent and (best is None or max(shape) < max(best)):
+        if math.prod(shape) == extent and (best is None or (max(shape), sum(shape)) < (max(best), sum(best))):
             best = shape
     return best or ()
 

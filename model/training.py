@@ -1,11 +1,13 @@
 """Step time, throughput and memory of one training mapping.
 
 The evaluation is factored so the planner can tabulate each factor on its own decisions:
-``layer_times`` (tp, cp, micro-batch, sp, recompute), ``edge_stage_times`` (tp, cp,
-micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, whether the pipeline leaves the
-scale-up domain), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
+``layer_times`` (tp, cp, micro-batch, sp, recompute, where the TP/CP/EP groups sit),
+``edge_stage_times`` (tp, cp, micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, where
+the pipeline group sits), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
 ``memory.activation_bytes_per_layer`` and ``memory.in_flight_chunks`` (pp, vpp, micro-batches),
-``dp_comm_times_s`` (affine in the stage's parameters).
+``dp_comm_times_s`` (affine in the stage's parameters, where the DP groups sit). Where a group sits
+(its ``placement.Layout``) follows from the mapping's placement (``model/placement.py``); every
+collective is timed on it by ``placement.collective_time_s``.
 ``evaluate_training`` composes them; it is the single source of truth for every number.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from . import comm, compute, expert_parallel, memory, params
 from .errors import ProblemError
+from .placement import Group, Layout, check_placement, check_system, collective_time_s, group_layouts, layout
 from .pipeline import pipeline_time_s, stage_layer_counts, vpp_divides_stages
 from .precision import activation_precision, bytes_per_element
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
@@ -56,50 +59,61 @@ class LayerTimes:
         return self.forward + self.backward
 
 
-def tp_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool) -> float:
+def tp_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
+                           tp_layout: Layout | None = None) -> float:
     """TP communication in one layer's forward: two all-reduces of the b·s·h activation
     (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
-    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2). Backward is the same."""
+    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2), over the TP group at
+    ``tp_layout`` (default: tp consecutive ranks). Backward is the same."""
     if tp == 1:
         return 0.0
+    where = tp_layout or layout(system, Group.of((tp, 1)))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * bytes_per_element(activation_precision(workload.precision))
-    rs = comm.reduce_scatter_time_s(nbytes, tp, 1, system)
-    return 4.0 * rs  # 2 x (RS + AG) with sp, 2 x AR without: the same ring cost
+    if sp:
+        return 2.0 * (collective_time_s("reducescatter", nbytes, where, system) + collective_time_s("allgather", nbytes, where, system))
+    return 2.0 * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
 
 
-def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, attention_fwd_s: float) -> float:
+def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                              attention_fwd_s: float, cp_layout: Layout | None = None) -> float:
     """Exposed ring-attention K/V exchange in one layer's forward (Liu et al., Ring Attention, 2023).
 
     cp-1 steps, each passing this rank's K and V block (2·b·(s/cp)·kv·d elements, kv heads split
-    by tp) to the next rank while the current block's attention is computed; what exceeds the
-    attention compute is exposed.
+    by tp) to the next rank of the CP group at ``cp_layout`` (default: stride tp) while the current
+    block's attention is computed; what exceeds the attention compute is exposed.
     """
     if cp == 1:
         return 0.0
     e = bytes_per_element(activation_precision(workload.precision))
     block = 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
-    crosses = comm.ranks_per_domain(cp, tp, system) < cp
-    transfer = (cp - 1) * comm.p2p_time_s(block, crosses, system)
+    transfer = (cp - 1) * collective_time_s("p2p", block, cp_layout or layout(system, Group.of((cp, tp))), system)
     return max(0.0, transfer - attention_fwd_s)
 
 
 def ep_comm_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                   ep: int, direction: str) -> float:
+                   ep: int, direction: str, ep_layout: Layout | None = None) -> float:
     """MoE all-to-all in one layer of one micro-batch, seconds: the token dispatch and the combine
     of the forward (``direction`` forward), or of the backward, which sends the gradients back the
-    same way (``backward``). Each GPU routes its sequence-parallel share, tokens/tp, over ep
-    consecutive ranks (with expert tensor parallelism 1 the expert grid is laid over tp·cp·dp, tp
-    fastest); the copies per token and bytes per element come from ``expert_parallel``."""
+    same way (``backward``). Each GPU routes its sequence-parallel share, tokens/tp, over the EP
+    group at ``ep_layout`` (default: ep consecutive ranks, as the default placement lays the expert
+    grid over tp·cp·dp); the copies per token and bytes per element come from ``expert_parallel``,
+    with the members per scale-up domain the placement gives. On a topology the model follows, the
+    copies leaving each rank are timed as an all-to-all spread evenly over the group
+    (``collectives``; DeepEP's node deduplication counts in the volume, not in its split)."""
     if ep == 1 or model.moe is None:
         return 0.0
     tokens = micro_batch * workload.seq_len / cp / tp
-    local = comm.ranks_per_domain(ep, 1, system)
+    where = ep_layout or layout(system, Group.of((ep, 1)))
+    local = where.local
     inside, across = expert_parallel.dispatch_copies_per_token(model, ep, local, workload.moe_dispatcher)
     total = 0.0
     for leg in ("dispatch", "combine"):
         e = expert_parallel.dispatch_bytes_per_element(workload, leg if direction == "forward" else "combine")
         row = tokens * model.hidden * e
-        total += comm.alltoall_split_time_s(row * inside, row * across, ep, local, system)
+        if where.placement is None:
+            total += comm.alltoall_split_time_s(row * inside, row * across, ep, local, system)
+        else:  # a send buffer of which (ep-1)/ep leaves the rank: the copies sent
+            total += collective_time_s("alltoall", row * (inside + across) * ep / (ep - 1), where, system)
     return total
 
 
@@ -125,26 +139,28 @@ def ep_exposed_times_s(device: DeviceSpec, workload: Workload, ep_fwd: float, ep
 
 
 def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
-                recompute: str, ep: int = 1, moe_layer: bool = False) -> LayerTimes:
+                recompute: str, ep: int = 1, moe_layer: bool = False, layouts: dict | None = None) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
-    one micro-batch on one GPU."""
+    one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep': Layout}, ``placement.group_layouts``)
+    say where the groups sit (default: the default placement)."""
+    layouts = layouts or {}
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
     gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
     if moe_layer:
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
-    ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward") if moe_layer else 0.0
-    ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward") if moe_layer else 0.0
+    ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) if moe_layer else 0.0
+    ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) if moe_layer else 0.0
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
     elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
     elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
-    tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp)
-    cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd)
+    tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
+    cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
-    cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0) * 2.0
+    cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0, layouts.get("cp")) * 2.0
     ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd
                                                     + elem_fwd + elem_bwd)
     if recompute == "full":
@@ -185,27 +201,18 @@ def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, t
                      last_fwd=compute.logits_forward_time_s(model, device, workload.precision, tokens, tp))
 
 
-def pp_stride(mapping: Mapping) -> int:
-    """Rank distance between neighbouring pipeline stages (pp is the outermost dimension)."""
-    return mapping.tp * mapping.cp * mapping.dp
-
-
-def pipeline_crosses_domain(system: SystemSpec, tp: int, cp: int, dp: int, pp: int) -> bool:
-    """Whether some pair of neighbouring pipeline stages sits in different scale-up domains
-    (stages are tp·cp·dp ranks apart; the slowest hop sets the pace)."""
-    return pp > 1 and comm.ranks_per_domain(pp, tp * cp * dp, system) < pp
-
-
 def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                        crosses_domain: bool) -> float:
-    """Forward send + backward send of one micro-batch's boundary activation, seconds (pp > 1).
+                        pp_layout: Layout) -> float:
+    """Forward send + backward send of one micro-batch's boundary activation, seconds (pp > 1),
+    between neighbouring stages of the pipeline group at ``pp_layout`` (the slowest hop sets the
+    pace: across the scale-up domain if any pair of stages is).
 
     With tp > 1 each rank sends 1/t of the b·s·h tensor and the receivers all-gather it over
     the scale-up links (scatter/gather optimisation, Narayanan SC'21 Sec. 4.1).
     """
     e = bytes_per_element(activation_precision(workload.precision))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * e / tp
-    return 2.0 * comm.p2p_time_s(nbytes, crosses_domain, system)
+    return 2.0 * collective_time_s("p2p", nbytes, pp_layout, system)
 
 
 def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int, moe_layers: int = 0) -> float:
@@ -254,28 +261,30 @@ def dp_group_size(mapping: Mapping) -> int:
 
 
 def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
-                    expert_params_on_gpu: float = 0.0) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) seconds for one step's data-parallel traffic.
+                    expert_params_on_gpu: float = 0.0, layouts: dict | None = None) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds for one step's data-parallel traffic, over
+    the dp·cp group and the expert data-parallel group where ``layouts`` ({'dp', 'edp': Layout})
+    put them (default: where the mapping's placement does).
 
     ZeRO-0: one all-reduce of the gradients (counted as reduction, gather 0). ZeRO-1/2 and
     Megatron's distributed optimizer: reduce-scatter of gradients, all-gather of updated
     weights. ZeRO-3: per micro-batch an all-gather for forward and for backward plus a
     reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch.
     """
-    n, stride = dp_group_size(mapping), mapping.tp
-    grads = comm.reduce_scatter_time_s(params_on_gpu * grad_bytes(workload), n, stride, system)
-    gather = comm.reduce_scatter_time_s(params_on_gpu * WEIGHT_BYTES, n, stride, system)
+    layouts = layouts or group_layouts(system, mapping)
+    reduce = "allreduce" if mapping.zero == 0 else "reducescatter"
+    grads = collective_time_s(reduce, params_on_gpu * grad_bytes(workload), layouts["dp"], system)
+    gather = collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, layouts["dp"], system)
     if expert_params_on_gpu:  # expert gradients reduce over the expert data-parallel group
-        ne, estride = expert_dp_group_size(mapping), mapping.ep
-        grads += comm.reduce_scatter_time_s(expert_params_on_gpu * grad_bytes(workload), ne, estride, system)
-        gather += comm.reduce_scatter_time_s(expert_params_on_gpu * WEIGHT_BYTES, ne, estride, system)
+        grads += collective_time_s(reduce, expert_params_on_gpu * grad_bytes(workload), layouts["edp"], system)
+        gather += collective_time_s("allgather", expert_params_on_gpu * WEIGHT_BYTES, layouts["edp"], system)
     if mapping.zero == 0:
-        return 2.0 * grads, 0.0
+        return grads, 0.0
     return grads, gather
 
 
 def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, microbatches: int,
-                      stage_fwd_s: float, stage_bwd_s: float, expert_params_on_gpu: float = 0.0) -> float:
+                      stage_fwd_s: float, stage_bwd_s: float, expert_params_on_gpu: float = 0.0, layouts: dict | None = None) -> float:
     """Data-parallel communication left on the critical path, seconds.
 
     Megatron overlaps the gradient reduce-scatter with the last micro-batch's backward and the
@@ -283,7 +292,7 @@ def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, 
     --overlap-param-gather); only what outlasts that compute is exposed. ZeRO-3 prefetches each
     micro-batch's gathers behind that micro-batch's compute (DeepSpeed).
     """
-    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu, expert_params_on_gpu)
+    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu, expert_params_on_gpu, layouts)
     if mapping.zero == 3:
         per_micro = max(0.0, gather - stage_fwd_s) + max(0.0, gather + grads - stage_bwd_s)
         return microbatches * per_micro
@@ -367,6 +376,8 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"ep {m.ep} must divide the {model.moe.experts} experts and tp·dp·cp = {m.tp * m.dp * m.cp} "
                            "(Megatron-Core with expert tensor parallelism 1)", field="mapping.ep")
     check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
+    check_placement(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, model.moe is not None)
+    check_system(system)
     if workload.global_batch % (m.dp * m.micro_batch):
         raise ProblemError(
             f"global_batch {workload.global_batch} is not divisible by dp·micro_batch = {m.dp}·{m.micro_batch}",
@@ -403,11 +414,12 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     m = mapping
     microbatches = workload.global_batch // (m.dp * m.micro_batch)
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
-    lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute)
-    lt_moe = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True) if model.moe else lt
+    where = group_layouts(system, m)
+    lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=where)
+    lt_moe = (layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, where)
+              if model.moe else lt)
     edge = edge_stage_times(model, system, workload, m.tp, m.cp, m.micro_batch)
-    crosses = pipeline_crosses_domain(system, m.tp, m.cp, m.dp, m.pp)
-    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.micro_batch, crosses) * m.vpp if m.pp > 1 else 0.0
+    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.micro_batch, where["pp"]) * m.vpp if m.pp > 1 else 0.0
 
     stages = []
     start = 0
@@ -441,7 +453,7 @@ def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, 
     # the step; the other stages' reductions overlap with stage 0's remaining backwards.
     first = stages[0]
     dp_exposed = dp_exposed_time_s(system, workload, m, first["params"], microbatches,
-                                   first["time_fwd_s"], first["time_bwd_s"], first["expert_params"])
+                                   first["time_fwd_s"], first["time_bwd_s"], first["expert_params"], where)
     owned = optimizer_owned_params(m, first["params"], first["expert_params"])
     opt = compute.optimizer_step_time_s(system.device, owned, grad_bytes(workload))
     step = pipe + dp_exposed + opt

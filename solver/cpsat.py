@@ -7,7 +7,10 @@ time, micro-batches x slowest stage, in-flight chunks x layers x activation) are
 The composition mirrors model/training.evaluate_training: stage time = layers·layer time +
 edge extras + vpp·p2p; pipeline = m·max + (sum - max)/vpp (model/pipeline.py); exposed DP
 communication and optimizer on stage 0; memory per stage = state + in-flight activations.
-Every plan is decoded and re-evaluated by the model (solver/plan.py).
+The placement (an index into ``model.placement.PLACEMENTS``) rides on the grid table with the layout
+classes it gives the groups; the layer, DP and p2p tables are keyed by those classes, never by the
+placement itself (solver/tables.py). Every plan is decoded and re-evaluated by the model
+(solver/plan.py).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from model.placement import PLACEMENTS
 from model.specs import Mapping
 
 from .space import RECOMPUTE, Space
-from .tables import Tables
+from .tables import BODY_KEYS, DP_KEYS, LAYER_KEYS, Tables
 
 STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
           cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
@@ -112,8 +116,10 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         return out
 
     grid = [tuple(g) for g in tables.grid]
-    N, tp, pp, dp, cp, ep, crosses = table_vars(grid, ["N", "tp", "pp", "dp", "cp", "ep", "crosses"], "grid")
-    md.add_allowed_assignments([N, tp, pp, dp, cp, ep, crosses], grid)
+    # the placement and the layout classes it gives the groups (solver/tables.py) ride on the grid table
+    N, tp, pp, dp, cp, ep, place, lay_layer, lay_body, lay_dp, lay_pp = table_vars(
+        grid, ["N", "tp", "pp", "dp", "cp", "ep", "placement", "layer_class", "body_class", "dp_class", "pp_class"], "grid")
+    md.add_allowed_assignments([N, tp, pp, dp, cp, ep, place, lay_layer, lay_body, lay_dp, lay_pp], grid)
     mb = var(min(space.micro_batch), max(space.micro_batch), "micro_batch")
     used = space.used_values()
     v = var(1, max(used["vpp"]), "vpp")
@@ -130,16 +136,17 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # lead layers (dense, on the first stage: k of them) and body layers (MoE, or dense again)
     k = space.lead_layers
     layer_rows = sorted(tables.layer)
-    layer_row, T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc], layer_rows, ["T", "Tf", "Tb", "A", "W"], "layer", with_index=True)
-    Tm, Tfm, Tbm, Am, Wm = factor([tp, cp, mb, sp, rc, ep], tables.body, ["T", "Tf", "Tb", "A", "W"], "body")
+    layer_row, T, Tf, Tb, A, W = factor([tp, cp, mb, sp, rc, lay_layer], layer_rows, ["T", "Tf", "Tb", "A", "W"], "layer",
+                                        with_index=True)
+    Tm, Tfm, Tbm, Am, Wm = factor([tp, cp, mb, sp, rc, ep, lay_body], tables.body, ["T", "Tf", "Tb", "A", "W"], "body")
     Eff, Efb, Elf, Elb, LA = factor([tp, cp, mb], tables.edge, ["Eff", "Efb", "Elf", "Elb", "LA"], "edge")
     (EA,) = factor([tp, cp, mb, pp], tables.embed_act, ["EA"], "emb")
-    (P,) = factor([tp, cp, mb, crosses], tables.p2p, ["P"], "p2p")
+    (P,) = factor([tp, cp, mb, lay_pp], tables.p2p, ["P"], "p2p")
     pp1 = md.new_bool_var("pp1")
     md.add(pp == 1).only_enforce_if(pp1)
     md.add(pp >= 2).only_enforce_if(~pp1)
     Sl, Sm, Se, So, Z3 = factor([tp, zero, dp, cp, pp1, ep], tables.state, ["Sl", "Sm", "Se", "So", "Z3"], "state")
-    G0, G1, Gs, A0, A1, As, O0, O1, Os = factor([tp, zero, dp, cp, pp1, ep], tables.dp,
+    G0, G1, Gs, A0, A1, As, O0, O1, Os = factor([tp, zero, dp, cp, pp1, ep, lay_dp], tables.dp,
                                                ["G0", "G1", "Gs", "A0", "A1", "As", "O0", "O1", "Os"], "dp")
     # in-flight chunks = min(m·vpp, the schedule's limit) (model/memory.in_flight_chunks)
     chunks = {}
@@ -208,7 +215,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     vP = prod(v, P, "vpp_p2p")  # read only when pp > 1
     t1 = prod(b1, Tm, "layers_time_first")
     tL, tm = (prod(n, Tm, f"layers_time_{kind}") for n, kind in ((nL, "last"), (nm, "middle")))
-    hi_t = (L * max(_bounds(tables.layer, 5)[1], _bounds(tables.body, 6)[1]) + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
+    hi_t = (L * max(_bounds(tables.layer, LAYER_KEYS)[1], _bounds(tables.body, BODY_KEYS)[1])
+            + 4 * max(_bounds(tables.edge, i)[1] for i in range(3, 7))
             + max(used["vpp"]) * _bounds(tables.p2p, 4)[1])
     s1, sL, sm = var(0, hi_t, "stage_first"), var(0, hi_t, "stage_last"), var(0, hi_t, "stage_middle")
     md.add(s1 == k * T + t1 + Eff + Efb + vP).only_enforce_if(~pp1)
@@ -227,20 +235,26 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     # Redundant bound that gives the LP a direct handle on the dominant term: the slowest stage
     # works m times at least its share of all layers (k lead, L-k body), and m/pp = gb·tp·cp/(N·mb),
     # so m·slowest >= gb·tp·cp·(k·T + (L-k)·Tm)/(N·mb) (floor), which depends on the layer factors
-    # and N only.
+    # and N only (MoE: T at its fastest layout class, a valid lower bound).
     gb = problem.workload.global_batch
     if problem.model.moe is None:  # one layer kind: an element over the layer row is lighter
-        work_rows = [(n_,) + r[:5] + ((gb * L * r[5] * r[0] * r[1]) // (n_ * r[2]),) for n_ in problem.num_gpus for r in layer_rows]
-        keys = [N, tp, cp, mb, sp, rc]
         if len(problem.num_gpus) == 1:
-            work = var(0, max(r[-1] for r in work_rows), "work")
-            md.add_element(layer_row, [r[-1] for r in work_rows], work)
+            n_ = problem.num_gpus[0]
+            values = [(gb * L * r[LAYER_KEYS] * r[0] * r[1]) // (n_ * r[2]) for r in layer_rows]
+            work = var(0, max(values), "work")
+            md.add_element(layer_row, values, work)
+        else:
+            work_rows = [(n_,) + r[:LAYER_KEYS] + ((gb * L * r[LAYER_KEYS] * r[0] * r[1]) // (n_ * r[2]),)
+                         for n_ in problem.num_gpus for r in layer_rows]
+            (work,) = factor([N, tp, cp, mb, sp, rc, lay_layer], work_rows, ["work"], "work")
     else:
-        lead_time = {r[:5]: r[5] for r in layer_rows}
-        work_rows = sorted({(n_,) + r[:6] + ((gb * r[0] * r[1] * (k * lead_time[r[:5]] + (L - k) * r[6])) // (n_ * r[2]),)
+        lead_time = {}
+        for r in layer_rows:  # the fastest layout class of each (tp, cp, mb, sp, rc)
+            lead_time[r[:5]] = min(lead_time.get(r[:5], r[LAYER_KEYS]), r[LAYER_KEYS])
+        work_rows = sorted({(n_,) + r[:BODY_KEYS]
+                            + ((gb * r[0] * r[1] * (k * lead_time[r[:5]] + (L - k) * r[BODY_KEYS])) // (n_ * r[2]),)
                             for n_ in problem.num_gpus for r in tables.body if r[:5] in lead_time})
-        keys = [N, tp, cp, mb, sp, rc, ep]
-    if problem.model.moe is not None or len(problem.num_gpus) > 1:
+        keys = [N, tp, cp, mb, sp, rc, ep, lay_body]
         if len(problem.num_gpus) == 1:
             keys, work_rows = keys[1:], [r[1:] for r in work_rows]
         (work,) = factor(keys, work_rows, ["work"], "work")
@@ -261,7 +275,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     def first_stage_affine(at0, at1, slope, name):
         """Stage 0's DP or optimizer time: its value with no body layer, or at one plus a slope
         per further body layer (the model's collectives are affine in the bytes once non-zero)."""
-        hi_ = max(_bounds(tables.dp, i)[1] for i in range(6, 15)) * (L + 2)
+        hi_ = max(_bounds(tables.dp, i)[1] for i in range(DP_KEYS, DP_KEYS + 9)) * (L + 2)
         out = var(0, hi_, name)
         md.add(out == at0).only_enforce_if(~has_body1)
         md.add(out == at1 + prod(b1_less, slope, f"{name}_layers")).only_enforce_if(has_body1)
@@ -298,7 +312,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     for kind, n in (("first", b1), ("middle", nm), ("last", nL)):
         layer_act = prod(n, Am, f"body_act_{kind}")
         if kind == "first" and k:
-            lead_act = var(0, hi(layer_act) + k * _bounds(tables.layer, 8)[1], "first_layers_act")
+            lead_act = var(0, hi(layer_act) + k * _bounds(tables.layer, LAYER_KEYS + 3)[1], "first_layers_act")
             md.add(lead_act == layer_act + k * A)
             layer_act = lead_act
         cna = prod(chunks[kind], layer_act, f"act_raw_{kind}")
@@ -308,12 +322,12 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         state[kind] = prod(n, Sm, f"state_layers_{kind}")
         hi_m = int(hi(act[kind]) + hi(state[kind]) + k * _bounds(tables.state, 6)[1]
                    + sum(_bounds(tables.state, i)[1] for i in (8, 9, 10))
-                   + max(_bounds(tables.layer, 9)[1], _bounds(tables.body, 10)[1]) + _bounds(tables.edge, 7)[1]
+                   + max(_bounds(tables.layer, LAYER_KEYS + 4)[1], _bounds(tables.body, BODY_KEYS + 4)[1]) + _bounds(tables.edge, 7)[1]
                    + _bounds(tables.embed_act, 4)[1])
         mem[kind] = var(0, hi_m, f"memory_{kind}")
     # the recompute working set of the first stage: the largest of the layer kinds it holds
-    W1 = var(0, max(_bounds(tables.layer, 9)[1], _bounds(tables.body, 10)[1]), "first_working")
-    Wm_first = var(0, _bounds(tables.body, 10)[1], "first_body_working")
+    W1 = var(0, max(_bounds(tables.layer, LAYER_KEYS + 4)[1], _bounds(tables.body, BODY_KEYS + 4)[1]), "first_working")
+    Wm_first = var(0, _bounds(tables.body, BODY_KEYS + 4)[1], "first_body_working")
     md.add(Wm_first == Wm).only_enforce_if(has_body1)
     md.add(Wm_first == 0).only_enforce_if(~has_body1)
     md.add_max_equality(W1, [W, Wm_first] if k else [Wm_first])
@@ -358,7 +372,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         md.add(step <= int(max_step_s / tables.scale.time_unit_s))
     md.minimize(obj)
     decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch": mb, "vpp": v, "sp": sp,
-                 "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL}
+                 "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL, "placement": place}
     return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj, cost=cost)
 
 
@@ -368,4 +382,5 @@ def decode(values: dict, space: Space) -> tuple[int, Mapping]:
         tp=values["tp"], pp=values["pp"], dp=values["dp"], cp=values["cp"], ep=values["ep"], micro_batch=values["micro_batch"],
         vpp=values["vpp"],
         sp=bool(values["sp"]), recompute=RECOMPUTE[values["recompute"]], zero=values["zero"],
-        first_stage_layers=values["first_stage_layers"], last_stage_layers=values["last_stage_layers"])
+        first_stage_layers=values["first_stage_layers"], last_stage_layers=values["last_stage_layers"],
+        placement=PLACEMENTS[values["placement"]])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from model.errors import ProblemError
+from model.placement import PLACEMENTS
 from model.specs import Mapping
 from model.training import Evaluation, evaluate_training
 
@@ -258,7 +259,8 @@ def solve_top(model: cp_model.CpModel, decisions: dict, top: int, deadline: floa
 def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Mapping] | None:
     """A good starting plan for the solver's hint: the model evaluated on a few hundred common
     choices (every grid, the smallest micro-batch, every recomputation and ZeRO stage, no
-    interleaving, the default stage split); the best that fits, then its best interleaving depth."""
+    interleaving, the default stage split, the first placement: the default's class when allowed);
+    the best that fits, then its best interleaving depth."""
     best = None
     gb = problem.workload.global_batch
     systems = {}
@@ -275,7 +277,8 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
             for rc, zero in itertools.product(space.recompute, space.zero):
                 sp = tp > 1 and True in space.sp
                 mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, vpp=vpps[0], sp=sp,
-                                  recompute=rc, zero=zero, first_stage_layers=first, last_stage_layers=last)
+                                  recompute=rc, zero=zero, first_stage_layers=first, last_stage_layers=last,
+                                  placement=space.placements[(n, tp, pp, dp, cp, ep)][0])
                 try:
                     ev = evaluate_training(problem.model, system, problem.workload, mapping)
                 except ProblemError:
@@ -306,6 +309,7 @@ def _hint(enc, num_gpus: int, mapping: Mapping) -> None:
     values = {"num_gpus": num_gpus, **mapping.as_dict()}
     values["sp"] = int(values["sp"])
     values["recompute"] = RECOMPUTE.index(values["recompute"])
+    values["placement"] = PLACEMENTS.index(values["placement"])
     for key, var in enc.decisions.items():
         enc.model.add_hint(var, values[key])
 
@@ -361,13 +365,14 @@ def _candidates(space: Space):
             if gb % (dp * mb):
                 continue
             interleave = (gb // (dp * mb)) % pp == 0  # the interleaved schedule needs m % pp == 0
-            for sp, rc, zero in itertools.product(space.sp, space.recompute, space.zero):
+            for sp, rc, zero, placement in itertools.product(space.sp, space.recompute, space.zero,
+                                                             space.placements[(n, tp, pp, dp, cp, ep)]):
                 if sp and tp == 1:
                     continue
                 for f, last, vpps in partitions:
                     for v in vpps if interleave else [v for v in vpps if v == 1]:
                         yield n, Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=mb, vpp=v, sp=sp, recompute=rc,
-                                         zero=zero, first_stage_layers=f, last_stage_layers=last)
+                                         zero=zero, first_stage_layers=f, last_stage_layers=last, placement=placement)
 
 
 def keep_best(best: list, entry: tuple, top: int) -> None:

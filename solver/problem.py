@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model.errors import ProblemError
+from model.placement import placement_order
 from model.precision import TRAINING_PRECISIONS
-from model.specs import ATTENTION_KERNELS, Mapping, ModelSpec, Workload
+from model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
 from model.training import check_mapping
 
 from . import costing, library
@@ -30,11 +31,11 @@ WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "g
                  "moe_dispatcher", "moe_a2a_overlap", "train_tokens")
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
-                "first_stage_layers", "last_stage_layers")
+                "first_stage_layers", "last_stage_layers", "placement")
 ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
 MAPPING_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "recompute": "none", "zero": 1,
-                    "first_stage_layers": 0, "last_stage_layers": 0}
+                    "first_stage_layers": 0, "last_stage_layers": 0, "placement": DEFAULT_PLACEMENT}
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 ALLOWED_VALUES = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 2, 3), "sp": (False, True)}
 
@@ -176,6 +177,11 @@ def _parse_mapping(data, src: str) -> dict:
                 if v not in ALLOWED_VALUES[key] or (key != "sp" and isinstance(v, bool)) or (key == "sp" and not isinstance(v, bool)):
                     allowed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in ALLOWED_VALUES[key])
                     raise ProblemError(f"{v!r} is not allowed; allowed: {allowed}", source=src, field=f"mapping.{key}")
+            elif key == "placement":  # a rank order string, e.g. tp-cp-ep-dp-pp (model/placement.py)
+                try:
+                    placement_order(v)
+                except ProblemError as exc:
+                    raise ProblemError(exc.args[0].split(": ", 1)[-1], source=src, field=f"mapping.{key}") from None
             elif key in ("first_stage_layers", "last_stage_layers"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise ProblemError(f"must be a non-negative integer, got {v!r}", source=src, field=f"mapping.{key}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from model.placement import describe, group_layouts
 from model.training import Evaluation
 
 
@@ -34,8 +35,13 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
              f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
     lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
-                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  "
+                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
                  f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first %d, last %d' % (evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
+    system = problem.system(met["num_gpus"])
+    groups = [f"{kind} {describe(where, system)}" for kind, where in group_layouts(system, m).items()
+              if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)]
+    if groups:
+        lines.append("groups: " + "  ".join(groups))
     lines.append("")
     lines += _rows("metrics", [
         ("step time", f"{met['step_time_s']:.3f} s"),
@@ -118,10 +124,11 @@ def plan_result_table(problem, result) -> str:
     best = result.plans[0]
     lines = [head, "", evaluation_table(problem, best.mapping, best.evaluation, num_gpus=best.num_gpus)]
     if len(result.plans) > 1:
-        lines += ["", f"top {len(result.plans)}:", "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB"]
+        lines += ["", f"top {len(result.plans)}:",
+                  "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB  placement"]
         for i, p in enumerate(result.plans, 1):
             m, met = p.mapping, p.evaluation.metrics
             lines.append(f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
                          f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}")
+                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}")
     return "\n".join(lines)

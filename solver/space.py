@@ -3,17 +3,20 @@
 Domains come from the problem's ``mapping`` section (a scalar fixes, a list restricts, an absent
 key is free) and from divisibility, checked by the model's own ``check_mapping`` so the rules
 live in one place. cp and ep stay 1 unless the problem lists other values (context and expert
-parallelism plug in here).
+parallelism plug in here). The placement (``model/placement.py``) is kept per grid point as one
+representative of each class of placements the model cannot tell apart (``placement_classes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from model.errors import ProblemError
 from model.pipeline import default_edge_stage_layers, split_stages, vpp_divides_stages
+from model.placement import PLACEMENTS, check_placement, check_system, layout, parallel_groups, rank_strides, topology_decides
+from model.specs import DEFAULT_PLACEMENT
 from model.training import check_grid
 
 from .problem import Problem
@@ -39,6 +42,7 @@ class Space:
     first_stage_layers: tuple  # allowed values; () = free (1..L)
     last_stage_layers: tuple
     default_split: bool  # the problem asks for the default split (first = last = 0)
+    placements: dict = field(default_factory=dict)  # grid point -> placements to try, one per class (the default's first)
 
     @property
     def layers(self) -> int:
@@ -104,7 +108,7 @@ class Space:
         # pipelines without interleaving, usable whatever the micro-batch count
         plain = {pp: sum(1 for o in opts if 1 in o[2]) for pp, opts in self.pipeline_options.items()}
         for n, tp, pp, dp, cp, ep in self.grid:
-            sps = sum(1 for s in self.sp if tp > 1 or not s)
+            sps = sum(1 for s in self.sp if tp > 1 or not s) * len(self.placements[(n, tp, pp, dp, cp, ep)])
             for mb in self.micro_batch:
                 if gb % (dp * mb):
                     continue
@@ -143,15 +147,64 @@ def context_parallel_degrees(problem: Problem, n: int) -> list[int]:
     return [c for c in divisors(n) if c & (c - 1) == 0 and (c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))]
 
 
+def free_placements(systems) -> tuple:
+    """The placements an absent ``mapping.placement`` leaves to the planner: all of them on a system
+    whose topology the model follows (a torus, dragonfly, full mesh or oversubscribed tier:
+    ``placement.topology_decides``), else only the default. On the two-tier DGX/HGX systems a
+    placement changes only how many members of each group share an NVLink domain; freeing it there
+    cost 3.7x the solve time on GPT-3 175B at 1,024 GPUs for the same optimum (README, "Placement"),
+    so a problem lists placements to make it a decision there."""
+    return PLACEMENTS if any(topology_decides(s.topology) for s in systems) else (DEFAULT_PLACEMENT,)
+
+
+def placement_classes(problem: Problem, system, point: tuple, allowed: tuple) -> tuple:
+    """The placements of ``allowed`` worth trying at grid point (n, tp, pp, dp, cp, ep): one per
+    class of equivalent placements, the first of each class in ``allowed``'s order (the default
+    placement first). Symmetry breaking, exact because the model reads a placement only through
+    where it puts each group (``placement.group_layouts``): (1) a dimension of size 1 can sit
+    anywhere, so placements giving every dimension of size > 1 the same stride in both rank grids
+    build the same groups; (2) placements that build different groups which nevertheless sit
+    alike (same members per domain, same levels, spacing and wrap-around) give the same times."""
+    n, tp, pp, dp, cp, ep = point
+    moe = problem.model.moe is not None
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    expert = {"tp": 1, "cp": 1, "ep": ep, "dp": tp * cp * dp // ep, "pp": pp}
+    kinds = ("tp", "cp", "dp", "pp", "ep", "edp") if moe else ("tp", "cp", "dp", "pp")
+    if len(allowed) == 1:  # nothing to compare: only the rules
+        try:
+            check_placement(allowed[0], tp, cp, dp, pp, ep, moe)
+        except ProblemError:
+            return ()
+        return allowed
+    strides, layouts = set(), {}
+    for p in allowed:
+        try:
+            check_placement(p, tp, cp, dp, pp, ep, moe)
+        except ProblemError:
+            continue
+        key = tuple((d, s) for sizes in (dense, expert) for d, s in rank_strides(p, sizes).items() if sizes[d] > 1)
+        if key in strides:
+            continue
+        strides.add(key)
+        groups = parallel_groups(p, tp, cp, dp, pp, ep)
+        layouts.setdefault(tuple(layout(system, groups[k]) for k in kinds), p)
+    return tuple(layouts.values())
+
+
 def build_space(problem: Problem) -> Space:
     """The space of ``problem``; ProblemError when a restriction leaves no valid grid."""
     model, wl = problem.model, problem.workload
     if model.moe is None and any(e != 1 for e in problem.mapping.get("ep", (1,))):
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
                            source=problem.source, field="mapping.ep")
-    grid = []
+    grid, unplaceable = [], None
     for n in problem.num_gpus:
         system = problem.system(n)
+        try:
+            check_system(system)
+        except ProblemError as exc:  # this GPU count does not fit the topology: the others may
+            unplaceable = unplaceable or ProblemError(exc.args[0].split(": ", 1)[-1], source=problem.source, field=exc.field)
+            continue
         for tp in _allowed(problem, "tp", divisors(n)):
             for cp in context_parallel_degrees(problem, n):
                 for pp in _allowed(problem, "pp", [p for p in divisors(n) if p <= model.layers]):
@@ -166,6 +219,8 @@ def build_space(problem: Problem) -> Space:
                         continue
                     for ep in expert_parallel_degrees(problem, tp * dp * cp):
                         grid.append((n, tp, pp, dp, cp, ep))
+    if not grid and unplaceable is not None:
+        raise unplaceable
     if not grid:
         fixed = {k: list(v) for k, v in problem.mapping.items() if k in ("tp", "pp", "dp", "cp")}
         raise ProblemError(
@@ -186,10 +241,17 @@ def build_space(problem: Problem) -> Space:
                   default_split=default_split)
     # a pipeline depth with no valid layer partition (or none with an allowed vpp) has no mapping
     usable = {pp for pp in {g[2] for g in grid} if any(space.vpp_values(pp, f, last) for f, last in space.partitions(pp))}
-    space = dataclasses.replace(space, grid=tuple(g for g in grid if g[2] in usable))
-    if not space.grid:
+    systems = {n: problem.system(n) for n in {g[0] for g in grid}}
+    allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
+    placements = {g: placement_classes(problem, systems[g[0]], g, allowed) for g in grid if g[2] in usable}
+    if not placements:
         raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
                            "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
+    space = dataclasses.replace(space, grid=tuple(g for g in placements if placements[g]), placements=placements)
+    if not space.grid:
+        raise ProblemError(f"no grid allows the placements {list(allowed)}: with experts, Megatron-Core needs pp last "
+                           "(or tp·cp = ep) and the same pipeline groups in the dense and expert grids; allowed: an order "
+                           "ending with pp", source=problem.source, field="mapping.placement")
     if not space.micro_batch or not space.vpp or not space.sp or not space.recompute or not space.zero or not space.size():
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(

@@ -23,7 +23,7 @@ EXAMPLE = REPO / "problems" / "examples" / "gpt3-175b-a100.yaml"
 METRIC_KEYS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "fits")
 # Every mapping key of the problem-file contract (issue 2 section 2, issue 3 decision space).
 MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
-                "first_stage_layers", "last_stage_layers")
+                "first_stage_layers", "last_stage_layers", "placement")
 
 
 def rel_close(a: float, b: float, rel: float) -> bool:

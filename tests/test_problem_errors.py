@@ -142,6 +142,16 @@ CASES = [
     ("ep-on-dense", edit(("mapping.ep", 2)), "mapping.ep"),
     ("first-without-last", edit(("mapping.first_stage_layers", 11)), "mapping"),
     ("bad-stage-split", edit(("mapping.first_stage_layers", 5), ("mapping.last_stage_layers", 5)), "mapping.pp"),
+    # placement (model/placement.py): a Megatron-Core rank order string
+    ("placement-missing-dimension", edit(("mapping.placement", "tp-dp-pp")), "mapping.placement"),
+    ("placement-ep-apart-from-dp", edit(("mapping.placement", "tp-ep-cp-dp-pp")), "mapping.placement"),
+    ("placement-int", edit(("mapping.placement", 5)), "mapping.placement"),
+    ("placement-as-list-of-names", edit(("mapping.placement", ["tp", "cp", "ep", "dp", "pp"])), "mapping.placement"),
+    ("placement-list-to-evaluate", edit(("mapping.placement", ["tp-cp-ep-dp-pp", "cp-tp-ep-dp-pp"])), "mapping.placement"),
+    ("placement-moe-pp-not-last", edit(("model", "mixtral-8x7b"), ("mapping.tp", 2), ("mapping.pp", 4), ("mapping.dp", 8),
+                                       ("mapping.ep", 8), ("mapping.placement", "tp-cp-pp-ep-dp")), "mapping.placement"),
+    ("num-gpus-not-a-torus-slice", edit(("system", {"name": "tpu-v5p-torus", "num_gpus": 31}), ("workload.global_batch", 62),
+                                        ("mapping.tp", 1), ("mapping.pp", 1), ("mapping.dp", 31)), "system.num_gpus"),
     # evaluate needs one concrete mapping
     ("list-to-evaluate", edit(("mapping.tp", [4, 8])), "mapping.tp"),
     ("num-gpus-list-to-evaluate", edit(("system.num_gpus", [64, 128])), "system.num_gpus"),
@@ -195,7 +205,7 @@ MODULE_SUBSET = ["malformed-yaml", "top-level-list", "missing-file", "unknown-mo
                  "list-to-evaluate", "unknown-precision", "recompute-unknown", "grid-product"]
 PARASOL_SUBSET = ["malformed-yaml", "unknown-model", "tp-string", "list-to-evaluate"]
 SOLVE_SUBSET = ["unknown-system", "tp-negative", "inline-missing-hidden", "objective-unknown", "inf-unknown-serving",
-                "inf-slo-negative"]
+                "inf-slo-negative", "placement-missing-dimension", "num-gpus-not-a-torus-slice"]
 
 
 def _case_id(case) -> str:
@@ -312,6 +322,10 @@ def test_messages_say_what_is_allowed(bad_files, capsys):
     assert "num_gpus" in e
     e = err("malformed-yaml")
     assert "line" in e
+    e = err("placement-missing-dimension")
+    assert "tp-dp-pp" in e and "tp-cp-ep-dp-pp" in e and "ep next to dp" in e
+    e = err("placement-moe-pp-not-last")
+    assert "ending with pp" in e
 
 
 @pytest.mark.parametrize("args", [["solve", "x.yaml", "--top", "0"], ["frobnicate"], ["solve", "x.yaml", "--time-limit", "-1"],

@@ -319,7 +319,7 @@ def test_restriction_lists_leave_no_value():
 # ---------------------------------------------------------------- (e) fixing variables
 
 KNOWN_GOOD = {"tp": 2, "pp": 2, "dp": 2, "cp": 1, "ep": 1, "micro_batch": 2, "vpp": 2, "sp": True, "recompute": "selective",
-              "zero": 1, "first_stage_layers": 15, "last_stage_layers": 17}
+              "zero": 1, "first_stage_layers": 15, "last_stage_layers": 17, "placement": "tp-cp-ep-dp-pp"}
 
 
 def test_fixing_a_known_good_mapping_returns_it():
