@@ -55,7 +55,7 @@ def _build_parser() -> argparse.ArgumentParser:
                             help="with --json: list every feasible point with its metrics under \"points\" (small spaces)")
     pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics (epsilon-constraint, CP-SAT)")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
-    pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B",
+    pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B[,C]",
                     help="two metrics; serving: e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, "
                          "tpot_s, e2e_latency_s, peak_memory_gib); training: throughput,cost (also memory, step_time, "
                          "tokens_per_usd)")
@@ -109,8 +109,8 @@ _positive_int, _positive_float = _positive(int), _positive(float)
 
 def _metric_pair(text: str) -> tuple:
     names = tuple(x.strip() for x in text.split(","))
-    if len(names) != 2 or not all(names):
-        raise argparse.ArgumentTypeError(f"expected two metric names separated by a comma, got {text!r}")
+    if len(names) not in (2, 3) or not all(names):
+        raise argparse.ArgumentTypeError(f"expected two or three metric names separated by commas, got {text!r}")
     return names
 
 

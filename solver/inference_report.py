@@ -79,14 +79,14 @@ def front_json(problem, result) -> dict:
 
 
 def front_table(problem, result) -> str:
-    a, b = result.objectives
-    head = (f"status {result.status}  {len(result.plans)} points on the front of {a} and {b}"
+    names = result.objectives
+    head = (f"status {result.status}  {len(result.plans)} points on the front of {', '.join(names)}"
             + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
             + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} plans")
-    lines = [head, "", f"   #  mapping{' ' * 50}{a:>22}  {b:>22}"]
+    lines = [head, "", f"   #  mapping{' ' * 50}" + "  ".join(f"{n:>22}" for n in names)]
     for i, p in enumerate(result.plans, 1):
         met = p.evaluation.metrics
-        lines.append(f"  {i:>2}  {mapping_line(p.mapping):<56}  {met[a]:>22,.4g}  {met[b]:>22,.4g}")
+        lines.append(f"  {i:>2}  {mapping_line(p.mapping):<56}" + "  ".join(f"{met[n]:>22,.4g}" for n in names))
     if result.message:
         lines += ["", result.message]
     return "\n".join(lines)

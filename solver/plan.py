@@ -36,6 +36,7 @@ class Plan:
     mapping: Mapping
     evaluation: Evaluation
     solver_step_s: float | None = None
+    units: dict = field(default_factory=dict)  # pareto: the plan's metrics in CP-SAT's integer units
 
 
 @dataclass

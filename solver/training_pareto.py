@@ -76,14 +76,15 @@ def front_json(problem, result: ParetoResult) -> dict:
 
 
 def front_table(problem, result: ParetoResult) -> str:
-    a, b = (metric_key(problem, n) for n in result.objectives)
-    head = (f"status {result.status}  {len(result.plans)} points on the front of {result.objectives[0]} and "
-            f"{result.objectives[1]}  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} mappings")
-    lines = [head, "", f"   #  {'GPUs':>6}  {'chiplets':>8}  {'tp/pp/dp/cp/ep, mb, vpp':<26}  {a:>22}  {b:>22}"]
+    keys = [metric_key(problem, n) for n in result.objectives]
+    head = (f"status {result.status}  {len(result.plans)} points on the front of {', '.join(result.objectives)}  "
+            f"time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} mappings")
+    lines = [head, "", f"   #  {'GPUs':>6}  {'chiplets':>8}  {'tp/pp/dp/cp/ep, mb, vpp':<26}" + "".join(f"  {k:>22}" for k in keys)]
     for i, p in enumerate(result.plans, 1):
         m, met = p.mapping, p.evaluation.metrics
         shape = f"{m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, {m.micro_batch}, {m.vpp}"
-        lines.append(f"  {i:>2}  {p.num_gpus:>6}  {str(met.get('chiplets', '-')):>8}  {shape:<26}  {met[a]:>22,.4g}  {met[b]:>22,.4g}")
+        lines.append(f"  {i:>2}  {p.num_gpus:>6}  {str(met.get('chiplets', '-')):>8}  {shape:<26}"
+                     + "".join(f"  {met[k]:>22,.4g}" for k in keys))
     if result.message:
         lines += ["", result.message]
     return "\n".join(lines)
@@ -100,13 +101,18 @@ def plot_front(problem, result: ParetoResult, path: str) -> None:
     except ImportError:
         from model.errors import ProblemError
         raise ProblemError("needs matplotlib: pip install -e '.[plot]'", field="--plot") from None
-    a, b = (metric_key(problem, n) for n in result.objectives)
+    a, b = (metric_key(problem, n) for n in result.objectives[:2])  # a third metric: the colour
     xs = [p.evaluation.metrics[a] for p in result.plans]
     ys = [p.evaluation.metrics[b] for p in result.plans]
     fig, ax = plt.subplots(figsize=(6, 4))
     order = sorted(range(len(xs)), key=lambda i: xs[i])
     ax.plot([xs[i] for i in order], [ys[i] for i in order], "--", color="tab:blue", alpha=0.4)
-    ax.scatter(xs, ys, color="tab:blue")
+    if len(result.objectives) == 3:
+        c = metric_key(problem, result.objectives[2])
+        dots = ax.scatter(xs, ys, c=[p.evaluation.metrics[c] for p in result.plans], cmap="viridis")
+        fig.colorbar(dots, ax=ax, label=c)
+    else:
+        ax.scatter(xs, ys, color="tab:blue")
     for p, x, y in zip(result.plans, xs, ys):
         label = f"{p.num_gpus}" + (f"x{p.evaluation.metrics['chiplets']}c" if "chiplets" in p.evaluation.metrics else "")
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
