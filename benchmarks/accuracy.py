@@ -3,7 +3,9 @@
     python benchmarks/accuracy.py [--json] [--markdown]
 
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
-benchmarks/inference_accuracy.py; --json adds them under "inference").
+benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
+max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the planner's choice;
+--json: "inference_out_of_sample").
 
 Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources). The device efficiency curves were calibrated on this same set
@@ -61,9 +63,10 @@ def main() -> int:
     args = inference_accuracy.arguments(__doc__)
     results = evaluate_all()
     summary = summarise(results)
-    serving = inference_accuracy.evaluate_all()
+    serving, serving_oos = inference_accuracy.evaluate_all(), inference_accuracy.evaluate_oos()
     if args.json:
-        print(json.dumps({"summary": summary, "inference": inference_accuracy.as_json(serving), "runs": [
+        print(json.dumps({"summary": summary, "inference": inference_accuracy.as_json(serving),
+                          "inference_out_of_sample": inference_accuracy.as_json(serving_oos), "runs": [
             {"id": r.run_id, "family": r.family, "measured_step_s": r.measured_step_s, "predicted_step_s": r.predicted_step_s,
              "error": r.error, "mapping": r.mapping.as_dict(), "measured_memory_gib": r.measured_memory_gib,
              "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"]} for r in results]}, indent=2))
@@ -95,6 +98,8 @@ def main() -> int:
     print()
     print("Inference (problems/validation/inference_runs.yaml; per run: python benchmarks/inference_accuracy.py)")
     print(inference_accuracy.report(serving))
+    print("Inference out of sample (problems/validation/inference_runs_oos.yaml)")
+    print(inference_accuracy.oos_report(serving_oos))
     return 0
 
 

@@ -16,7 +16,8 @@ from model.inference import evaluate_inference
 from model.specs import InferenceWorkload, PoolMapping, ServingMapping
 from solver import inference_plan, pareto
 from solver.inference_plan import METRIC_SENSE, enumerate_space, solve
-from solver.inference_validation import evaluate_all
+from solver.inference_validation import evaluate_all, evaluate_oos, load_oos_runs, load_runs
+from solver.validation import problem_from_entry
 from solver.library import library_root, load_model, load_system
 from solver.problem import parse_problem
 
@@ -207,6 +208,42 @@ def test_first_token_latency_error_as_achieved(runs):
 def test_published_peak_throughput_batches_fit(runs):
     """The published batches were the largest each engine ran; the model's memory lets them run."""
     assert all(r.evaluation.metrics["fits"] for r in runs)
+
+
+@pytest.fixture(scope="module")
+def oos():
+    return evaluate_oos()
+
+
+def test_out_of_sample_max_throughput_runs_are_apart_and_batch_free(oos):
+    """The 20 newer TensorRT-LLM max-throughput runs (problems/validation/inference_runs_oos.yaml) are
+    their own family, give no batch (the engine chose it) and get the planner's best plan, which fits."""
+    entries = load_oos_runs()
+    assert len(oos) == len(entries) == 20
+    assert all("batch" not in e["workload"] and "batch" not in e["mapping"] for e in entries)
+    assert all("out of sample" in r.family and r.metric == "tokens_per_s_per_gpu" for r in oos)
+    assert all(r.evaluation.metrics["fits"] and r.evaluation.metrics["batch"] >= 1 for r in oos)
+    assert not {r.run_id for r in oos} & {e["id"] for e in load_runs()}
+
+
+def test_out_of_sample_error_as_measured(oos):
+    """Out of sample, never fitted: the planner's best plan against TensorRT-LLM's published max
+    throughput. Measured: 15.4 % mean |error| over the 20 runs (H100 14.0 %, 18 runs), max 43.6 %,
+    16 of 20 predicted faster - the long-output runs whose batch is set by memory (see README). The
+    bound is that measurement + 2.6 points (18 %), so a change that loses accuracy fails here; the
+    issue's 15 % target is not met out of sample."""
+    errors = [abs(r.error) for r in oos]
+    assert statistics.fmean(errors) <= 0.18
+    assert statistics.fmean(abs(r.error) for r in oos if "H100" in r.family) <= 0.17
+
+
+def test_out_of_sample_batch_is_the_solvers_choice_too():
+    """CP-SAT's best plan on an out-of-sample run matches the enumerator's (the batch is a decision)."""
+    entry = next(e for e in load_oos_runs() if e["id"] == "trtllm-perf-h100-llama3.3-70b-tp2-1000-1000")
+    problem = problem_from_entry(entry)
+    best = enumerate_space(problem, "throughput").plans[0].evaluation.metrics["tokens_per_s_per_gpu"]
+    planned = solve(problem, "throughput", time_limit=30).plans[0].evaluation.metrics["tokens_per_s_per_gpu"]
+    assert rel_close(planned, best, 1e-3)
 
 
 # ---------------------------------------------------------------- planner against the oracle
