@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .costing import max_step_time_s
 from .cpsat import decode, encode
 from .pareto import ParetoResult, ParetoTarget, non_dominated, pareto_front
 from .plan import _cost_filter, check_round_trip, evaluate_plan
@@ -32,7 +33,6 @@ def _target(problem) -> ParetoTarget:
     space = build_space(problem)
     tables = compile_tables(space)
     hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus}
-    from .costing import max_step_time_s
 
     def check(plan, enc, solver):
         plan.solver_step_s = tables.scale.seconds(solver.value(enc.step))
