@@ -371,12 +371,16 @@ def activation_bytes(model: ModelSpec, workload: InferenceWorkload, tp: int, p: 
 def stage_memory_bytes(model: ModelSpec, workload: InferenceWorkload, stage: StageLayout, pool: PoolMapping,
                        resident_seqs: float, cached_tokens: float, passes: list[Pass]) -> dict:
     """Memory of one GPU of a stage, bytes by component: weights, the KV cache of
-    ``resident_seqs`` sequences of ``cached_tokens`` each (paged), and the largest activation
-    working set among ``passes``."""
+    ``resident_seqs`` sequences of ``cached_tokens`` each (paged), the free memory the engine leaves
+    outside its KV pool (``kv_headroom``: the pool takes ``workload.kv_cache_memory_fraction`` of the
+    memory free after weights and activations, ``kv_cache.kv_pool_bytes``), and the largest
+    activation working set among ``passes``. Their sum fitting the usable memory is exactly "the KV
+    cache fits in its pool"."""
     kv = resident_seqs * kv_cache.kv_bytes_per_sequence(model, workload.kv_precision, pool.tp, stage.layers, cached_tokens,
                                                         workload.kv_block_tokens)
     act = max(activation_bytes(model, workload, pool.tp, p, stage.last) for p in passes)
-    return {"weights": stage_weight_bytes(model, workload, stage, pool.tp, pool.ep), "kv_cache": kv, "activations": act}
+    return {"weights": stage_weight_bytes(model, workload, stage, pool.tp, pool.ep), "kv_cache": kv,
+            "kv_headroom": kv_cache.kv_pool_bytes(kv, workload.kv_cache_memory_fraction) - kv, "activations": act}
 
 
 def pool_memory(model: ModelSpec, workload: InferenceWorkload, pool: PoolMapping, resident_seqs: float,

@@ -54,6 +54,19 @@ def kv_bytes_per_sequence(model: ModelSpec, kv_precision: str, tp: int, layers: 
     return paged_tokens(tokens, block_tokens) * layers * kv_bytes_per_token(model, kv_precision, tp)
 
 
+def kv_pool_bytes(kv_bytes: float, free_memory_fraction: float) -> float:
+    """Free memory a KV-cache pool that holds ``kv_bytes`` takes, bytes: an engine sizes its pool as a
+    fraction of the memory left free after the weights and activations and leaves the rest
+    unallocated, so holding ``kv_bytes`` needs kv_bytes/fraction of free memory.
+
+    Source: TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction`` (trtllm-bench
+    ``--kv_cache_free_gpu_mem_fraction``), default 0.9: "TensorRT-LLM tries to allocate 90% of free GPU
+    memory (after loading weights) for KV cache" (TensorRT-LLM docs/source/examples/kvcacheconfig.md;
+    docs/source/performance/perf-overview.md: "the default setting of 0.90", "in many cases ... 0.95").
+    vLLM's ``gpu_memory_utilization`` (0.9) is a fraction of the TOTAL memory instead, not this rule."""
+    return kv_bytes / free_memory_fraction
+
+
 def kv_transfer_bytes_per_gpu(model: ModelSpec, kv_precision: str, tp: int, pp: int, tokens: float) -> float:
     """Bytes of one request's KV cache that each GPU of a tp·pp prefill replica sends to the decode
     pool in disaggregated serving (DistServe, Zhong et al., OSDI 2024, Sec. 3.3): its layers' share

@@ -318,6 +318,9 @@ class InferenceWorkload:
     kv_block_tokens: int = 16  # paged KV block (vLLM's default block_size 16; Kwon et al., SOSP 2023)
     max_prefill_tokens: int = 8192  # tokens one prefill pass takes (TensorRT-LLM max_num_tokens default 8192)
     decode_attention: str = "grouped"  # grouped (K/V read once per KV head) | per_query_head (once per query head)
+    # share of the memory free after weights and activations the engine gives its KV-cache pool (TensorRT-LLM
+    # KvCacheConfig.free_gpu_memory_fraction, default 0.9: docs/source/examples/kvcacheconfig.md); kv_cache.kv_pool_bytes
+    kv_cache_memory_fraction: float = 0.9
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -11,7 +11,7 @@ one point of a factor's own domain (solver/ writes no model equation):
   the send between stages (``p2p_time_s``) on (tp, m, crosses a domain);
 - the layers of each stage kind (``stage_layouts``) on pp;
 - weights per stage kind (``stage_weight_bytes``) on (tp, pp, ep), the KV cache of one sequence
-  per stage kind (``kv_cache.kv_bytes_per_sequence``) on (tp, pp), the activation working set
+  per stage kind with its pool headroom (``kv_cache.kv_pool_bytes`` of ``kv_bytes_per_sequence``) on (tp, pp), the activation working set
   (``activation_bytes``) on (tp, m);
 - a disaggregated prefill pool, whose pass has no batch decision, on (tp, pp, ep) alone
   (``pass_time``, ``pool_memory``, ``kv_transfer_time_s``).
@@ -261,7 +261,8 @@ def compile_tables(space: InferenceSpace, prune_memory: bool = True) -> Inferenc
         stages = inference.stage_layouts(model, pp)
         kinds_ = [stages[0], stages[1] if pp >= 3 else None, stages[-1] if pp >= 2 else None]
         weights.add((tp, pp, ep) + tuple(mem(inference.stage_weight_bytes(model, wl, s, tp, ep)) if s else 0 for s in kinds_))
-        kv.add((tp, pp) + tuple(mem(kv_cache.kv_bytes_per_sequence(model, wl.kv_precision, tp, s.layers, cached, wl.kv_block_tokens))
+        kv.add((tp, pp) + tuple(mem(kv_cache.kv_pool_bytes(kv_cache.kv_bytes_per_sequence(model, wl.kv_precision, tp, s.layers, cached,
+                                                                                         wl.kv_block_tokens), wl.kv_cache_memory_fraction))
                                 if s else 0 for s in kinds_))
     prefill = sorted((tp, pp, ep, c, t(cyc), t(tr), mem(mm)) for (tp, pp, ep, c), (cyc, tr, mm) in raw_prefill.items())
     return InferenceTables(scale=scale, micro=micro, micro_names=names, layout=layout, weights=sorted(weights), kv=sorted(kv),
@@ -579,7 +580,7 @@ def explain_infeasible(space: InferenceSpace, tables: InferenceTables, metric: s
             return "the TTFT and TPOT SLOs together admit no plan that fits (each alone does)"
         mem = ev.breakdown["memory_gib"]
         return (f"memory binds: {ev.metrics['peak_memory_gib']:.1f} GiB per GPU is the least any plan needs (weights "
-                f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB + activations {mem['activations']:.1f} GiB, at "
+                f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB (+ {mem['kv_headroom']:.1f} GiB the engine leaves outside its KV pool) + activations {mem['activations']:.1f} GiB, at "
                 f"{mapping.as_dict()}); the {system.device.name} offers {usable:.1f} GiB")
     return "the SLOs together admit no plan that fits"
 

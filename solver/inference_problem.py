@@ -21,7 +21,8 @@ from model.specs import DECODE_ATTENTION_KERNELS, SERVING_MODES, InferenceWorklo
 from . import library
 
 INFERENCE_WORKLOAD_KEYS = ("kind", "input_len", "output_len", "batch", "precision", "kv_precision", "weight_precision",
-                           "serving", "slo", "kv_block_tokens", "max_prefill_tokens", "decode_attention")
+                           "serving", "slo", "kv_block_tokens", "max_prefill_tokens", "decode_attention",
+                           "kv_cache_memory_fraction")
 INFERENCE_OBJECTIVES = ("throughput", "ttft", "tpot", "latency")
 POOL_KEYS = ("tp", "pp", "ep", "dp")
 COLOCATED_MAPPING_KEYS = POOL_KEYS + ("batch", "num_gpus")
@@ -41,6 +42,13 @@ def _positive_number(value, src: str, fld: str) -> float:
     number = library.as_float(value)
     if number is None or not number > 0:
         raise ProblemError(f"must be a positive number of seconds, got {value!r}", source=src, field=fld)
+    return number
+
+
+def _fraction(value, src: str, fld: str) -> float:
+    number = library.as_float(value)
+    if number is None or not 0 < number <= 1:
+        raise ProblemError(f"must be a fraction in (0, 1], got {value!r}", source=src, field=fld)
     return number
 
 
@@ -73,6 +81,7 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         max_prefill_tokens=_positive_int(data.get("max_prefill_tokens", 8192), src, "workload.max_prefill_tokens"),
         decode_attention=_choice(data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS, src,
                                  "workload.decode_attention"),
+        kv_cache_memory_fraction=_fraction(data.get("kv_cache_memory_fraction", 0.9), src, "workload.kv_cache_memory_fraction"),
         source=src)
 
 
