@@ -110,7 +110,8 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
         out = [index] if with_index else []
         for j, name in enumerate(outputs):
             values = [int(r[k + j]) for r in rows]
-            x = var(min(values + [0]), max(values + [0]), f"{prefix}_{name}")
+            # the domain is the values' own range (not widened to 0): a valid bound the LP can use
+            x = var(min(values), max(values), f"{prefix}_{name}")
             md.add_element(index, values, x)
             out.append(x)
         return out
