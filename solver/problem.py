@@ -77,12 +77,9 @@ class Problem:
                 or self.gpu_hour_usd is not None or self.chiplets != (None,))
 
     def system_cost(self, num_gpus: int) -> dict:
-        """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices."""
-        try:
-            return costing.system_cost(self.system_name, num_gpus, self.chiplets[0], self.gpu_hour_usd)
-        except ProblemError as exc:
-            raise ProblemError(str(exc).split(": ", 1)[-1] if exc.source else str(exc), source=exc.source or self.source,
-                               field=exc.field) from None
+        """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices (a
+        ProblemError naming the device file when its device has neither chiplet data nor a price)."""
+        return costing.system_cost(self.system_name, num_gpus, self.chiplets[0], self.gpu_hour_usd)
 
     def fixed_mapping(self) -> Mapping:
         """The one mapping ``evaluate`` runs: every key a scalar, absent keys at their defaults."""
