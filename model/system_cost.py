@@ -133,3 +133,24 @@ def system_cost(num_gpus: int, gpus_per_node: int, scale_up_domain: int, tdp_w: 
                  "capex_usd_by_item": items, "amortised_usd_per_hour": amortised, "energy_usd_per_hour": energy,
                  "rental_usd_per_hour": rental}
     return SystemCost(capex_usd=capex, power_w=watts, cost_per_hour_usd=hourly, breakdown=breakdown)
+
+
+def run_cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None) -> dict:
+    """A plan's cost metrics from its system's {capex_usd, power_w, cost_per_hour_usd} and its
+    throughput: ``usd_per_million_tokens`` = $/hour / (tokens/s x 3600) x 1e6, ``tokens_per_usd``
+    its inverse per token, and with a run length of ``train_tokens``: ``run_hours`` = train_tokens /
+    tokens/s / 3600 and ``run_cost_usd`` = run_hours x $/hour. Units as named."""
+    hourly = system_cost_row["cost_per_hour_usd"]
+    out = dict(system_cost_row)
+    out["usd_per_million_tokens"] = hourly / (tokens_per_s * 3600.0) * 1e6
+    out["tokens_per_usd"] = tokens_per_s * 3600.0 / hourly
+    if train_tokens is not None:
+        out["run_hours"] = train_tokens / tokens_per_s / 3600.0
+        out["run_cost_usd"] = out["run_hours"] * hourly
+    return out
+
+
+def step_time_limit_s(max_run_hours: float, train_tokens: float, tokens_per_step: float) -> float:
+    """The step time that a run of ``train_tokens`` within ``max_run_hours`` allows: run hours =
+    train_tokens / tokens_per_step x step / 3600, solved for the step. Seconds."""
+    return max_run_hours * 3600.0 * tokens_per_step / train_tokens

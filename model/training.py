@@ -326,7 +326,7 @@ def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mappin
 def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
                       expert_params_on_gpu: float = 0.0) -> dict:
     """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component; expert
-    weights shard their states over the expert data-parallel group dp·cp/ep."""
+    weights shard their states over the expert data-parallel group tp·dp·cp/ep."""
     g = grad_bytes(workload)
     weights = grads = total = 0.0
     for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):

@@ -14,6 +14,7 @@ import functools
 from dataclasses import replace
 
 from model.chiplet_cost import scale_device
+from model.system_cost import run_cost_metrics, step_time_limit_s
 from model.errors import ProblemError
 from model.specs import SystemSpec
 
@@ -46,15 +47,8 @@ def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) 
 
 
 def cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None) -> dict:
-    """The plan's cost metrics from its system's cost and its throughput (module docstring)."""
-    hourly = system_cost_row["cost_per_hour_usd"]
-    out = dict(system_cost_row)
-    out["usd_per_million_tokens"] = hourly / (tokens_per_s * 3600.0) * 1e6
-    out["tokens_per_usd"] = tokens_per_s * 3600.0 / hourly
-    if train_tokens is not None:
-        out["run_hours"] = train_tokens / tokens_per_s / 3600.0
-        out["run_cost_usd"] = out["run_hours"] * hourly
-    return out
+    """The plan's cost metrics (model.system_cost.run_cost_metrics)."""
+    return run_cost_metrics(system_cost_row, tokens_per_s, train_tokens)
 
 
 def cost_limits_message(problem, rows: dict) -> str | None:
@@ -79,9 +73,9 @@ def within_limits(problem, row: dict) -> bool:
 
 
 def max_step_time_s(problem) -> float | None:
-    """The step time that max_run_hours allows: run hours = train_tokens / (gb·seq) x step / 3600."""
+    """The step time that max_run_hours allows (model.system_cost.step_time_limit_s), or None."""
     hours = problem.constraints.get("max_run_hours")
     if hours is None:
         return None
     wl = problem.workload
-    return hours * 3600.0 * wl.global_batch * wl.seq_len / wl.train_tokens
+    return step_time_limit_s(hours, wl.train_tokens, wl.global_batch * wl.seq_len)

@@ -188,8 +188,17 @@ def solve(problem: Problem, objective: str | None = None, top: int = 1, time_lim
     One CP-SAT worker by default: deterministic for a given seed, and on two cores as fast as two
     workers on the benchmark ladder.
     """
-    problem = dataclasses.replace(problem, objective=objective or problem.objective)
+    problem = _with_objective(problem, objective)
     return _per_chiplet_count(problem, lambda p, left: _solve_one(p, top, left, workers, seed), time_limit, top)
+
+
+def _with_objective(problem: Problem, objective: str | None) -> Problem:
+    """The problem with ``objective`` (a command line's --objective), which must be a training one."""
+    from .problem import OBJECTIVES
+    objective = objective or problem.objective
+    if objective not in OBJECTIVES:
+        raise ProblemError(f"{objective!r} is not a training objective; allowed: {', '.join(OBJECTIVES)}", field="--objective")
+    return dataclasses.replace(problem, objective=objective)
 
 
 def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed: int) -> PlanResult:
@@ -218,8 +227,9 @@ def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed
             result.gap = gap
 
     solve_top(enc.model, enc.decisions, top, start + time_limit, workers, seed, result, record,
-              lambda: (_run_length_binds(problem, time_limit, workers, seed)
-                       or explain_infeasible(problem, space, tables, time_limit, workers, seed)),
+              lambda: (_run_length_binds(problem, max(0.1, start + time_limit - time.perf_counter()), workers, seed)
+                       or explain_infeasible(problem, space, tables, max(0.1, start + time_limit - time.perf_counter()),
+                                             workers, seed)),
               presolve=problem.model.moe is None)
     result.solve_time_s = time.perf_counter() - start
     return result
@@ -396,7 +406,7 @@ def finish_enumeration(result: PlanResult, evaluated: int, start: float, everyth
 def enumerate_space(problem: Problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,
                     keep_all: bool = False) -> PlanResult:
     """Exhaustive baseline: evaluate every point of the same space with the model."""
-    problem = dataclasses.replace(problem, objective=objective or problem.objective)
+    problem = _with_objective(problem, objective)
     return _per_chiplet_count(problem, lambda p, left: _enumerate_one(p, top, left, keep_all), time_limit, top)
 
 
@@ -411,6 +421,7 @@ def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_al
     best = []  # (key, index, plan)
     evaluated = 0
     everything, feasible = [], []
+    too_slow, fastest_hours = 0, float("inf")  # points that fit but miss max_run_hours
     complete = True
     for index, (n, mapping) in enumerate(_candidates(space)):
         if time_limit is not None and evaluated % 256 == 0 and time.perf_counter() - start > time_limit:
@@ -424,7 +435,11 @@ def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_al
             if problem.chiplets != (None,):
                 ev.metrics["chiplets"] = problem.chiplets[0]
             everything.append(Plan(n, mapping, ev))
-        if not ev.metrics["fits"] or (max_step is not None and ev.metrics["step_time_s"] > max_step):
+        if ev.metrics["fits"] and max_step is not None and ev.metrics["step_time_s"] > max_step:
+            too_slow += 1
+            fastest_hours = min(fastest_hours, ev.metrics["run_hours"])
+            continue
+        if not ev.metrics["fits"]:
             continue
         if keep_all:
             feasible.append(everything[-1])
@@ -441,6 +456,8 @@ def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_al
     else:
         result.status = "INFEASIBLE" if complete else "UNKNOWN"
         if complete:
-            result.message = "no point of the space fits in memory"
+            result.message = ("no point of the space fits in memory" if not too_slow else
+                              f"max_run_hours binds: {too_slow:,} points fit in memory, but the fastest needs "
+                              f"{fastest_hours:,.0f} h, over the limit {problem.constraints['max_run_hours']:,.0f} h")
     return result
 

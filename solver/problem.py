@@ -209,6 +209,8 @@ def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
         raise ProblemError("must be a mapping {name, num_gpus}", source=src, field="system")
     library.check_keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
     name = data["name"]
+    if not isinstance(name, str):
+        raise ProblemError(f"must be a system name; allowed: {', '.join(library.names('systems'))}", source=src, field="system.name")
     try:
         library.load_system(name, 1)
     except ProblemError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .costing import max_step_time_s
+from .costing import COST_OBJECTIVES, max_step_time_s
 from .cpsat import decode, encode
 from .pareto import ParetoResult, ParetoTarget, non_dominated, pareto_front
 from .plan import _cost_filter, check_round_trip, evaluate_plan
@@ -32,7 +32,8 @@ def metric_key(problem, name: str) -> str:
 def _target(problem) -> ParetoTarget:
     space = build_space(problem)
     tables = compile_tables(space)
-    hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus}
+    hourly = ({n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus}
+              if problem.objective in COST_OBJECTIVES else None)
 
     def check(plan, enc, solver):
         plan.solver_step_s = tables.scale.seconds(solver.value(enc.step))
@@ -45,7 +46,8 @@ def _target(problem) -> ParetoTarget:
 
 def training_front(problem, objectives: tuple, time_limit: float, workers: int = 1, seed: int = 0) -> ParetoResult:
     """The exact front of two training metrics (names of ``METRICS``) over every allowed chiplet count."""
-    problem = dataclasses.replace(problem, objective="cost")  # cost metrics on every plan
+    if any(n in COST_OBJECTIVES for n in objectives):
+        problem = dataclasses.replace(problem, objective="cost")  # cost metrics (and the cost variable) on every plan
     results = []
     for count in problem.chiplets:
         sub, why = _cost_filter(dataclasses.replace(problem, chiplets=(count,)))
@@ -122,6 +124,9 @@ def plot_front(problem, result: ParetoResult, path: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        from model.errors import ProblemError
+        raise ProblemError(f"the folder {directory} does not exist", field="--plot")
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".png")
     os.close(fd)
     try:

@@ -151,3 +151,24 @@ def test_training_front_over_chiplet_counts_and_plot(tmp_path):
     out = tmp_path / "front.png"
     plot_front(p, front, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_review_regressions_end_in_one_line_errors(tmp_path):
+    """Inference objectives on a training problem, a non-string system name and a --plot folder that
+    does not exist are user mistakes: one line, exit 2."""
+    base = {"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": 8},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64}, "mapping": SMALL}
+    path = write_yaml(tmp_path / "p.yaml", base)
+    for args in (["solve", str(path), "--objective", "ttft"], ["enumerate", str(path), "--objective", "latency"],
+                 ["pareto", str(path), "--objectives", "throughput,memory", "--plot", str(tmp_path / "no" / "f.png")]):
+        proc = run_cli(args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    bad = write_yaml(tmp_path / "b.yaml", {**base, "system": {"name": ["dgx-h100"], "num_gpus": 8}})
+    proc = run_cli(["solve", str(bad)])
+    assert proc.returncode == 2 and "system.name" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_enumerate_names_the_run_length_limit_when_it_binds():
+    p = _problem("cost", constraints={"max_run_hours": 1e-6})
+    result = enumerate_space(p)
+    assert result.status == "INFEASIBLE" and result.message.startswith("max_run_hours binds")
