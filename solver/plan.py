@@ -150,12 +150,13 @@ def _per_chiplet_count(problem: Problem, run, time_limit: float | None, top: int
     meet the cost limits, and keep the best ``top`` plans over all of them."""
     start = time.perf_counter()
     results = []
-    for count in problem.chiplets:
+    for index, count in enumerate(problem.chiplets):
         sub, why = _cost_filter(dataclasses.replace(problem, chiplets=(count,)))
         if sub is None:
             results.append(PlanResult(status="INFEASIBLE", objective=problem.objective, message=why))
             continue
-        left = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - start))
+        # the time left, shared by the counts still to solve
+        left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(problem.chiplets) - index))
         results.append(run(sub, left))
     if len(results) == 1:
         return results[0]
@@ -167,6 +168,7 @@ def _per_chiplet_count(problem: Problem, run, time_limit: float | None, top: int
         out.points_evaluated = sum(r.points_evaluated or 0 for r in results)
     out.plans = sorted((p for r in results for p in r.plans), key=lambda p: _minimised(problem.objective, p.evaluation.metrics))[:top]
     out.feasible_points = [p for r in results for p in r.feasible_points]
+    out.all_points = [p for r in results for p in r.all_points]
     statuses = {r.status for r in results}
     if best is not None:
         proven = statuses <= {"OPTIMAL", "INFEASIBLE"}
