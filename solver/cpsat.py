@@ -52,7 +52,6 @@ class Encoding:
     decisions: dict  # name -> IntVar (the mapping's keys and num_gpus)
     step: cp_model.IntVar  # step time, time units
     peak_memory: cp_model.IntVar  # memory units
-    objective_var: cp_model.IntVar
     cost: cp_model.IntVar | None = None  # step x the system's $/hour, when hourly costs were given
 
     def metric(self, name: str) -> cp_model.IntVar:
@@ -374,7 +373,7 @@ def encode(space: Space, tables: Tables, objective: str, enforce_memory: bool = 
     md.minimize(obj)
     decisions = {"num_gpus": N, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch": mb, "vpp": v, "sp": sp,
                  "recompute": rc, "zero": zero, "first_stage_layers": n1, "last_stage_layers": nL, "placement": place}
-    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, objective_var=obj, cost=cost)
+    return Encoding(model=md, decisions=decisions, step=step, peak_memory=peak, cost=cost)
 
 
 def decode(values: dict, space: Space) -> tuple[int, Mapping]:

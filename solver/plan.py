@@ -98,10 +98,15 @@ def evaluate_plan(problem: Problem, num_gpus: int, mapping: Mapping) -> Evaluati
         if problem.needs_cost:
             raise
         return ev  # a device with neither chiplet data nor a price: no cost metrics unless asked for
-    ev.metrics.update(costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens))
+    _add_cost_metrics(problem, ev, row)
     if problem.chiplets != (None,):
         ev.metrics["chiplets"] = problem.chiplets[0]
     return ev
+
+
+def _add_cost_metrics(problem: Problem, ev: Evaluation, system_cost_row: dict) -> None:
+    """Join the system's cost with the plan's throughput (solver.costing.cost_metrics) in its metrics."""
+    ev.metrics.update(costing.cost_metrics(system_cost_row, ev.metrics["tokens_per_s"], problem.workload.train_tokens))
 
 
 def _cost_filter(problem: Problem) -> tuple[Problem | None, str | None]:
@@ -297,8 +302,7 @@ def greedy_plan(problem: Problem, space: Space, objective: str) -> tuple[int, Ma
                 except ProblemError:
                     continue  # an interleaving the micro-batch count does not allow
                 if problem.needs_cost:
-                    ev.metrics.update(costing.cost_metrics(problem.system_cost(n), ev.metrics["tokens_per_s"],
-                                                           problem.workload.train_tokens))
+                    _add_cost_metrics(problem, ev, problem.system_cost(n))
                 if ev.metrics["fits"]:
                     key = _minimised(objective, ev.metrics)
                     if best is None or key < best[0]:
@@ -432,7 +436,7 @@ def _enumerate_one(problem: Problem, top: int, time_limit: float | None, keep_al
         ev = evaluate_training(problem.model, systems[n], problem.workload, mapping)
         evaluated += 1
         if problem.needs_cost:
-            ev.metrics.update(costing.cost_metrics(costs[n], ev.metrics["tokens_per_s"], problem.workload.train_tokens))
+            _add_cost_metrics(problem, ev, costs[n])
         if keep_all:
             if problem.chiplets != (None,):
                 ev.metrics["chiplets"] = problem.chiplets[0]

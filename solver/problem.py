@@ -188,7 +188,7 @@ def _parse_mapping(data, src: str) -> dict:
     return out
 
 
-def _counts(value, src: str, field_name: str, what: str) -> tuple:
+def _counts(value, src: str, field_name: str) -> tuple:
     """A positive integer, a list of them, or a range {min, max, step} (step defaults to min)."""
     if isinstance(value, dict):
         library.check_keys(value, ("min", "max", "step"), ("min", "max"), src, f"{field_name}.")
@@ -217,8 +217,8 @@ def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
         if exc.source is None:
             raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field="system.name") from None
         raise
-    counts = _counts(data["num_gpus"], src, "system.num_gpus", "GPUs")
-    chiplets = _counts(data["chiplets"], src, "system.chiplets", "chiplets") if "chiplets" in data else (None,)
+    counts = _counts(data["num_gpus"], src, "system.num_gpus")
+    chiplets = _counts(data["chiplets"], src, "system.chiplets") if "chiplets" in data else (None,)
     price = None
     if "gpu_hour_usd" in data:
         price = library.as_float(data["gpu_hour_usd"])
