@@ -1,6 +1,6 @@
 """Fit each device's efficiency curves on the published runs of that device.
 
-    python benchmarks/calibrate.py [--holdout]
+    python benchmarks/calibrate.py [--holdout | --moe | --engine NAME]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (A100: Azure AI benchmarking guide, hardware_cost_conventions.md Sec. 10.1; H100: our
@@ -17,6 +17,12 @@ the routed-expert block against the dense GEMM roofline; efficiency.moe_overlap:
 layer's compute that can hide an overlapped all-to-all) on the three Megatron-Bridge 25.09 MoE runs
 of the calibration set, by grid search of the mean absolute step-time error, and prints the error
 on the published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
+
+--engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
+covers, the one efficiency it sets (``stream``, the HBM fraction weight GEMMs reach) by grid search
+(0.20-0.95, step 0.01) of the mean absolute error of output tokens/s on that engine's throughput runs
+(problems/validation/engine_runs.yaml), and prints the fitted value next to the stored one, then the
+error on the first-token latencies of the same release, which the fit does not see.
 """
 
 from __future__ import annotations
@@ -99,11 +105,39 @@ def device_entries(entries, device: str):
     return [e for e in entries if DEVICE_OF_SYSTEM.get(e["system"]) == device and family(e["id"]) not in EXCLUDED_FAMILIES]
 
 
+def fit_engine(name: str) -> int:
+    """Refit the efficiencies of engine profile ``name`` on its throughput runs; print them and the
+    held-out first-token-latency error; 1 when a stored value differs from the fit."""
+    from solver import library  # noqa: PLC0415
+    from solver.inference_validation import evaluate_all as evaluate_serving, fit_engine_efficiency, load_engine_runs  # noqa: PLC0415
+    from solver.inference_validation import load_runs as load_serving_runs, mean_abs_error  # noqa: PLC0415
+
+    runs = [e for e in load_engine_runs() if e["workload"].get("engine") == name]
+    checks = [e for e in load_serving_runs() if e["workload"].get("engine") == name]
+    status = 0
+    for device, stored in library.load_engine(name).items():
+        for key, value in stored.items():
+            fitted, error = fit_engine_efficiency(runs, device, key)
+            same = abs(fitted - value) < 0.005
+            status |= not same
+            print(f"{name} on {device}: {key} fitted {fitted:.2f} (stored {value:.2f}{'' if same else ', DIFFERS'}), "
+                  f"mean |error| {100 * error:.1f} % on its throughput runs")
+    for label, entries in (("throughput runs (fitted)", runs), ("first-token latencies (held out)", checks)):
+        results = evaluate_serving(entries)
+        for fam in sorted({r.family for r in results}):
+            own = [r for r in results if r.family == fam]
+            print(f"  {label:<34} {fam:<56} {len(own):>2} runs  mean |error| {100 * mean_abs_error(own):5.1f} %")
+    return status
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
     parser.add_argument("--moe", action="store_true", help="fit the two MoE efficiencies of the H100 instead")
+    parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
     args = parser.parse_args()
+    if args.engine:
+        return fit_engine(args.engine)
     entries = load_runs()
     if args.moe:
         fit_moe(entries)

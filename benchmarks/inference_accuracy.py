@@ -5,12 +5,17 @@
 Runs: problems/validation/inference_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources): TensorRT-LLM 0.6.1 static-batch throughput (output tokens/s per GPU) on H100 FP8 and
 A100 FP16, TensorRT-LLM 0.5 first-token latency at batch 1. Nothing in the inference model was fitted
-to these runs: the device efficiencies are microbenchmarks (problems/measurements/), so every error
-below is out of sample.
+to these runs. The device efficiencies are microbenchmarks (problems/measurements/). The first-token
+latencies were measured on TensorRT-LLM 0.5 and are evaluated with its engine profile
+(problems/engines/trtllm-0.5.yaml: one weight-streaming efficiency per device), which was fitted on
+that release's own throughput tables (problems/validation/engine_runs.yaml, printed in their own
+section as a calibration set) and never on these latencies.
 
 Out of sample, reported apart and never fitted: problems/validation/inference_runs_oos.yaml, newer
 TensorRT-LLM max-throughput runs (trtllm-bench, in-flight batching; perf-overview.md) on H100/H200 in
-FP8, where the engine chose the batch: each is the planner's best plan with the batch free.
+FP8, where the engine chose the batch: each is the planner's best plan with the batch free; and
+problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
+token (Llama 3.3 70B on 2 H100, FP8).
 """
 
 from __future__ import annotations
@@ -23,8 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.inference_validation import evaluate_all, evaluate_oos  # noqa: E402
+from solver.inference_validation import evaluate_all, evaluate_oos, load_engine_runs, load_latency_oos_runs  # noqa: E402
 from solver.report import text_table  # noqa: E402
+
+
+LATENCY_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
+METRIC_NAMES = {"ttft_s": "first-token latency", "tpot_s": "time per output token",
+                "tokens_per_s_per_gpu": "throughput (output tokens/s per GPU)"}
 
 
 def summarise(results) -> dict:
@@ -41,9 +51,9 @@ def table(results, markdown: bool) -> str:
     rows = []
     for r in results:
         wl, met = r.problem.workload, r.evaluation.metrics
-        unit = (lambda x: f"{x * 1e3:.1f} ms") if r.metric == "ttft_s" else (lambda x: f"{x:,.0f}")
+        unit = (lambda x: f"{x * 1e3:.1f} ms") if r.metric in LATENCY_LABELS else (lambda x: f"{x:,.0f}")
         rows.append([r.run_id, str(met["num_gpus"]), str(r.problem.mapping["tp"][0]), str(met["batch"]), f"{wl.input_len}/{wl.output_len}",
-                     "TTFT" if r.metric == "ttft_s" else "tok/s/GPU", unit(r.measured), unit(r.predicted), f"{100 * r.error:+.1f} %",
+                     LATENCY_LABELS.get(r.metric, "tok/s/GPU"), unit(r.measured), unit(r.predicted), f"{100 * r.error:+.1f} %",
                      f"{met['peak_memory_gib']:.1f}" + ("" if met["fits"] else " (does not fit)")])
     return text_table(head, rows, markdown)
 
@@ -52,7 +62,7 @@ def report(results) -> str:
     summary = summarise(results)
     lines = []
     for name, s in summary["by_metric"].items():
-        what = "first-token latency" if name == "ttft_s" else "throughput (output tokens/s per GPU)"
+        what = METRIC_NAMES[name]
         lines.append(f"{s['runs']} inference runs, {what}: mean |error| {100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %")
     for name, s in summary["by_family"].items():
         lines.append(f"  {name:<54} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
@@ -89,18 +99,31 @@ def arguments(doc: str):
 
 def main() -> int:
     args = arguments(__doc__)
-    results, oos = evaluate_all(), evaluate_oos()
+    results, oos, engine = evaluate_all(), evaluate_oos(), evaluate_all(load_engine_runs())
+    latency = evaluate_all(load_latency_oos_runs())
     if args.json:
-        print(json.dumps({**as_json(results), "out_of_sample": as_json(oos)}, indent=2))
+        print(json.dumps({**as_json(results), "out_of_sample": as_json(oos), "engine_calibration": as_json(engine),
+                          "latency_out_of_sample": as_json(latency)}, indent=2))
         return 0
     print(table(results, args.markdown))
     print()
     print(report(results))
     print()
+    print("Engine-profile calibration set (problems/validation/engine_runs.yaml: TensorRT-LLM 0.5.0 throughput; "
+          "problems/engines/trtllm-0.5.yaml was fitted on these, benchmarks/calibrate.py --engine trtllm-0.5)")
+    print(table(engine, args.markdown))
+    print()
+    print(report(engine))
+    print()
     print("Out of sample (problems/validation/inference_runs_oos.yaml; batch = the planner's best)")
     print(table(oos, args.markdown))
     print()
     print(oos_report(oos))
+    print()
+    print("Out of sample, single request (problems/validation/latency_runs_oos.yaml; TTFT measured at the client)")
+    print(table(latency, args.markdown))
+    print()
+    print(report(latency))
     return 0
 
 

@@ -321,6 +321,9 @@ class InferenceWorkload:
     # share of the memory free after weights and activations the engine gives its KV-cache pool (TensorRT-LLM
     # KvCacheConfig.free_gpu_memory_fraction, default 0.9: docs/source/examples/kvcacheconfig.md); kv_cache.kv_pool_bytes
     kv_cache_memory_fraction: float = 0.9
+    # serving engine whose efficiencies replace the device file's (problems/engines/<name>.yaml; applied when the
+    # problem builds its system, solver.library.device_under_engine); None: the device file's own measurements
+    engine: str | None = None
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -22,7 +22,7 @@ from . import library
 
 INFERENCE_WORKLOAD_KEYS = ("kind", "input_len", "output_len", "batch", "precision", "kv_precision", "weight_precision",
                            "serving", "slo", "kv_block_tokens", "max_prefill_tokens", "decode_attention",
-                           "kv_cache_memory_fraction")
+                           "kv_cache_memory_fraction", "engine")
 INFERENCE_OBJECTIVES = ("throughput", "ttft", "tpot", "latency")
 POOL_KEYS = ("tp", "pp", "ep", "dp")
 COLOCATED_MAPPING_KEYS = POOL_KEYS + ("batch", "num_gpus")
@@ -82,6 +82,7 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         decode_attention=_choice(data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS, src,
                                  "workload.decode_attention"),
         kv_cache_memory_fraction=_fraction(data.get("kv_cache_memory_fraction", 0.9), src, "workload.kv_cache_memory_fraction"),
+        engine=None if data.get("engine") is None else _choice(data["engine"], tuple(library.names("engines")), src, "workload.engine"),
         source=src)
 
 

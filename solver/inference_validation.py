@@ -4,11 +4,14 @@ max-throughput runs, out of sample, where the batch is the planner's choice)."""
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from model.inference import evaluate_inference
 from model.training import Evaluation
 
+from . import library
 from .problem import Problem
 from .validation import load_runs as _load_runs, problem_from_entry
 
@@ -17,7 +20,7 @@ from .validation import load_runs as _load_runs, problem_from_entry
 class InferenceRunResult:
     run_id: str
     family: str
-    metric: str  # tokens_per_s_per_gpu or ttft_s
+    metric: str  # tokens_per_s_per_gpu, ttft_s or tpot_s
     problem: Problem
     evaluation: Evaluation
     measured: float
@@ -52,10 +55,26 @@ def family(entry: dict) -> str:
     return f"TensorRT-LLM 0.6.1 static-batch throughput, {device}"
 
 
-def evaluate_run(entry: dict) -> InferenceRunResult:
+def load_engine_runs(path=None) -> list[dict]:
+    """The run entries of problems/validation/engine_runs.yaml (the calibration set of the serving-engine
+    profile problems/engines/trtllm-0.5.yaml)."""
+    return _load_runs(path, "engine_runs.yaml")
+
+
+def load_latency_oos_runs(path=None) -> list[dict]:
+    """The run entries of problems/validation/latency_runs_oos.yaml (single-request TTFT and TPOT, out of sample)."""
+    return _load_runs(path, "latency_runs_oos.yaml")
+
+
+def evaluate_run(entry: dict, system_override=None) -> InferenceRunResult:
+    """Evaluate one published serving run at its fixed mapping; ``system_override(system) -> system``
+    swaps in trial efficiencies while a profile is fitted."""
     problem = problem_from_entry(entry)
     mapping = problem.fixed_serving_mapping()
-    evaluation = evaluate_inference(problem.model, problem.system(), problem.workload, mapping)
+    system = problem.system()
+    if system_override is not None:
+        system = system_override(system)
+    evaluation = evaluate_inference(problem.model, system, problem.workload, mapping)
     metric, measured = next(iter(entry["measured"].items()))
     return InferenceRunResult(run_id=entry["id"], family=family(entry), metric=metric, problem=problem, evaluation=evaluation,
                               measured=float(measured))
@@ -63,6 +82,29 @@ def evaluate_run(entry: dict) -> InferenceRunResult:
 
 def evaluate_all(entries=None) -> list[InferenceRunResult]:
     return [evaluate_run(e) for e in (entries if entries is not None else load_runs())]
+
+
+def mean_abs_error(results) -> float:
+    return statistics.fmean(abs(r.error) for r in results)
+
+
+# the grid an engine profile's efficiency is fitted on: 0.20-0.95 in steps of 0.01
+ENGINE_FIT_GRID = tuple(round(0.20 + 0.01 * i, 2) for i in range(76))
+
+
+def fit_engine_efficiency(entries, device: str, key: str = "stream", grid=ENGINE_FIT_GRID) -> tuple[float, float]:
+    """(value, mean |error|): the grid value of efficiency ``key`` (``library.ENGINE_EFFICIENCY_FIELDS``)
+    on ``device`` that minimises the mean absolute error of the entries run on that device, every
+    other number as the device file and the entries' engine profile give it."""
+    attribute = library.ENGINE_EFFICIENCY_FIELDS[key]
+    own = [e for e in entries if problem_from_entry(e).system().device.name == device]
+    if not own:
+        raise ValueError(f"no run on device {device}")
+
+    def trial(value):
+        return lambda system: dataclasses.replace(system, device=dataclasses.replace(system.device, **{attribute: value}))
+
+    return min(((v, mean_abs_error([evaluate_run(e, trial(v)) for e in own])) for v in grid), key=lambda t: (t[1], t[0]))
 
 
 def evaluate_planned_run(entry: dict) -> InferenceRunResult:

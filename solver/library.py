@@ -6,6 +6,7 @@ mistake into a one-line ``ProblemError`` naming the file and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from importlib import resources
@@ -186,6 +187,42 @@ def load_device(name: str) -> DeviceSpec:
            if key in eff},
         low_precision_gemm=low, source=src,
     )
+
+
+# a serving-engine profile's keys (problems/engines/*.yaml) and the DeviceSpec fields they replace
+ENGINE_EFFICIENCY_FIELDS = {"stream": "stream_efficiency", "kv_stream": "kv_stream_efficiency",
+                            "memory": "memory_efficiency", "attention": "attention_efficiency"}
+
+
+@functools.lru_cache(maxsize=None)
+def load_engine(name: str) -> dict:
+    """A serving-engine profile from problems/engines/: {device name: {efficiency key: fraction}},
+    the efficiencies that engine reaches on each device it covers (``ENGINE_EFFICIENCY_FIELDS``)."""
+    src, data = _read_library_entry("engines", name, "workload.engine", ("name", "devices"), ("devices",))
+    devices = data["devices"]
+    if not isinstance(devices, dict) or not devices:
+        raise ProblemError("must map device names to efficiencies", source=src, field="devices")
+    known = names("systems/devices")
+    profile = {}
+    for device, block in devices.items():
+        if device not in known:
+            raise ProblemError(f"unknown device {device!r}; allowed: {', '.join(known)}", source=src, field=f"devices.{device}")
+        if not isinstance(block, dict) or not block:
+            raise ProblemError(f"must map efficiency keys ({', '.join(ENGINE_EFFICIENCY_FIELDS)}) to fractions", source=src,
+                               field=f"devices.{device}")
+        check_keys(block, tuple(ENGINE_EFFICIENCY_FIELDS), (), src, f"devices.{device}.")
+        profile[device] = {key: _fraction(block, key, src, f"devices.{device}.") for key in block}
+    return profile
+
+
+def device_under_engine(device: DeviceSpec, engine: str, source: str | None = None) -> DeviceSpec:
+    """``device`` with the efficiencies serving engine ``engine`` reaches on it (``load_engine``);
+    a ProblemError on ``workload.engine`` when the profile does not cover the device."""
+    profile = load_engine(engine)
+    if device.name not in profile:
+        raise ProblemError(f"engine {engine!r} has no efficiencies for device {device.name!r}; it covers: "
+                           f"{', '.join(profile)}", source=source, field="workload.engine")
+    return dataclasses.replace(device, **{ENGINE_EFFICIENCY_FIELDS[key]: value for key, value in profile[device.name].items()})
 
 
 def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:

@@ -13,6 +13,7 @@ planner; ``evaluate`` fills absent keys with the defaults in ``MAPPING_DEFAULTS`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,10 +65,18 @@ class Problem:
         return fixed_serving_mapping(self)
 
     def system(self, num_gpus: int | None = None):
+        """The system with ``num_gpus`` devices (default: the first allowed count), its device scaled
+        to the problem's chiplet count and, for a serving workload that names an engine, at that
+        engine's efficiencies (``library.device_under_engine``)."""
         n = num_gpus if num_gpus is not None else self.num_gpus[0]
         if self.chiplets == (None,):
-            return library.load_system(self.system_name, n)
-        return costing.system_with_chiplets(self.system_name, n, self.chiplets[0])
+            system = library.load_system(self.system_name, n)
+        else:
+            system = costing.system_with_chiplets(self.system_name, n, self.chiplets[0])
+        engine = getattr(self.workload, "engine", None)
+        if engine is None:
+            return system
+        return dataclasses.replace(system, device=library.device_under_engine(system.device, engine, self.source))
 
     @property
     def needs_cost(self) -> bool:
@@ -267,6 +276,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
                            f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}", source=source, field="workload.precision")
     inference = workload.kind == "inference"
+    if inference and workload.engine is not None:
+        library.device_under_engine(device, workload.engine, source)
     mapping = parse_inference_mapping(data.get("mapping"), workload, source) if inference else _parse_mapping(data.get("mapping"), source)
     if "num_gpus" in mapping:
         # solve's plans carry num_gpus so they can be pasted back; it must agree with the system

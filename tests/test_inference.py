@@ -16,9 +16,10 @@ from model.inference import evaluate_inference
 from model.specs import InferenceWorkload, PoolMapping, ServingMapping
 from solver import inference_plan, pareto
 from solver.inference_plan import METRIC_SENSE, enumerate_space, solve
-from solver.inference_validation import evaluate_all, evaluate_oos, load_oos_runs, load_runs
+from solver.inference_validation import (evaluate_all, evaluate_oos, fit_engine_efficiency, load_engine_runs, load_latency_oos_runs,
+                                         load_oos_runs, load_runs)
 from solver.validation import problem_from_entry
-from solver.library import library_root, load_model, load_system
+from solver.library import library_root, load_engine, load_model, load_system
 from solver.problem import parse_problem
 
 from conftest import rel_close, write_yaml
@@ -217,14 +218,73 @@ def test_throughput_error_within_fifteen_percent(runs):
     assert statistics.fmean(abs(r.error) for r in runs if r.metric == "tokens_per_s_per_gpu") <= 0.12
 
 
-def test_first_token_latency_error_as_achieved(runs):
-    """First-token latency: A100 within the 15 % target (6.6 % measured); H100 FP8 is not (34 %:
-    every H100 run is predicted faster than TensorRT-LLM 0.5 measured it, see README), so the set
-    as a whole holds 20.4 %: a change that loses accuracy fails here."""
+def test_first_token_latency_error_within_fifteen_percent(runs):
+    """Issue 6's target on the 16 TensorRT-LLM 0.5 first-token latencies, evaluated with that
+    release's engine profile (fitted on its throughput tables, not on these): 13.5 % measured;
+    A100 6.6 %, H100 FP8 20.3 % (7 of 8 still predicted faster, see README). The H100 bound is the
+    measurement + 1.2 points, so a change that loses accuracy fails here."""
     ftl = [r for r in runs if r.metric == "ttft_s"]
-    assert statistics.fmean(abs(r.error) for r in ftl if "A100" in r.family) <= 0.15
-    assert statistics.fmean(abs(r.error) for r in ftl) <= 0.22
-    assert all(r.error < 0 for r in ftl if "H100" in r.family)
+    assert len(ftl) == 16 and all(r.problem.workload.engine == "trtllm-0.5" for r in ftl)
+    assert statistics.fmean(abs(r.error) for r in ftl) <= 0.15
+    assert statistics.fmean(abs(r.error) for r in ftl if "A100" in r.family) <= 0.08
+    assert statistics.fmean(abs(r.error) for r in ftl if "H100" in r.family) <= 0.215
+
+
+def test_first_token_latency_without_the_engine_profile_misses(runs):
+    """The profile is what closes the gap: with the device files' efficiencies (today's kernels)
+    the H100 FP8 first-token latencies are 34 % too fast on average, all of them too fast."""
+    entries = [{**e, "workload": {k: v for k, v in e["workload"].items() if k != "engine"}}
+               for e in load_runs() if e["id"].startswith("trtllm05-ftl-h100")]
+    plain = evaluate_all(entries)
+    assert all(r.error < 0 for r in plain) and statistics.fmean(abs(r.error) for r in plain) > 0.3
+
+
+# ---------------------------------------------------------------- serving-engine profiles
+
+def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
+    """problems/engines/trtllm-0.5.yaml holds, for each device, the grid value that minimises the
+    mean |error| on TensorRT-LLM 0.5.0's throughput tables (benchmarks/calibrate.py --engine);
+    measured: H100 stream 0.40 (6.3 %), A100 0.66 (4.2 %)."""
+    runs = load_engine_runs()
+    assert len(runs) == 23 and all(e["workload"]["engine"] == "trtllm-0.5" for e in runs)
+    assert not {e["id"] for e in runs} & {e["id"] for e in load_runs()}
+    for device, stored in load_engine("trtllm-0.5").items():
+        fitted, error = fit_engine_efficiency(runs, device, "stream")
+        assert fitted == pytest.approx(stored["stream"], abs=0.005), device
+        assert error <= 0.07, device
+
+
+def test_engine_replaces_the_device_efficiency_and_slows_decode():
+    """workload.engine swaps in the profile's efficiencies when the problem builds its system (so
+    evaluate, solve and the round trip see the same device); a step that streams weights slows by
+    the ratio of the streaming efficiencies."""
+    data = _problem("static", "throughput", num_gpus=1, mapping={"tp": 1, "pp": 1, "ep": 1, "dp": 1}, batch=1)
+    plain = parse_problem(data)
+    data["workload"]["engine"] = "trtllm-0.5"
+    old = parse_problem(data)
+    assert old.workload.engine == "trtllm-0.5" and plain.workload.engine is None
+    assert old.system().device.stream_efficiency == 0.40
+    assert plain.system().device.stream_efficiency == load_system("dgx-h100", 1).device.stream_efficiency == 0.746
+    tpot = [evaluate_inference(p.model, p.system(), p.workload, p.fixed_serving_mapping()).metrics["tpot_s"] for p in (plain, old)]
+    assert 1.5 < tpot[1] / tpot[0] <= 0.746 / 0.40
+
+
+def test_engine_file_errors_name_the_file_and_field(tmp_path, monkeypatch):
+    """A malformed profile is a one-line ProblemError naming its file and field."""
+    from solver import library
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "systems").symlink_to(library_root() / "systems")
+    monkeypatch.setattr(library, "library_root", lambda: tmp_path)
+    for name, body, field in (("unknown-device", {"devices": {"h900": {"stream": 0.5}}}, "devices.h900"),
+                              ("bad-key", {"devices": {"h100-sxm-80gb": {"gemm": 0.5}}}, "devices.h100-sxm-80gb.gemm"),
+                              ("over-one", {"devices": {"h100-sxm-80gb": {"stream": 1.5}}}, "devices.h100-sxm-80gb.stream"),
+                              ("no-devices", {"name": "x"}, "devices")):
+        write_yaml(tmp_path / "engines" / f"{name}.yaml", body)
+        library.load_engine.cache_clear()
+        with pytest.raises(ProblemError, match=field.replace(".", r"\.")) as err:
+            library.load_engine(name)
+        assert str(tmp_path / "engines" / f"{name}.yaml") in str(err.value) and "\n" not in str(err.value)
+    library.load_engine.cache_clear()
 
 
 def test_published_peak_throughput_batches_fit(runs):
@@ -257,6 +317,18 @@ def test_out_of_sample_error_as_measured(oos):
     errors = [abs(r.error) for r in oos]
     assert statistics.fmean(errors) <= 0.156
     assert statistics.fmean(abs(r.error) for r in oos if "H100" in r.family) <= 0.144
+
+
+def test_single_request_latency_out_of_sample_as_measured():
+    """NVIDIA NIM 1.8.0, Llama 3.3 70B on 2 H100 FP8, one request at a time (never fitted; device
+    files' efficiencies): measured TTFT 6.6 % and 26.1 % too fast (the client-side TTFT holds
+    tokenisation and HTTP, which the model lacks), TPOT 18.0 % and 20.0 % too fast. Bounds: those
+    measurements + 1.5 points, and every prediction below the measurement."""
+    results = evaluate_all(load_latency_oos_runs())
+    assert len(results) == 4 and all(r.error < 0 for r in results)
+    assert not {r.run_id for r in results} & {e["id"] for e in load_runs() + load_oos_runs()}
+    for metric, bound in (("ttft_s", 0.178), ("tpot_s", 0.205)):
+        assert statistics.fmean(abs(r.error) for r in results if r.metric == metric) <= bound, metric
 
 
 def test_out_of_sample_batch_is_the_solvers_choice_too():

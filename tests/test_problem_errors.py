@@ -183,6 +183,8 @@ CASES = [
     ("inf-slo-unknown-key", inf(("workload.slo", {"itl_s": 0.05})), "workload.slo.itl_s"),
     ("inf-slo-negative", inf(("workload.slo", {"ttft_s": -1})), "workload.slo.ttft_s"),
     ("inf-decode-attention", inf(("workload.decode_attention", "paged")), "workload.decode_attention"),
+    ("inf-unknown-engine", inf(("workload.engine", "vllm-9")), "workload.engine"),
+    ("inf-engine-not-covering-device", inf(("workload.engine", "trtllm-0.5"), ("system.name", "hgx-h200")), "workload.engine"),
     ("inf-micro-batch-key", inf(("mapping.micro_batch", 2)), "mapping.micro_batch"),
     ("inf-objective", {**INF, "objective": "step_time"}, "objective"),
     ("inf-grid-product", inf(("mapping.dp", 4)), "mapping"),
