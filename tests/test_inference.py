@@ -269,6 +269,17 @@ def test_engine_replaces_the_device_efficiency_and_slows_decode():
     assert 1.5 < tpot[1] / tpot[0] <= 0.746 / 0.40
 
 
+def test_solver_matches_the_enumerator_under_an_engine_profile():
+    """The planner compiles the engine's device: with an SLO on TPOT the profile's slower weight
+    stream moves the optimum, and CP-SAT still equals the enumerator and the round trip holds."""
+    data = _problem("static", "throughput", num_gpus=4, slo={"tpot_s": 0.004})
+    data["workload"]["engine"] = "trtllm-0.5"
+    _, enum, sol = _check_against_oracle(data)
+    data["workload"].pop("engine")
+    _, plain, _ = _check_against_oracle(data)
+    assert enum.plans[0].mapping != plain.plans[0].mapping
+
+
 def test_engine_file_errors_name_the_file_and_field(tmp_path, monkeypatch):
     """A malformed profile is a one-line ProblemError naming its file and field."""
     from solver import library
