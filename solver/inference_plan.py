@@ -542,13 +542,12 @@ def solve(problem, objective: str | None = None, top: int = 1, time_limit: float
             result.bound = value / (1.0 - gap) if METRIC_SENSE[metric] < 0 and gap < 1 else value * (1.0 - gap)
 
     solve_top(enc.model, enc.decisions, top, start + time_limit, workers, seed, result, record,
-              lambda: explain_infeasible(space, tables, metric, time_limit, workers, seed))
+              lambda: explain_infeasible(space, tables, time_limit, workers, seed))
     result.solve_time_s = time.perf_counter() - start
     return result
 
 
-def explain_infeasible(space: InferenceSpace, tables: InferenceTables, metric: str, time_limit: float, workers: int,
-                       seed: int) -> str:
+def explain_infeasible(space: InferenceSpace, tables: InferenceTables, time_limit: float, workers: int, seed: int) -> str:
     """Name what binds: without the SLOs, does some plan fit? Then the SLOs bind (the best TTFT and
     TPOT reachable say by how much); else memory binds (the least peak memory says by how much)."""
     problem = space.problem
@@ -633,4 +632,5 @@ def pareto_target(problem):
 
     return ParetoTarget(encode=lambda: encode(space, tables), decode=lambda values: decode_plan(values, space),
                         evaluate=lambda n, mapping: evaluate_plan(problem, n, mapping), metrics=tuple(METRIC_SENSE),
-                        space_size=space.size(), check=check)
+                        space_size=space.size(), check=check,
+                        explain=lambda time_limit, workers, seed: explain_infeasible(space, tables, time_limit, workers, seed))

@@ -39,6 +39,7 @@ class ParetoTarget:
     metrics: tuple
     space_size: int
     check: Callable | None = None  # check(plan, encoding, solver): the round trip (bugs only)
+    explain: Callable | None = None  # explain(time_limit, workers, seed) -> the binding constraint when no plan exists
 
 
 @dataclass
@@ -56,7 +57,14 @@ class ParetoResult:
 def pareto_front(target: ParetoTarget, objectives: tuple, time_limit: float = 60.0, workers: int = 1, seed: int = 0,
                  max_points: int = 1000) -> ParetoResult:
     """The exact front of ``objectives`` (two or three metric names) over ``target``."""
-    if len(objectives) == 3 and len(set(objectives)) == 3:
+    if len(objectives) not in (2, 3) or len(set(objectives)) != len(objectives):
+        raise ProblemError(f"give two or three different metrics, got {list(objectives)}; allowed: {', '.join(target.metrics)}",
+                           field="--objectives")
+    for name in objectives:
+        if name not in target.metrics:
+            raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {', '.join(target.metrics)}",
+                               field="--objectives")
+    if len(objectives) == 3:
         return _front_of_three(target, tuple(objectives), time_limit, workers, seed, max_points)
     return _front_of_two(target, objectives, time_limit, workers, seed, max_points)
 
@@ -105,14 +113,8 @@ def _front_of_three(target: ParetoTarget, objectives: tuple, time_limit: float, 
 def _front_of_two(target: ParetoTarget, objectives: tuple, time_limit: float, workers: int, seed: int,
                   max_points: int, bound: tuple | None = None, extra: tuple = ()) -> ParetoResult:
     """The two-metric front; ``bound`` = (metric, max units) restricts the space; ``extra``: metrics
-    whose integer values are recorded on each plan as well (``plan.units``)."""
-    if len(objectives) != 2 or objectives[0] == objectives[1]:
-        raise ProblemError(f"give two or three different metrics, got {list(objectives)}; allowed: {', '.join(target.metrics)}",
-                           field="--objectives")
-    for name in objectives:
-        if name not in target.metrics:
-            raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {', '.join(target.metrics)}",
-                               field="--objectives")
+    whose integer values are recorded on each plan as well (``plan.units``). The names are checked
+    by ``pareto_front``."""
     start = time.perf_counter()
     deadline = start + time_limit
     result = ParetoResult(objectives=tuple(objectives), space_size=target.space_size)
@@ -135,7 +137,9 @@ def _front_of_two(target: ParetoTarget, objectives: tuple, time_limit: float, wo
         solver, status = run(first)
         if status == "INFEASIBLE":
             if not result.plans:
-                result.status, result.message = "INFEASIBLE", "no plan fits in memory and meets the SLOs"
+                result.status = "INFEASIBLE"
+                result.message = (target.explain(max(0.1, deadline - time.perf_counter()), workers, seed)
+                                  if target.explain is not None and bound is None else "no plan satisfies the constraints")
             break
         if status != "OPTIMAL":
             result.status = "PARTIAL"

@@ -234,7 +234,7 @@ def _solve_one(problem: Problem, top: int, time_limit: float, workers: int, seed
             result.gap = gap
 
     solve_top(enc.model, enc.decisions, top, start + time_limit, workers, seed, result, record,
-              lambda: (_run_length_binds(problem, max(0.1, start + time_limit - time.perf_counter()), workers, seed)
+              lambda: (run_length_binds(problem, max(0.1, start + time_limit - time.perf_counter()), workers, seed)
                        or explain_infeasible(problem, space, tables, max(0.1, start + time_limit - time.perf_counter()),
                                              workers, seed)),
               presolve=problem.model.moe is None)
@@ -331,7 +331,7 @@ def _hint(enc, num_gpus: int, mapping: Mapping) -> None:
         enc.model.add_hint(var, values[key])
 
 
-def _run_length_binds(problem: Problem, time_limit: float, workers: int, seed: int) -> str | None:
+def run_length_binds(problem: Problem, time_limit: float, workers: int, seed: int) -> str | None:
     """If max_run_hours is what binds, say so with the fastest allowed plan's run length."""
     if costing.max_step_time_s(problem) is None:
         return None

@@ -13,7 +13,7 @@ import dataclasses
 from .costing import COST_OBJECTIVES, max_step_time_s
 from .cpsat import decode, encode
 from .pareto import ParetoResult, ParetoTarget, non_dominated, pareto_front
-from .plan import _cost_filter, check_round_trip, evaluate_plan
+from .plan import _cost_filter, check_round_trip, evaluate_plan, explain_infeasible, run_length_binds
 from .space import build_space
 from .tables import compile_tables
 
@@ -39,9 +39,13 @@ def _target(problem) -> ParetoTarget:
         plan.solver_step_s = tables.scale.seconds(solver.value(enc.step))
         check_round_trip(plan)
 
+    def explain(time_limit, workers, seed):
+        return (run_length_binds(problem, time_limit, workers, seed)
+                or explain_infeasible(problem, space, tables, time_limit, workers, seed))
+
     return ParetoTarget(encode=lambda: encode(space, tables, "throughput", hourly_cost=hourly, max_step_s=max_step_time_s(problem)),
                         decode=lambda values: decode(values, space), evaluate=lambda n, m: evaluate_plan(problem, n, m),
-                        metrics=tuple(METRICS), space_size=space.size(), check=check)
+                        metrics=tuple(METRICS), space_size=space.size(), check=check, explain=explain)
 
 
 def training_front(problem, objectives: tuple, time_limit: float, workers: int = 1, seed: int = 0) -> ParetoResult:

@@ -28,3 +28,38 @@ def test_three_objective_training_front_equals_the_non_dominated_enumerated_poin
     assert len(got) == len(want) and len(want) >= 2
     for g, w in zip(got, want):  # the integer scaling keeps values within 1e-3
         assert all(x == pytest.approx(y, rel=2e-3) for x, y in zip(g, w))
+
+
+INFEASIBLE_GPT3 = {"model": "gpt3-175b", "system": {"name": "dgx-a100", "num_gpus": 8},
+                   "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"}}
+
+
+@pytest.mark.parametrize("objectives", [("throughput", "memory"), ("throughput", "memory", "step_time")])
+def test_infeasible_training_front_names_the_binding_constraint(objectives):
+    """GPT-3 175B cannot fit on 8 A100s: a front of two or three metrics is INFEASIBLE and says
+    that memory binds, by how much, as `solve` does (not a bare 'no plan')."""
+    p = parse_problem(INFEASIBLE_GPT3, source="t")
+    front = training_front(p, objectives, time_limit=30)
+    assert front.status == "INFEASIBLE" and not front.plans
+    assert front.message.startswith("memory binds:") and "a100-sxm-80gb offers 78.0 GiB" in front.message
+
+
+def test_infeasible_serving_front_names_the_binding_slo():
+    """A serving front under a TPOT SLO no plan reaches names that SLO and the least TPOT reachable."""
+    from solver.inference_plan import pareto_target
+    from solver.pareto import pareto_front
+    p = parse_problem({"model": "llama3.1-8b", "system": {"name": "dgx-h100", "num_gpus": 1},
+                       "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "precision": "fp8",
+                                    "slo": {"tpot_s": 1.0e-4}}}, source="t")
+    front = pareto_front(pareto_target(p), ("tokens_per_s_per_gpu", "tokens_per_s_per_user"), time_limit=30)
+    assert front.status == "INFEASIBLE" and front.message.startswith("the TPOT SLO binds:")
+
+
+def test_front_objective_names_are_all_checked_before_solving():
+    """A bad third metric is a one-line error, even when the problem has no plan at all."""
+    from model.errors import ProblemError
+    p = parse_problem(INFEASIBLE_GPT3, source="t")
+    with pytest.raises(ProblemError, match="'tokens_per_gpu' is not a metric"):
+        training_front(p, ("throughput", "memory", "tokens_per_gpu"), time_limit=30)
+    with pytest.raises(ProblemError, match="two or three different metrics"):
+        training_front(p, ("throughput", "memory", "throughput"), time_limit=30)
