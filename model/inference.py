@@ -412,7 +412,7 @@ def check_pool(model: ModelSpec, system: SystemSpec, pool: PoolMapping, prefix: 
     try:
         stage_layouts(model, pool.pp)
     except ProblemError as exc:
-        raise ProblemError(str(exc).split(": ", 1)[-1], field=f"{prefix}.pp") from None
+        raise exc.located(field=f"{prefix}.pp") from None
 
 
 def check_serving(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping) -> None:

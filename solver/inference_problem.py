@@ -164,5 +164,5 @@ def fixed_serving_mapping(problem) -> ServingMapping:
     try:
         check_serving(problem.model, problem.system(), problem.workload, mapping)
     except ProblemError as exc:
-        raise ProblemError(str(exc).split(": ", 1)[-1] if exc.field else str(exc), source=src, field=exc.field) from None
+        raise exc.located(source=src) from None
     return mapping

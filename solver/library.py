@@ -83,7 +83,7 @@ def _build(cls, kwargs: dict, source: str | None, prefix: str, with_source: bool
         return cls(**kwargs, source=source) if with_source else cls(**kwargs)
     except ProblemError as exc:
         if exc.field and not exc.field.startswith(prefix):
-            raise ProblemError(str(exc).split(": ", 2)[-1], source=source, field=prefix + exc.field) from None
+            raise exc.located(source=source, field=prefix + exc.field) from None
         raise
     except TypeError as exc:
         raise ProblemError(f"bad value: {exc}", source=source, field=prefix.rstrip(".")) from None
@@ -292,7 +292,7 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
         parts = _system_parts(src, data)
     except ProblemError as exc:
         if exc.source is None:
-            raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field=exc.field) from None
+            raise exc.located(source=src) from None
         raise
     return _spec(str(data.get("name", Path(path).stem)), parts, num_gpus)
 

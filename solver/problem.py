@@ -111,7 +111,7 @@ class Problem:
         try:
             check_mapping(self.model, self.system(), self.workload, mapping)
         except ProblemError as exc:
-            raise ProblemError(exc.args[0].split(": ", 1)[-1] if exc.field else str(exc), source=src, field=exc.field) from None
+            raise exc.located(source=src) from None
         return mapping
 
 
@@ -187,7 +187,7 @@ def _parse_mapping(data, src: str) -> dict:
                 try:
                     placement_order(v)
                 except ProblemError as exc:
-                    raise ProblemError(exc.args[0].split(": ", 1)[-1], source=src, field=f"mapping.{key}") from None
+                    raise exc.located(source=src, field=f"mapping.{key}") from None
             elif key in ("first_stage_layers", "last_stage_layers"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise ProblemError(f"must be a non-negative integer, got {v!r}", source=src, field=f"mapping.{key}")
@@ -224,7 +224,7 @@ def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
         library.load_system(name, 1)
     except ProblemError as exc:
         if exc.source is None:
-            raise ProblemError(str(exc).split(": ", 1)[-1], source=src, field="system.name") from None
+            raise exc.located(source=src, field="system.name") from None
         raise
     counts = _counts(data["num_gpus"], src, "system.num_gpus")
     chiplets = _counts(data["chiplets"], src, "system.chiplets") if "chiplets" in data else (None,)
@@ -266,7 +266,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             model_spec = library.load_model(model)
         except ProblemError as exc:
             if exc.source is None:
-                raise ProblemError(str(exc).split(": ", 1)[-1], source=source, field="model") from None
+                raise exc.located(source=source, field="model") from None
             raise
     system_name, counts, chiplets, gpu_hour_usd = _parse_system(data["system"], source)
     workload = _parse_workload(data["workload"], source)

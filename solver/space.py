@@ -203,7 +203,7 @@ def build_space(problem: Problem) -> Space:
         try:
             check_system(system)
         except ProblemError as exc:  # this GPU count does not fit the topology: the others may
-            unplaceable = unplaceable or ProblemError(exc.args[0].split(": ", 1)[-1], source=problem.source, field=exc.field)
+            unplaceable = unplaceable or exc.located(source=problem.source)
             continue
         for tp in _allowed(problem, "tp", divisors(n)):
             for cp in context_parallel_degrees(problem, n):

@@ -341,3 +341,13 @@ def test_bad_command_line_arguments(args, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("parasol:"), err
+
+
+def test_located_error_keeps_the_bare_message():
+    """Re-placing an error in a file or field keeps its message whole, even one holding ': '."""
+    from model.errors import ProblemError
+    inner = ProblemError("ring: needs 2 ranks, got 1", field="topology.levels")
+    moved = inner.located(source="p.yaml")
+    assert str(moved) == "p.yaml: topology.levels: ring: needs 2 ranks, got 1"
+    assert str(moved.located(field="system.name")) == "p.yaml: system.name: ring: needs 2 ranks, got 1"
+    assert str(moved.located(source=None, field=None)) == "ring: needs 2 ranks, got 1" == moved.message
