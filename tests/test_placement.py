@@ -290,3 +290,25 @@ def test_example_naive_placement_is_slower(example_round_trip):
                                                                                if k != "placement"}
     assert slow["mapping"]["placement"] == DEFAULT_PLACEMENT
     assert slow["metrics"]["step_time_s"] > 1.05 * doc["metrics"]["step_time_s"]
+
+
+PARTITIONS = [  # the first stage's layer count a decision, off the default split, on topology systems
+    ("torus-first-stage", _data("llama2-7b", "tpu-v5p-torus", 16, 4096, 32,
+                                {"vpp": [1], "recompute": ["full"], "zero": [0, 1, 3], "micro_batch": [1], "pp": [2, 4],
+                                 "placement": "tp-cp-ep-dp-pp", "first_stage_layers": [6, 10, 12]})),
+    ("dragonfly-first-stage", _data("gpt-j-6b", "slingshot-a100-dragonfly", 16, 2048, 32,
+                                    {"vpp": [1], "recompute": ["selective"], "zero": [0, 1], "micro_batch": [1], "pp": [2, 4],
+                                     "first_stage_layers": [5, 9, 11]})),
+]
+
+
+@pytest.mark.parametrize("case", PARTITIONS, ids=[c[0] for c in PARTITIONS])
+def test_differential_first_stage_layers_on_topology_systems(case):
+    """The solver tabulates the first stage's data-parallel and optimizer terms per body-layer
+    count; on torus and dragonfly collectives (algorithm chosen per size) CP-SAT still equals the
+    enumerator, and the plan it returns, an uneven split, passes the round trip."""
+    name, data = case
+    enum, sol = differential(data, source=name)
+    assert enum.status == sol.status == "OPTIMAL"
+    plan = sol.plans[0].mapping
+    assert plan.first_stage_layers in data["mapping"]["first_stage_layers"]
