@@ -20,11 +20,10 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import inference_accuracy  # noqa: E402  (benchmarks/inference_accuracy.py: the serving runs)
-from solver.report import text_table  # noqa: E402
-from solver.validation import evaluate_all  # noqa: E402
+import inference_accuracy  (benchmarks/inference_accuracy.py: the serving runs)
+from parasol.solver.report import text_table
+from parasol.solver.validation import evaluate_all
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).

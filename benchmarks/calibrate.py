@@ -33,9 +33,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.validation import evaluate_all, family, load_runs  # noqa: E402
+from parasol.solver.validation import evaluate_all, family, load_runs
 
 DEVICE_OF_SYSTEM = {"dgx-a100": "a100-sxm-80gb", "jean-zay-a100": "a100-sxm-80gb", "dgx-h100": "h100-sxm-80gb"}
 # ZeRO-3: outside the model (README, Accuracy). MoE: first version of the expert model, reported
@@ -108,9 +107,9 @@ def device_entries(entries, device: str):
 def fit_engine(name: str) -> int:
     """Refit the efficiencies of engine profile ``name`` on its throughput runs; print them and the
     held-out first-token-latency error; 1 when a stored value differs from the fit."""
-    from solver import library  # noqa: PLC0415
-    from solver.inference_validation import evaluate_all as evaluate_serving, fit_engine_efficiency, load_engine_runs  # noqa: PLC0415
-    from solver.inference_validation import load_runs as load_serving_runs, mean_abs_error  # noqa: PLC0415
+    from parasol.solver import library  # noqa: PLC0415
+    from parasol.solver.inference_validation import evaluate_all as evaluate_serving, fit_engine_efficiency, load_engine_runs  # noqa: PLC0415
+    from parasol.solver.inference_validation import load_runs as load_serving_runs, mean_abs_error  # noqa: PLC0415
 
     runs = [e for e in load_engine_runs() if e["workload"].get("engine") == name]
     checks = [e for e in load_serving_runs() if e["workload"].get("engine") == name]

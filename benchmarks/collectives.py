@@ -17,9 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.collective import compare_measurements  # noqa: E402
+from parasol.solver.collective import compare_measurements
 
 LARGE = 1 << 30  # bytes: "large buffers"
 DGX_HGX = ("dgx-", "hgx-")

@@ -17,11 +17,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.chiplet_cost import (ChipletSpec, DieGroup, device_cost, die_yield, interposer_cost_usd,  # noqa: E402
+from parasol.model.chiplet_cost import (ChipletSpec, DieGroup, device_cost, die_yield, interposer_cost_usd,
                                 kgd_cost_usd, split_die_area_mm2)
-from solver import cost_library, library  # noqa: E402
+from parasol.solver import cost_library, library
 
 AREAS = (50, 100, 200, 400, 600, 800)
 NODES = ("3nm", "5nm", "7nm", "14nm", "28nm")

@@ -18,10 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.plan import evaluate_plan, solve  # noqa: E402
-from solver.problem import load_problem, parse_problem  # noqa: E402
+from parasol.solver.plan import evaluate_plan, solve
+from parasol.solver.problem import load_problem, parse_problem
 
 DEEPSEEK_TOKENS = 14.8e12  # pre-training tokens (paper abstract)
 DEEPSEEK_GPU_HOURS = 2.664e6  # pre-training H800 GPU-hours (paper Table 1)

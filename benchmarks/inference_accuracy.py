@@ -26,10 +26,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.inference_validation import evaluate_all, evaluate_oos, load_engine_runs, load_latency_oos_runs  # noqa: E402
-from solver.report import text_table  # noqa: E402
+from parasol.solver.inference_validation import evaluate_all, evaluate_oos, load_engine_runs, load_latency_oos_runs
+from parasol.solver.report import text_table
 
 
 LATENCY_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}

@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.plan import enumerate_space, solve  # noqa: E402
-from solver.problem import parse_problem  # noqa: E402
+from parasol.solver.plan import enumerate_space, solve
+from parasol.solver.problem import parse_problem
 
 LADDERS = {
     "dense": [("gpt3-175b", "dgx-a100", 2048, 1536, "bf16"),

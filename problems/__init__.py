@@ -1,1 +1,1 @@
-"""The built-in library of models, systems and examples (data only), shipped as solver.data."""
+"""The built-in library of models, systems and examples (data only), shipped as parasol.data."""

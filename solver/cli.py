@@ -10,9 +10,9 @@ import argparse
 import json
 import sys
 
-from model.collectives import ALL_ALGORITHMS, OPS
-from model.errors import ProblemError
-from model.inference import evaluate_inference
+from parasol.model.collectives import ALL_ALGORITHMS, OPS
+from parasol.model.errors import ProblemError
+from parasol.model.inference import evaluate_inference
 
 from . import inference_plan, inference_report
 from .inference_problem import INFERENCE_OBJECTIVES

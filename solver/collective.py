@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 import re
 
-from model.collectives import CollectiveTime, busbw_factor, collective_time
-from model.errors import ProblemError
-from model.topology import Topology
+from parasol.model.collectives import CollectiveTime, busbw_factor, collective_time
+from parasol.model.errors import ProblemError
+from parasol.model.topology import Topology
 
 from . import library
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from model.chiplet_cost import (Bridge, ChipletSpec, CostParameters, DieGroup, HbmGeneration, NreRule, PackageTech,
+from parasol.model.chiplet_cost import (Bridge, ChipletSpec, CostParameters, DieGroup, HbmGeneration, NreRule, PackageTech,
                                 ProcessNode, Substrate, Wafer)
-from model.errors import ProblemError
-from model.specs import DeviceSpec, SystemSpec
-from model.system_cost import Prices
+from parasol.model.errors import ProblemError
+from parasol.model.specs import DeviceSpec, SystemSpec
+from parasol.model.system_cost import Prices
 
 from . import library
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from model.chiplet_cost import device_cost, scale_chiplets, scale_device
-from model.errors import ProblemError
-from model.system_cost import system_cost
+from parasol.model.chiplet_cost import device_cost, scale_chiplets, scale_device
+from parasol.model.errors import ProblemError
+from parasol.model.system_cost import system_cost
 
 from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from model.chiplet_cost import scale_device
-from model.system_cost import run_cost_metrics, step_time_limit_s
-from model.errors import ProblemError
-from model.specs import SystemSpec
+from parasol.model.chiplet_cost import scale_device
+from parasol.model.system_cost import run_cost_metrics, step_time_limit_s
+from parasol.model.errors import ProblemError
+from parasol.model.specs import SystemSpec
 
 from . import library
 from .cost_library import load_chiplets

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from model.placement import PLACEMENTS
-from model.specs import Mapping
+from parasol.model.placement import PLACEMENTS
+from parasol.model.specs import Mapping
 
 from .space import RECOMPUTE, Space
 from .tables import BODY_KEYS, DP_KEYS, LAYER_KEYS, Tables

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from model import inference, kv_cache
-from model.errors import ProblemError
-from model.specs import PoolMapping, ServingMapping
+from parasol.model import inference, kv_cache
+from parasol.model.errors import ProblemError
+from parasol.model.specs import PoolMapping, ServingMapping
 
 from .cpsat import _status_name
 from .inference_problem import INFERENCE_OBJECTIVES, OBJECTIVE_METRICS

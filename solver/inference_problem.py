@@ -13,10 +13,10 @@ objective: throughput                           # throughput | ttft | tpot | lat
 
 from __future__ import annotations
 
-from model.errors import ProblemError
-from model.inference import check_serving
-from model.precision import INFERENCE_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
-from model.specs import DECODE_ATTENTION_KERNELS, SERVING_MODES, InferenceWorkload, PoolMapping, ServingMapping
+from parasol.model.errors import ProblemError
+from parasol.model.inference import check_serving
+from parasol.model.precision import INFERENCE_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
+from parasol.model.specs import DECODE_ATTENTION_KERNELS, SERVING_MODES, InferenceWorkload, PoolMapping, ServingMapping
 
 from . import library
 

@@ -8,8 +8,8 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from model.inference import evaluate_inference
-from model.training import Evaluation
+from parasol.model.inference import evaluate_inference
+from parasol.model.training import Evaluation
 
 from . import library
 from .problem import Problem

@@ -1,4 +1,4 @@
-"""The built-in library (problems/ shipped as the package data ``solver.data``) and YAML loading.
+"""The built-in library (problems/ shipped as the package data ``parasol.data``) and YAML loading.
 
 Every loader turns a YAML mapping into a frozen spec from ``model.specs`` and converts any
 mistake into a one-line ``ProblemError`` naming the file and the field.
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import yaml
 
-from model.errors import ProblemError
-from model.collectives import ALGORITHMS
-from model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
-from model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
+from parasol.model.errors import ProblemError
+from parasol.model.collectives import ALGORITHMS
+from parasol.model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
+from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
 
 def library_root() -> Path:
     """Folder holding models/, systems/ and examples/ however parasol was installed."""
-    return Path(str(resources.files("solver.data")))
+    return Path(str(resources.files("parasol.data")))
 
 
 def read_yaml(path: Path | str, what: str = "file") -> dict:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from model.errors import ProblemError
+from parasol.model.errors import ProblemError
 
 from .cpsat import _status_name
 from .plan import Plan, _solver

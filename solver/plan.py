@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from model.errors import ProblemError
-from model.placement import PLACEMENTS
-from model.specs import Mapping
-from model.training import Evaluation, evaluate_training
+from parasol.model.errors import ProblemError
+from parasol.model.placement import PLACEMENTS
+from parasol.model.specs import Mapping
+from parasol.model.training import Evaluation, evaluate_training
 
 from . import costing
 from .cpsat import RECOMPUTE, _status_name, decode, encode

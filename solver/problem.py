@@ -17,11 +17,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model.errors import ProblemError
-from model.placement import placement_order
-from model.precision import TRAINING_PRECISIONS
-from model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
-from model.training import check_mapping
+from parasol.model.errors import ProblemError
+from parasol.model.placement import placement_order
+from parasol.model.precision import TRAINING_PRECISIONS
+from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
+from parasol.model.training import check_mapping
 
 from . import costing, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload

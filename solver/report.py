@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from model.placement import describe, group_layouts
-from model.training import Evaluation
+from parasol.model.placement import describe, group_layouts
+from parasol.model.training import Evaluation
 
 
 def mapping_dict(mapping, num_gpus: int) -> dict:

@@ -13,11 +13,11 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
-from model.errors import ProblemError
-from model.pipeline import default_edge_stage_layers, split_stages, vpp_divides_stages
-from model.placement import PLACEMENTS, check_placement, check_system, layout, parallel_groups, rank_strides, topology_decides
-from model.specs import DEFAULT_PLACEMENT
-from model.training import check_grid
+from parasol.model.errors import ProblemError
+from parasol.model.pipeline import default_edge_stage_layers, split_stages, vpp_divides_stages
+from parasol.model.placement import PLACEMENTS, check_placement, check_system, layout, parallel_groups, rank_strides, topology_decides
+from parasol.model.specs import DEFAULT_PLACEMENT
+from parasol.model.training import check_grid
 
 from .problem import Problem
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import memory
-from model.placement import PLACEMENTS, group_layouts
-from model.specs import Mapping
-from model.training import (dp_comm_times_s, edge_stage_times, layer_times, optimizer_owned_params, pipeline_p2p_time_s,
+from parasol.model import memory
+from parasol.model.placement import PLACEMENTS, group_layouts
+from parasol.model.specs import Mapping
+from parasol.model.training import (dp_comm_times_s, edge_stage_times, layer_times, optimizer_owned_params, pipeline_p2p_time_s,
                             stage_expert_params, stage_params, stage_state_bytes)
-from model import compute
+from parasol.model import compute
 
 from .scaling import Scale
 from .space import RECOMPUTE, Space

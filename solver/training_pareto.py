@@ -105,7 +105,7 @@ def plot_front(problem, result: ParetoResult, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from model.errors import ProblemError
+        from parasol.model.errors import ProblemError
         raise ProblemError("needs matplotlib: pip install -e '.[plot]'", field="--plot") from None
     a, b = (metric_key(problem, n) for n in result.objectives[:2])  # a third metric: the colour
     xs = [p.evaluation.metrics[a] for p in result.plans]
@@ -129,7 +129,7 @@ def plot_front(problem, result: ParetoResult, path: str) -> None:
     fig.tight_layout()
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        from model.errors import ProblemError
+        from parasol.model.errors import ProblemError
         raise ProblemError(f"the folder {directory} does not exist", field="--plot")
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".png")
     os.close(fd)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from model.specs import Mapping, SystemSpec
-from model.training import Evaluation, check_mapping, evaluate_training
-from model.errors import ProblemError
+from parasol.model.specs import Mapping, SystemSpec
+from parasol.model.training import Evaluation, check_mapping, evaluate_training
+from parasol.model.errors import ProblemError
 
 from . import library
 from .problem import Problem, mapping_with_defaults, parse_problem

@@ -42,9 +42,9 @@ def _env() -> dict:
 
 
 def run_cli(args: list[str], entry: str = "module", timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """Run parasol as ``python -m solver ARGS`` (entry='module') or the ``parasol`` script."""
+    """Run parasol as ``python -m parasol ARGS`` (entry='module') or the ``parasol`` script."""
     if entry == "module":
-        cmd = [sys.executable, "-m", "solver", *args]
+        cmd = [sys.executable, "-m", "parasol", *args]
     else:
         exe = shutil.which("parasol")
         assert exe is not None, "the `parasol` console script is not on PATH (pyproject [project.scripts])"

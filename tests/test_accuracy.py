@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from solver.validation import evaluate_all, load_runs
+from parasol.solver.validation import evaluate_all, load_runs
 
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 OUTSIDE_MODEL = {"Megatron SC'21 Table 2 ZeRO-3",  # DeepSpeed ZeRO-3 overheads: see README, Accuracy

@@ -16,14 +16,14 @@ import math
 import pytest
 
 from conftest import run_cli
-from model import comm
-from model.collectives import (ALGORITHMS, busbw_factor, collective_time, direct_alltoall_time_s,
+from parasol.model import comm
+from parasol.model.collectives import (ALGORITHMS, busbw_factor, collective_time, direct_alltoall_time_s,
                                pairwise_alltoall_time_s, ring_time_s)
-from model.errors import ProblemError
-from model.topology import InNetworkReduction, Level, Link, Placement, Tier, Topology, ring_count_full_mesh
-from solver import library
-from solver.collective import JSON_KEYS, compare_measurements
-from solver.library import topology_from_dict
+from parasol.model.errors import ProblemError
+from parasol.model.topology import InNetworkReduction, Level, Link, Placement, Tier, Topology, ring_count_full_mesh
+from parasol.solver import library
+from parasol.solver.collective import JSON_KEYS, compare_measurements
+from parasol.solver.library import topology_from_dict
 
 S = 1.0e9  # bytes
 A0, A1 = 2e-6, 10e-6  # latencies of the two synthetic levels
@@ -377,7 +377,7 @@ def test_good_topology_yaml_round_trip():
 # ---- the CLI contract ------------------------------------------------------------------------------
 
 def cli(args, capsys):
-    from solver.cli import main
+    from parasol.solver.cli import main
     try:
         code = main(["collective", *args])
     except SystemExit as exc:

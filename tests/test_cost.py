@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 from conftest import REPO, rel_close, run_cli, write_yaml
-from model.chiplet_cost import (ChipletSpec, DieGroup, ProcessNode, Wafer, chip_last_losses_usd, device_cost, die_nre_usd,
+from parasol.model.chiplet_cost import (ChipletSpec, DieGroup, ProcessNode, Wafer, chip_last_losses_usd, device_cost, die_nre_usd,
                                 die_yield, dies_per_wafer, hbm_stack_cost_usd, kgd_cost_usd, organic_layer_factor,
                                 organic_losses_usd, raw_die_cost_usd, scale_chiplets, scale_device, split_die_area_mm2)
-from model.errors import ProblemError
-from model.system_cost import (Prices, amortised_usd_per_hour, energy_usd_per_hour, fat_tree_links, fat_tree_switches,
+from parasol.model.errors import ProblemError
+from parasol.model.system_cost import (Prices, amortised_usd_per_hour, energy_usd_per_hour, fat_tree_links, fat_tree_switches,
                                fat_tree_tiers, power_w, system_cost)
-from solver import cost_library, library
-from solver.cli import main
+from parasol.solver import cost_library, library
+from parasol.solver.cli import main
 
 PARAMS = cost_library.load_cost_parameters()
 BARE = Wafer(diameter_mm=300, scribe_lane_mm=0, edge_loss_mm=0, clustering=10)
@@ -389,7 +389,7 @@ def test_cost_missing_file(tmp_path, capsys):
 def test_cost_without_chiplet_data(monkeypatch, tmp_path, capsys):
     """A device without chiplets: is priced from the price list (device fields null); with no price
     either, one line naming the device file and `chiplets`, exit 2."""
-    import solver.cost_report as cost_report
+    import parasol.solver.cost_report as cost_report
     monkeypatch.setattr(cost_report, "load_chiplets", lambda device: None)
     code, out, err = _cli(["cost", "--system", "dgx-h100", "--json"], capsys)
     assert code == 0, err

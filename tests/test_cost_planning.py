@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from solver.costing import cost_metrics
-from solver.plan import enumerate_space, solve
-from solver.problem import parse_problem
+from parasol.solver.costing import cost_metrics
+from parasol.solver.plan import enumerate_space, solve
+from parasol.solver.problem import parse_problem
 
 from conftest import run_cli, write_yaml
 
@@ -124,8 +124,8 @@ def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
 def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
     """issue 7: on a small problem the exact front (epsilon-constraint with CP-SAT) is the
     non-dominated subset of every feasible point the enumerator lists."""
-    from solver.pareto import non_dominated
-    from solver.training_pareto import METRICS, metric_key, training_front
+    from parasol.solver.pareto import non_dominated
+    from parasol.solver.training_pareto import METRICS, metric_key, training_front
 
     p = _problem("cost", num_gpus=(8, 16, 32), chiplets=None)
     front = training_front(p, objectives, time_limit=120)
@@ -143,7 +143,7 @@ def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
 
 def test_training_front_over_chiplet_counts_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from solver.training_pareto import plot_front, training_front
+    from parasol.solver.training_pareto import plot_front, training_front
 
     p = _problem("cost", num_gpus=(8, 16), chiplets=[1, 2], system="dgx-b200")
     front = training_front(p, ("throughput", "cost"), time_limit=120)

@@ -10,17 +10,17 @@ import statistics
 import pytest
 import yaml
 
-from model import compute, inference, kv_cache
-from model.errors import ProblemError
-from model.inference import evaluate_inference
-from model.specs import InferenceWorkload, PoolMapping, ServingMapping
-from solver import inference_plan, pareto
-from solver.inference_plan import METRIC_SENSE, enumerate_space, solve
-from solver.inference_validation import (evaluate_all, evaluate_oos, fit_engine_efficiency, load_engine_runs, load_latency_oos_runs,
+from parasol.model import compute, inference, kv_cache
+from parasol.model.errors import ProblemError
+from parasol.model.inference import evaluate_inference
+from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
+from parasol.solver import inference_plan, pareto
+from parasol.solver.inference_plan import METRIC_SENSE, enumerate_space, solve
+from parasol.solver.inference_validation import (evaluate_all, evaluate_oos, fit_engine_efficiency, load_engine_runs, load_latency_oos_runs,
                                          load_oos_runs, load_runs)
-from solver.validation import problem_from_entry
-from solver.library import library_root, load_engine, load_model, load_system
-from solver.problem import parse_problem
+from parasol.solver.validation import problem_from_entry
+from parasol.solver.library import library_root, load_engine, load_model, load_system
+from parasol.solver.problem import parse_problem
 
 from conftest import rel_close, write_yaml
 
@@ -282,7 +282,7 @@ def test_solver_matches_the_enumerator_under_an_engine_profile():
 
 def test_engine_file_errors_name_the_file_and_field(tmp_path, monkeypatch):
     """A malformed profile is a one-line ProblemError naming its file and field."""
-    from solver import library
+    from parasol.solver import library
     (tmp_path / "engines").mkdir()
     (tmp_path / "systems").symlink_to(library_root() / "systems")
     monkeypatch.setattr(library, "library_root", lambda: tmp_path)
@@ -464,7 +464,7 @@ def test_pareto_rejects_unknown_metrics():
 # ---------------------------------------------------------------- CLI contract
 
 def _cli(args, capsys):
-    from solver.cli import main
+    from parasol.solver.cli import main
     code = main(args)
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -17,8 +17,8 @@ import dataclasses
 
 import pytest
 
-from model import memory
-from solver import library
+from parasol.model import memory
+from parasol.solver import library
 
 from conftest import rel_close
 

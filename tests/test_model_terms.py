@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from model import comm, compute, params, pipeline
-from model.errors import ProblemError
-from model.specs import NetworkTier
-from model.training import evaluate_training
-from solver import library
-from solver.problem import load_problem, parse_problem
+from parasol.model import comm, compute, params, pipeline
+from parasol.model.errors import ProblemError
+from parasol.model.specs import NetworkTier
+from parasol.model.training import evaluate_training
+from parasol.solver import library
+from parasol.solver.problem import load_problem, parse_problem
 
 from conftest import EXAMPLE, REPO, rel_close, training_problem
 
@@ -255,7 +255,7 @@ def test_mfu_consistency(example):
 def test_megatron_sc21_gpt3_run_within_15_percent():
     """Narayanan SC'21 Table 2, PTD-P GPT-3 174.6B on 1,536 A100s (t 8, p 12): the model's step time
     is within 15 % of the measured one (validation set, problems/validation/training_runs.yaml)."""
-    from solver import validation
+    from parasol.solver import validation
     entry = next(e for e in validation.load_runs() if e["id"] == "megatron21-t2-ptd-p-174.6b-1536gpu")
     run = validation.evaluate_run(entry)
     assert abs(run.error) < 0.15, f"predicted {run.predicted_step_s:.2f} s vs measured {run.measured_step_s:.2f} s"

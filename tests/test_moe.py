@@ -2,12 +2,12 @@
 
 import pytest
 
-from model import compute, memory, params
-from model.errors import ProblemError
-from model.specs import Mapping
-from model.training import check_mapping, ep_comm_forward_time_s, evaluate_training, layer_times
-from solver.library import load_model, load_system
-from solver.problem import parse_problem
+from parasol.model import compute, memory, params
+from parasol.model.errors import ProblemError
+from parasol.model.specs import Mapping
+from parasol.model.training import check_mapping, ep_comm_forward_time_s, evaluate_training, layer_times
+from parasol.solver.library import load_model, load_system
+from parasol.solver.problem import parse_problem
 
 
 def _workload(seq=4096, batch=256, precision="bf16"):
@@ -114,7 +114,7 @@ def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=20
     ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
 ])
 def test_planner_matches_enumerator_on_moe(case, objective):
-    from solver.plan import enumerate_space, solve
+    from parasol.solver.plan import enumerate_space, solve
 
     name, n, batch, mapping = case
     p = _moe_problem(TINY_MOE if name == "tiny" else name, n, batch, mapping, objective)
@@ -130,7 +130,7 @@ def test_planner_matches_enumerator_on_moe(case, objective):
 
 
 def test_planner_chooses_expert_parallelism_for_a_moe_model():
-    from solver.plan import solve
+    from parasol.solver.plan import solve
 
     # ZeRO-1 without tp or pp: 46.7B parameters' weights and gradients on every GPU (~280 GB) do not
     # fit, so the plan must shard the experts over ep ranks
@@ -145,8 +145,8 @@ def test_planner_chooses_expert_parallelism_for_a_moe_model():
 
 from math import comb  # noqa: E402
 
-from model import expert_parallel  # noqa: E402
-from model.specs import Workload  # noqa: E402
+from parasol.model import expert_parallel  # noqa: E402
+from parasol.model.specs import Workload  # noqa: E402
 
 
 def test_expert_set_hit_probability_is_hypergeometric():
@@ -185,7 +185,7 @@ def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
 
 
 def test_overlapped_all_to_all_shows_only_what_compute_cannot_hide():
-    from model.training import ep_exposed_times_s
+    from parasol.model.training import ep_exposed_times_s
     device = load_system("dgx-h100", 8).device
     on = Workload(kind="training", seq_len=4096, global_batch=64, moe_a2a_overlap=True)
     off = Workload(kind="training", seq_len=4096, global_batch=64)

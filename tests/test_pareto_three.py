@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from solver.pareto import non_dominated
-from solver.plan import enumerate_space
-from solver.problem import parse_problem
-from solver.training_pareto import METRICS, metric_key, training_front
+from parasol.solver.pareto import non_dominated
+from parasol.solver.plan import enumerate_space
+from parasol.solver.problem import parse_problem
+from parasol.solver.training_pareto import METRICS, metric_key, training_front
 
 
 def test_three_objective_training_front_equals_the_non_dominated_enumerated_points():
@@ -46,8 +46,8 @@ def test_infeasible_training_front_names_the_binding_constraint(objectives):
 
 def test_infeasible_serving_front_names_the_binding_slo():
     """A serving front under a TPOT SLO no plan reaches names that SLO and the least TPOT reachable."""
-    from solver.inference_plan import pareto_target
-    from solver.pareto import pareto_front
+    from parasol.solver.inference_plan import pareto_target
+    from parasol.solver.pareto import pareto_front
     p = parse_problem({"model": "llama3.1-8b", "system": {"name": "dgx-h100", "num_gpus": 1},
                        "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "precision": "fp8",
                                     "slo": {"tpot_s": 1.0e-4}}}, source="t")
@@ -57,7 +57,7 @@ def test_infeasible_serving_front_names_the_binding_slo():
 
 def test_front_objective_names_are_all_checked_before_solving():
     """A bad third metric is a one-line error, even when the problem has no plan at all."""
-    from model.errors import ProblemError
+    from parasol.model.errors import ProblemError
     p = parse_problem(INFEASIBLE_GPT3, source="t")
     with pytest.raises(ProblemError, match="'tokens_per_gpu' is not a metric"):
         training_front(p, ("throughput", "memory", "tokens_per_gpu"), time_limit=30)

@@ -14,18 +14,18 @@ import random
 import pytest
 
 from conftest import REPO, rel_close, training_problem, write_yaml
-from model import comm
-from model.collectives import collective_time_on
-from model.errors import ProblemError
-from model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts,
+from parasol.model import comm
+from parasol.model.collectives import collective_time_on
+from parasol.model.errors import ProblemError
+from parasol.model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts,
                              parallel_groups, topology_decides, training_topology)
-from model.specs import Mapping
-from model.training import evaluate_training
-from solver import library
-from solver.cli import main
-from solver.plan import solve
-from solver.problem import load_problem, parse_problem
-from solver.space import build_space
+from parasol.model.specs import Mapping
+from parasol.model.training import evaluate_training
+from parasol.solver import library
+from parasol.solver.cli import main
+from parasol.solver.plan import solve
+from parasol.solver.problem import load_problem, parse_problem
+from parasol.solver.space import build_space
 
 from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
 

@@ -2,7 +2,7 @@
 exit status 2, no traceback (architecture.md "Errors"; issue 2 section 5).
 
 Each case is written to a file under a temporary folder and run through the real command line
-(``python -m solver evaluate FILE``; a subset also through the ``parasol`` script and through
+(``python -m parasol evaluate FILE``; a subset also through the ``parasol`` script and through
 ``solve``). The subprocesses are started concurrently once per session to keep the suite fast.
 """
 
@@ -202,7 +202,7 @@ CASES = [
     ("inf-disagg-split", {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 3}, "decode": {"tp": 2, "dp": 1}}}, "mapping"),
 ]
 
-# cases also run as real subprocesses: `python -m solver evaluate`, the `parasol` script, `solve`
+# cases also run as real subprocesses: `python -m parasol evaluate`, the `parasol` script, `solve`
 MODULE_SUBSET = ["malformed-yaml", "top-level-list", "missing-file", "unknown-model", "tp-bool", "tp-not-dividing-heads",
                  "list-to-evaluate", "unknown-precision", "recompute-unknown", "grid-product"]
 PARASOL_SUBSET = ["malformed-yaml", "unknown-model", "tp-string", "list-to-evaluate"]
@@ -268,8 +268,8 @@ def check_one_line_error(path, proc, field):
 @pytest.mark.parametrize("cid,content,field", CASES, ids=[_case_id(c) for c in CASES])
 def test_evaluate_bad_input(cid, content, field, bad_files, capsys):
     """Every case through the CLI entry point in-process (solver.cli.main, what both
-    `parasol` and `python -m solver` call): an exception escaping main() would be a traceback."""
-    from solver.cli import main
+    `parasol` and `python -m parasol` call): an exception escaping main() would be a traceback."""
+    from parasol.solver.cli import main
     path = bad_files[cid]
     try:
         code = main(["evaluate", str(path)])
@@ -306,7 +306,7 @@ def test_model_list_subprocess_has_no_traceback(bad_files):
 
 def test_messages_say_what_is_allowed(bad_files, capsys):
     """The one line names what is allowed, not only what is wrong."""
-    from solver.cli import main
+    from parasol.solver.cli import main
 
     def err(cid):
         main(["evaluate", str(bad_files[cid])])
@@ -335,7 +335,7 @@ def test_messages_say_what_is_allowed(bad_files, capsys):
                                   ["cost", "--system", "dgx-h100", "--chiplets", "0"], ["cost", "--system", "dgx-h100", "--num-gpus", "x"]])
 def test_bad_command_line_arguments(args, capsys):
     """argparse mistakes are one line and exit 2 as well."""
-    from solver.cli import main
+    from parasol.solver.cli import main
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 2
@@ -345,7 +345,7 @@ def test_bad_command_line_arguments(args, capsys):
 
 def test_located_error_keeps_the_bare_message():
     """Re-placing an error in a file or field keeps its message whole, even one holding ': '."""
-    from model.errors import ProblemError
+    from parasol.model.errors import ProblemError
     inner = ProblemError("ring: needs 2 ranks, got 1", field="topology.levels")
     moved = inner.located(source="p.yaml")
     assert str(moved) == "p.yaml: topology.levels: ring: needs 2 ranks, got 1"

@@ -13,11 +13,11 @@ import re
 
 import pytest
 
-from model.errors import ProblemError
-from model.training import evaluate_training
-from solver.plan import ROUND_TRIP_TOLERANCE, enumerate_space, solve
-from solver.problem import parse_problem
-from solver.space import build_space
+from parasol.model.errors import ProblemError
+from parasol.model.training import evaluate_training
+from parasol.solver.plan import ROUND_TRIP_TOLERANCE, enumerate_space, solve
+from parasol.solver.problem import parse_problem
+from parasol.solver.space import build_space
 
 from conftest import MAPPING_KEYS, rel_close, run_cli, training_problem, write_yaml
 
