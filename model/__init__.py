@@ -6,7 +6,8 @@ Pure functions and frozen dataclasses in SI units; no solver code lives here.
 from .errors import ProblemError
 from .inference import evaluate_inference
 from .specs import DeviceSpec, InferenceWorkload, Mapping, ModelSpec, NetworkTier, PoolMapping, ServingMapping, SystemSpec, Workload
-from .training import Evaluation, evaluate_training
+from .evaluation import Evaluation
+from .training_step import evaluate_training
 
 __all__ = ["DeviceSpec", "Evaluation", "InferenceWorkload", "Mapping", "ModelSpec", "NetworkTier", "PoolMapping", "ProblemError",
            "ServingMapping", "SystemSpec", "Workload", "evaluate_inference", "evaluate_training"]

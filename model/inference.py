@@ -24,7 +24,8 @@ from .errors import ProblemError
 from .pipeline import stage_layer_counts
 from .precision import activation_precision, bytes_per_element, stored_bytes_per_element
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
-from .training import Evaluation, stage_expert_params, stage_params
+from .evaluation import Evaluation
+from .training import stage_expert_params, stage_params
 
 GIB = 2.0**30
 LOGIT_BYTES = 4.0  # fp32 logits for sampling (TensorRT-LLM and vLLM keep logits in fp32)

@@ -70,19 +70,26 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
     return counts
 
 
+def vpp_splits_stage(layers: int, vpp: int, edge: bool) -> bool:
+    """Whether ``vpp`` model chunks split a stage of ``layers`` layers evenly, Megatron-Core's rule
+    for the interleaved schedule. The first and last stage (``edge``) may count the embedding and
+    the loss as one extra layer (--account-for-embedding-in-pipeline-split /
+    --account-for-loss-in-pipeline-split; Megatron-Bridge runs Llama 3.1 405B as 15, 16 x 6, 15
+    layers with vpp 8)."""
+    return vpp == 1 or (layers % vpp == 0 and layers >= vpp) or (edge and (layers + 1) % vpp == 0)
+
+
 def vpp_divides_stages(stage_layers: list[int], vpp: int) -> bool:
-    """Whether ``vpp`` model chunks split every stage evenly, Megatron-Core's rule for the
-    interleaved schedule. The first and last stage may count the embedding and the loss as one
-    extra layer (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split;
-    Megatron-Bridge runs Llama 3.1 405B as 15, 16 x 6, 15 layers with vpp 8)."""
-    if vpp == 1:
-        return True
+    """Whether ``vpp`` model chunks split every stage evenly (``vpp_splits_stage``)."""
     last = len(stage_layers) - 1
-    for i, n in enumerate(stage_layers):
-        edge = i in (0, last)
-        if (n % vpp or n < vpp) and not (edge and (n + 1) % vpp == 0):
-            return False
-    return True
+    return all(vpp_splits_stage(n, vpp, i in (0, last)) for i, n in enumerate(stage_layers))
+
+
+def layers_held(o, pp, first, last, middle):
+    """Layers the stages of a pipeline hold, written against ``ops``: the first, the last and the
+    pp - 2 middle ones (one stage holds all of them when pp = 1, counted once). A partition is valid
+    only where this equals the model's layer count."""
+    return o.where(o.equals(pp, 1), first, first + last + o.product(pp - 2, middle))
 
 
 def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:

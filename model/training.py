@@ -1,14 +1,14 @@
-"""Step time, throughput and memory of one training mapping.
+"""The terms of a training step: one layer's times, the edge stages, pipeline sends, model states
+and data-parallel traffic, each a function of the few decisions it depends on, and the rules a
+mapping must meet (``check_mapping``).
 
-The evaluation is factored so the planner can tabulate each factor on its own decisions:
 ``layer_times`` (tp, cp, micro-batch, sp, recompute, where the TP/CP/EP groups sit),
-``edge_stage_times`` (tp, cp, micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, where
-the pipeline group sits), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
-``memory.activation_bytes_per_layer`` and ``memory.in_flight_chunks`` (pp, vpp, micro-batches),
-``dp_comm_times_s`` (affine in the stage's parameters, where the DP groups sit). Where a group sits
-(its ``placement.Layout``) follows from the mapping's placement (``model/placement.py``); every
-collective is timed on it by ``placement.collective_time_s``.
-``evaluate_training`` composes them; it is the single source of truth for every number.
+``edge_stage_times`` (tp, cp, micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, where the
+pipeline group sits), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
+``dp_comm_times_s`` (the stage's parameters, where the DP groups sit). Where a group sits (its
+``placement.Layout``) follows from the mapping's placement (``model/placement.py``); every
+collective is timed on it by ``placement.collective_time_s``. ``training_step.compose`` composes
+them into a step; it is the single source of every number.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from . import comm, compute, expert_parallel, memory, params
 from .errors import ProblemError
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, group_layouts, layout
-from .pipeline import pipeline_time_s, stage_layer_counts, vpp_divides_stages
+from .pipeline import stage_layer_counts, vpp_divides_stages
 from .precision import activation_precision, bytes_per_element
+from .choices import Recompute, ZeroStage, allowed
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
-GIB = 2.0**30
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
 
 
@@ -366,10 +366,10 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         value = getattr(m, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProblemError(f"must be a positive integer, got {value!r}", field=f"mapping.{name}")
-    if m.recompute not in ("none", "selective", "full"):
-        raise ProblemError(f"{m.recompute!r} is not allowed; allowed: none, selective, full", field="mapping.recompute")
-    if m.zero not in (0, 1, 2, 3):
-        raise ProblemError(f"{m.zero!r} is not allowed; allowed: 0, 1, 2, 3", field="mapping.zero")
+    if m.recompute not in tuple(Recompute):
+        raise ProblemError(f"{m.recompute!r} is not allowed; allowed: {allowed(Recompute)}", field="mapping.recompute")
+    if isinstance(m.zero, bool) or m.zero not in tuple(ZeroStage):
+        raise ProblemError(f"{m.zero!r} is not allowed; allowed: {allowed(ZeroStage)}", field="mapping.zero")
     if m.ep != 1 and model.moe is None:
         raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep")
     if model.moe is not None and (model.moe.experts % m.ep or (m.tp * m.dp * m.cp) % m.ep):
@@ -391,119 +391,10 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"the interleaved schedule (vpp {m.vpp}) needs the {microbatches} micro-batches per step to be "
                            f"a multiple of pp {m.pp}", field="mapping.vpp")
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    lead = model.moe.first_dense_layers if model.moe is not None else 0
+    if layers[0] < lead:
+        raise ProblemError(f"the first stage holds {layers[0]} layers, fewer than the model's {lead} leading dense layers, "
+                           "which all sit on it; set mapping.first_stage_layers to at least that", field="mapping.first_stage_layers")
     if not vpp_divides_stages(layers, m.vpp):
         raise ProblemError(f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
                            "(the first and last stage may count the embedding or loss as a layer)", field="mapping.vpp")
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """The model's answer for one mapping: metrics, time and memory breakdowns, per-stage detail."""
-
-    metrics: dict
-    breakdown: dict
-    stages: list
-
-    def as_dict(self) -> dict:
-        return {"metrics": self.metrics, "breakdown": self.breakdown, "stages": self.stages}
-
-
-def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> Evaluation:
-    """Step time, throughput, MFU and peak memory of ``mapping``, with breakdowns."""
-    check_mapping(model, system, workload, mapping)
-    m = mapping
-    microbatches = workload.global_batch // (m.dp * m.micro_batch)
-    layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
-    where = group_layouts(system, m)
-    lt = layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=where)
-    lt_moe = (layer_times(model, system, workload, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, where)
-              if model.moe else lt)
-    edge = edge_stage_times(model, system, workload, m.tp, m.cp, m.micro_batch)
-    p2p = pipeline_p2p_time_s(model, system, workload, m.tp, m.cp, m.micro_batch, where["pp"]) * m.vpp if m.pp > 1 else 0.0
-
-    stages = []
-    start = 0
-    for i, n_layers in enumerate(layers):
-        is_first, is_last = i == 0, i == m.pp - 1
-        # MoE layers on this stage: the first `first_dense_layers` layers of the model are dense
-        # (stages taken as contiguous layer ranges, also with interleaving)
-        n_moe = max(0, start + n_layers - max(start, model.moe.first_dense_layers)) if model.moe else 0
-        n_dense = n_layers - n_moe
-        start += n_layers
-        extra_fwd = (edge.first_fwd if is_first else 0.0) + (edge.last_fwd if is_last else 0.0)
-        extra_bwd = (edge.first_bwd if is_first else 0.0) + (edge.last_bwd if is_last else 0.0)
-        extra = extra_fwd + extra_bwd
-        t = n_dense * lt.total + n_moe * lt_moe.total + extra + p2p
-        p = stage_params(model, n_layers, is_first, is_last, m.tp, n_moe)
-        pe = stage_expert_params(model, n_moe, m.ep)
-        state = stage_state_bytes(model, workload, m, p, pe)
-        act = stage_activation_bytes(model, workload, m, n_layers, i, microbatches, n_moe)
-        stages.append({
-            "stage": i, "layers": n_layers, "moe_layers": n_moe, "time_per_microbatch_s": t, "params": p,
-            "expert_params": pe,
-            "time_fwd_s": n_dense * lt.forward + n_moe * lt_moe.forward + extra_fwd,
-            "time_bwd_s": n_dense * lt.backward + n_moe * lt_moe.backward + extra_bwd,
-            "memory_bytes": sum(state.values()) + act, "state": state, "activations_bytes": act, "extra_s": extra,
-        })
-
-    times = [s["time_per_microbatch_s"] for s in stages]
-    pipe = pipeline_time_s(times, microbatches, m.vpp)
-    critical = max(range(m.pp), key=lambda i: times[i])
-    # Stage 0 runs the step's last backward, so its gradient reduction and optimizer step end
-    # the step; the other stages' reductions overlap with stage 0's remaining backwards.
-    first = stages[0]
-    dp_exposed = dp_exposed_time_s(system, workload, m, first["params"], microbatches,
-                                   first["time_fwd_s"], first["time_bwd_s"], first["expert_params"], where)
-    owned = optimizer_owned_params(m, first["params"], first["expert_params"])
-    opt = compute.optimizer_step_time_s(system.device, owned, grad_bytes(workload))
-    step = pipe + dp_exposed + opt
-
-    peak_stage = max(range(m.pp), key=lambda i: stages[i]["memory_bytes"])
-    peak = stages[peak_stage]["memory_bytes"]
-    tokens = workload.global_batch * workload.seq_len
-    model_flops = params.model_flops_per_token(model, workload.seq_len) * tokens
-    peak_flops = system.device.peak(workload.precision)
-
-    # Time breakdown: the slowest stage's per-micro-batch components times m, then the bubble.
-    cs = stages[critical]
-    n_moe = cs["moe_layers"] * microbatches
-    n_dense = (cs["layers"] - cs["moe_layers"]) * microbatches
-
-    def layers_sum(*names):  # a component summed over the critical stage's layers and micro-batches
-        return sum(n_dense * getattr(lt, f) + n_moe * getattr(lt_moe, f) for f in names)
-
-    breakdown_time = {
-        "compute/gemm": layers_sum("gemm_fwd", "gemm_bwd"),
-        "compute/attention": layers_sum("attention_fwd", "attention_bwd"),
-        "compute/elementwise": layers_sum("elementwise_fwd", "elementwise_bwd"),
-        "compute/recompute": layers_sum("recompute"),
-        "compute/embedding_logits": cs["extra_s"] * microbatches,
-        "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
-        "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
-        "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),
-        "comm/pp": p2p * microbatches,
-        "comm/dp_exposed": dp_exposed,
-        "optimizer": opt,
-    }
-    breakdown_time["pipeline/bubble"] = step - sum(breakdown_time.values())
-    ps = stages[peak_stage]
-    breakdown_memory = {k: v / GIB for k, v in ps["state"].items()}
-    breakdown_memory["activations"] = ps["activations_bytes"] / GIB
-
-    metrics = {
-        "step_time_s": step,
-        "tokens_per_s": tokens / step,
-        "tokens_per_s_per_gpu": tokens / step / system.num_gpus,
-        "mfu": model_flops / step / system.num_gpus / peak_flops,
-        "tflops_per_gpu": model_flops / step / system.num_gpus / 1e12,
-        "peak_memory_gib": peak / GIB,
-        "usable_memory_gib": system.usable_memory_bytes / GIB,
-        "fits": bool(peak <= system.usable_memory_bytes),
-        "microbatches": microbatches,
-        "num_gpus": system.num_gpus,
-        "params_b": params.total_params(model) / 1e9,
-        "active_params_b": params.total_params(model, active=True) / 1e9,
-    }
-    breakdown = {"time_s": breakdown_time, "memory_gib": breakdown_memory,
-                 "critical_stage": critical, "peak_memory_stage": peak_stage}
-    return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)

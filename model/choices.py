@@ -1,0 +1,84 @@
+"""The named choices of a problem and a mapping, defined once.
+
+String enums compare equal to their values (``Recompute.FULL == "full"``), so problem files, JSON
+and the model's own comparisons read the same; ``plain`` turns a member back into the plain
+``str``/``int`` that YAML and JSON writers take.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022): none, the attention core only
+    (``selective``), or the whole layer from its input (``full``)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class ZeroStage(IntEnum):
+    """What data parallelism shards (Rajbhandari et al., ZeRO, SC'20): nothing (0), the optimizer
+    states (1, = Megatron's distributed optimizer), also the gradients (2), also the weights (3)."""
+
+    REPLICATED = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    WEIGHTS = 3
+
+
+class WorkloadKind(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+class TrainingObjective(StrEnum):
+    """What a training plan optimises: tokens/s (throughput, or the step time), the peak memory per
+    GPU, tokens/s per GPU, the run's cost (or $ per million tokens), tokens per dollar."""
+
+    THROUGHPUT = "throughput"
+    STEP_TIME = "step_time"
+    MEMORY = "memory"
+    TOKENS_PER_GPU = "tokens_per_gpu"
+    COST = "cost"
+    TOKENS_PER_USD = "tokens_per_usd"
+
+
+class ServingObjective(StrEnum):
+    """What a serving plan optimises: output tokens/s, time to first token, time per output token,
+    a request's end-to-end latency."""
+
+    THROUGHPUT = "throughput"
+    TTFT = "ttft"
+    TPOT = "tpot"
+    LATENCY = "latency"
+
+
+COST_OBJECTIVES = (TrainingObjective.COST, TrainingObjective.TOKENS_PER_USD)
+
+
+class ServingMode(StrEnum):
+    """How requests are batched: all together (static), joining and leaving every iteration
+    (continuous), or prefill and decode on separate pools (disaggregated)."""
+
+    STATIC = "static"
+    CONTINUOUS = "continuous"
+    DISAGGREGATED = "disaggregated"
+
+
+def plain(value):
+    """A choice as the plain ``str`` or ``int`` value it stands for (other values unchanged)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, StrEnum):
+        return str(value.value)
+    if isinstance(value, IntEnum):
+        return int(value)
+    return value
+
+
+def allowed(enum) -> str:
+    """The values of a choice, comma-separated, for error messages."""
+    return ", ".join(str(plain(member)) for member in enum)

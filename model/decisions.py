@@ -1,0 +1,72 @@
+"""The names of the decisions a composition reads (``ops.Ops.decision``, ``ops.Factor.keys``).
+
+A mapping's own choices, and the quantities that follow from them which the planner carries as
+decisions too (the micro-batch count, the layers of a middle stage, where each parallel group
+sits): the model derives them from a mapping (``training_step.mapping_decisions``,
+``serving_step.plan_decisions``), the planner tabulates them over its space.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TrainingDecision(StrEnum):
+    NUM_GPUS = "num_gpus"
+    TP = "tp"
+    PP = "pp"
+    DP = "dp"
+    CP = "cp"
+    EP = "ep"
+    MICRO_BATCH = "micro_batch"
+    VPP = "vpp"
+    SP = "sp"
+    RECOMPUTE = "recompute"
+    ZERO = "zero"
+    FIRST_STAGE_LAYERS = "first_stage_layers"
+    LAST_STAGE_LAYERS = "last_stage_layers"
+    PLACEMENT = "placement"
+    # derived from the choices above
+    MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
+    MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
+    INTERLEAVED = "interleaved"  # vpp > 1 (the interleaved schedule)
+    TP_GROUP = "tp_group"  # where each parallel group sits (placement.Layout)
+    CP_GROUP = "cp_group"
+    EP_GROUP = "ep_group"
+    DP_GROUP = "dp_group"
+    EDP_GROUP = "edp_group"
+    PP_GROUP = "pp_group"
+
+
+# the decisions a training mapping states (the rest follow from them)
+TRAINING_MAPPING_KEYS = (TrainingDecision.TP, TrainingDecision.PP, TrainingDecision.DP, TrainingDecision.CP,
+                         TrainingDecision.EP, TrainingDecision.MICRO_BATCH, TrainingDecision.VPP, TrainingDecision.SP,
+                         TrainingDecision.RECOMPUTE, TrainingDecision.ZERO, TrainingDecision.FIRST_STAGE_LAYERS,
+                         TrainingDecision.LAST_STAGE_LAYERS, TrainingDecision.PLACEMENT)
+# the parallel groups and the Layout key each one's placement is carried under
+GROUP_KEYS = {"tp": TrainingDecision.TP_GROUP, "cp": TrainingDecision.CP_GROUP, "ep": TrainingDecision.EP_GROUP,
+              "dp": TrainingDecision.DP_GROUP, "edp": TrainingDecision.EDP_GROUP, "pp": TrainingDecision.PP_GROUP}
+
+
+class ServingDecision(StrEnum):
+    NUM_GPUS = "num_gpus"  # all GPUs of the plan (both pools when disaggregated)
+    TP = "tp"  # the decode (or only) pool
+    PP = "pp"
+    EP = "ep"
+    DP = "dp"
+    BATCH = "batch"  # requests per (decode) replica
+    PREFILL_TP = "prefill.tp"  # the prefill pool of disaggregated serving
+    PREFILL_PP = "prefill.pp"
+    PREFILL_EP = "prefill.ep"
+    PREFILL_DP = "prefill.dp"
+    # derived
+    POOL_GPUS = "pool_gpus"  # GPUs of the decode (or only) pool
+    PREFILL_GPUS = "prefill_gpus"
+    MICRO_BATCH = "micro_batch"  # sequences per pipeline micro-batch, batch / pp
+    TP_GROUP = "tp_group"  # where the decode pool's groups sit (placement.Layout)
+    EP_GROUP = "ep_group"
+    PP_GROUP = "pp_group"
+    PREFILL_TP_GROUP = "prefill.tp_group"
+    PREFILL_EP_GROUP = "prefill.ep_group"
+    PREFILL_PP_GROUP = "prefill.pp_group"
+    KV_LINK = "kv_link"  # where the KV cache crosses from the prefill to the decode pool

@@ -1,0 +1,404 @@
+"""The training step, composed once: step time, memory peak and the planner's objectives.
+
+``compose(o, ctx)`` writes how the terms of ``training.py`` and ``memory.py`` combine into one
+step of 1F1B (or interleaved 1F1B) pipelined, data-parallel training (Narayanan et al. SC'21),
+against the operations of ``ops`` - so that the same function gives ``evaluate`` its numbers
+(``FloatOps``), enumerates a space (numpy) and is the CP-SAT model of ``solve`` (integers).
+
+The pipeline has three kinds of stage: the first (the embedding, the model's leading dense layers
+and ``first_stage_layers`` - k of them dense), the middle ones (``middle_stage_layers`` each, equal),
+and the last (``last_stage_layers`` and the output layer); one stage holds everything when pp = 1.
+
+- stage time per micro-batch = its layers x per-layer forward+backward + its edge extras
+  (embedding, output layer and loss) + vpp boundary sends (pp > 1);
+- pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_time_s``);
+- data-parallel traffic of stage 0, which runs the step's last backward, is exposed beyond the
+  compute it overlaps with (``training.dp_exposed_time_s``), and stage 0's optimizer step ends it;
+- memory of a stage = its model states + in-flight chunks x its layers' activations / vpp + the
+  recomputation working set + the embedding (first) or logits (last) buffers; the peak is the
+  largest stage, a middle stage at its first position (it holds the most chunks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import compute, memory, params
+from .choices import TrainingObjective
+from .decisions import GROUP_KEYS, TrainingDecision as D
+from .evaluation import GIB, Evaluation
+from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
+from .pipeline import stage_layer_counts
+from .placement import group_layouts
+from .specs import Mapping, ModelSpec, SystemSpec, Workload
+from .training import (check_mapping, dp_comm_times_s, edge_stage_times, layer_times, optimizer_owned_params,
+                       pipeline_p2p_time_s, stage_expert_params, stage_params, stage_state_bytes)
+
+
+@dataclass(frozen=True)
+class TrainingContext:
+    """What the factors of a training problem read besides the decisions: the model, the system
+    (its device and network; one device count's, every count shares them), the workload, the
+    hourly price of each device count when a cost is asked (``problem.costs``), the step time
+    ``max_run_hours`` allows."""
+
+    model: ModelSpec
+    system: SystemSpec
+    workload: Workload
+    hourly_usd: dict | None = field(default=None, compare=False)
+    max_step_s: float | None = None
+
+
+def lead_layers(model: ModelSpec) -> int:
+    """Dense layers before the first MoE layer, all on the first stage (0 for a dense model)."""
+    return model.moe.first_dense_layers if model.moe is not None else 0
+
+
+# ---------------------------------------------------------------- factors
+
+TIME, MEMORY, COUNT = Unit.TIME, Unit.MEMORY, Unit.COUNT
+LAYER_OUTPUTS = (Output("total", TIME, reference=True), Output("fwd", TIME), Output("bwd", TIME),
+                 Output("activation", MEMORY), Output("working", MEMORY))
+
+
+def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts) -> tuple:
+    """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
+    the activation bytes it keeps and the recomputation working set (``memory``)."""
+    model, wl = ctx.model, ctx.workload
+    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts)
+    args = (model, micro_batch, wl.seq_len, tp, cp, sp, recompute, wl.attention, memory.saved_gemm_input_bytes(wl.precision),
+            moe_layer)
+    return lt.total, lt.forward, lt.backward, memory.activation_bytes_per_layer(*args), memory.recompute_working_bytes(*args)
+
+
+LEAD_LAYER = Factor(
+    "lead_layer", (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP), LAYER_OUTPUTS,
+    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group: _layer(
+        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}))
+MOE_LAYER = Factor(
+    "moe_layer", (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP), LAYER_OUTPUTS,
+    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group: _layer(
+        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}))
+
+
+def _edges(ctx: TrainingContext, tp, cp, micro_batch) -> tuple:
+    e = edge_stage_times(ctx.model, ctx.system, ctx.workload, tp, cp, micro_batch)
+    logits = memory.logits_activation_bytes(ctx.model, micro_batch, ctx.workload.seq_len, tp, cp)
+    return e.first_fwd, e.first_bwd, e.last_fwd, e.last_bwd, logits
+
+
+EDGES = Factor("edges", (D.TP, D.CP, D.MICRO_BATCH),
+               (Output("first_fwd", TIME), Output("first_bwd", TIME), Output("last_fwd", TIME), Output("last_bwd", TIME),
+                Output("logits_activation", MEMORY)), _edges)
+EMBEDDING_ACTIVATION = Factor(
+    "embedding_activation", (D.TP, D.CP, D.MICRO_BATCH, D.PP), (Output("bytes", MEMORY),),
+    lambda ctx, tp, cp, micro_batch, pp: memory.embedding_activation_bytes(ctx.model, micro_batch, ctx.workload.seq_len, tp, cp, pp))
+P2P = Factor("p2p", (D.TP, D.CP, D.MICRO_BATCH, D.PP_GROUP), (Output("time", TIME),),
+             lambda ctx, tp, cp, micro_batch, pp_group: pipeline_p2p_time_s(ctx.model, ctx.system, ctx.workload, tp, cp,
+                                                                            micro_batch, pp_group))
+
+
+def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
+    """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
+    layer, one body layer (routed experts included), the embedding, the output layer when it shares the
+    first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
+    gather buffers, bytes. States are linear in the parameters they hold."""
+    model, wl = ctx.model, ctx.workload
+    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
+
+    def state(p, pe=0.0):
+        return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
+    moe = 1 if model.moe is not None else 0
+    lead = stage_params(model, 1, False, False, tp)
+    embedding = stage_params(model, 0, True, False, tp)
+    zero3 = stage_state_bytes(model, wl, m, lead).get("zero3_buffers", 0.0)
+    return (state(lead), state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep)),
+            state(embedding), state(stage_params(model, 0, True, True, tp) - embedding),
+            state(stage_params(model, 0, False, True, tp)), zero3)
+
+
+STATES = Factor("states", (D.TP, D.ZERO, D.DP, D.CP, D.EP),
+                tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")), _states)
+
+
+def _first_stage_dp(ctx: TrainingContext, tp, zero, dp, cp, ep, pp, first_stage_layers, dp_group, edp_group) -> tuple:
+    """Stage 0's data-parallel gradient reduction and parameter gather (``training.dp_comm_times_s``)
+    and its optimizer step (``compute.optimizer_step_time_s``), seconds, for the parameters it holds."""
+    model, wl = ctx.model, ctx.workload
+    body = first_stage_layers - lead_layers(model) if model.moe is not None else 0
+    m = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
+    p = stage_params(model, first_stage_layers, True, pp == 1, tp, body)
+    pe = stage_expert_params(model, body, ep)
+    grads, gather = dp_comm_times_s(ctx.system, wl, m, p, pe, {"dp": dp_group, "edp": edp_group})
+    return grads, gather, compute.optimizer_step_time_s(ctx.system.device, optimizer_owned_params(m, p, pe), wl.grad_bytes)
+
+
+FIRST_STAGE_DP = Factor(
+    "first_stage_dp", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.PP, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.EDP_GROUP),
+    (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME)), _first_stage_dp)
+CHUNK_LIMITS = Factor(
+    "chunk_limits", (D.PP, D.VPP), (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
+    lambda ctx, pp, vpp: (memory.in_flight_chunk_limit(0, pp, vpp), memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp),
+                          memory.in_flight_chunk_limit(pp - 1, pp, vpp)))
+HOURLY_PRICE = Factor("hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),),
+                      lambda ctx, num_gpus: ctx.hourly_usd[num_gpus])
+
+# the factors whose per-layer times set the integer time unit (ops.Output.reference)
+TIME_REFERENCE = (LEAD_LAYER, MOE_LAYER)
+
+
+def layer_factors(model: ModelSpec) -> tuple[Factor, Factor]:
+    """(lead, body) layer factors: the leading dense layers and the MoE layers; a dense model's
+    layers are all 'body' layers of the dense kind."""
+    return LEAD_LAYER, (MOE_LAYER if model.moe is not None else LEAD_LAYER)
+
+
+# ---------------------------------------------------------------- the composition
+
+@dataclass
+class TrainingStep:
+    """The quantities of one step (each in the backend's representation)."""
+
+    step: object  # seconds
+    peak_memory: object  # bytes per GPU
+    busy: object  # m x slowest stage
+    bubble: object
+    dp_exposed: object
+    optimizer: object
+    stage_time: dict  # first / middle / last: seconds per micro-batch
+    stage_memory: dict  # first / middle / last: bytes per GPU
+    minimised: dict  # TrainingObjective -> what is minimised for it
+    limits: list  # ops.Limit
+
+
+def stage_time(o, lead_count: int, body_count, lead, body, extra, sends):
+    """Seconds per micro-batch of a stage holding ``lead_count`` lead layers and ``body_count`` body
+    layers, ``extra`` (its embedding and output layer) and ``sends`` (its boundary p2p)."""
+    t = o.product(body_count, body.total) + extra + sends
+    return t + lead_count * lead.total if lead_count else t
+
+
+def stage_memory(o, lead_count: int, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp,
+                 extra_activations):
+    """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
+    in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
+    working set of the widest layer kind it holds, and edge buffers (``extra_activations``)."""
+    layers_act = o.product(body_count, body.activation)
+    layers_state = o.product(body_count, states.body)
+    if lead_count:
+        layers_act = layers_act + lead_count * lead.activation
+        layers_state = layers_state + lead_count * states.lead
+        working = o.maximum(lead.working, o.where(o.at_least(body_count, 1), body.working, 0))
+    else:
+        working = body.working
+    chunks = o.minimum(microbatch_chunks, chunk_limit)
+    activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
+    return layers_state + extra_states + states.zero3 + activations + working + extra_activations
+
+
+def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
+    """A lower bound on m x the slowest stage: the micro-batches per stage, m/pp = global_batch·tp·cp /
+    (num_gpus·micro_batch), times every layer's time (the slowest stage is at least the mean stage,
+    which holds 1/pp of the layers and more). Linear in the layer times: it holds on the integer
+    backend's rounded values too, and gives the LP a direct handle on the dominant term."""
+    model, gb = ctx.model, ctx.workload.global_batch
+    k, L = lead_layers(model), model.layers
+
+    def work(values, lead, body):
+        per_stage = gb * values[D.TP] * values[D.CP] / (values[D.NUM_GPUS] * values[D.MICRO_BATCH])
+        return per_stage * (k * lead.total + (L - k) * body.total)
+    return ImpliedBound("pipeline_work", (D.NUM_GPUS, D.TP, D.CP, D.MICRO_BATCH), layer_factors(model), work)
+
+
+def compose(o, ctx: TrainingContext) -> TrainingStep:
+    """The step of the mapping ``o``'s decisions describe (see the module docstring)."""
+    model, wl = ctx.model, ctx.workload
+    k = lead_layers(model)
+    pp, vpp, m = o.decision(D.PP), o.decision(D.VPP), o.decision(D.MICROBATCHES)
+    n1, n_last, n_mid = o.decision(D.FIRST_STAGE_LAYERS), o.decision(D.LAST_STAGE_LAYERS), o.decision(D.MIDDLE_STAGE_LAYERS)
+    single, has_middle = o.equals(pp, 1), o.at_least(pp, 3)
+    lead_f, body_f = layer_factors(model)
+    lead, body = o.lookup(lead_f), o.lookup(body_f)
+    edge = o.lookup(EDGES)
+    b1 = n1 - k  # body layers of the first stage
+    sends = o.product(vpp, o.lookup(P2P).time)
+    last_extra = edge.last_fwd + edge.last_bwd
+
+    s_first = stage_time(o, k, b1, lead, body, edge.first_fwd + edge.first_bwd, o.where(single, last_extra, sends))
+    s_last = o.where(single, s_first, stage_time(o, 0, n_last, lead, body, last_extra, sends))
+    s_mid = o.where(has_middle, stage_time(o, 0, n_mid, lead, body, 0, sends), 0)
+    slowest = o.maximum(s_first, s_last, s_mid)
+    stages_sum = o.where(single, s_first, s_first + s_last + o.product(pp - 2, s_mid))
+    busy = o.product(m, slowest)
+    o.implied_at_least(busy, pipeline_work(ctx))
+    bubble = o.quotient(o.maximum(0, stages_sum - slowest), vpp, Rounding.DOWN)  # the slowest is one of the stages: >= 0
+
+    # stage 0's data-parallel traffic and optimizer step end the step
+    fwd0 = o.product(b1, body.fwd) + edge.first_fwd + o.where(single, edge.last_fwd, 0)
+    bwd0 = o.product(b1, body.bwd) + edge.first_bwd + o.where(single, edge.last_bwd, 0)
+    if k:
+        fwd0, bwd0 = fwd0 + k * lead.fwd, bwd0 + k * lead.bwd
+    dp = o.lookup(FIRST_STAGE_DP)
+    hidden_gather = o.maximum(0, dp.gather - fwd0)
+    if wl.overlap_dp:
+        per_step = hidden_gather + o.maximum(0, dp.grads - bwd0)
+    else:
+        per_step = dp.grads + dp.gather
+    per_microbatch_zero3 = hidden_gather + o.maximum(0, dp.gather + dp.grads - bwd0)
+    exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
+    step = busy + bubble + exposed + dp.optimizer
+
+    states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
+    embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
+    chunks = o.product(m, vpp)
+    mem_first = stage_memory(o, k, b1, lead, body, states, states.embedding + o.where(single, states.output_first, 0),
+                             limits.first, chunks, vpp, embedding_act + o.where(single, edge.logits_activation, 0))
+    mem_last = o.where(single, mem_first, stage_memory(o, 0, n_last, lead, body, states, states.output_last, limits.last,
+                                                       chunks, vpp, edge.logits_activation))
+    mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0), 0)
+    peak = o.maximum(mem_first, mem_last, mem_mid)
+
+    minimised = {TrainingObjective.THROUGHPUT: step, TrainingObjective.STEP_TIME: step, TrainingObjective.MEMORY: peak,
+                 TrainingObjective.TOKENS_PER_GPU: o.product(step, o.decision(D.NUM_GPUS))}
+    if ctx.hourly_usd is not None:  # $ per token is proportional to step x $/hour (tokens per step are fixed)
+        cost = o.product(step, o.lookup(HOURLY_PRICE).usd_per_hour)
+        minimised[TrainingObjective.COST] = minimised[TrainingObjective.TOKENS_PER_USD] = cost
+    out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
+    if ctx.max_step_s is not None:
+        out_limits.append(Limit("run_length", step, ctx.max_step_s, TIME))
+    return TrainingStep(step=step, peak_memory=peak, busy=busy, bubble=bubble, dp_exposed=exposed, optimizer=dp.optimizer,
+                        stage_time={"first": s_first, "middle": s_mid, "last": s_last},
+                        stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
+                        minimised=minimised, limits=out_limits)
+
+
+# ---------------------------------------------------------------- one mapping, on floats
+
+def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
+    """Every decision ``compose`` reads, for one (valid) mapping on ``ctx.system``."""
+    m = mapping
+    layers = stage_layer_counts(ctx.model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    values = {D.NUM_GPUS: ctx.system.num_gpus, D.TP: m.tp, D.PP: m.pp, D.DP: m.dp, D.CP: m.cp, D.EP: m.ep,
+              D.MICRO_BATCH: m.micro_batch, D.VPP: m.vpp, D.SP: m.sp, D.RECOMPUTE: m.recompute, D.ZERO: m.zero,
+              D.FIRST_STAGE_LAYERS: layers[0], D.LAST_STAGE_LAYERS: layers[-1], D.PLACEMENT: m.placement,
+              D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
+              D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0, D.INTERLEAVED: m.vpp > 1}
+    values.update({GROUP_KEYS[kind]: where for kind, where in group_layouts(ctx.system, m).items()})
+    return values
+
+
+def evaluate_training(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> Evaluation:
+    """Step time, throughput, MFU and peak memory of ``mapping`` (ProblemError if it cannot run)."""
+    return evaluate_step(TrainingContext(model, system, workload), mapping)
+
+
+def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
+    """Step time, throughput, MFU and peak memory of ``mapping`` (``compose`` on floats), with the
+    time breakdown of the slowest stage and each stage's time and memory."""
+    model, system, wl = ctx.model, ctx.system, ctx.workload
+    check_mapping(model, system, wl, mapping)
+    decisions = mapping_decisions(ctx, mapping)
+    o = FloatOps(ctx, decisions)
+    q = compose(o, ctx)
+    stages = _stages(o, ctx, mapping, decisions)
+    m = decisions[D.MICROBATCHES]
+    critical = max(range(mapping.pp), key=lambda i: stages[i]["time_per_microbatch_s"])
+    peak_stage = max(range(mapping.pp), key=lambda i: stages[i]["memory_bytes"])
+    metrics = training_metrics(ctx, q.step, q.peak_memory, system.num_gpus)
+    metrics["fits"] = bool(metrics["fits"])
+    metrics.update(microbatches=m, num_gpus=system.num_gpus, params_b=params.total_params(model) / 1e9,
+                   active_params_b=params.total_params(model, active=True) / 1e9)
+    breakdown = {"time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q), "memory_gib": stages[peak_stage]["memory_gib"],
+                 "critical_stage": critical, "peak_memory_stage": peak_stage}
+    for s in stages:
+        del s["memory_gib"]
+    return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)
+
+
+def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
+    """Throughput, MFU (PaLM's model FLOPs, ``params.model_flops_per_token``) and memory of a step of
+    ``step`` seconds peaking at ``peak_memory`` bytes on ``num_gpus`` GPUs; plain arithmetic, so
+    numbers and numpy arrays alike."""
+    model, system, wl = ctx.model, ctx.system, ctx.workload
+    tokens = wl.global_batch * wl.seq_len
+    model_flops = params.model_flops_per_token(model, wl.seq_len) * tokens
+    return {
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tokens_per_s_per_gpu": tokens / step / num_gpus,
+        "mfu": model_flops / step / num_gpus / system.device.peak(wl.precision),
+        "tflops_per_gpu": model_flops / step / num_gpus / 1e12,
+        "peak_memory_gib": peak_memory / GIB,
+        "usable_memory_gib": system.usable_memory_bytes / GIB,
+        "fits": peak_memory <= system.usable_memory_bytes,
+        "num_gpus": num_gpus,
+    }
+
+
+def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict) -> list[dict]:
+    """Each stage's layers, parameters, time per micro-batch (``stage_time``) and memory
+    (``stage_memory`` at its own in-flight chunk limit), with the memory by component."""
+    model, wl, m = ctx.model, ctx.workload, mapping
+    k = lead_layers(model)
+    layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    lead_f, body_f = layer_factors(model)
+    lead, body, edge, states = o.lookup(lead_f), o.lookup(body_f), o.lookup(EDGES), o.lookup(STATES)
+    sends = m.vpp * o.lookup(P2P).time if m.pp > 1 else 0.0
+    microbatches = decisions[D.MICROBATCHES]
+    out = []
+    for i, n in enumerate(layers):
+        first, last = i == 0, i == m.pp - 1
+        lead_count = k if first else 0
+        extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
+        extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
+        edge_states = ((states.embedding if first else 0.0) + (states.output_first if first and last else 0.0)
+                       + (states.output_last if last and not first else 0.0))
+        edge_act = ((o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (edge.logits_activation if last else 0.0))
+        limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
+        total = stage_memory(o, lead_count, n - lead_count, lead, body, states, edge_states, limit, microbatches * m.vpp,
+                             m.vpp, edge_act)
+        p = stage_params(model, n, first, last, m.tp, n - lead_count if model.moe is not None else 0)
+        pe = stage_expert_params(model, n - lead_count if model.moe is not None else 0, m.ep)
+        state = stage_state_bytes(model, wl, m, p, pe)
+        activations = total - sum(state.values())
+        out.append({
+            "stage": i, "layers": n, "moe_layers": n - lead_count if model.moe is not None else 0,
+            "time_per_microbatch_s": stage_time(o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd, sends),
+            "params": p, "expert_params": pe,
+            "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd,
+            "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd,
+            "memory_bytes": total, "state": state, "activations_bytes": activations, "extra_s": extra_fwd + extra_bwd,
+            "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
+        })
+    return out
+
+
+def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, critical: dict, q: TrainingStep) -> dict:
+    """The slowest stage's per-micro-batch components (``training.layer_times``) times the micro-batch
+    count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
+    model, wl, m = ctx.model, ctx.workload, mapping
+    layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
+    lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts)
+    lt_moe = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts) if model.moe else lt
+    mb = decisions[D.MICROBATCHES]
+    n_moe, n_dense = critical["moe_layers"] * mb, (critical["layers"] - critical["moe_layers"]) * mb
+
+    def layers_sum(*names):
+        return sum(n_dense * getattr(lt, f) + n_moe * getattr(lt_moe, f) for f in names)
+
+    p2p = pipeline_p2p_time_s(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, layouts["pp"]) * m.vpp if m.pp > 1 else 0.0
+    out = {
+        "compute/gemm": layers_sum("gemm_fwd", "gemm_bwd"),
+        "compute/attention": layers_sum("attention_fwd", "attention_bwd"),
+        "compute/elementwise": layers_sum("elementwise_fwd", "elementwise_bwd"),
+        "compute/recompute": layers_sum("recompute"),
+        "compute/embedding_logits": critical["extra_s"] * mb,
+        "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
+        "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
+        "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),
+        "comm/pp": p2p * mb,
+        "comm/dp_exposed": q.dp_exposed,
+        "optimizer": q.optimizer,
+    }
+    out["pipeline/bubble"] = q.step - sum(out.values())
+    return out

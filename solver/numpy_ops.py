@@ -1,0 +1,74 @@
+"""The model's operations (``parasol.model.ops``) on numpy arrays: one element per mapping.
+
+Every operation is the elementwise float64 counterpart of ``FloatOps``'s, in the same order, so a
+composition gives each mapping exactly the numbers ``evaluate`` gives it; lookups gather from the
+factor tables (``tables.Tables``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parasol.model.ops import Factor, Rounding
+
+from .tables import Tables
+
+
+class NumpyOps:
+    """Operations over the points ``cols`` (stored-value arrays, one per decision) of a space, with
+    its factor ``tables`` (or the space alone, for compositions without lookups)."""
+
+    def __init__(self, tables, cols: dict):
+        self.tables, self.cols = tables, cols
+        self.space = tables.space if isinstance(tables, Tables) else tables
+        self.size = len(next(iter(cols.values())))
+        self._rows = {}
+
+    def decision(self, key):
+        domain = self.space.domains[key]
+        values = self.cols[key]
+        return values if domain.numeric else np.asarray(domain.values, dtype=object)[values]
+
+    def lookup(self, factor: Factor):
+        if factor.name not in self._rows:
+            values = self.tables.gather(factor, self.cols)
+            self._rows[factor.name] = factor.row(*(values[:, i] for i in range(values.shape[1])))
+        return self._rows[factor.name]
+
+    @staticmethod
+    def product(a, b):
+        return a * b
+
+    @staticmethod
+    def quotient(a, d, rounding: Rounding, fine: bool = False):
+        return a / d
+
+    @staticmethod
+    def maximum(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = np.maximum(out, x)
+        return out
+
+    @staticmethod
+    def minimum(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = np.minimum(out, x)
+        return out
+
+    @staticmethod
+    def where(cond, a, b):
+        return np.where(cond, a, b)
+
+    @staticmethod
+    def equals(x, c):
+        return x == c
+
+    @staticmethod
+    def at_least(x, c):
+        return x >= c
+
+    @staticmethod
+    def implied_at_least(q, bound) -> None:
+        return None

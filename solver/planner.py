@@ -1,0 +1,534 @@
+"""One planner interface for training and serving, and the searches written once against it.
+
+A ``Planner`` (``training_planner.TRAINING``, ``serving_planner.SERVING``) says what a workload
+kind's plans are: its space of decisions (``relations.Space``), its context, its composition (the
+model's ``compose``, run here on numpy arrays and on CP-SAT), how a point becomes a mapping, how a
+mapping is evaluated and reported, what its limits mean when they bind. On it:
+
+- ``enumerate_space``: every point of the space on the numpy backend, the best ``top`` re-evaluated
+  by the model (the oracle);
+- ``solve``: the same composition as a CP-SAT model, hinted by a numpy enumeration of a slice of
+  the space, top-K by forbidding each plan found;
+- ``explain``: what binds when no plan exists, by relaxing one limit at a time (solver and
+  enumerator alike);
+- ``Search``: the CP-SAT model of a space, which ``pareto`` uses too.
+
+Every plan returned carries the model's own float metrics; ``Plan.solver_values`` keeps the
+integer model's values of the same quantities for the round-trip check the tests run.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from ortools.sat.python import cp_model
+
+from parasol.model.errors import ProblemError
+from parasol.model.evaluation import Evaluation
+
+from .cpsat_ops import CpSatOps, IntQ
+from .numpy_ops import NumpyOps
+from .relations import Space
+from .scaling import Scale
+from .tables import Tables
+
+ROUND_TRIP_TOLERANCE = 1e-3  # relative agreement of the integer model's quantities with the float model's
+HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
+STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+          cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+
+
+@dataclass
+class Plan:
+    num_gpus: int
+    mapping: object
+    evaluation: Evaluation
+    solver_values: dict = field(default_factory=dict)  # the integer model's values (model units) of the round-trip quantities
+    units: dict = field(default_factory=dict)  # pareto: the plan's front metrics in CP-SAT's integer units
+
+    @property
+    def solver_step_s(self) -> float | None:
+        return self.solver_values.get("step_time_s")
+
+
+@dataclass
+class PlanResult:
+    status: str
+    objective: str
+    plans: list = field(default_factory=list)
+    objective_value: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    solve_time_s: float = 0.0
+    deterministic_time: float = 0.0
+    workers: int = 0
+    space_size: int = 0
+    points_evaluated: int | None = None
+    message: str | None = None
+    table: pd.DataFrame | None = None  # enumerate keep_all: every point with its mapping and metrics
+
+
+@dataclass(frozen=True)
+class FrontMetric:
+    """A metric a front (or an objective) can plan: the composition's ``minimised`` key that orders it,
+    the model-metrics key it is reported by, and its sense (+1 smaller is better, -1 larger)."""
+
+    minimised: str
+    metric: str
+    sense: int
+
+
+class Planner(ABC):
+    """What the searches need to know about one kind of workload (see the module docstring)."""
+
+    kind: str
+    objectives: tuple  # the objective names solve accepts
+    mapping_keys: tuple  # the decisions that state a plan (num_gpus first)
+
+    @abstractmethod
+    def space(self, problem) -> Space: ...
+
+    @abstractmethod
+    def context(self, problem, names: tuple = ()):
+        """The composition's context; ``names``: the objectives or front metrics planned (some need data)."""
+
+    @abstractmethod
+    def compose(self, o, ctx): ...
+
+    @abstractmethod
+    def time_reference(self, problem) -> tuple:
+        """The factors whose reference outputs set the integer time unit."""
+
+    @abstractmethod
+    def decode(self, problem, space: Space, stored: dict) -> tuple:
+        """(num_gpus, mapping) of a point given by its stored values."""
+
+    @abstractmethod
+    def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation: ...
+
+    @abstractmethod
+    def objective_value(self, problem, objective: str, metrics: dict) -> float:
+        """The objective in its natural unit (tokens/s, seconds, GiB, $)."""
+
+    @abstractmethod
+    def front_metric(self, problem, name: str) -> FrontMetric: ...
+
+    @abstractmethod
+    def frame(self, problem, ctx, o, out) -> dict:
+        """Columns (name -> array) of the metrics of every point ``o`` holds, for tables."""
+
+    @abstractmethod
+    def round_trip(self, out) -> dict:
+        """{metric key: quantity} the integer model and the float model must agree on."""
+
+    @abstractmethod
+    def binds(self, problem, limit, plan: Plan | None, proven: bool) -> str:
+        """Why no plan exists when ``limit`` binds, ``plan`` reaching the least of its quantity."""
+
+    @abstractmethod
+    def together(self, problem, names: list) -> str:
+        """Why no plan exists when each limit alone can be met but not all together."""
+
+    def subproblems(self, problem) -> list:
+        """[(label, sub-problem or None, why not)]: the problem split where a decision changes the
+        device (training's chiplet counts), each solved exactly on its own."""
+        return [(None, problem, None)]
+
+    def solver_space(self, problem, space: Space, tables: Tables) -> Space:
+        """The space restricted for CP-SAT by cuts no feasible plan crosses (default: none)."""
+        return space
+
+    def hint_space(self, problem, space: Space) -> Space:
+        """A slice of the space worth enumerating for the solver's hint (default: all of it)."""
+        return space
+
+    def presolve(self, problem) -> bool:
+        return True
+
+    def check_objective(self, problem, objective: str | None) -> str:
+        objective = objective or problem.objective
+        if objective not in self.objectives:
+            raise ProblemError(f"{objective!r} is not a {self.kind} objective; allowed: {', '.join(self.objectives)}",
+                               field="--objective")
+        return objective
+
+
+# ---------------------------------------------------------------- the CP-SAT model of a space
+
+class Search:
+    """The CP-SAT model of ``space``: the planner's composition on ``CpSatOps``, with the limits named
+    in ``enforce`` (all by default) required."""
+
+    def __init__(self, planner: Planner, problem, space: Space, names: tuple = (), enforce=None, prune: bool = True):
+        self.planner, self.problem = planner, problem
+        self.ctx = planner.context(problem, names)
+        tables = Tables(space, self.ctx)
+        if prune:
+            tables = Tables(planner.solver_space(problem, space, tables), self.ctx)
+        self.space = tables.space
+        self.scale = _scale(planner, problem, tables)
+        self.ops = CpSatOps(tables, self.scale)
+        self.out = planner.compose(self.ops, self.ctx)
+        self.limits = list(self.out.limits)
+        for limit in self.limits:
+            if enforce is None or limit.name in enforce:
+                self.ops.at_most(limit.quantity, limit.bound)
+        self.decisions = {k: self.ops.vars[k] for k in planner.mapping_keys if k in self.ops.vars}
+
+    @property
+    def model(self) -> cp_model.CpModel:
+        return self.ops.model
+
+    def minimised(self, name: str) -> IntQ:
+        return self.out.minimised[name]
+
+    def hint(self, stored: dict) -> None:
+        self.model.clear_hints()
+        for key, var in self.ops.vars.items():
+            if key in stored and stored[key] in self.ops.values[key]:
+                self.model.add_hint(var, int(stored[key]))
+
+    def plan(self, solver: cp_model.CpSolver) -> Plan:
+        """The solution's plan, evaluated by the model, with the integer model's round-trip values."""
+        n, mapping = self.planner.decode(self.problem, self.space, self.ops.stored(solver))
+        plan = Plan(n, mapping, self.planner.evaluate(self.problem, n, mapping))
+        plan.solver_values = {key: self.ops.value(solver, q) for key, q in self.planner.round_trip(self.out).items()}
+        return plan
+
+
+def _scale(planner: Planner, problem, tables: Tables) -> Scale:
+    times = [v for factor in planner.time_reference(problem) for j, out in enumerate(factor.outputs) if out.reference
+             for v in tables.table(factor).values[:, j] if v > 0]
+    prices = [v for factor in _price_factors(planner, problem, tables) for v in tables.table(factor).values[:, 0]]
+    return Scale(min(times) if times else 1e-3, min(prices) if prices else 1.0)
+
+
+def _price_factors(planner, problem, tables) -> list:
+    return [f for f in getattr(planner, "price_factors", lambda p, ctx: ())(problem, tables.ctx)]
+
+
+def cp_solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -> cp_model.CpSolver:
+    """A CP-SAT solver: one presolve pass (measured on the 1,024-GPU ladder, later passes cost 0.4-1.3 s
+    and never shortened the search), a fixed seed, ``workers`` workers."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(max(0.01, time_limit))
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.num_workers = int(workers)
+    solver.parameters.max_presolve_iterations = 1
+    solver.parameters.cp_model_presolve = presolve
+    return solver
+
+
+def status_name(code) -> str:
+    if code not in STATUS:
+        raise RuntimeError(f"unexpected CP-SAT status {code!r}")  # a bug, not a user error
+    return STATUS[code]
+
+
+def relative_gap(solver: cp_model.CpSolver) -> float:
+    """CP-SAT's proven relative gap in its own integer units, (found - bound) / found."""
+    found = solver.objective_value
+    return max(0.0, (found - solver.best_objective_bound) / found) if found > 0 else 0.0
+
+
+# ---------------------------------------------------------------- enumeration (numpy)
+
+def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: float | None = None, rows: int = 1 << 20):
+    """The points of ``space`` on the numpy backend, chunk by chunk: yields (offset, cols, ops, out)."""
+    ctx = planner.context(problem, names)
+    tables = Tables(space, ctx)
+    start, offset = time.perf_counter(), 0
+    for cols in space.chunks(rows):
+        o = NumpyOps(tables, cols)
+        yield offset, cols, o, planner.compose(o, ctx), ctx
+        offset += o.size
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            return
+
+
+def feasible_mask(out, skip: str | None = None) -> np.ndarray | bool:
+    ok = True
+    for limit in out.limits:
+        if limit.name != skip:
+            ok = ok & (np.asarray(limit.quantity) <= limit.bound)
+    return ok
+
+
+def best_points(planner: Planner, problem, space: Space, objective: str, top: int, time_limit: float | None = None,
+                keep_all: bool = False, names: tuple = ()):
+    """The ``top`` best feasible points (stored-value dicts, best first; ties in the space's order),
+    the points evaluated, whether the scan completed, the explanation data and, with ``keep_all``,
+    every point's table."""
+    best_key, best_rows = np.empty(0), []
+    evaluated, frames = 0, []
+    least = {}  # limit name -> (value, stored point) of its least quantity where the others allow
+    complete = True
+    start = time.perf_counter()
+    for offset, cols, o, out, ctx in scan(planner, problem, space, names or (objective,), time_limit):
+        evaluated += o.size
+        ok = np.broadcast_to(feasible_mask(out), (o.size,))
+        key = np.broadcast_to(np.asarray(out.minimised[objective], dtype=float), (o.size,))
+        idx = np.flatnonzero(ok)
+        if len(idx):
+            pick = idx[np.argsort(key[idx], kind="stable")[:top]]
+            best_key = np.concatenate([best_key, key[pick]])
+            best_rows += [{k: int(v[i]) for k, v in cols.items()} for i in pick]
+            order = np.argsort(best_key, kind="stable")[:top]
+            best_key, best_rows = best_key[order], [best_rows[i] for i in order]
+        for limit in out.limits:
+            allowed = np.broadcast_to(memory_allows(out, limit), (o.size,))
+            cand = np.flatnonzero(allowed)
+            if len(cand):
+                q = np.broadcast_to(np.asarray(limit.quantity, dtype=float), (o.size,))
+                i = cand[np.argmin(q[cand])]
+                if limit.name not in least or q[i] < least[limit.name][0]:
+                    least[limit.name] = (float(q[i]), {k: int(v[i]) for k, v in cols.items()}, limit)
+        if keep_all:
+            frames.append(_frame(planner, problem, space, cols, ctx, o, out))
+        if time_limit is not None and time.perf_counter() - start > time_limit and evaluated < space.size():
+            complete = False
+            break
+    table = pd.concat(frames, ignore_index=True) if keep_all and frames else None
+    return best_rows, evaluated, complete, least, table
+
+
+def memory_allows(out, limit):
+    """Where the points meet the memory limit (every point, for the memory limit itself): the
+    relaxation ``explain`` makes for each limit."""
+    memory = next((lim for lim in out.limits if lim.name == "memory"), None)
+    if limit.name == "memory" or memory is None:
+        return True
+    return np.asarray(memory.quantity) <= memory.bound
+
+
+def _frame(planner, problem, space, cols, ctx, o, out) -> pd.DataFrame:
+    data = {}
+    for key in planner.mapping_keys:
+        domain = space.domains[key]
+        data[str(key)] = cols[key] if domain.numeric else np.asarray([domain.values[i] for i in range(len(domain.values))],
+                                                                     dtype=object)[cols[key]]
+    data.update(planner.frame(problem, ctx, o, out))
+    n = o.size
+    return pd.DataFrame({k: np.broadcast_to(v, (n,)) if np.ndim(v) == 0 else v for k, v in data.items()})
+
+
+def enumerate_space(problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,
+                    keep_all: bool = False) -> PlanResult:
+    """Exhaustive baseline: every point of the problem's space evaluated by the model's composition
+    on numpy arrays; the best ``top`` re-evaluated on floats."""
+    planner = planner_for(problem)
+    objective = planner.check_objective(problem, objective)
+    return _per_subproblem(planner, problem, objective, top, time_limit,
+                           lambda sub, left: _enumerate_one(planner, sub, objective, top, left, keep_all))
+
+
+def _enumerate_one(planner, problem, objective, top, time_limit, keep_all) -> PlanResult:
+    start = time.perf_counter()
+    space = planner.space(problem)
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1)
+    rows, evaluated, complete, least, table = best_points(planner, problem, space, objective, top, time_limit, keep_all)
+    result.plans = [Plan(*planner.decode(problem, space, r), None) for r in rows]
+    for plan in result.plans:
+        plan.evaluation = planner.evaluate(problem, plan.num_gpus, plan.mapping)
+    result.points_evaluated, result.table = evaluated, table
+    if result.plans:
+        result.status = "OPTIMAL" if complete else "FEASIBLE"
+        result.objective_value = planner.objective_value(problem, objective, result.plans[0].evaluation.metrics)
+        result.bound, result.gap = (result.objective_value, 0.0) if complete else (None, None)
+    else:
+        result.status = "INFEASIBLE" if complete else "UNKNOWN"
+        if complete:
+            result.message = _explain_from_least(planner, problem, space, least)
+    result.solve_time_s = time.perf_counter() - start
+    return result
+
+
+def _explain_from_least(planner, problem, space, least: dict) -> str:
+    messages = []
+    for name, (value, stored, limit) in least.items():
+        if name != "memory" and value > limit.bound:
+            messages.append(planner.binds(problem, limit, _evaluated(planner, problem, space, stored), True))
+    if messages:
+        return "; ".join(messages)
+    if "memory" in least and least["memory"][0] > least["memory"][2].bound:
+        _, stored, limit = least["memory"]
+        return planner.binds(problem, limit, _evaluated(planner, problem, space, stored), True)
+    return planner.together(problem, list(least))
+
+
+def _evaluated(planner, problem, space, stored) -> Plan:
+    n, mapping = planner.decode(problem, space, stored)
+    return Plan(n, mapping, planner.evaluate(problem, n, mapping))
+
+
+# ---------------------------------------------------------------- solve (CP-SAT)
+
+def solve(problem, objective: str | None = None, top: int = 1, time_limit: float = 60.0, workers: int = 1,
+          seed: int = 0) -> PlanResult:
+    """The best plan (or the ``top`` best distinct ones) under the model, with proof status. One
+    CP-SAT worker by default: deterministic for a given seed."""
+    planner = planner_for(problem)
+    objective = planner.check_objective(problem, objective)
+    return _per_subproblem(planner, problem, objective, top, time_limit,
+                           lambda sub, left: _solve_one(planner, sub, objective, top, left, workers, seed))
+
+
+def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict | None:
+    """The best feasible point of the planner's hint slice of the space (numpy), or None."""
+    hint_space = planner.hint_space(problem, space)
+    if hint_space.size() > HINT_ROWS:
+        return None
+    rows, _, _, _, _ = best_points(planner, problem, hint_space, objective, 1)
+    return rows[0] if rows else None
+
+
+def _solve_one(planner, problem, objective, top, time_limit, workers, seed) -> PlanResult:
+    start = time.perf_counter()
+    deadline = start + (time_limit if time_limit is not None else 60.0)
+    space = planner.space(problem)
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
+    search = Search(planner, problem, space, (objective,))
+    target = search.minimised(objective)
+    search.model.minimize(target.expr if isinstance(target, IntQ) else target)
+    point = hint_point(planner, problem, space, objective)
+    if point is not None:
+        search.hint(point)
+    for rank in range(top):
+        solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.presolve(problem))
+        status = status_name(solver.solve(search.model))
+        if status == "MODEL_INVALID":
+            raise RuntimeError(f"invalid CP-SAT model: {search.model.validate()}")  # a bug in a backend
+        result.deterministic_time += solver.deterministic_time
+        result.workers = solver.parameters.num_workers
+        if status not in ("OPTIMAL", "FEASIBLE"):
+            if rank == 0:
+                result.status = status
+                if status == "INFEASIBLE":
+                    result.message = explain(planner, problem, space, deadline, workers, seed)
+            break
+        plan = search.plan(solver)
+        result.plans.append(plan)
+        if rank == 0:
+            result.status = status
+            gap = relative_gap(solver)
+            result.objective_value = planner.objective_value(problem, objective, plan.evaluation.metrics)
+            result.gap = gap
+            result.bound = _bound(planner, problem, objective, plan, gap)
+        values = [solver.value(v) for v in search.decisions.values()]
+        search.model.add_forbidden_assignments(list(search.decisions.values()), [values])
+    result.solve_time_s = time.perf_counter() - start
+    return result
+
+
+def _bound(planner, problem, objective, plan: Plan, gap: float) -> float:
+    """The proven bound on the objective in its natural unit, from the relative gap of what CP-SAT
+    minimises: a quantity proportional (or, for rates, inversely proportional) to the objective."""
+    value = planner.objective_value(problem, objective, plan.evaluation.metrics)
+    if planner.front_metric(problem, objective).sense < 0:
+        return value / (1.0 - gap) if gap < 1 else float("inf")
+    return value * (1.0 - gap)
+
+
+def explain(planner, problem, space: Space, deadline: float, workers: int, seed: int) -> str:
+    """What binds when the problem has no plan: each limit but memory relaxed in turn (memory kept),
+    its quantity minimised; if one cannot be met, it binds. Else memory alone relaxed, the peak
+    minimised; else the limits only bind together."""
+    probe = Search(planner, problem, space, enforce=set(), prune=False)
+    messages = []
+    for limit in probe.limits:
+        if limit.name == "memory":
+            continue
+        search = Search(planner, problem, space, enforce={"memory"})
+        plan, proven = _least(search, limit.name, deadline, workers, seed, planner.presolve(problem))
+        if plan is not None:
+            messages.append(planner.binds(problem, limit, plan, proven))
+    if messages:
+        return "; ".join(messages)
+    if any(lim.name == "memory" for lim in probe.limits):
+        plan, proven = _least(probe, "memory", deadline, workers, seed, planner.presolve(problem))
+        if plan is not None:
+            return planner.binds(problem, next(lim for lim in probe.limits if lim.name == "memory"), plan, proven)
+    return planner.together(problem, [lim.name for lim in probe.limits])
+
+
+def _least(search: Search, name: str, deadline, workers, seed, presolve) -> tuple[Plan | None, bool]:
+    """The plan with the least quantity of limit ``name`` in ``search`` and whether that is proven,
+    or (None, False) when even the least meets the limit (it does not bind) or none is found."""
+    limit = next(lim for lim in search.limits if lim.name == name)
+    q = limit.quantity
+    search.model.minimize(q.expr if isinstance(q, IntQ) else q)
+    solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve)
+    status = status_name(solver.solve(search.model))
+    if status not in ("OPTIMAL", "FEASIBLE") or search.ops.value(solver, q) <= limit.bound:
+        return None, False
+    return search.plan(solver), status == "OPTIMAL"
+
+
+# ---------------------------------------------------------------- decomposition
+
+def _per_subproblem(planner, problem, objective, top, time_limit, run) -> PlanResult:
+    """``run(sub, seconds left)`` on each sub-problem (the time left shared by those still to run);
+    the best ``top`` plans over all of them."""
+    start = time.perf_counter()
+    parts = planner.subproblems(problem)
+    results = []
+    for index, (label, sub, why) in enumerate(parts):
+        if sub is None:
+            results.append((label, PlanResult(status="INFEASIBLE", objective=objective, message=why)))
+            continue
+        left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
+        results.append((label, run(sub, left)))
+    if len(results) == 1:
+        return results[0][1]
+    return _combine(planner, problem, objective, top, results, start)
+
+
+def _combine(planner, problem, objective, top, results, start) -> PlanResult:
+    sense = planner.front_metric(problem, objective).sense
+
+    def key(plan):
+        return sense * planner.objective_value(problem, objective, plan.evaluation.metrics)
+    parts = [r for _, r in results]
+    out = PlanResult(status="INFEASIBLE", objective=objective, space_size=sum(r.space_size for r in parts),
+                     workers=max(r.workers for r in parts), deterministic_time=sum(r.deterministic_time for r in parts))
+    if any(r.points_evaluated is not None for r in parts):
+        out.points_evaluated = sum(r.points_evaluated or 0 for r in parts)
+    out.plans = sorted((p for r in parts for p in r.plans), key=key)[:top]
+    tables = [r.table for r in parts if r.table is not None]
+    out.table = pd.concat(tables, ignore_index=True) if tables else None
+    statuses = {r.status for r in parts}
+    if out.plans:
+        proven = statuses <= {"OPTIMAL", "INFEASIBLE"}
+        out.status = "OPTIMAL" if proven else "FEASIBLE"
+        out.objective_value = planner.objective_value(problem, objective, out.plans[0].evaluation.metrics)
+        out.bound, out.gap = (out.objective_value, 0.0) if proven else (None, None)
+    elif statuses != {"INFEASIBLE"}:
+        out.status = "UNKNOWN"
+    else:
+        out.message = "; ".join(f"{label}: {r.message}" for label, r in results if r.message)
+    out.solve_time_s = time.perf_counter() - start
+    return out
+
+
+# ---------------------------------------------------------------- the planners
+
+def planner_for(problem) -> Planner:
+    """The planner of the problem's workload kind."""
+    if problem.is_inference:
+        from .serving_planner import SERVING
+
+        return SERVING
+    from .training_planner import TRAINING
+
+    return TRAINING
+
+
+def round_trip_errors(plan: Plan) -> dict:
+    """Relative differences between the integer model's quantities and the model's own floats."""
+    met = plan.evaluation.metrics
+    return {k: abs(v - met[k]) / max(abs(met[k]), 1e-300) for k, v in plan.solver_values.items()}
+

@@ -1,0 +1,214 @@
+"""The training planner: ``planner.Planner`` for ``workload.kind: training``.
+
+Its space is ``training_space.build_space``; its composition ``model.training_step.compose``; a plan
+is a ``model.specs.Mapping`` and the number of GPUs. Solver techniques it adds, each exact:
+
+- memory pruning (``solver_space``): a (tp, cp, micro-batch, sp, recompute, ep) whose single layer
+  already needs more activation memory than the device has cannot run (every stage holds at least
+  one layer of one micro-batch), so CP-SAT does not see it;
+- the hint: the best point of the slice with each pipeline depth's default split, the two smallest
+  micro-batches and the first placement of each grid point (numpy enumeration);
+- chiplet counts (``subproblems``): each count changes the device, so each is its own exact problem,
+  after the cost limits (capex, power) remove the device counts they exclude.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from parasol.model.choices import COST_OBJECTIVES, TrainingObjective as T
+from parasol.model.decisions import TRAINING_MAPPING_KEYS, TrainingDecision as D
+from parasol.model.errors import ProblemError
+from parasol.model.evaluation import GIB, Evaluation
+from parasol.model.training_step import HOURLY_PRICE, TrainingContext, compose, evaluate_step, layer_factors, training_metrics
+
+from . import costing
+from .planner import FrontMetric, Plan, Planner
+from .relations import Space
+from .tables import Tables
+from .training_space import build_space, mapping_of
+
+FRONT_METRICS = {
+    "throughput": FrontMetric(T.THROUGHPUT, "tokens_per_s", -1),
+    "step_time": FrontMetric(T.STEP_TIME, "step_time_s", 1),
+    "memory": FrontMetric(T.MEMORY, "peak_memory_gib", 1),
+    "tokens_per_gpu": FrontMetric(T.TOKENS_PER_GPU, "tokens_per_s_per_gpu", -1),
+    "cost": FrontMetric(T.COST, "usd_per_million_tokens", 1),
+    "tokens_per_usd": FrontMetric(T.TOKENS_PER_USD, "tokens_per_usd", -1),
+}
+HINT_MICRO_BATCHES = 2
+
+
+class TrainingPlanner(Planner):
+    kind = "training"
+    objectives = tuple(str(o) for o in T)
+    mapping_keys = (D.NUM_GPUS, *TRAINING_MAPPING_KEYS)
+    front_metrics = tuple(FRONT_METRICS)
+
+    def space(self, problem) -> Space:
+        return build_space(problem)
+
+    def context(self, problem, names: tuple = ()) -> TrainingContext:
+        priced = any(str(n) in COST_OBJECTIVES for n in names)
+        hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus} if priced else None
+        return TrainingContext(problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly,
+                               costing.max_step_time_s(problem))
+
+    def compose(self, o, ctx):
+        return compose(o, ctx)
+
+    def time_reference(self, problem) -> tuple:
+        return tuple(dict.fromkeys(layer_factors(problem.model)))
+
+    def price_factors(self, problem, ctx) -> tuple:
+        return (HOURLY_PRICE,) if ctx.hourly_usd is not None else ()
+
+    def decode(self, problem, space: Space, stored: dict):
+        return mapping_of(space, stored)
+
+    def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation:
+        return evaluate_plan(problem, num_gpus, mapping)
+
+    def objective_value(self, problem, objective: str, metrics: dict) -> float:
+        return metrics[self.front_metric(problem, objective).metric]
+
+    def front_metric(self, problem, name: str) -> FrontMetric:
+        if name not in FRONT_METRICS:
+            raise ProblemError(f"{name!r} is not a training metric; allowed: {', '.join(FRONT_METRICS)}", field="--objectives")
+        metric = FRONT_METRICS[name]
+        if name == "cost" and problem.workload.train_tokens is not None:
+            return dataclasses.replace(metric, metric="run_cost_usd")
+        return metric
+
+    def frame(self, problem, ctx, o, out) -> dict:
+        n = o.decision(D.NUM_GPUS)
+        columns = training_metrics(ctx, out.step, out.peak_memory, n)
+        columns["microbatches"] = o.decision(D.MICROBATCHES)
+        if problem.needs_cost:
+            rows = {m: problem.system_cost(m) for m in problem.num_gpus}
+            by_n = {key: _per_gpu_count(n, {m: r[key] for m, r in rows.items()}) for key in next(iter(rows.values()))}
+            columns.update(costing.cost_metrics(by_n, columns["tokens_per_s"], problem.workload.train_tokens))
+            if problem.chiplets != (None,):
+                columns["chiplets"] = problem.chiplets[0]
+        return columns
+
+    def round_trip(self, out) -> dict:
+        return {"step_time_s": out.step}
+
+    def subproblems(self, problem) -> list:
+        """One sub-problem per chiplet count, on the device counts that meet the cost limits."""
+        parts = []
+        for count in problem.chiplets:
+            sub = dataclasses.replace(problem, chiplets=(count,))
+            limited, why = cost_filter(sub)
+            parts.append((f"chiplets {count}", limited, why))
+        return parts
+
+    def solver_space(self, problem, space: Space, tables: Tables) -> Space:
+        """``space`` without the (tp, cp, micro-batch, sp, recompute, ep) whose one layer's activations
+        and recomputation working set exceed the usable memory (unless none fits: then CP-SAT proves
+        the problem infeasible on the full space)."""
+        body = layer_factors(problem.model)[1]
+        table = tables.table(body)
+        usable = min(problem.system(n).usable_memory_bytes for n in problem.num_gpus)
+        keys = [k for k in (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP) if k in body.keys]
+        fits = table.column("activation") + table.column("working") <= usable
+        if fits.all() or not fits.any():
+            return space
+        return space.extend("one_layer_fits", table.keys.loc[fits, keys].drop_duplicates().reset_index(drop=True))
+
+    def hint_space(self, problem, space: Space) -> Space:
+        """The first placement of each grid point, the two smallest micro-batches per dp, and per
+        pipeline depth one partition (the default split where allowed, else the middle one) with
+        every interleaving depth it allows."""
+        grid = space.relation("grid")
+        grid = grid.drop_duplicates(subset=[D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP], keep="first")
+        micro = space.relation("micro").sort_values([D.DP, D.MICRO_BATCH]).groupby(D.DP).head(HINT_MICRO_BATCHES)
+        pipe = space.relation("pipeline")
+        chosen = []
+        for pp, rows in pipe.groupby(D.PP, sort=True):
+            splits = rows[[D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS]].drop_duplicates()
+            default = _default_split(problem, pp)
+            match = splits[(splits[D.FIRST_STAGE_LAYERS] == default[0]) & (splits[D.LAST_STAGE_LAYERS] == default[1])]
+            pick = match.iloc[0] if len(match) else splits.iloc[len(splits) // 2]
+            chosen.append(rows[(rows[D.FIRST_STAGE_LAYERS] == pick[D.FIRST_STAGE_LAYERS])
+                               & (rows[D.LAST_STAGE_LAYERS] == pick[D.LAST_STAGE_LAYERS])])
+        out = space.replace("grid", grid.reset_index(drop=True)).replace("micro", micro.reset_index(drop=True))
+        return out.replace("pipeline", pd.concat(chosen, ignore_index=True))
+
+    def presolve(self, problem) -> bool:
+        # MoE problems skip presolve: their expert tables (keyed by ep as well) made CP-SAT's presolve
+        # expand ~1e8 objective entries and probe 2.5M clauses (47 of 52 s on the DeepSeek-V3 2,048-GPU
+        # example); dense problems keep it (GPT-3 175B on 1,024 A100: 2.1 s with, 6.6 s without).
+        return problem.model.moe is None
+
+    def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
+        met = plan.evaluation.metrics
+        if limit.name == "run_length":
+            return (f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
+                    f"needs {met['run_hours']:,.0f} h, over the limit {problem.constraints['max_run_hours']:,.0f} h")
+        system = problem.system(plan.num_gpus)
+        device, m = system.device, plan.mapping
+        mem = plan.evaluation.breakdown["memory_gib"]
+        states = sum(v for k, v in mem.items() if k != "activations")
+        how = "the least any allowed mapping needs" if proven else "the least found within the time limit"
+        return (f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is {how} "
+                f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB, "
+                f"at tp {m.tp}, pp {m.pp}, dp {m.dp}, zero {m.zero}, recompute {m.recompute}, micro_batch {m.micro_batch}); "
+                f"the {device.name} offers {system.usable_memory_bytes / GIB:.1f} GiB ({device.hbm_bytes / GIB:.1f} GiB minus "
+                f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved)")
+
+    def together(self, problem, names: list) -> str:
+        if names == ["memory"]:
+            return "the mapping restrictions and the pipeline partition rules admit no mapping, whatever the memory"
+        return "max_run_hours and memory together admit no plan (each alone does)"
+
+
+TRAINING = TrainingPlanner()
+
+
+def _per_gpu_count(n, values: dict):
+    """An array (or a number) of ``values[n]`` for every entry of ``n``."""
+    if np.ndim(n) == 0:
+        return values[int(n)]
+    keys = np.array(sorted(values))
+    return np.array([values[k] for k in keys])[np.searchsorted(keys, n)]
+
+
+def _default_split(problem, pp: int) -> tuple:
+    from parasol.model.pipeline import default_edge_stage_layers
+
+    L = problem.model.layers
+    return (L, L) if pp == 1 else default_edge_stage_layers(L, pp)
+
+
+def evaluate_plan(problem, num_gpus: int, mapping) -> Evaluation:
+    """The model's evaluation of a plan, with its cost metrics when the problem's system is priced
+    (a ProblemError when a cost is asked and it is not)."""
+    ev = evaluate_step(TrainingContext(problem.model, problem.system(num_gpus), problem.workload), mapping)
+    try:
+        row = problem.system_cost(num_gpus)
+    except ProblemError:
+        if problem.needs_cost:
+            raise
+        return ev
+    ev.metrics.update(costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens))
+    if problem.chiplets != (None,):
+        ev.metrics["chiplets"] = problem.chiplets[0]
+    return ev
+
+
+def cost_filter(problem) -> tuple:
+    """The problem restricted to the device counts whose system meets max_capex_usd / max_power_w,
+    or (None, why not) when none does."""
+    if not problem.constraints:
+        return problem, None
+    rows = {(n, problem.chiplets[0]): problem.system_cost(n) for n in problem.num_gpus}
+    why = costing.cost_limits_message(problem, rows)
+    if why is not None:
+        return None, why
+    counts = tuple(n for n in problem.num_gpus if costing.within_limits(problem, rows[(n, problem.chiplets[0])]))
+    return dataclasses.replace(problem, num_gpus=counts), None

@@ -1,0 +1,285 @@
+"""The decision space of a training problem, as relations (``relations.Space``).
+
+Domains come from the problem's ``mapping`` section (a scalar fixes, a list restricts, an absent
+key is free) and from divisibility, checked by the model's own rules (``training.check_grid``,
+``placement.check_placement``, ``pipeline.split_stages``) so that they live in one place. The
+relations, in the order rows are materialised:
+
+- ``grid``: num_gpus, tp, pp, dp, cp, ep, the placement and where it puts each parallel group
+  (``placement.group_layouts``), one placement per class the model cannot tell apart
+  (``placement_classes``);
+- ``micro``: dp, micro_batch and the micro-batch count global_batch / (dp·micro_batch);
+- ``sp``: tp, sp (sequence parallelism needs tp > 1); ``recompute``; ``zero``;
+- ``schedule``: pp, the micro-batch count, interleaved (Megatron's interleaved schedule runs
+  micro-batches in groups of pp);
+- ``pipeline``: pp, the first, last and middle stages' layers, vpp (which must split every stage)
+  and whether it interleaves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pandas as pd
+
+from parasol.model.choices import Recompute, ZeroStage
+from parasol.model.decisions import GROUP_KEYS, TrainingDecision as D
+from parasol.model.errors import ProblemError
+from parasol.model.pipeline import default_edge_stage_layers, layers_held, split_stages, vpp_splits_stage
+from parasol.model.placement import (PLACEMENTS, check_placement, check_system, group_layouts, layout, parallel_groups,
+                                     rank_strides, topology_decides)
+from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
+from parasol.model.training import check_grid
+from parasol.model.training_step import lead_layers
+
+from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
+
+MIN_TOKENS_PER_CP_RANK = 2048
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def allowed_values(problem, key: str, free) -> list:
+    chosen = problem.mapping.get(key)
+    return [v for v in free if v in chosen] if chosen is not None else list(free)
+
+
+def expert_parallel_degrees(problem, expert_ranks: int) -> list[int]:
+    """Allowed ep: 1 for dense models; for MoE the divisors of the expert count that divide
+    tp·dp·cp (Megatron-Core with expert tensor parallelism 1), within the mapping's restriction."""
+    moe = problem.model.moe
+    if moe is None:
+        return [1]
+    return allowed_values(problem, "ep", [e for e in divisors(moe.experts) if expert_ranks % e == 0])
+
+
+def context_parallel_degrees(problem, n: int) -> list[int]:
+    """Allowed cp for ``n`` GPUs: the listed values, or when cp is free the powers of two dividing n
+    whose ranks keep at least 2,048 tokens each and split the sequence into the 2·cp chunks of
+    causal load balancing (Megatron-Core). A planner pruning, not a model rule: below ~2K tokens per
+    rank the ring's K/V block transfer outlasts the block's attention on a scale-out link (for a
+    70B-class GQA model, transfer ∝ s/cp, compute ∝ (s/cp)², equal near 2,500 tokens at 50 GB/s and
+    1 PFLOP/s), so smaller shards only add exposed communication; list cp values to go below."""
+    if "cp" in problem.mapping:
+        return list(problem.mapping["cp"])
+    seq = problem.workload.seq_len
+    return [c for c in divisors(n) if c & (c - 1) == 0 and (c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))]
+
+
+def free_placements(systems) -> tuple:
+    """The placements an absent ``mapping.placement`` leaves to the planner: all of them on a system
+    whose topology the model follows (a torus, dragonfly, full mesh or oversubscribed tier:
+    ``placement.topology_decides``), else only the default. On the two-tier DGX/HGX systems a
+    placement changes only how many members of each group share an NVLink domain; freeing it there
+    cost 3.7x the solve time on GPT-3 175B at 1,024 GPUs for the same optimum (docs/placement.md),
+    so a problem lists placements to make it a decision there."""
+    return PLACEMENTS if any(topology_decides(s.topology) for s in systems) else (DEFAULT_PLACEMENT,)
+
+
+def placement_classes(problem, system, point: tuple, allowed: tuple) -> tuple:
+    """The placements of ``allowed`` worth trying at grid point (n, tp, pp, dp, cp, ep): one per
+    class of equivalent placements, the first of each class in ``allowed``'s order (the default
+    placement first). Symmetry breaking, exact because the model reads a placement only through
+    where it puts each group (``placement.group_layouts``): (1) a dimension of size 1 can sit
+    anywhere, so placements giving every dimension of size > 1 the same stride in both rank grids
+    build the same groups; (2) placements that build different groups which nevertheless sit
+    alike (same members per domain, same levels, spacing and wrap-around) give the same times."""
+    n, tp, pp, dp, cp, ep = point
+    moe = problem.model.moe is not None
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    expert = {"tp": 1, "cp": 1, "ep": ep, "dp": tp * cp * dp // ep, "pp": pp}
+    kinds = ("tp", "cp", "dp", "pp", "ep", "edp") if moe else ("tp", "cp", "dp", "pp")
+    if len(allowed) == 1:  # nothing to compare: only the rules
+        try:
+            check_placement(allowed[0], tp, cp, dp, pp, ep, moe)
+        except ProblemError:
+            return ()
+        return allowed
+    strides, layouts = set(), {}
+    for p in allowed:
+        try:
+            check_placement(p, tp, cp, dp, pp, ep, moe)
+        except ProblemError:
+            continue
+        key = tuple((d, s) for sizes in (dense, expert) for d, s in rank_strides(p, sizes).items() if sizes[d] > 1)
+        if key in strides:
+            continue
+        strides.add(key)
+        groups = parallel_groups(p, tp, cp, dp, pp, ep)
+        layouts.setdefault(tuple(layout(system, groups[k]) for k in kinds), p)
+    return tuple(layouts.values())
+
+
+def _grid(problem) -> list[tuple]:
+    """(n, tp, pp, dp, cp, ep) of every device count, with the divisibility rules and restrictions."""
+    model, wl = problem.model, problem.workload
+    grid, unplaceable = [], None
+    for n in problem.num_gpus:
+        system = problem.system(n)
+        try:
+            check_system(system)
+        except ProblemError as exc:  # this GPU count does not fit the topology: the others may
+            unplaceable = unplaceable or exc.located(source=problem.source)
+            continue
+        for tp in allowed_values(problem, "tp", divisors(n)):
+            for cp in context_parallel_degrees(problem, n):
+                for pp in allowed_values(problem, "pp", [p for p in divisors(n) if p <= model.layers]):
+                    if n % (tp * cp * pp):
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if "dp" in problem.mapping and dp not in problem.mapping["dp"]:
+                        continue
+                    try:
+                        check_grid(model, system, wl, tp, pp, dp, cp)
+                    except ProblemError:
+                        continue
+                    grid.extend((n, tp, pp, dp, cp, ep) for ep in expert_parallel_degrees(problem, tp * dp * cp))
+    if not grid and unplaceable is not None:
+        raise unplaceable
+    if not grid:
+        fixed = {k: list(v) for k, v in problem.mapping.items() if k in ("tp", "pp", "dp", "cp")}
+        raise ProblemError(
+            f"no tp·pp·dp·cp grid fits num_gpus {list(problem.num_gpus)} with {model.heads} heads, {model.kv_heads} kv_heads, "
+            f"{model.layers} layers and global_batch {wl.global_batch}" + (f" under the restrictions {fixed}" if fixed else ""),
+            source=problem.source, field="mapping")
+    return grid
+
+
+def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
+    """(first, last) stage layer counts allowed for ``pp`` stages: the default split when the problem
+    asks for it (first = last = 0), else every split the restrictions and ``split_stages`` allow;
+    the first stage holds the model's leading dense layers."""
+    L, lead = problem.model.layers, lead_layers(problem.model)
+    if pp == 1:
+        return [(L, L)]
+    first, last = problem.mapping.get("first_stage_layers", ()), problem.mapping.get("last_stage_layers", ())
+    if first == (0,) and last == (0,):
+        split = default_edge_stage_layers(L, pp)
+        return [split] if split_stages(L, pp, *split)[0] and split[0] >= lead else []
+    firsts = [v for v in first if v > 0] or range(1, L + 1)
+    lasts = [v for v in last if v > 0] or range(1, L + 1)
+    return [(f, la) for f in firsts for la in lasts if split_stages(L, pp, f, la)[0] and f >= lead]
+
+
+def _pipeline_rows(problem, pps) -> list[tuple]:
+    """(pp, first, last, middle, vpp, interleaved) of every partition and interleaving depth allowed
+    (``pipeline.split_stages``; vpp splitting each stage, ``pipeline.vpp_splits_stage``)."""
+    L = problem.model.layers
+    vpps = tuple(problem.mapping.get("vpp", range(1, L + 1)))
+    splits = {}
+
+    def splitting(n: int, edge: bool) -> set:
+        if (n, edge) not in splits:
+            splits[(n, edge)] = {v for v in vpps if vpp_splits_stage(n, v, edge)}
+        return splits[(n, edge)]
+    rows = []
+    for pp in pps:
+        for f, la in pipeline_partitions(problem, pp):
+            if pp == 1:
+                allowed = {v for v in vpps if v == 1}
+                middle = 0
+            else:
+                middle = split_stages(L, pp, f, la)[0][1] if pp >= 3 else 0
+                allowed = splitting(f, True) & splitting(la, True) & (splitting(middle, False) if pp >= 3 else set(vpps))
+            rows.extend((pp, f, la, middle, v, int(v > 1)) for v in sorted(allowed))
+    return rows
+
+
+def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
+    """The pipeline relation as CP-SAT takes it best: the first, last and middle layer counts each pp
+    allows, the interleaving depths each stage's layer count allows (``vpp_splits_stage``), and the
+    identity that the stages hold all the model's layers (``pipeline.layers_held``)."""
+    f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
+    vpps = sorted(set(pipeline[v]))
+    parts = [pipeline[[pp, f]], pipeline[[pp, la]], pipeline[[pp, mid]], pipeline[[pp, v]], pipeline[[v, i]]]
+    for column, edge in ((f, True), (la, True), (mid, False)):
+        counts = sorted(set(pipeline[column]))
+        parts.append(pd.DataFrame([(n, x) for n in counts for x in vpps if n == 0 or vpp_splits_stage(n, x, edge)],
+                                  columns=[column, v]))
+    relations = tuple(Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64"))
+                      for j, part in enumerate(parts))
+    layers = problem.model.layers
+    held = Identity(lambda o: layers_held(o, o.decision(pp), o.decision(f), o.decision(la), o.decision(mid)), layers)
+    return CompactForm(relations, (held,))
+
+
+def build_space(problem) -> Space:
+    """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
+    model, wl = problem.model, problem.workload
+    if model.moe is None and any(e != 1 for e in problem.mapping.get("ep", (1,))):
+        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
+                           source=problem.source, field="mapping.ep")
+    grid = _grid(problem)
+    systems = {n: problem.system(n) for n in {g[0] for g in grid}}
+    allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
+    pipeline = _pipeline_rows(problem, sorted({g[2] for g in grid}))
+    usable_pp = {r[0] for r in pipeline}
+    if not usable_pp:
+        raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
+                           "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
+    rows = []
+    layouts = defaultdict(dict)  # group kind -> {Layout: code}
+    for point in grid:
+        n, tp, pp, dp, cp, ep = point
+        if pp not in usable_pp:
+            continue
+        for placement in placement_classes(problem, systems[n], point, allowed):
+            where = group_layouts(systems[n], Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=1, placement=placement))
+            codes = tuple(layouts[kind].setdefault(where[kind], len(layouts[kind])) for kind in GROUP_KEYS)
+            rows.append(point + (PLACEMENTS.index(placement),) + codes)
+    if not rows:
+        raise ProblemError(f"no grid allows the placements {list(allowed)}: with experts, Megatron-Core needs pp last "
+                           "(or tp·cp = ep) and the same pipeline groups in the dense and expert grids; allowed: an order "
+                           "ending with pp", source=problem.source, field="mapping.placement")
+    grid_cols = [D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.PLACEMENT, *GROUP_KEYS.values()]
+    gb = wl.global_batch
+    dps = sorted({r[3] for r in rows})
+    micro_batches = allowed_values(problem, "micro_batch", divisors(gb))
+    micro = [(dp, mb, gb // (dp * mb)) for dp in dps for mb in micro_batches if gb % (dp * mb) == 0]
+    tps = sorted({r[1] for r in rows})
+    sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
+    recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
+    zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
+    counts = sorted({m for _, _, m in micro})
+    schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
+    frames = [
+        ("grid", pd.DataFrame(rows, columns=grid_cols)),
+        ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
+        ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP])),
+        ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
+        ("zero", pd.DataFrame({D.ZERO: zero})),
+        ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
+        ("pipeline", pd.DataFrame(pipeline, columns=[D.PP, D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS,
+                                                     D.VPP, D.INTERLEAVED])),
+    ]
+    domains = {D.PLACEMENT: categorical(PLACEMENTS), D.SP: categorical((False, True)), D.RECOMPUTE: categorical(tuple(Recompute))}
+    domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
+    for _, frame in frames:
+        for c in frame.columns:
+            if c not in domains:
+                domains[c] = numeric(frame[c])
+            elif domains[c].numeric:
+                domains[c] = numeric(set(domains[c].values) | set(frame[c]))
+    relations = [Relation(name, frame.astype("int64")) for name, frame in frames]
+    relations[-1] = Relation("pipeline", relations[-1].frame, _pipeline_compact(problem, relations[-1].frame))
+    space = Space(tuple(relations), domains)
+    if not space.size():
+        restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
+        raise ProblemError(
+            f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
+            "dp·micro_batch; sp needs tp > 1; vpp must split every stage)", source=problem.source, field="mapping")
+    return space
+
+
+def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
+    """(num_gpus, Mapping) of one point given by its stored values."""
+    value = {k: space.domains[k].value(stored[k]) for k in (D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.MICRO_BATCH, D.VPP,
+                                                              D.SP, D.RECOMPUTE, D.ZERO, D.FIRST_STAGE_LAYERS,
+                                                              D.LAST_STAGE_LAYERS, D.PLACEMENT)}
+    return value[D.NUM_GPUS], Mapping(
+        tp=value[D.TP], pp=value[D.PP], dp=value[D.DP], cp=value[D.CP], ep=value[D.EP], micro_batch=value[D.MICRO_BATCH],
+        vpp=value[D.VPP], sp=bool(value[D.SP]), recompute=str(value[D.RECOMPUTE]), zero=int(value[D.ZERO]),
+        first_stage_layers=value[D.FIRST_STAGE_LAYERS], last_stage_layers=value[D.LAST_STAGE_LAYERS],
+        placement=value[D.PLACEMENT])
