@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 
-from parasol.solver.plan import evaluate_plan, solve
+from parasol.solver.planner import solve
+from parasol.solver.training_planner import evaluate_plan
 from parasol.solver.problem import load_problem, parse_problem
 
 DEEPSEEK_TOKENS = 14.8e12  # pre-training tokens (paper abstract)

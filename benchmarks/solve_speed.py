@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 
-from parasol.solver.plan import enumerate_space, solve
+from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
 
 LADDERS = {

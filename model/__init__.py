@@ -4,7 +4,7 @@ Pure functions and frozen dataclasses in SI units; no solver code lives here.
 """
 
 from .errors import ProblemError
-from .inference import evaluate_inference
+from .serving_step import evaluate_inference
 from .specs import DeviceSpec, InferenceWorkload, Mapping, ModelSpec, NetworkTier, PoolMapping, ServingMapping, SystemSpec, Workload
 from .evaluation import Evaluation
 from .training_step import evaluate_training

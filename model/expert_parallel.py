@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from math import comb
 
+from . import comm
+from .placement import Layout, collective_time_s
 from .precision import activation_precision, bytes_per_element
-from .specs import ModelSpec, Workload
+from .specs import ModelSpec, SystemSpec, Workload
 
 FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0  # one fp32 scale per 1x128 block (DeepSeek-V3 Sec. 3.3.2)
 
@@ -67,3 +69,18 @@ def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
     if workload.moe_dispatcher == "deepep" and workload.precision == "fp8" and direction == "dispatch":
         return 1.0 + FP8_SCALE_BYTES_PER_ELEMENT
     return bytes_per_element(activation_precision(workload.precision))
+
+
+def alltoall_time_s(row_bytes: float, inside: float, across: float, where: Layout, system: SystemSpec) -> float:
+    """One all-to-all of token copies over the expert-parallel group at ``where``, seconds: each rank
+    sends ``inside`` copies of ``row_bytes`` per token to peers in its scale-up domain and ``across``
+    to other domains (``dispatch_copies_per_token``). On two tiers, both tiers at once
+    (``comm.alltoall_split_time_s``); on a topology the model follows, the copies leaving each rank
+    timed as an all-to-all spread evenly over the group (a send buffer of which (ep-1)/ep leaves the
+    rank; DeepEP's node deduplication counts in the volume, not in its split)."""
+    ep = where.n
+    if ep <= 1:
+        return 0.0
+    if where.placement is None:
+        return comm.alltoall_split_time_s(row_bytes * inside, row_bytes * across, ep, where.local, system)
+    return collective_time_s("alltoall", row_bytes * (inside + across) * ep / (ep - 1), where, system)

@@ -7,10 +7,13 @@ batches and weight-streaming-bound at small batch, decode attention reads the KV
 memory/compute crossover falls out of the operation shapes (Pope et al., MLSys 2023, Sec. 2-3;
 Yuan et al., "LLM Inference Unveiled: Survey and Roofline Model Insights", 2024).
 
-The evaluation is factored for the planner: ``layer_time`` on (tp, ep, tokens of one pass),
-``edge_times`` and ``p2p_time_s`` on (tp, tokens), ``stage_layouts`` on pp, ``stage_weight_bytes``
-on (tp, pp, ep), ``kv_cache.kv_bytes_per_sequence`` on (tp, layers), ``activation_bytes`` on
-(tp, tokens). ``evaluate_inference`` composes them and is the single source of every number.
+These are the terms of a serving plan, each a function of the few decisions it depends on:
+``layer_time`` on (tp, ep, tokens of one pass, where the TP and EP groups sit), ``edge_times`` on
+(tp, tokens), ``p2p_time_s`` on (tokens, where the pipeline group sits), ``stage_layouts`` on pp,
+``stage_weight_bytes`` on (tp, pp, ep), ``kv_cache.kv_bytes_per_sequence`` on (tp, layers),
+``activation_bytes`` on (tp, tokens). Collectives are timed where the groups sit
+(``serving_layouts``, ``placement.collective_time_s``), on a topology the model follows as in
+training. ``serving_step.compose`` composes them; it is the single source of every number.
 """
 
 from __future__ import annotations
@@ -19,15 +22,13 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from . import comm, compute, expert_parallel, kv_cache, memory, params
+from . import compute, expert_parallel, kv_cache, memory
 from .errors import ProblemError
 from .pipeline import stage_layer_counts
+from .placement import Group, Layout, collective_time_s, layout, topology_decides
 from .precision import activation_precision, bytes_per_element, stored_bytes_per_element
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
-from .evaluation import Evaluation
 from .training import stage_expert_params, stage_params
-
-GIB = 2.0**30
 LOGIT_BYTES = 4.0  # fp32 logits for sampling (TensorRT-LLM and vLLM keep logits in fp32)
 
 
@@ -192,32 +193,54 @@ def prefill_attention_time_s(model: ModelSpec, device, prefill_tokens: float, pr
     return compute.attention_core_forward_time_s(model, device, "flash", prefill_tokens / prompt_len, prompt_len, 1, tp)
 
 
-def tp_allreduce_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp: int) -> float:
+def serving_layouts(system: SystemSpec, tp: int, pp: int, ep: int) -> dict:
+    """{'tp', 'pp', 'ep': placement.Layout} of one serving pool's groups: a replica's tp ranks
+    consecutive, its pp stages tp ranks apart (tp fastest, as TensorRT-LLM and vLLM number ranks),
+    the ep ranks consecutive; each pool laid from the first rank of the job."""
+    return {"tp": layout(system, Group.of((tp, 1))), "pp": layout(system, Group.of((pp, tp))),
+            "ep": layout(system, Group.of((ep, 1)))}
+
+
+def kv_link_layout(system: SystemSpec) -> Layout:
+    """Where a request's KV cache crosses from the prefill pool to the decode pool: between the
+    job's first and last GPU, over the scale-up links when the whole job is one scale-up domain,
+    else through the NICs (on a topology the model follows, the two ranks' placement there)."""
+    n = system.num_gpus
+    if n < 2:
+        return Layout(2, 2)
+    if topology_decides(system.topology):
+        return layout(system, Group.of((2, n - 1)))
+    return Layout(2, 2 if n <= system.scale_up_domain else 1)
+
+
+def tp_allreduce_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp_layout: Layout) -> float:
     """The two all-reduces of a layer's tensor-parallel outputs (attention and MLP; Shoeybi et al.
-    2019, Sec. 3) on ``tokens`` rows of the hidden state, at the activation width, seconds
-    (``comm.allreduce_time_s`` on the tiers the tp group spans)."""
-    if tp == 1 or tokens <= 0:
+    2019, Sec. 3) on ``tokens`` rows of the hidden state, at the activation width, over the TP group
+    at ``tp_layout``, seconds (``placement.collective_time_s``)."""
+    if tp_layout.n == 1 or tokens <= 0:
         return 0.0
     nbytes = tokens * model.hidden * bytes_per_element(activation_precision(workload.precision))
-    return 2.0 * comm.allreduce_time_s(nbytes, tp, 1, system)
+    return 2.0 * collective_time_s("allreduce", nbytes, tp_layout, system)
 
 
-def ep_alltoall_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp: int, ep: int) -> float:
+def ep_alltoall_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp: int,
+                       ep_layout: Layout) -> float:
     """Dispatch and combine of one MoE layer, seconds: each tensor-parallel rank sends its tokens/tp
-    rows, top_k copies spread over the ep ranks (``expert_parallel.dispatch_copies_per_token``,
-    Megatron-Core's all-to-all dispatcher), at the activation width, both ways
-    (``comm.alltoall_split_time_s``)."""
+    rows, top_k copies spread over the ep ranks of the group at ``ep_layout``
+    (``expert_parallel.dispatch_copies_per_token``, Megatron-Core's all-to-all dispatcher), at the
+    activation width, both ways (``expert_parallel.alltoall_time_s``)."""
+    ep = ep_layout.n
     if ep == 1 or model.moe is None or tokens <= 0:
         return 0.0
-    local = comm.ranks_per_domain(ep, 1, system)
-    inside, across = expert_parallel.dispatch_copies_per_token(model, ep, local, "alltoall")
+    inside, across = expert_parallel.dispatch_copies_per_token(model, ep, ep_layout.local, "alltoall")
     row = tokens / tp * model.hidden * bytes_per_element(activation_precision(workload.precision))
-    return 2.0 * comm.alltoall_split_time_s(row * inside, row * across, ep, local, system)
+    return 2.0 * expert_parallel.alltoall_time_s(row, inside, across, ep_layout, system)
 
 
 def layer_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, ep: int, p: Pass,
-               moe_layer: bool = False) -> LayerTime:
-    """One layer (dense, or MoE with ``moe_layer``) of pass ``p`` on one GPU of a tp-way replica.
+               moe_layer: bool = False, layouts: dict | None = None) -> LayerTime:
+    """One layer (dense, or MoE with ``moe_layer``) of pass ``p`` on one GPU of a tp-way replica,
+    its groups where ``layouts`` ({'tp', 'ep': Layout}, ``serving_layouts``) put them.
 
     GEMMs on all the pass's tokens (``compute.layer_gemm_shapes``; weights at their stored width),
     decode attention on the cache plus prefill attention on the prompt tokens, the memory-bound
@@ -227,6 +250,7 @@ def layer_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     model = serving_model(model)
     device = system.device
     tokens = p.tokens
+    layouts = layouts or serving_layouts(system, tp, 1, ep)
     gemm = sum(gemm_kernel_time_s(device, m, n, k, workload)
                for m, n, k in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).values())
     if moe_layer:
@@ -237,8 +261,8 @@ def layer_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     nbytes = compute.elementwise_forward_bytes(model, tokens, tp, False, workload.precision, moe_layer)
     nbytes += tokens * kv_cache.kv_bytes_per_token(model, workload.kv_precision, tp)
     return LayerTime(gemm=gemm, attention=attention, elementwise=compute.memory_bound_time_s(device, nbytes),
-                     tp_comm=tp_allreduce_time_s(model, system, workload, tokens, tp),
-                     ep_comm=ep_alltoall_time_s(model, system, workload, tokens, tp, ep) if moe_layer else 0.0)
+                     tp_comm=tp_allreduce_time_s(model, system, workload, tokens, layouts["tp"]),
+                     ep_comm=ep_alltoall_time_s(model, system, workload, tokens, tp, layouts["ep"]) if moe_layer else 0.0)
 
 
 # ---------------------------------------------------------------- edges, pipeline
@@ -257,15 +281,11 @@ def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     return first, logits + sample
 
 
-def pipeline_crosses_domain(system: SystemSpec, tp: int, pp: int) -> bool:
-    """Whether neighbouring pipeline stages of a replica (tp ranks apart, tp fastest) sit in
-    different scale-up domains."""
-    return pp > 1 and comm.ranks_per_domain(pp, tp, system) < pp
-
-
-def p2p_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, crosses: bool) -> float:
-    """Sending one pass's hidden states to the next stage, seconds (``comm.p2p_time_s``)."""
-    return comm.p2p_time_s(tokens * model.hidden * bytes_per_element(activation_precision(workload.precision)), crosses, system)
+def p2p_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, pp_layout: Layout) -> float:
+    """Sending one pass's hidden states to the next stage of the pipeline group at ``pp_layout``,
+    seconds (``placement.collective_time_s``; 0 with one stage)."""
+    nbytes = tokens * model.hidden * bytes_per_element(activation_precision(workload.precision))
+    return collective_time_s("p2p", nbytes, pp_layout, system)
 
 
 @dataclass(frozen=True)
@@ -301,43 +321,6 @@ def stage_layouts(model: ModelSpec, pp: int) -> list[StageLayout]:
     return out
 
 
-def stage_pass_time_s(stage: StageLayout, dense: LayerTime, moe: LayerTime | None, edges: tuple[float, float]) -> float:
-    """One stage's share of a pass: its layers plus the embedding (first) and output layer (last), seconds."""
-    t = stage.dense * dense.total + (stage.moe * moe.total if stage.moe else 0.0)
-    return t + (edges[0] if stage.first else 0.0) + (edges[1] if stage.last else 0.0)
-
-
-@dataclass(frozen=True)
-class PassTime:
-    """A pass through a pp-deep replica: ``cycle`` is the slowest stage plus its send, the time
-    between two micro-batches leaving the pipeline in steady state; ``latency`` = pp·cycle, a
-    micro-batch's way through every stage (equal to the sum of the stages when they are balanced,
-    an upper bound otherwise). ``dense``/``moe`` are the layer times for the breakdowns."""
-
-    cycle: float
-    pp: int
-    dense: LayerTime
-    moe: LayerTime | None
-    edges: tuple
-    p2p: float
-
-    @property
-    def latency(self) -> float:
-        return self.pp * self.cycle
-
-
-def pass_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, pool: PoolMapping, p: Pass) -> PassTime:
-    """Time of pass ``p`` through one replica of ``pool``: the slowest stage plus, with pp > 1, the
-    send of its output to the next stage (not overlapped: an upper bound)."""
-    dense = layer_time(model, system, workload, pool.tp, pool.ep, p, False)
-    moe = layer_time(model, system, workload, pool.tp, pool.ep, p, True) if model.moe is not None else None
-    edges = edge_times(model, system, workload, pool.tp, p)
-    slowest = max(stage_pass_time_s(s, dense, moe, edges) for s in stage_layouts(model, pool.pp))
-    crosses = pipeline_crosses_domain(system, pool.tp, pool.pp)
-    p2p = p2p_time_s(model, system, workload, p.tokens, crosses) if pool.pp > 1 else 0.0
-    return PassTime(cycle=slowest + p2p, pp=pool.pp, dense=dense, moe=moe, edges=edges, p2p=p2p)
-
-
 # ---------------------------------------------------------------- memory
 
 def stage_weight_bytes(model: ModelSpec, workload: InferenceWorkload, stage: StageLayout, tp: int, ep: int) -> float:
@@ -367,30 +350,6 @@ def activation_bytes(model: ModelSpec, workload: InferenceWorkload, tp: int, p: 
     if last:
         total += p.rows * model.vocab / tp * LOGIT_BYTES
     return total
-
-
-def stage_memory_bytes(model: ModelSpec, workload: InferenceWorkload, stage: StageLayout, pool: PoolMapping,
-                       resident_seqs: float, cached_tokens: float, passes: list[Pass]) -> dict:
-    """Memory of one GPU of a stage, bytes by component: weights, the KV cache of
-    ``resident_seqs`` sequences of ``cached_tokens`` each (paged), the free memory the engine leaves
-    outside its KV pool (``kv_headroom``: the pool takes ``workload.kv_cache_memory_fraction`` of the
-    memory free after weights and activations, ``kv_cache.kv_pool_bytes``), and the largest
-    activation working set among ``passes``. Their sum fitting the usable memory is exactly "the KV
-    cache fits in its pool"."""
-    kv = resident_seqs * kv_cache.kv_bytes_per_sequence(model, workload.kv_precision, pool.tp, stage.layers, cached_tokens,
-                                                        workload.kv_block_tokens)
-    act = max(activation_bytes(model, workload, pool.tp, p, stage.last) for p in passes)
-    return {"weights": stage_weight_bytes(model, workload, stage, pool.tp, pool.ep), "kv_cache": kv,
-            "kv_headroom": kv_cache.kv_pool_bytes(kv, workload.kv_cache_memory_fraction) - kv, "activations": act}
-
-
-def pool_memory(model: ModelSpec, workload: InferenceWorkload, pool: PoolMapping, resident_seqs: float,
-                cached_tokens: float, passes: list[Pass]) -> dict:
-    """The peak stage of a pool: its total bytes and components (``stage_memory_bytes``)."""
-    stages = [stage_memory_bytes(model, workload, s, pool, resident_seqs, cached_tokens, passes)
-              for s in stage_layouts(model, pool.pp)]
-    peak = max(range(len(stages)), key=lambda i: sum(stages[i].values()))
-    return {"bytes": sum(stages[peak].values()), "stage": peak, "components": stages[peak]}
 
 
 # ---------------------------------------------------------------- checks
@@ -438,82 +397,15 @@ def check_serving(model: ModelSpec, system: SystemSpec, workload: InferenceWorkl
                            field="workload.output_len")
 
 
-# ---------------------------------------------------------------- the serving modes
+# ---------------------------------------------------------------- passes of a replica, KV transfer
 
-@dataclass(frozen=True)
-class ServingTimes:
-    """The latencies and rates of a serving plan: time to first token, time per output token
-    after it, a request's end-to-end latency, and output tokens per second in total."""
-
-    ttft: float
-    tpot: float
-    e2e: float
-    tokens_per_s: float
-
-
-def static_times(workload: InferenceWorkload, pool: PoolMapping, batch: int, prefill: PassTime, decode: PassTime) -> ServingTimes:
-    """Static batching (all requests start together; TensorRT-LLM gptSessionBenchmark, FasterTransformer):
-    the whole batch is prefilled in pp micro-batches, (2pp-1) cycles of the pipeline, and gives
-    every request its first token; then output_len-1 decode steps, one pipeline round (pp cycles)
-    each. Throughput = dp·batch·output_len / end-to-end latency, as the benchmark reports it."""
-    ttft = (2 * pool.pp - 1) * prefill.cycle
-    tpot = decode.latency
-    e2e = ttft + (workload.output_len - 1) * tpot
-    return ServingTimes(ttft, tpot, e2e, pool.dp * batch * workload.output_len / e2e)
-
-
-def continuous_times(workload: InferenceWorkload, pool: PoolMapping, batch: int, mixed: PassTime) -> ServingTimes:
-    """Continuous batching in steady state (Orca; vLLM; chunked prefill as Sarathi-Serve): every
-    iteration advances the batch's decoding sequences by a token and prefills batch·input/output
-    prompt tokens, one pipeline round (pp cycles). A prompt's tokens are all prefilled after
-    output_len/batch iterations (at least one), which is its time to first token; output tokens/s
-    = dp·batch / iteration."""
-    tpot = mixed.latency
-    ttft = max(1.0, workload.output_len / batch) * tpot
-    e2e = ttft + (workload.output_len - 1) * tpot
-    return ServingTimes(ttft, tpot, e2e, pool.dp * batch / tpot)
-
-
-def kv_transfer_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, prefill: PoolMapping) -> float:
-    """Moving one request's KV cache from the prefill to the decode pool, seconds: every prefill GPU
-    sends its share (``kv_cache.kv_transfer_bytes_per_gpu``) at once, over the scale-up links when
-    the whole system is one scale-up domain, else through its NIC (NIXL/RDMA in Dynamo, DistServe)."""
-    nbytes = kv_cache.kv_transfer_bytes_per_gpu(model, workload.kv_precision, prefill.tp, prefill.pp, workload.input_len)
-    return comm.p2p_time_s(nbytes, system.num_gpus > system.scale_up_domain, system)
-
-
-def disaggregated_times(workload: InferenceWorkload, mapping: ServingMapping, prefill: PassTime, decode: PassTime,
-                        transfer_s: float) -> ServingTimes:
-    """Disaggregated prefill and decode (DistServe, Zhong et al. OSDI 2024; Splitwise, Patel et al.
-    ISCA 2024): a prefill replica takes prompts_per_pass prompts per pass, its time to first token
-    is one pass through its pipeline plus the KV transfer; the decode pool runs batch sequences per
-    replica, one round per token. The system serves the slower pool's request rate: prefill
-    dp_p·prompts/cycle, decode dp_d·batch/((output_len-1)·round); tokens/s = output_len × that."""
-    n = prefill_prompts_per_pass(workload)
-    ttft = prefill.latency + transfer_s
-    tpot = decode.latency
-    e2e = ttft + (workload.output_len - 1) * tpot
-    rate = min(mapping.prefill.dp * n / prefill.cycle, mapping.decode.dp * mapping.batch / ((workload.output_len - 1) * tpot))
-    return ServingTimes(ttft, tpot, e2e, workload.output_len * rate)
-
-
-def max_batch(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, pool: PoolMapping,
-              limit: int = 1 << 16) -> int:
-    """The largest batch (a multiple of pp) whose KV cache and activations fit next to the weights
-    on every stage of ``pool`` (``serving_memory``), at most ``limit``; 0 when not even pp do."""
-    def fits(batch):
-        return serving_memory(model, workload, pool, batch, None)["bytes"] <= system.usable_memory_bytes
-    step = pool.pp
-    if not fits(step):
-        return 0
-    lo, hi = 1, 2
-    while hi * step <= limit and fits(hi * step):
-        lo, hi = hi, hi * 2
-    hi = min(hi, limit // step + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid * step) else (lo, mid)
-    return lo * step
+def kv_transfer_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, pp: int,
+                       link: Layout) -> float:
+    """Moving one request's KV cache from a tp·pp prefill replica to the decode pool, seconds: every
+    prefill GPU sends its share (``kv_cache.kv_transfer_bytes_per_gpu``) at once over ``link``
+    (``kv_link_layout``; NIXL/RDMA in Dynamo, DistServe)."""
+    nbytes = kv_cache.kv_transfer_bytes_per_gpu(model, workload.kv_precision, tp, pp, workload.input_len)
+    return collective_time_s("p2p", nbytes, link, system)
 
 
 def decode_passes(workload: InferenceWorkload, micro: float) -> list[Pass]:
@@ -525,87 +417,3 @@ def decode_passes(workload: InferenceWorkload, micro: float) -> list[Pass]:
     if workload.serving == "continuous":
         return [mixed_pass(workload, micro)]
     return [decode_pass(workload, micro)]
-
-
-def serving_memory(model: ModelSpec, workload: InferenceWorkload, pool: PoolMapping, batch: int,
-                   prefill: PoolMapping | None) -> dict:
-    """Peak memory per GPU of a serving plan, bytes (``pool_memory``): the decode (or colocated)
-    pool holds the KV cache of its batch at full length, input_len + output_len (no eviction:
-    TensorRT-LLM's guaranteed-no-evict scheduling); a prefill pool that of the prompts in its
-    pipeline, pp·prompts_per_pass of input_len."""
-    out = pool_memory(model, workload, pool, batch, workload.input_len + workload.output_len,
-                      decode_passes(workload, batch / pool.pp))
-    out["pool"] = "decode"
-    if prefill is not None:
-        n = prefill_prompts_per_pass(workload)
-        pre = pool_memory(model, workload, prefill, prefill.pp * n, workload.input_len, [prefill_pass(workload, n)])
-        if pre["bytes"] > out["bytes"]:
-            out = {**pre, "pool": "prefill"}
-    return out
-
-
-def evaluate_inference(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping,
-                       with_max_batch: bool = True) -> Evaluation:
-    """TTFT, TPOT, end-to-end latency, throughput and peak memory of a serving plan, with breakdowns;
-    ``with_max_batch`` adds the largest batch that fits (``max_batch``, a search: the enumerator
-    leaves it out of its inner loop)."""
-    check_serving(model, system, workload, mapping)
-    pool, batch = mapping.decode, mapping.batch
-    micro = batch / pool.pp
-    if workload.serving == "static":
-        pre = pass_time(model, system, workload, pool, prefill_pass(workload, micro))
-        dec = pass_time(model, system, workload, pool, decode_pass(workload, micro))
-        times = static_times(workload, pool, batch, pre, dec)
-    elif workload.serving == "continuous":
-        dec = pass_time(model, system, workload, pool, mixed_pass(workload, micro))
-        pre = dec
-        times = continuous_times(workload, pool, batch, dec)
-    else:
-        pre = pass_time(model, system, workload, mapping.prefill, prefill_pass(workload, prefill_prompts_per_pass(workload)))
-        dec = pass_time(model, system, workload, pool, decode_pass(workload, micro))
-        times = disaggregated_times(workload, mapping, pre, dec, kv_transfer_time_s(model, system, workload, mapping.prefill))
-    mem = serving_memory(model, workload, pool, batch, mapping.prefill)
-    usable = system.usable_memory_bytes
-    slo_ok = ((workload.ttft_slo_s is None or times.ttft <= workload.ttft_slo_s)
-              and (workload.tpot_slo_s is None or times.tpot <= workload.tpot_slo_s))
-    metrics = {
-        "ttft_s": times.ttft,
-        "tpot_s": times.tpot,
-        "e2e_latency_s": times.e2e,
-        "tokens_per_s": times.tokens_per_s,
-        "tokens_per_s_per_gpu": times.tokens_per_s / system.num_gpus,
-        "tokens_per_s_per_user": 1.0 / times.tpot,
-        "batch": batch,
-        "concurrent_requests": batch * pool.dp,
-        "peak_memory_gib": mem["bytes"] / GIB,
-        "usable_memory_gib": usable / GIB,
-        "fits": bool(mem["bytes"] <= usable),
-        "meets_slo": bool(slo_ok),
-        "num_gpus": system.num_gpus,
-        "params_b": params.total_params(model) / 1e9,
-    }
-    if with_max_batch:
-        metrics["max_batch"] = max_batch(model, system, workload, pool)
-    breakdown = {"tpot_s": _pass_breakdown(dec, model), "ttft_s": _pass_breakdown(pre, model),
-                 "memory_gib": {k: v / GIB for k, v in mem["components"].items()},
-                 "peak_memory_pool": mem["pool"], "peak_memory_stage": mem["stage"]}
-    if workload.serving == "static":
-        breakdown["ttft_s"] = {k: v * (2 * pool.pp - 1) / pool.pp for k, v in breakdown["ttft_s"].items()}
-    elif workload.serving == "continuous":
-        breakdown["ttft_s"] = {k: v * times.ttft / times.tpot for k, v in breakdown["ttft_s"].items()}
-    else:
-        breakdown["ttft_s"]["comm/kv_transfer"] = times.ttft - pre.latency
-    return Evaluation(metrics=metrics, breakdown=breakdown, stages=[])
-
-
-def _pass_breakdown(t: PassTime, model: ModelSpec) -> dict:
-    """A pass's latency (pp cycles) by component, seconds: the slowest stage's layers, edges and sends."""
-    stages = stage_layouts(model, t.pp)
-    slowest = max(stages, key=lambda s: stage_pass_time_s(s, t.dense, t.moe, t.edges))
-    out = {}
-    for name in ("gemm", "attention", "elementwise", "tp_comm", "ep_comm"):
-        value = slowest.dense * getattr(t.dense, name) + (slowest.moe * getattr(t.moe, name) if slowest.moe else 0.0)
-        out[{"tp_comm": "comm/tp", "ep_comm": "comm/ep"}.get(name, f"compute/{name}")] = value * t.pp
-    out["compute/embedding_logits"] = t.pp * ((t.edges[0] if slowest.first else 0.0) + (t.edges[1] if slowest.last else 0.0))
-    out["comm/pp"] = t.pp * t.p2p
-    return out

@@ -70,8 +70,8 @@ class Output:
 class Factor:
     """A model term tabulated over the decisions it depends on.
 
-    ``fn(ctx, **values)`` returns one float per output (a tuple, or a float for one output), where
-    ``values`` maps each key to its value (model values: ints, choices, ``placement.Layout``s) and
+    ``fn(ctx, *values)`` returns one float per output (a tuple, or a float for one output), where
+    ``values`` are the keys' values in order (model values: ints, choices, ``placement.Layout``s) and
     ``ctx`` is the problem's context (model, system, workload). ``keys`` are decision names.
     """
 
@@ -86,7 +86,7 @@ class Factor:
 
     def evaluate(self, ctx, values: dict) -> tuple:
         """The factor's outputs at ``values`` (a mapping with at least its keys), floats."""
-        out = self.fn(ctx, **{k: values[k] for k in self.keys})
+        out = self.fn(ctx, *[values[k] for k in self.keys])
         return tuple(out) if isinstance(out, tuple) else (out,)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import comm, compute, expert_parallel, memory, params
+from . import compute, expert_parallel, memory, params
 from .errors import ProblemError
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, group_layouts, layout
 from .pipeline import stage_layer_counts, vpp_divides_stages
@@ -109,11 +109,7 @@ def ep_comm_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp:
     total = 0.0
     for leg in ("dispatch", "combine"):
         e = expert_parallel.dispatch_bytes_per_element(workload, leg if direction == "forward" else "combine")
-        row = tokens * model.hidden * e
-        if where.placement is None:
-            total += comm.alltoall_split_time_s(row * inside, row * across, ep, local, system)
-        else:  # a send buffer of which (ep-1)/ep leaves the rank: the copies sent
-            total += collective_time_s("alltoall", row * (inside + across) * ep / (ep - 1), where, system)
+        total += expert_parallel.alltoall_time_s(tokens * model.hidden * e, inside, across, where, system)
     return total
 
 

@@ -10,18 +10,19 @@ import argparse
 import json
 import sys
 
+from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
-from parasol.model.inference import evaluate_inference
 
-from . import inference_plan, inference_report
-from .inference_problem import INFERENCE_OBJECTIVES
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .pareto import pareto_front
-from .plan import enumerate_space, evaluate_plan, solve
-from .problem import OBJECTIVES, load_problem
-from .report import evaluation_json, evaluation_table, plan_json, plan_result_json, plan_result_table
+from .planner import enumerate_space, planner_for, solve
+from .problem import load_problem
+from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
+from .results import plans_frame, write_table
+
+OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -40,7 +41,7 @@ def _build_parser() -> argparse.ArgumentParser:
                        ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("problem", help="problem YAML file")
-        sp.add_argument("--objective", choices=OBJECTIVES + tuple(o for o in INFERENCE_OBJECTIVES if o not in OBJECTIVES),
+        sp.add_argument("--objective", choices=OBJECTIVES,
                         help="overrides the problem's objective (training: throughput, step_time, memory, tokens_per_gpu; "
                              "inference: throughput, ttft, tpot, latency)")
         sp.add_argument("--top", type=_positive_int, default=1, help="return the K best distinct mappings")
@@ -52,14 +53,18 @@ def _build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
         else:
             sp.add_argument("--all", action="store_true",
-                            help="with --json: list every feasible point with its metrics under \"points\" (small spaces)")
+                            help="with --json: list every feasible point with its metrics under \"points\"; with --out: "
+                                 "write every point")
+        sp.add_argument("--out", metavar="FILE", help="also write the plans (enumerate --all: every point) as a table: "
+                                                      ".csv, .parquet or .json")
     pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics (epsilon-constraint, CP-SAT)")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
     pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B[,C]",
                     help="two metrics; serving: e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, "
                          "tpot_s, e2e_latency_s, peak_memory_gib); training: throughput,cost (also memory, step_time, "
                          "tokens_per_usd)")
-    pa.add_argument("--plot", metavar="FILE.png", help="training: also draw the front into a PNG (needs the plot extra: matplotlib)")
+    pa.add_argument("--plot", metavar="FILE.png", help="also draw the front into a PNG (needs the plot extra: matplotlib)")
+    pa.add_argument("--out", metavar="FILE", help="also write the front as a table: .csv, .parquet or .json")
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
@@ -123,58 +128,76 @@ def _size(text: str) -> int:
 
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
-    if problem.is_inference:
-        mapping = problem.fixed_serving_mapping()
-        evaluation = evaluate_inference(problem.model, problem.system(), problem.workload, mapping)
-        print(json.dumps(inference_report.evaluation_json(problem, mapping, evaluation), indent=2) if args.json
-              else inference_report.evaluation_table(problem, mapping, evaluation))
-        return 0
-    mapping = problem.fixed_mapping()
-    evaluation = evaluate_plan(problem, problem.num_gpus[0], mapping)
+    planner = planner_for(problem)
+    num_gpus, mapping = planner.fixed_plan(problem)
+    evaluation = planner.evaluate(problem, num_gpus, mapping)
     if args.json:
-        print(json.dumps(evaluation_json(problem, mapping, evaluation), indent=2))
+        print(json.dumps(planner.evaluation_json(problem, mapping, evaluation), indent=2))
     else:
-        print(evaluation_table(problem, mapping, evaluation))
+        print(planner.evaluation_table(problem, mapping, evaluation))
     return 0
 
 
 def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
+    planner = planner_for(problem)
     result = run(problem, args)
+    keep_all = getattr(args, "all", False)
+    if args.out:
+        write_table(result.table if keep_all and result.table is not None else plans_frame(result.plans), args.out)
     if args.json:
         doc = plan_result_json(problem, result, args.top)
-        if getattr(args, "all", False):
-            doc["points"] = [plan_json(problem, p) for p in result.feasible_points]
+        if keep_all:
+            doc["points"] = points_json(result.table)
         print(json.dumps(doc, indent=2))
     else:
-        print((inference_report.plan_result_table if problem.is_inference else plan_result_table)(problem, result))
+        print(plan_result_table(planner, problem, result))
     return 0
 
 
+def points_json(table) -> list:
+    """enumerate --all --json: every feasible point as {mapping, metrics}."""
+    if table is None:
+        return []
+    feasible = table[table["fits"] & table.get("meets_slo", True)] if "fits" in table else table
+    metric_names = [c for c in table.columns if c not in MAPPING_COLUMNS]
+    out = []
+    for row in feasible.to_dict("records"):
+        out.append({"mapping": {k: _plain(v) for k, v in row.items() if k in MAPPING_COLUMNS},
+                    "metrics": {k: _plain(row[k]) for k in metric_names}})
+    return out
+
+
+MAPPING_COLUMNS = ("num_gpus", "tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
+                   "first_stage_layers", "last_stage_layers", "placement", "batch", "prefill.tp", "prefill.pp", "prefill.ep",
+                   "prefill.dp")
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    return str(value) if isinstance(value, str) else value
+
+
 def cmd_solve(args) -> int:
-    return _plan_command(args, lambda p, a: (inference_plan.solve if p.is_inference else solve)(
-        p, objective=a.objective, top=a.top, time_limit=a.time_limit, workers=a.workers, seed=a.seed))
+    return _plan_command(args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
+                                                  workers=a.workers, seed=a.seed))
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(args, lambda p, a: (inference_plan.enumerate_space if p.is_inference else enumerate_space)(
-        p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-        **({} if p.is_inference else {"keep_all": a.all})))
+    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
+                                                            keep_all=a.all))
 
 
 def cmd_pareto(args) -> int:
     problem = load_problem(args.problem)
-    if not problem.is_inference:
-        from .training_pareto import front_json, front_table, plot_front, training_front
-        result = training_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
-        if args.plot:
-            plot_front(problem, result, args.plot)
-        print(json.dumps(front_json(problem, result), indent=2) if args.json else front_table(problem, result))
-        return 0
+    planner = planner_for(problem)
+    result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
     if args.plot:
-        raise ProblemError("--plot draws training fronts only", field="--plot")
-    result = pareto_front(inference_plan.pareto_target(problem), args.objectives, args.time_limit, args.workers, args.seed)
-    print(json.dumps(inference_report.front_json(problem, result), indent=2) if args.json else inference_report.front_table(problem, result))
+        plot_front(planner, problem, result, args.plot)
+    if args.out:
+        write_table(plans_frame(result.plans), args.out)
+    print(json.dumps(front_json(planner, problem, result), indent=2) if args.json else front_table(planner, problem, result))
     return 0
 
 

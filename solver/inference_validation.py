@@ -8,8 +8,8 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from parasol.model.inference import evaluate_inference
-from parasol.model.training import Evaluation
+from parasol.model.serving_step import evaluate_inference
+from parasol.model.evaluation import Evaluation
 
 from . import library
 from .problem import Problem
@@ -111,7 +111,7 @@ def evaluate_planned_run(entry: dict) -> InferenceRunResult:
     """A max-throughput run whose batch the engine chose: the planner's best plan for the entry's
     problem (the batch free, tp/pp/dp as published; ``enumerate_space``, the exhaustive oracle that
     ``solve`` is tested against), its metric compared with the published one."""
-    from .inference_plan import enumerate_space  # noqa: PLC0415  (the planner imports this package's problem)
+    from .planner import enumerate_space  # noqa: PLC0415  (the planner imports this package's problem)
 
     problem = problem_from_entry(entry)
     metric, measured = next(iter(entry["measured"].items()))

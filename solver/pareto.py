@@ -1,45 +1,29 @@
-"""The exact Pareto front of two metrics by the epsilon-constraint method with CP-SAT.
-
-Generic over metric names: a ``ParetoTarget`` supplies a CP-SAT encoding whose ``metric(name)``
-is an integer to minimise for each metric it can plan (larger-is-better metrics such as
-tokens/s are encoded as what to minimise, e.g. GPU-seconds per token), the decoding of a solution
-into a plan, and the model's evaluation of that plan. A later metric (cost, say) plugs in by
-adding a builder to the encoding.
+"""Exact Pareto fronts of two or three metrics by the epsilon-constraint method with CP-SAT, for
+training and serving alike (``planner.Search``: the model's composition as a CP-SAT model, whose
+``minimised`` quantities are the integers each metric is ordered by).
 
 Method (Haimes et al. 1971; exact for integer objectives, Ehrgott, "Multicriteria Optimization",
 2005, Sec. 4.1): minimise the first metric; among its optima minimise the second (a lexicographic
 second solve under an enforced bound on the first); record the point; require the second metric
 to be strictly better (one integer unit) than that point's, and repeat until infeasible. Each
 point is a proven non-dominated point of the integer model; the sequence ends with a proof that
-no further point exists. When time runs out the front so far is returned as PARTIAL with the gap
-of the solve in progress.
+no further point exists. Three metrics: two-metric fronts under an adaptive bound on the third
+(Laumanns, Thiele & Zitzler, EJOR 2006). A decision that changes the device (training's chiplet
+count) gives one front per value; the front over all is the non-dominated subset of their union.
+When time runs out the front so far is returned as PARTIAL with the gap of the solve in progress.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+
+import pandas as pd
 
 from parasol.model.errors import ProblemError
 
-from .cpsat import _status_name
-from .plan import Plan, _solver
-
-
-@dataclass
-class ParetoTarget:
-    """What the front is drawn over: ``encode()`` -> an encoding with ``model``, ``decisions`` and
-    ``metric(name)``; ``decode(values) -> (num_gpus, mapping)``; ``evaluate(num_gpus, mapping)``
-    -> the model's Evaluation; ``metrics``: the metric names it plans; ``space_size``."""
-
-    encode: Callable
-    decode: Callable
-    evaluate: Callable
-    metrics: tuple
-    space_size: int
-    check: Callable | None = None  # check(plan, encoding, solver): the round trip (bugs only)
-    explain: Callable | None = None  # explain(time_limit, workers, seed) -> the binding constraint when no plan exists
+from .cpsat_ops import IntQ
+from .planner import Plan, Search, cp_solver, explain, planner_for, status_name
 
 
 @dataclass
@@ -53,41 +37,92 @@ class ParetoResult:
     space_size: int = 0
     message: str | None = None
 
+    def frame(self) -> pd.DataFrame:
+        """The front as a table: one row per plan, its mapping and its model metrics."""
+        from .results import plans_frame  # noqa: PLC0415
 
-def pareto_front(target: ParetoTarget, objectives: tuple, time_limit: float = 60.0, workers: int = 1, seed: int = 0,
-                 max_points: int = 1000) -> ParetoResult:
-    """The exact front of ``objectives`` (two or three metric names) over ``target``."""
+        return plans_frame(self.plans)
+
+
+def check_metrics(planner, problem, objectives) -> tuple:
+    """The front's metric names, checked: two or three different ones the planner plans."""
+    objectives = tuple(objectives)
+    allowed = ", ".join(planner.front_metrics)
     if len(objectives) not in (2, 3) or len(set(objectives)) != len(objectives):
-        raise ProblemError(f"give two or three different metrics, got {list(objectives)}; allowed: {', '.join(target.metrics)}",
+        raise ProblemError(f"give two or three different metrics, got {list(objectives)}; allowed: {allowed}",
                            field="--objectives")
     for name in objectives:
-        if name not in target.metrics:
-            raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {', '.join(target.metrics)}",
-                               field="--objectives")
+        if name not in planner.front_metrics:
+            raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {allowed}", field="--objectives")
+    return objectives
+
+
+def pareto_front(problem, objectives, time_limit: float = 60.0, workers: int = 1, seed: int = 0,
+                 max_points: int = 1000) -> ParetoResult:
+    """The exact front of ``objectives`` (two or three metric names) of ``problem``."""
+    planner = planner_for(problem)
+    objectives = check_metrics(planner, problem, objectives)
+    start = time.perf_counter()
+    parts = planner.subproblems(problem)
+    results = []
+    for index, (_, sub, why) in enumerate(parts):
+        if sub is None:
+            results.append(ParetoResult(objectives=objectives, status="INFEASIBLE", message=why))
+            continue
+        left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
+        results.append(_front(planner, sub, objectives, left, workers, seed, max_points))
+    if len(results) == 1:
+        return results[0]
+    sense = {planner.front_metric(problem, n).metric: planner.front_metric(problem, n).sense for n in objectives}
+    keys = tuple(sense)
+    plans = non_dominated([p for r in results for p in r.plans], keys, sense)
+    statuses = {r.status for r in results}
+    status = "PARTIAL" if "PARTIAL" in statuses else ("INFEASIBLE" if not plans else "COMPLETE")
+    return ParetoResult(objectives=objectives, status=status,
+                        plans=sorted(plans, key=lambda p: p.evaluation.metrics[keys[0]] * sense[keys[0]]),
+                        gap=max((r.gap or 0.0 for r in results), default=None) if status == "PARTIAL" else None,
+                        solve_time_s=time.perf_counter() - start, solves=sum(r.solves for r in results),
+                        space_size=sum(r.space_size for r in results),
+                        message="; ".join(r.message for r in results if r.message) or None)
+
+
+def _front(planner, problem, objectives, time_limit, workers, seed, max_points) -> ParetoResult:
+    space = planner.space(problem)
+
+    def new_search():
+        return Search(planner, problem, space, objectives)
+
+    def unit(search, name):
+        return search.minimised(planner.front_metric(problem, name).minimised)
+
+    deadline = time.perf_counter() + time_limit
     if len(objectives) == 3:
-        return _front_of_three(target, tuple(objectives), time_limit, workers, seed, max_points)
-    return _front_of_two(target, objectives, time_limit, workers, seed, max_points)
+        result = _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, planner.presolve(problem))
+    else:
+        result = _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, planner.presolve(problem))
+    result.space_size = space.size()
+    if result.status == "INFEASIBLE" and result.message is None:
+        result.message = explain(planner, problem, space, deadline, workers, seed)
+    return result
 
 
-def _front_of_three(target: ParetoTarget, objectives: tuple, time_limit: float, workers: int, seed: int,
-                    max_points: int) -> ParetoResult:
+def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, presolve) -> ParetoResult:
     """Three metrics (a, b, c): two-metric fronts of (a, b) under c <= eps, eps lowered each time to
     one unit below the largest c on the last front, until infeasible; the union's non-dominated
     points (in CP-SAT's integer units, all minimised) are the front. Exact: a point of the 3-D front
     that a 2-D front misses is dominated in (a, b) only by points of larger c, so its c lies below
-    that front's largest c and a later, lower eps reaches it (Laumanns, Thiele & Zitzler, EJOR 2006,
-    for the adaptive eps-constraint idea)."""
+    that front's largest c and a later, lower eps reaches it."""
     start = time.perf_counter()
     a, b, c = objectives
-    out = ParetoResult(objectives=objectives, space_size=target.space_size)
+    out = ParetoResult(objectives=objectives)
     eps, found = None, []
     while True:
-        left = time_limit - (time.perf_counter() - start)
-        if left <= 0.1:
+        if deadline - time.perf_counter() <= 0.1:
             out.status, out.gap = "PARTIAL", 1.0
             out.message = f"time limit reached after {len(found)} candidate points"
             break
-        step = _front_of_two(target, (a, b), left, workers, seed, max_points, bound=None if eps is None else (c, eps), extra=(c,))
+        step = _front_of_two(new_search, unit, (a, b), deadline, workers, seed, max_points, presolve,
+                             bound=None if eps is None else (c, eps), extra=(c,))
         out.solves += step.solves
         found += step.plans
         if step.status == "PARTIAL":
@@ -95,12 +130,11 @@ def _front_of_three(target: ParetoTarget, objectives: tuple, time_limit: float, 
             break
         if not step.plans:
             if not found:
-                out.status, out.message = step.status, step.message
+                out.status = step.status
             break
         eps = max(p.units[c] for p in step.plans) - 1
     units = [tuple(p.units[n] for n in objectives) for p in found]
-    keep = {id(p) for p, u in zip(found, units)
-            if not any(all(x <= y for x, y in zip(v, u)) and v != u for v in units)}
+    keep = {id(p) for p, u in zip(found, units) if not any(all(x <= y for x, y in zip(v, u)) and v != u for v in units)}
     seen, out.plans = set(), []
     for p, u in zip(found, units):
         if id(p) in keep and u not in seen:
@@ -110,26 +144,26 @@ def _front_of_three(target: ParetoTarget, objectives: tuple, time_limit: float, 
     return out
 
 
-def _front_of_two(target: ParetoTarget, objectives: tuple, time_limit: float, workers: int, seed: int,
-                  max_points: int, bound: tuple | None = None, extra: tuple = ()) -> ParetoResult:
+def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, presolve, bound=None,
+                  extra=()) -> ParetoResult:
     """The two-metric front; ``bound`` = (metric, max units) restricts the space; ``extra``: metrics
-    whose integer values are recorded on each plan as well (``plan.units``). The names are checked
-    by ``pareto_front``."""
+    whose integer values are recorded on each plan as well (``plan.units``)."""
     start = time.perf_counter()
-    deadline = start + time_limit
-    result = ParetoResult(objectives=tuple(objectives), space_size=target.space_size)
-    enc = target.encode()
-    first, second = (enc.metric(name) for name in objectives)
+    result = ParetoResult(objectives=tuple(objectives))
+    search = new_search()
+    model = search.model
+    first, second = (unit(search, name) for name in objectives)
     if bound is not None:
-        enc.model.add(enc.metric(bound[0]) <= bound[1])
+        model.add(_expr(unit(search, bound[0])) <= bound[1])
 
     def run(objective, assumptions=()):
-        solver = _solver(max(0.1, deadline - time.perf_counter()), workers, seed)
-        enc.model.minimize(objective)
-        enc.model.clear_assumptions()
-        enc.model.add_assumptions(list(assumptions))
-        status = _status_name(solver.solve(enc.model))
-        assert status != "MODEL_INVALID", enc.model.validate()
+        solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve)
+        model.minimize(_expr(objective))
+        model.clear_assumptions()
+        model.add_assumptions(list(assumptions))
+        status = status_name(solver.solve(model))
+        if status == "MODEL_INVALID":
+            raise RuntimeError(f"invalid CP-SAT model: {model.validate()}")  # a bug in a backend
         result.solves += 1
         return solver, status
 
@@ -138,38 +172,38 @@ def _front_of_two(target: ParetoTarget, objectives: tuple, time_limit: float, wo
         if status == "INFEASIBLE":
             if not result.plans:
                 result.status = "INFEASIBLE"
-                result.message = (target.explain(max(0.1, deadline - time.perf_counter()), workers, seed)
-                                  if target.explain is not None and bound is None else "no plan satisfies the constraints")
+                if bound is not None:
+                    result.message = "no plan satisfies the constraints"
             break
         if status != "OPTIMAL":
             result.status = "PARTIAL"
             found = solver.objective_value if status == "FEASIBLE" else None
-            result.gap = (max(0.0, (found - solver.best_objective_bound) / found) if found else 1.0)
+            result.gap = max(0.0, (found - solver.best_objective_bound) / found) if found else 1.0
             result.message = f"time limit reached after {len(result.plans)} points; the solve in progress had gap {100 * result.gap:.2f} %"
             break
-        best_first = solver.value(first)
-        fixed = enc.model.new_bool_var(f"pareto_first_at_{len(result.plans)}")
-        enc.model.add(first <= best_first).only_enforce_if(fixed)
+        best_first = solver.value(_expr(first))
+        fixed = model.new_bool_var(f"pareto_first_at_{len(result.plans)}")
+        model.add(_expr(first) <= best_first).only_enforce_if(fixed)
         solver, status = run(second, [fixed])
         if status != "OPTIMAL":
             result.status, result.gap = "PARTIAL", 1.0
             result.message = f"time limit reached after {len(result.plans)} points (second-metric solve unfinished)"
             break
-        values = {k: solver.value(v) for k, v in enc.decisions.items()}
-        n, mapping = target.decode(values)
-        plan = Plan(n, mapping, target.evaluate(n, mapping))
-        plan.units = {name: solver.value(enc.metric(name)) for name in tuple(objectives) + tuple(extra)}
-        if target.check is not None:
-            target.check(plan, enc, solver)
+        plan: Plan = search.plan(solver)
+        plan.units = {name: solver.value(_expr(unit(search, name))) for name in tuple(objectives) + tuple(extra)}
         result.plans.append(plan)
-        enc.model.add(second <= solver.value(second) - 1)  # the next point must be strictly better on the second metric
-    enc.model.clear_assumptions()
+        model.add(_expr(second) <= solver.value(_expr(second)) - 1)  # the next point strictly better on the second
+    model.clear_assumptions()
     result.solve_time_s = time.perf_counter() - start
     return result
 
 
+def _expr(q):
+    return q.expr if isinstance(q, IntQ) else q
+
+
 def dominates(a: dict, b: dict, objectives: tuple, sense: dict, rel: float = 0.0) -> bool:
-    """Whether metrics ``a`` are at least as good as ``b`` on both objectives and better on one
+    """Whether metrics ``a`` are at least as good as ``b`` on every objective and better on one
     (``sense`` +1 smaller is better, -1 larger; ``rel`` a relative tolerance for 'as good')."""
     better = False
     for name in objectives:
@@ -181,6 +215,10 @@ def dominates(a: dict, b: dict, objectives: tuple, sense: dict, rel: float = 0.0
     return better
 
 
-def non_dominated(points: list, objectives: tuple, sense: dict) -> list:
-    """The points (plans) no other point dominates, by their model metrics."""
+def non_dominated(points, objectives: tuple, sense: dict):
+    """The points no other point dominates: plans (by their model metrics) or a table's rows."""
+    if isinstance(points, pd.DataFrame):
+        rows = points.to_dict("records")
+        keep = [i for i, r in enumerate(rows) if not any(dominates(q, r, objectives, sense) for q in rows)]
+        return points.iloc[keep]
     return [p for p in points if not any(dominates(q.evaluation.metrics, p.evaluation.metrics, objectives, sense) for q in points)]

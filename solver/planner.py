@@ -88,6 +88,25 @@ class Planner(ABC):
     kind: str
     objectives: tuple  # the objective names solve accepts
     mapping_keys: tuple  # the decisions that state a plan (num_gpus first)
+    front_metrics: tuple  # the metric names a front (or an objective) can order
+    points_name: str  # what a point of the space is called in reports
+    report: object  # the module with evaluation_json, evaluation_table, plans_table, plan_label
+
+    @abstractmethod
+    def fixed_plan(self, problem) -> tuple:
+        """(num_gpus, mapping) of the one plan a problem file fixes (``evaluate``)."""
+
+    def evaluation_json(self, problem, mapping, evaluation) -> dict:
+        return self.report.evaluation_json(problem, mapping, evaluation)
+
+    def evaluation_table(self, problem, mapping, evaluation) -> str:
+        return self.report.evaluation_table(problem, mapping, evaluation)
+
+    def plans_table(self, plans) -> list:
+        return self.report.plans_table(plans)
+
+    def plan_label(self, plan) -> str:
+        return self.report.plan_label(plan)
 
     @abstractmethod
     def space(self, problem) -> Space: ...
@@ -308,6 +327,8 @@ def memory_allows(out, limit):
 def _frame(planner, problem, space, cols, ctx, o, out) -> pd.DataFrame:
     data = {}
     for key in planner.mapping_keys:
+        if key not in cols:
+            continue
         domain = space.domains[key]
         data[str(key)] = cols[key] if domain.numeric else np.asarray([domain.values[i] for i in range(len(domain.values))],
                                                                      dtype=object)[cols[key]]

@@ -242,6 +242,8 @@ class _Join:
     def __call__(self, cols: dict) -> dict:
         n_left = len(next(iter(cols.values())))
         n_right = len(next(iter(self.right.values())))
+        if not n_right:
+            return {c: v[:0] for c, v in {**cols, **self.right}.items()}
         if not self.on:
             left = np.repeat(np.arange(n_left), n_right)
             right = np.tile(np.arange(n_right), n_left)
@@ -282,6 +284,9 @@ def _join(a: _Factor, b: _Factor, radix: dict) -> _Factor:
     """Rows of ``a`` and ``b`` that agree on their shared columns, counts multiplied."""
     on = [c for c in a.columns if c in b.columns]
     new = [c for c in b.columns if c not in on]
+    if not len(a) or not len(b):
+        columns = a.columns + tuple(new)
+        return _Factor(columns, np.zeros((0, len(columns)), dtype=np.int64), np.zeros(0, dtype=np.int64))
     if on:
         ka = _key(a.codes[:, [a.columns.index(c) for c in on]], [radix[c] for c in on])
         kb = _key(b.codes[:, [b.columns.index(c) for c in on]], [radix[c] for c in on])
@@ -304,6 +309,8 @@ def _sum_out(f: _Factor, keep: list, radix: dict) -> _Factor:
     idx = [f.columns.index(c) for c in keep]
     if not keep:
         return _Factor((), np.zeros((1, 0), dtype=np.int64), np.array([f.count.sum()], dtype=np.int64))
+    if not len(f):
+        return _Factor(tuple(keep), np.zeros((0, len(keep)), dtype=np.int64), np.zeros(0, dtype=np.int64))
     key = _key(f.codes[:, idx], [radix[c] for c in keep])
     unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     count = np.zeros(len(unique), dtype=np.int64)

@@ -1,9 +1,12 @@
-"""Readable tables and JSON documents for evaluations and plans."""
+"""Reports shared by training and serving: the JSON documents of plans, results and fronts, the
+first line of a result, the text of a front, and a front drawn as a PNG."""
 
 from __future__ import annotations
 
-from parasol.model.placement import describe, group_layouts
-from parasol.model.training import Evaluation
+import os
+import tempfile
+
+from parasol.model.errors import ProblemError
 
 
 def mapping_dict(mapping, num_gpus: int) -> dict:
@@ -11,66 +14,9 @@ def mapping_dict(mapping, num_gpus: int) -> dict:
     return {**mapping.as_dict(), "num_gpus": num_gpus}
 
 
-def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
-    """evaluate --json: metrics, breakdown, mapping and per-stage detail."""
-    stages = [{k: v for k, v in s.items() if k != "state"} | {"state_bytes": s["state"]} for s in evaluation.stages]
-    return {
-        "model": problem.model.name,
-        "system": problem.system_name,
-        "metrics": evaluation.metrics,
-        "breakdown": evaluation.breakdown,
-        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
-        "stages": stages,
-    }
-
-
-def _rows(title: str, rows: list[tuple[str, str]]) -> list[str]:
+def rows_block(title: str, rows: list[tuple[str, str]]) -> list[str]:
     width = max(len(k) for k, _ in rows)
     return [title] + [f"  {k:<{width}}  {v}" for k, v in rows]
-
-
-def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | None = None) -> str:
-    """The readable report of one evaluated mapping."""
-    m, met, bd = mapping, evaluation.metrics, evaluation.breakdown
-    lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
-             f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
-    lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
-                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
-                 f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first %d, last %d' % (evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
-    system = problem.system(met["num_gpus"])
-    groups = [f"{kind} {describe(where, system)}" for kind, where in group_layouts(system, m).items()
-              if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)]
-    if groups:
-        lines.append("groups: " + "  ".join(groups))
-    lines.append("")
-    lines += _rows("metrics", [
-        ("step time", f"{met['step_time_s']:.3f} s"),
-        ("tokens/s", f"{met['tokens_per_s']:,.0f}  ({met['tokens_per_s_per_gpu']:,.0f} per GPU)"),
-        ("MFU", f"{met['mfu'] * 100:.1f} %"),
-        ("model TFLOP/s per GPU", f"{met['tflops_per_gpu']:.1f}"),
-        ("peak memory per GPU", f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
-                                + ("" if met["fits"] else "  ** DOES NOT FIT **")),
-        ("micro-batches per step", str(met["microbatches"])),
-    ])
-    if "cost_per_hour_usd" in met:
-        cost_rows = [("system capex", f"${met['capex_usd']:,.0f}"), ("power", f"{met['power_w'] / 1e3:,.1f} kW"),
-                     ("cost per hour", f"${met['cost_per_hour_usd']:,.2f}"),
-                     ("$ per million tokens", f"${met['usd_per_million_tokens']:,.4f}")]
-        if "run_hours" in met:
-            cost_rows += [("run", f"{met['run_hours']:,.1f} h ({met['run_hours'] / 24:,.1f} days)"),
-                          ("run cost", f"${met['run_cost_usd']:,.0f}")]
-        if "chiplets" in met:
-            cost_rows.insert(0, ("chiplets per device", str(met["chiplets"])))
-        lines.append("")
-        lines += _rows("cost", cost_rows)
-    step = met["step_time_s"]
-    lines.append("")
-    lines += _rows(f"time (slowest stage {bd['critical_stage']}, whole step)",
-                   [(k, f"{v:9.3f} s  {100 * v / step:5.1f} %") for k, v in bd["time_s"].items() if abs(v) > 1e-9])
-    lines.append("")
-    lines += _rows(f"memory per GPU (stage {bd['peak_memory_stage']})",
-                   [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()])
-    return "\n".join(lines)
 
 
 def plan_json(problem, plan) -> dict:
@@ -116,19 +62,77 @@ def text_table(head: list, rows: list, markdown: bool) -> str:
     return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in rows])
 
 
-def plan_result_table(problem, result) -> str:
-    """The readable report of a solve or an enumeration."""
-    head = plan_result_head(result)
+def plan_result_table(planner, problem, result) -> str:
+    """The readable report of a solve or an enumeration: the head, the best plan, the top K."""
+    head = plan_result_head(result, planner.points_name)
     if not result.plans:
         return head + ("\n" + result.message if result.message else "")
     best = result.plans[0]
-    lines = [head, "", evaluation_table(problem, best.mapping, best.evaluation, num_gpus=best.num_gpus)]
+    lines = [head, "", planner.evaluation_table(problem, best.mapping, best.evaluation)]
     if len(result.plans) > 1:
-        lines += ["", f"top {len(result.plans)}:",
-                  "   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB  placement"]
-        for i, p in enumerate(result.plans, 1):
-            m, met = p.mapping, p.evaluation.metrics
-            lines.append(f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
-                         f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-                         f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}")
+        lines += ["", f"top {len(result.plans)}:"] + planner.plans_table(result.plans)
     return "\n".join(lines)
+
+
+def front_json(planner, problem, result) -> dict:
+    """pareto --json: {objectives, status, gap, front: [{mapping, metrics}], ...}."""
+    return {"objectives": list(result.objectives), "status": result.status, "gap": result.gap,
+            "front": [{"mapping": mapping_dict(p.mapping, p.num_gpus), "metrics": p.evaluation.metrics} for p in result.plans],
+            "solve_time_s": result.solve_time_s,
+            "solves": result.solves, "space_size": result.space_size, **({"message": result.message} if result.message else {})}
+
+
+def front_table(planner, problem, result) -> str:
+    keys = [planner.front_metric(problem, n).metric for n in result.objectives]
+    head = (f"status {result.status}  {len(result.plans)} points on the front of {', '.join(result.objectives)}"
+            + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
+            + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} {planner.points_name}")
+    lines = [head, "", f"   #  {'plan':<58}" + "".join(f"  {k:>22}" for k in keys)]
+    for i, p in enumerate(result.plans, 1):
+        met = p.evaluation.metrics
+        lines.append(f"  {i:>2}  {planner.plan_label(p):<58}" + "".join(f"  {met[k]:>22,.4g}" for k in keys))
+    if result.message:
+        lines += ["", result.message]
+    return "\n".join(lines)
+
+
+def plot_front(planner, problem, result, path: str) -> None:
+    """Draw the front as a PNG (matplotlib, the optional `plot` extra), written atomically."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ProblemError("needs matplotlib: pip install -e '.[plot]'", field="--plot") from None
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ProblemError(f"the folder {directory} does not exist", field="--plot")
+    a, b = (planner.front_metric(problem, n).metric for n in result.objectives[:2])  # a third metric: the colour
+    xs = [p.evaluation.metrics[a] for p in result.plans]
+    ys = [p.evaluation.metrics[b] for p in result.plans]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ax.plot([xs[i] for i in order], [ys[i] for i in order], "--", color="tab:blue", alpha=0.4)
+    if len(result.objectives) == 3:
+        c = planner.front_metric(problem, result.objectives[2]).metric
+        dots = ax.scatter(xs, ys, c=[p.evaluation.metrics[c] for p in result.plans], cmap="viridis")
+        fig.colorbar(dots, ax=ax, label=c)
+    else:
+        ax.scatter(xs, ys, color="tab:blue")
+    for p, x, y in zip(result.plans, xs, ys):
+        label = f"{p.num_gpus}" + (f"x{p.evaluation.metrics['chiplets']}c" if "chiplets" in p.evaluation.metrics else "")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel(a)
+    ax.set_ylabel(b)
+    ax.set_title(f"{problem.model.name} on {problem.system_name}: {result.status} front ({len(xs)} points)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

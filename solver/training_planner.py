@@ -25,7 +25,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.evaluation import GIB, Evaluation
 from parasol.model.training_step import HOURLY_PRICE, TrainingContext, compose, evaluate_step, layer_factors, training_metrics
 
-from . import costing
+from . import costing, training_report
 from .planner import FrontMetric, Plan, Planner
 from .relations import Space
 from .tables import Tables
@@ -46,7 +46,12 @@ class TrainingPlanner(Planner):
     kind = "training"
     objectives = tuple(str(o) for o in T)
     mapping_keys = (D.NUM_GPUS, *TRAINING_MAPPING_KEYS)
-    front_metrics = tuple(FRONT_METRICS)
+    front_metrics = tuple(n for n in FRONT_METRICS if n != "tokens_per_gpu")  # objectives all; fronts these
+    points_name = "mappings"
+    report = training_report
+
+    def fixed_plan(self, problem) -> tuple:
+        return problem.num_gpus[0], problem.fixed_mapping()
 
     def space(self, problem) -> Space:
         return build_space(problem)

@@ -283,3 +283,14 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
         vpp=value[D.VPP], sp=bool(value[D.SP]), recompute=str(value[D.RECOMPUTE]), zero=int(value[D.ZERO]),
         first_stage_layers=value[D.FIRST_STAGE_LAYERS], last_stage_layers=value[D.LAST_STAGE_LAYERS],
         placement=value[D.PLACEMENT])
+
+
+def placements_by_point(space: Space) -> dict:
+    """{(num_gpus, tp, pp, dp, cp, ep): the placements the space tries there, in order}."""
+    grid = space.relation("grid")
+    out = {}
+    for row in grid.itertuples(index=False):
+        point = tuple(int(getattr(row, str(k))) for k in (D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP))
+        out.setdefault(point, ())
+        out[point] += (space.domains[D.PLACEMENT].value(getattr(row, str(D.PLACEMENT))),)
+    return out

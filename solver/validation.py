@@ -10,7 +10,9 @@ import itertools
 from dataclasses import dataclass
 
 from parasol.model.specs import Mapping, SystemSpec
-from parasol.model.training import Evaluation, check_mapping, evaluate_training
+from parasol.model.evaluation import Evaluation
+from parasol.model.training import check_mapping
+from parasol.model.training_step import evaluate_training
 from parasol.model.errors import ProblemError
 
 from . import library

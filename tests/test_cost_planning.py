@@ -8,7 +8,7 @@ import json
 import pytest
 
 from parasol.solver.costing import cost_metrics
-from parasol.solver.plan import enumerate_space, solve
+from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
 
 from conftest import run_cli, write_yaml
@@ -124,18 +124,17 @@ def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
 def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
     """issue 7: on a small problem the exact front (epsilon-constraint with CP-SAT) is the
     non-dominated subset of every feasible point the enumerator lists."""
-    from parasol.solver.pareto import non_dominated
-    from parasol.solver.training_pareto import METRICS, metric_key, training_front
+    from parasol.solver.pareto import non_dominated, pareto_front
+    from test_pareto_three import front_keys
 
     p = _problem("cost", num_gpus=(8, 16, 32), chiplets=None)
-    front = training_front(p, objectives, time_limit=120)
+    front = pareto_front(p, objectives, time_limit=120)
     assert front.status == "COMPLETE" and front.plans
-    points = enumerate_space(p, keep_all=True).feasible_points
-    keys = tuple(metric_key(p, n) for n in objectives)
-    sense = {metric_key(p, n): METRICS[n][1] for n in objectives}
-    expected = non_dominated(points, keys, sense)
+    table = enumerate_space(p, keep_all=True).table
+    keys, sense = front_keys(p, objectives)
+    expected = non_dominated(table[table["fits"]], keys, sense)
     got = sorted((round(q.evaluation.metrics[keys[0]], 6), round(q.evaluation.metrics[keys[1]], 6)) for q in front.plans)
-    want = sorted({(round(q.evaluation.metrics[keys[0]], 6), round(q.evaluation.metrics[keys[1]], 6)) for q in expected})
+    want = sorted({(round(a, 6), round(b, 6)) for a, b in expected[list(keys)].itertuples(index=False, name=None)})
     assert len(got) == len(want)
     for (a1, b1), (a2, b2) in zip(got, want):  # the integer scaling keeps values within 1e-3
         assert a1 == pytest.approx(a2, rel=2e-3) and b1 == pytest.approx(b2, rel=2e-3)
@@ -143,13 +142,15 @@ def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
 
 def test_training_front_over_chiplet_counts_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from parasol.solver.training_pareto import plot_front, training_front
+    from parasol.solver.pareto import pareto_front
+    from parasol.solver.planner import planner_for
+    from parasol.solver.report import plot_front
 
     p = _problem("cost", num_gpus=(8, 16), chiplets=[1, 2], system="dgx-b200")
-    front = training_front(p, ("throughput", "cost"), time_limit=120)
+    front = pareto_front(p, ("throughput", "cost"), time_limit=120)
     assert front.status == "COMPLETE" and {q.evaluation.metrics["chiplets"] for q in front.plans} <= {1, 2}
     out = tmp_path / "front.png"
-    plot_front(p, front, str(out))
+    plot_front(planner_for(p), p, front, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

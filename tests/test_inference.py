@@ -12,10 +12,10 @@ import yaml
 
 from parasol.model import compute, inference, kv_cache
 from parasol.model.errors import ProblemError
-from parasol.model.inference import evaluate_inference
+from parasol.model.serving_step import METRIC_SENSE, evaluate_inference
 from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
-from parasol.solver import inference_plan, pareto
-from parasol.solver.inference_plan import METRIC_SENSE, enumerate_space, solve
+from parasol.solver import pareto, planner, serving_space
+from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.inference_validation import (evaluate_all, evaluate_oos, fit_engine_efficiency, load_engine_runs, load_latency_oos_runs,
                                          load_oos_runs, load_runs)
 from parasol.solver.validation import problem_from_entry
@@ -415,9 +415,11 @@ def test_memory_infeasible_is_explained():
 def test_free_batch_domain_is_the_engine_batch_sizes_up_to_what_fits():
     data = _problem("continuous", "throughput")
     data["mapping"] = {"tp": 1}
-    space = inference_plan.build_space(parse_problem(data, source="t"))
-    assert space.micro_batches[:5] == (1, 2, 4, 8, 16) and all(m % 8 == 0 for m in space.micro_batches[3:])
-    assert all(b % 2 == 0 for b in space.batches_for(2)) and max(space.all_batches) <= inference_plan.MAX_DEFAULT_BATCH
+    batch = serving_space.build_space(parse_problem(data, source="t")).relation("batch")
+    micro = sorted(set(batch["micro_batch"]))
+    assert tuple(micro[:5]) == (1, 2, 4, 8, 16) and all(m % 8 == 0 for m in micro[3:])
+    assert all(b == pp * m for pp, m, b in batch[["pp", "micro_batch", "batch"]].itertuples(index=False))
+    assert batch["batch"].max() <= serving_space.MAX_DEFAULT_BATCH
 
 
 # ---------------------------------------------------------------- Pareto front
@@ -430,35 +432,35 @@ PARETO_CASES = [(_problem("continuous", "throughput", num_gpus=4), ("tokens_per_
 @pytest.mark.parametrize("data,objectives", PARETO_CASES, ids=["continuous", "static", "disaggregated"])
 def test_pareto_front_equals_the_enumerators_non_dominated_points(data, objectives):
     problem = parse_problem(data, source="t")
-    result = pareto.pareto_front(inference_plan.pareto_target(problem), objectives, time_limit=60, workers=WORKERS)
+    result = pareto.pareto_front(problem, objectives, time_limit=60, workers=WORKERS)
     assert result.status == "COMPLETE" and len(result.plans) >= 2
-    points = [p for p in enumerate_space(problem, keep_all=True).all_points
-              if p.evaluation.metrics["fits"] and p.evaluation.metrics["meets_slo"]]
+    table = enumerate_space(problem, keep_all=True).table
+    points = table[table["fits"] & table["meets_slo"]]
     truth = pareto.non_dominated(points, objectives, METRIC_SENSE)
     got = sorted(tuple(p.evaluation.metrics[o] for o in objectives) for p in result.plans)
-    want = sorted(set(tuple(p.evaluation.metrics[o] for o in objectives) for p in truth))
+    want = sorted(set(truth[list(objectives)].itertuples(index=False, name=None)))
     assert len(got) == len(want), (got, want)
     for g, w in zip(got, want):
         assert all(rel_close(a, b, 1e-6) for a, b in zip(g, w)), (g, w)
 
 
 def test_pareto_reports_partial_when_time_runs_out(monkeypatch):
-    real = pareto._solver
+    real = planner.cp_solver
 
-    def starved(time_limit, workers, seed):
-        s = real(time_limit, workers, seed)
+    def starved(time_limit, workers, seed, presolve=True):
+        s = real(time_limit, workers, seed, presolve)
         s.parameters.max_deterministic_time = 0.0
         return s
-    monkeypatch.setattr(pareto, "_solver", starved)
+    monkeypatch.setattr(pareto, "cp_solver", starved)
     problem = parse_problem(PARETO_CASES[0][0], source="t")
-    result = pareto.pareto_front(inference_plan.pareto_target(problem), PARETO_CASES[0][1], time_limit=5)
+    result = pareto.pareto_front(problem, PARETO_CASES[0][1], time_limit=5)
     assert result.status == "PARTIAL" and result.gap is not None and result.message
 
 
 def test_pareto_rejects_unknown_metrics():
     problem = parse_problem(PARETO_CASES[0][0], source="t")
     with pytest.raises(ProblemError, match="allowed"):
-        pareto.pareto_front(inference_plan.pareto_target(problem), ("tokens_per_s", "happiness"))
+        pareto.pareto_front(problem, ("tokens_per_s", "happiness"))
 
 
 # ---------------------------------------------------------------- CLI contract

@@ -13,7 +13,7 @@ import yaml
 from parasol.model import comm, compute, params, pipeline
 from parasol.model.errors import ProblemError
 from parasol.model.specs import NetworkTier
-from parasol.model.training import evaluate_training
+from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.problem import load_problem, parse_problem
 

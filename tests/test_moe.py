@@ -5,7 +5,8 @@ import pytest
 from parasol.model import compute, memory, params
 from parasol.model.errors import ProblemError
 from parasol.model.specs import Mapping
-from parasol.model.training import check_mapping, ep_comm_forward_time_s, evaluate_training, layer_times
+from parasol.model.training import check_mapping, ep_comm_forward_time_s, layer_times
+from parasol.model.training_step import evaluate_training
 from parasol.solver.library import load_model, load_system
 from parasol.solver.problem import parse_problem
 
@@ -114,7 +115,7 @@ def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=20
     ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
 ])
 def test_planner_matches_enumerator_on_moe(case, objective):
-    from parasol.solver.plan import enumerate_space, solve
+    from parasol.solver.planner import enumerate_space, solve
 
     name, n, batch, mapping = case
     p = _moe_problem(TINY_MOE if name == "tiny" else name, n, batch, mapping, objective)
@@ -130,7 +131,7 @@ def test_planner_matches_enumerator_on_moe(case, objective):
 
 
 def test_planner_chooses_expert_parallelism_for_a_moe_model():
-    from parasol.solver.plan import solve
+    from parasol.solver.planner import solve
 
     # ZeRO-1 without tp or pp: 46.7B parameters' weights and gradients on every GPU (~280 GB) do not
     # fit, so the plan must shard the experts over ep ranks

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from parasol.solver.pareto import non_dominated
-from parasol.solver.plan import enumerate_space
+from parasol.solver.pareto import non_dominated, pareto_front
+from parasol.solver.planner import enumerate_space, planner_for
 from parasol.solver.problem import parse_problem
-from parasol.solver.training_pareto import METRICS, metric_key, training_front
+
+
+def front_keys(problem, objectives) -> tuple:
+    """(metric keys, {key: sense}) of a front's metrics, as the planner reports them."""
+    metrics = [planner_for(problem).front_metric(problem, n) for n in objectives]
+    return tuple(m.metric for m in metrics), {m.metric: m.sense for m in metrics}
 
 
 def test_three_objective_training_front_equals_the_non_dominated_enumerated_points():
@@ -18,12 +23,12 @@ def test_three_objective_training_front_equals_the_non_dominated_enumerated_poin
                                    "recompute": ["none", "full"], "micro_batch": [1, 2]},
                        "objective": "cost"}, source="t")
     objectives = ("throughput", "cost", "memory")
-    front = training_front(p, objectives, time_limit=240)
+    front = pareto_front(p, objectives, time_limit=240)
     assert front.status == "COMPLETE" and front.plans
-    keys = tuple(metric_key(p, n) for n in objectives)
-    sense = {metric_key(p, n): METRICS[n][1] for n in objectives}
-    expected = non_dominated(enumerate_space(p, keep_all=True).feasible_points, keys, sense)
-    want = sorted({tuple(round(q.evaluation.metrics[k], 6) for k in keys) for q in expected})
+    keys, sense = front_keys(p, objectives)
+    table = enumerate_space(p, keep_all=True).table
+    expected = non_dominated(table[table["fits"]], keys, sense)
+    want = sorted({tuple(round(v, 6) for v in row) for row in expected[list(keys)].itertuples(index=False, name=None)})
     got = sorted(tuple(round(q.evaluation.metrics[k], 6) for k in keys) for q in front.plans)
     assert len(got) == len(want) and len(want) >= 2
     for g, w in zip(got, want):  # the integer scaling keeps values within 1e-3
@@ -39,19 +44,17 @@ def test_infeasible_training_front_names_the_binding_constraint(objectives):
     """GPT-3 175B cannot fit on 8 A100s: a front of two or three metrics is INFEASIBLE and says
     that memory binds, by how much, as `solve` does (not a bare 'no plan')."""
     p = parse_problem(INFEASIBLE_GPT3, source="t")
-    front = training_front(p, objectives, time_limit=30)
+    front = pareto_front(p, objectives, time_limit=30)
     assert front.status == "INFEASIBLE" and not front.plans
     assert front.message.startswith("memory binds:") and "a100-sxm-80gb offers 78.0 GiB" in front.message
 
 
 def test_infeasible_serving_front_names_the_binding_slo():
     """A serving front under a TPOT SLO no plan reaches names that SLO and the least TPOT reachable."""
-    from parasol.solver.inference_plan import pareto_target
-    from parasol.solver.pareto import pareto_front
     p = parse_problem({"model": "llama3.1-8b", "system": {"name": "dgx-h100", "num_gpus": 1},
                        "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "precision": "fp8",
                                     "slo": {"tpot_s": 1.0e-4}}}, source="t")
-    front = pareto_front(pareto_target(p), ("tokens_per_s_per_gpu", "tokens_per_s_per_user"), time_limit=30)
+    front = pareto_front(p, ("tokens_per_s_per_gpu", "tokens_per_s_per_user"), time_limit=30)
     assert front.status == "INFEASIBLE" and front.message.startswith("the TPOT SLO binds:")
 
 
@@ -60,6 +63,6 @@ def test_front_objective_names_are_all_checked_before_solving():
     from parasol.model.errors import ProblemError
     p = parse_problem(INFEASIBLE_GPT3, source="t")
     with pytest.raises(ProblemError, match="'tokens_per_gpu' is not a metric"):
-        training_front(p, ("throughput", "memory", "tokens_per_gpu"), time_limit=30)
+        pareto_front(p, ("throughput", "memory", "tokens_per_gpu"), time_limit=30)
     with pytest.raises(ProblemError, match="two or three different metrics"):
-        training_front(p, ("throughput", "memory", "throughput"), time_limit=30)
+        pareto_front(p, ("throughput", "memory", "throughput"), time_limit=30)

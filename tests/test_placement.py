@@ -20,12 +20,12 @@ from parasol.model.errors import ProblemError
 from parasol.model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts,
                              parallel_groups, topology_decides, training_topology)
 from parasol.model.specs import Mapping
-from parasol.model.training import evaluate_training
+from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.cli import main
-from parasol.solver.plan import solve
+from parasol.solver.planner import solve
 from parasol.solver.problem import load_problem, parse_problem
-from parasol.solver.space import build_space
+from parasol.solver.training_space import build_space, placements_by_point
 
 from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
 
@@ -201,7 +201,7 @@ def test_differential_placement_free(case):
     name, data = case
     problem = parse_problem(data, source=name)
     space = build_space(problem)
-    assert max(len(v) for v in space.placements.values()) > 1  # the placement is really free
+    assert max(len(v) for v in placements_by_point(space).values()) > 1  # the placement is really free
     enum, sol = differential(data, source=name)
     if name == "torus-infeasible":
         assert enum.status == sol.status == "INFEASIBLE"
@@ -228,18 +228,18 @@ def test_symmetric_placements_are_tried_once():
     """On 8 GPUs of one DGX every group sits in the NVLink domain wherever it is placed: one class.
     A dense model ignores where ep sits: never more classes than the 24 orders without it."""
     one_node = parse_problem(_data("llama2-7b", "dgx-h100", 8, 4096, 32, {"placement": list(PLACEMENTS)}), "t")
-    assert all(v == (DEFAULT_PLACEMENT,) for v in build_space(one_node).placements.values())
+    assert all(v == (DEFAULT_PLACEMENT,) for v in placements_by_point(build_space(one_node)).values())
     torus = build_space(parse_problem(_data("llama2-7b", "tpu-v5p-torus", 64, 4096, 64, {}), "t"))
-    assert all(len(v) <= 24 for v in torus.placements.values())
-    assert all(v[0] == DEFAULT_PLACEMENT for v in torus.placements.values())  # the default leads its class
-    for (n, tp, pp, dp, cp, ep), v in torus.placements.items():
+    assert all(len(v) <= 24 for v in placements_by_point(torus).values())
+    assert all(v[0] == DEFAULT_PLACEMENT for v in placements_by_point(torus).values())  # the default leads its class
+    for (n, tp, pp, dp, cp, ep), v in placements_by_point(torus).items():
         if tp == pp == cp == 1:  # only dp > 1: one group, one layout
             assert v == (DEFAULT_PLACEMENT,)
 
 
 def test_two_tier_systems_keep_the_default_unless_listed():
     space = build_space(parse_problem(_data("llama2-7b", "dgx-h100", 32, 4096, 32, {}), "t"))
-    assert all(v == (DEFAULT_PLACEMENT,) for v in space.placements.values())
+    assert all(v == (DEFAULT_PLACEMENT,) for v in placements_by_point(space).values())
 
 
 def test_fixing_a_placement_returns_it():

@@ -14,10 +14,10 @@ import re
 import pytest
 
 from parasol.model.errors import ProblemError
-from parasol.model.training import evaluate_training
-from parasol.solver.plan import ROUND_TRIP_TOLERANCE, enumerate_space, solve
+from parasol.model.training_step import evaluate_training
+from parasol.solver.planner import ROUND_TRIP_TOLERANCE, enumerate_space, solve
 from parasol.solver.problem import parse_problem
-from parasol.solver.space import build_space
+from parasol.solver.training_space import build_space
 
 from conftest import MAPPING_KEYS, rel_close, run_cli, training_problem, write_yaml
 
@@ -276,7 +276,7 @@ def test_infeasible_memory_names_memory_and_numbers():
     msg = sol.message
     assert msg and "memory" in msg.lower()
     numbers = [float(x) for x in GIB_NUMBER.findall(msg)]
-    least = min(pt.evaluation.metrics["peak_memory_gib"] for pt in enum.all_points)
+    least = enum.table["peak_memory_gib"].min()
     usable = p.system().usable_memory_bytes / 2**30
     assert any(abs(x - least) <= 0.051 for x in numbers), (least, msg)
     assert any(abs(x - usable) <= 0.051 for x in numbers), (usable, msg)
@@ -433,6 +433,6 @@ def test_context_parallelism_is_a_free_decision(model, objective):
                             mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1, 3],
                                      "recompute": ["selective", "full"], "micro_batch": [1]})
     problem = parse_problem(data, source="cp")
-    assert {g[4] for g in build_space(problem).grid} == {1, 2, 4, 8}
+    assert set(build_space(problem).relation("grid")["cp"]) == {1, 2, 4, 8}
     enum, sol = differential(data, source="cp")
     assert enum.plans

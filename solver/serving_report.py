@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .report import _rows, mapping_dict, plan_result_head
+from .report import mapping_dict, rows_block
 
 
 def evaluation_json(problem, mapping, evaluation) -> dict:
@@ -30,7 +30,7 @@ def evaluation_table(problem, mapping, evaluation) -> str:
     lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} ({wl.serving} serving; {wl.precision} GEMMs, "
              f"{wl.weight_precision} weights, {wl.kv_precision} KV cache; input {wl.input_len}, output {wl.output_len})",
              f"mapping: {mapping_line(mapping)}", ""]
-    lines += _rows("metrics", [
+    lines += rows_block("metrics", [
         ("time to first token", f"{met['ttft_s']:.4f} s{_slo(met['ttft_s'], wl.ttft_slo_s)}"),
         ("time per output token", f"{met['tpot_s'] * 1e3:.2f} ms{_slo(met['tpot_s'], wl.tpot_slo_s)}"),
         ("end-to-end latency", f"{met['e2e_latency_s']:.3f} s"),
@@ -42,8 +42,8 @@ def evaluation_table(problem, mapping, evaluation) -> str:
     ])
     for key, title in (("tpot_s", "time per output token (one decode round)"), ("ttft_s", "time to first token")):
         total = sum(bd[key].values())
-        lines += [""] + _rows(title, [(k, f"{v * 1e3:9.3f} ms  {100 * v / total:5.1f} %") for k, v in bd[key].items() if abs(v) > 1e-12])
-    lines += [""] + _rows(f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
+        lines += [""] + rows_block(title, [(k, f"{v * 1e3:9.3f} ms  {100 * v / total:5.1f} %") for k, v in bd[key].items() if abs(v) > 1e-12])
+    lines += [""] + rows_block(f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
                           [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()])
     return "\n".join(lines)
 
@@ -58,35 +58,5 @@ def plans_table(plans) -> list[str]:
     return lines
 
 
-def plan_result_table(problem, result) -> str:
-    """The readable report of an inference solve or enumeration."""
-    head = plan_result_head(result, "plans")
-    if not result.plans:
-        return head + ("\n" + result.message if result.message else "")
-    best = result.plans[0]
-    lines = [head, "", evaluation_table(problem, best.mapping, best.evaluation)]
-    if len(result.plans) > 1:
-        lines += ["", f"top {len(result.plans)}:"] + plans_table(result.plans)
-    return "\n".join(lines)
-
-
-def front_json(problem, result) -> dict:
-    """pareto --json: the front's points (mapping and metrics), status, and the search's figures."""
-    return {"objectives": list(result.objectives), "status": result.status, "gap": result.gap,
-            "front": [{"mapping": mapping_dict(p.mapping, p.num_gpus), "metrics": p.evaluation.metrics} for p in result.plans],
-            "solve_time_s": result.solve_time_s, "solves": result.solves, "space_size": result.space_size,
-            **({"message": result.message} if result.message else {})}
-
-
-def front_table(problem, result) -> str:
-    names = result.objectives
-    head = (f"status {result.status}  {len(result.plans)} points on the front of {', '.join(names)}"
-            + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
-            + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} plans")
-    lines = [head, "", f"   #  mapping{' ' * 50}" + "  ".join(f"{n:>22}" for n in names)]
-    for i, p in enumerate(result.plans, 1):
-        met = p.evaluation.metrics
-        lines.append(f"  {i:>2}  {mapping_line(p.mapping):<56}" + "  ".join(f"{met[n]:>22,.4g}" for n in names))
-    if result.message:
-        lines += ["", result.message]
-    return "\n".join(lines)
+def plan_label(plan) -> str:
+    return mapping_line(plan.mapping)

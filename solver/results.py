@@ -1,0 +1,64 @@
+"""Plans and points as pandas DataFrames, and tables written to files (``--out``).
+
+One row per plan: ``num_gpus``, the mapping's keys (a disaggregated plan's pools as ``prefill.tp``,
+``decode.tp``, ...), then the model's metrics (numbers and flags only). ``write_table`` writes a
+DataFrame as CSV, Parquet or JSON (records) by the file's suffix, atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from parasol.model.choices import plain
+from parasol.model.errors import ProblemError
+
+FORMATS = (".csv", ".parquet", ".json")
+
+
+def mapping_row(mapping, num_gpus: int) -> dict:
+    """A plan's mapping as flat columns: num_gpus, then each key (pool keys prefixed by the pool)."""
+    row = {"num_gpus": num_gpus}
+    for key, value in mapping.as_dict().items():
+        if isinstance(value, dict):
+            row.update({f"{key}.{k}": plain(v) for k, v in value.items()})
+        else:
+            row[key] = plain(value)
+    return row
+
+
+def plans_frame(plans) -> pd.DataFrame:
+    """One row per plan: its mapping (``mapping_row``) and the model's scalar metrics."""
+    rows = []
+    for p in plans:
+        metrics = {k: v for k, v in p.evaluation.metrics.items() if isinstance(v, (int, float, bool))}
+        rows.append({**mapping_row(p.mapping, p.num_gpus), **metrics})
+    return pd.DataFrame(rows)
+
+
+def write_table(frame: pd.DataFrame, path: str) -> None:
+    """Write ``frame`` to ``path`` (.csv, .parquet or .json by its suffix) through a temporary file in
+    the same folder, replaced into place. ProblemError (field --out) for another suffix or a folder
+    that does not exist."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ProblemError(f"cannot write {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field="--out")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ProblemError(f"the folder {folder} does not exist", field="--out")
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=suffix)
+    os.close(fd)
+    try:
+        if suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        elif suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_json(tmp, orient="records", indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
