@@ -14,6 +14,21 @@ from parasol.model.ops import Factor, Rounding
 from .tables import Tables
 
 
+class _LazyRow:
+    """A factor's outputs at the points: each gathered from its table the first time it is read."""
+
+    def __init__(self, table, rows: np.ndarray):
+        self._table, self._rows = table, rows
+        self._names = [o.name for o in table.factor.outputs]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(name)
+        value = self._table.columns[self._names.index(name)][self._rows]
+        setattr(self, name, value)
+        return value
+
+
 class NumpyOps:
     """Operations over the points ``cols`` (stored-value arrays, one per decision) of a space, with
     its factor ``tables`` (or the space alone, for compositions without lookups)."""
@@ -22,7 +37,7 @@ class NumpyOps:
         self.tables, self.cols = tables, cols
         self.space = tables.space if isinstance(tables, Tables) else tables
         self.size = len(next(iter(cols.values())))
-        self._rows = {}
+        self._rows, self._codes = {}, {}
 
     def decision(self, key):
         domain = self.space.domains[key]
@@ -31,8 +46,7 @@ class NumpyOps:
 
     def lookup(self, factor: Factor):
         if factor.name not in self._rows:
-            values = self.tables.gather(factor, self.cols)
-            self._rows[factor.name] = factor.row(*(values[:, i] for i in range(values.shape[1])))
+            self._rows[factor.name] = _LazyRow(self.tables.table(factor), self.tables.rows(factor, self.cols, self._codes))
         return self._rows[factor.name]
 
     @staticmethod

@@ -38,6 +38,9 @@ from .tables import Tables
 
 ROUND_TRIP_TOLERANCE = 1e-3  # relative agreement of the integer model's quantities with the float model's
 HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
+# points per numpy chunk: 2^17 keeps a chunk's arrays in cache; measured on GPT-3 175B / 1,024 A100 (6.4M
+# points, 2 cores): 0.92M points/s at 2^14, 1.40M at 2^16, 1.51M at 2^17, 1.47M at 2^18, 1.19M at 2^20
+CHUNK_ROWS = 1 << 17
 STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
           cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
 
@@ -256,7 +259,7 @@ def relative_gap(solver: cp_model.CpSolver) -> float:
 
 # ---------------------------------------------------------------- enumeration (numpy)
 
-def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: float | None = None, rows: int = 1 << 20):
+def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: float | None = None, rows: int = CHUNK_ROWS):
     """The points of ``space`` on the numpy backend, chunk by chunk: yields (offset, cols, ops, out)."""
     ctx = planner.context(problem, names)
     tables = Tables(space, ctx)

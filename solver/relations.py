@@ -47,11 +47,18 @@ class Domain:
         """The model value of a stored integer."""
         return int(stored) if self.numeric else self.values[int(stored)]
 
+    @functools.cached_property
+    def _lut(self) -> np.ndarray:
+        """stored value -> code, for numeric domains (values are small non-negative integers)."""
+        lut = np.full(max(self.values) + 1 if self.values else 1, -1, dtype=np.int64)
+        lut[np.asarray(self.values, dtype=np.int64)] = np.arange(len(self.values))
+        return lut
+
     def codes(self, stored: np.ndarray) -> np.ndarray:
         """Codes 0..len-1 of stored integers (vectorised)."""
         if not self.numeric:
             return np.asarray(stored, dtype=np.int64)
-        return np.searchsorted(np.asarray(self.values, dtype=np.int64), stored).astype(np.int64)
+        return self._lut[stored]
 
 
 def numeric(values) -> Domain:
@@ -160,22 +167,83 @@ class Space:
 
     def chunks(self, rows: int = 1 << 20):
         """The points of the space, in a fixed order, as dicts of stored-value arrays of about
-        ``rows`` points each (the first relation's rows split so that their joins stay near it)."""
+        ``rows`` points each (the first relation's rows split so that their joins stay near it).
+        The joins carry one row index per relation and gather the decisions' values once, at the end."""
         root = self.relations[0].frame
         if not len(root):
             return
         per_root = root.merge(self.counts(tuple(root.columns)), on=list(root.columns), how="left")[COUNT].fillna(0)
-        per_root = per_root.to_numpy(dtype=np.int64)
-        bounds = _chunk_bounds(per_root, rows)
-        joins = [_Join(rel.frame, self.domains, seen) for rel, seen in _joined_columns(self.relations)]
+        bounds = _chunk_bounds(per_root.to_numpy(dtype=np.int64), rows)
+        arrays = [{c: rel.frame[c].to_numpy(dtype=np.int64) for c in rel.frame.columns} for rel in self.relations]
+        owner = {}
+        for i, rel in enumerate(self.relations):
+            for c in rel.frame.columns:
+                owner.setdefault(c, i)
+        joins = [_Join(arrays[i], self.domains, on, owner) for i, on in enumerate(_shared_columns(self.relations)) if i > 0]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            cols = {c: root[c].to_numpy(dtype=np.int64)[lo:hi] for c in root.columns}
-            for join in joins:
-                cols = join(cols)
-                if not len(next(iter(cols.values()))):
+            index = {0: np.arange(lo, hi)}
+            for i, join in enumerate(joins, start=1):
+                index = join(index, arrays, i)
+                if not len(index[0]):
                     break
-            if len(next(iter(cols.values()))):
-                yield cols
+            if len(index[0]):
+                yield {c: arrays[i][c][index[i]] for c, i in owner.items()}
+
+
+def _shared_columns(relations):
+    seen = set()
+    for rel in relations:
+        yield tuple(c for c in rel.frame.columns if c in seen)
+        seen |= set(rel.frame.columns)
+
+
+def _chunk_bounds(per_root: np.ndarray, rows: int) -> list:
+    bounds, total = [0], 0
+    for i, n in enumerate(per_root):
+        if total and total + n > rows:
+            bounds.append(i)
+            total = 0
+        total += int(n)
+    bounds.append(len(per_root))
+    return bounds
+
+
+class _Join:
+    """One relation joined onto the rows so far on their shared decisions (numpy, the relation grouped
+    once): every row repeated once per matching row of the relation."""
+
+    def __init__(self, right: dict, domains: dict, on: tuple, owner: dict):
+        self.on, self.owner, self.domains = on, owner, domains
+        self.size = len(next(iter(right.values())))
+        self.radices = [len(domains[c].values) for c in on]
+        if on:
+            key = self._key({c: right[c] for c in on})
+            self.order = np.argsort(key, kind="stable")
+            self.unique, self.start, self.count = np.unique(key[self.order], return_index=True, return_counts=True)
+
+    def _key(self, cols: dict) -> np.ndarray:
+        key = np.zeros(len(cols[self.on[0]]), dtype=np.int64)
+        for c, r in zip(self.on, self.radices):
+            key = key * r + self.domains[c].codes(cols[c])
+        return key
+
+    def __call__(self, index: dict, arrays: list, me: int) -> dict:
+        n_left = len(index[0])
+        if not self.size:
+            return {i: v[:0] for i, v in index.items()} | {me: np.zeros(0, dtype=np.int64)}
+        if not self.on:
+            left = np.repeat(np.arange(n_left), self.size)
+            right = np.tile(np.arange(self.size), n_left)
+        else:
+            key = self._key({c: arrays[self.owner[c]][c][index[self.owner[c]]] for c in self.on})
+            pos = np.minimum(np.searchsorted(self.unique, key), len(self.unique) - 1)
+            count = np.where(self.unique[pos] == key, self.count[pos], 0)
+            left = np.repeat(np.arange(n_left), count)
+            within = np.arange(len(left)) - np.repeat(np.cumsum(count) - count, count)
+            right = self.order[np.repeat(self.start[pos], count) + within]
+        out = {i: v[left] for i, v in index.items()}
+        out[me] = right
+        return out
 
 
 def check_compact(relation: Relation, domains: dict) -> None:
@@ -199,66 +267,6 @@ def check_compact(relation: Relation, domains: dict) -> None:
     merged = got.merge(want, how="outer", indicator=True)
     if len(got) != len(want) or (merged["_merge"] != "both").any():
         raise AssertionError(f"the compact form of relation {relation.name} holds {len(got)} rows, the relation {len(want)}")
-
-
-def _joined_columns(relations):
-    seen = set(relations[0].frame.columns)
-    for rel in relations[1:]:
-        yield rel, tuple(c for c in rel.frame.columns if c in seen)
-        seen |= set(rel.frame.columns)
-
-
-def _chunk_bounds(per_root: np.ndarray, rows: int) -> list:
-    bounds, total = [0], 0
-    for i, n in enumerate(per_root):
-        if total and total + n > rows:
-            bounds.append(i)
-            total = 0
-        total += int(n)
-    bounds.append(len(per_root))
-    return bounds
-
-
-class _Join:
-    """A relation joined onto accumulated columns on their shared decisions (numpy, the right side
-    grouped once): every left row repeated once per matching right row."""
-
-    def __init__(self, frame: pd.DataFrame, domains: dict, on: tuple):
-        self.on = on
-        self.new = [c for c in frame.columns if c not in on]
-        self.right = {c: frame[c].to_numpy(dtype=np.int64) for c in frame.columns}
-        self.domains = domains
-        if on:
-            key = self._key(self.right)
-            self.order = np.argsort(key, kind="stable")
-            self.unique, self.start, self.count = np.unique(key[self.order], return_index=True, return_counts=True)
-
-    def _key(self, cols) -> np.ndarray:
-        key = np.zeros(len(cols[self.on[0]]), dtype=np.int64)
-        for c in self.on:
-            key = key * len(self.domains[c].values) + self.domains[c].codes(cols[c])
-        return key
-
-    def __call__(self, cols: dict) -> dict:
-        n_left = len(next(iter(cols.values())))
-        n_right = len(next(iter(self.right.values())))
-        if not n_right:
-            return {c: v[:0] for c, v in {**cols, **self.right}.items()}
-        if not self.on:
-            left = np.repeat(np.arange(n_left), n_right)
-            right = np.tile(np.arange(n_right), n_left)
-        else:
-            key = self._key(cols)
-            pos = np.minimum(np.searchsorted(self.unique, key), len(self.unique) - 1)
-            hit = self.unique[pos] == key
-            count = np.where(hit, self.count[pos], 0)
-            left = np.repeat(np.arange(n_left), count)
-            ends = np.cumsum(count)
-            within = np.arange(len(left)) - np.repeat(ends - count, count)
-            right = self.order[np.repeat(self.start[pos], count) + within]
-        out = {c: v[left] for c, v in cols.items()}
-        out.update({c: self.right[c][right] for c in self.new})
-        return out
 
 
 class _Factor:

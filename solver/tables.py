@@ -27,8 +27,11 @@ class FactorTable:
     keys: pd.DataFrame
     values: np.ndarray
 
+    def __post_init__(self):
+        self.columns = [np.ascontiguousarray(self.values[:, j]) for j in range(self.values.shape[1])]
+
     def column(self, name: str) -> np.ndarray:
-        return self.values[:, [o.name for o in self.factor.outputs].index(name)]
+        return self.columns[[o.name for o in self.factor.outputs].index(name)]
 
 
 class Tables:
@@ -48,11 +51,23 @@ class Tables:
             self._tables[factor.name] = FactorTable(factor, keys.reset_index(drop=True), values)
         return self._tables[factor.name]
 
-    def gather(self, factor: Factor, cols: dict) -> np.ndarray:
-        """The factor's outputs (points x outputs) at every point of ``cols`` (stored-value arrays)."""
+    def gather(self, factor: Factor, cols: dict, codes: dict | None = None) -> list:
+        """The factor's outputs (one array per output) at every point of ``cols`` (stored-value arrays)."""
+        rows = self.rows(factor, cols, codes)
+        return [column[rows] for column in self.table(factor).columns]
+
+    def rows(self, factor: Factor, cols: dict, codes: dict | None = None) -> np.ndarray:
+        """The factor table's row of every point of ``cols`` (stored-value arrays); ``codes`` caches each
+        decision's codes across the lookups of one set of points."""
         table = self.table(factor)
         radices = [len(self.space.domains[k].values) for k in factor.keys]
-        code = self._code(factor.keys, radices, cols)
+        codes = {} if codes is None else codes
+        for k in factor.keys:
+            if k not in codes:
+                codes[k] = self.space.domains[k].codes(cols[k])
+        code = codes[factor.keys[0]]
+        for k, r in zip(factor.keys[1:], radices[1:]):
+            code = code * r + codes[k]
         if factor.name not in self._index:
             keys = self._code(factor.keys, radices, {k: table.keys[k].to_numpy() for k in factor.keys})
             size = int(np.prod(radices, dtype=np.float64))
@@ -65,11 +80,9 @@ class Tables:
                 self._index[factor.name] = ("sorted", (keys[order], order))
         kind, index = self._index[factor.name]
         if kind == "dense":
-            rows = index[code]
-        else:
-            sorted_keys, order = index
-            rows = order[np.searchsorted(sorted_keys, code)]
-        return table.values[rows]
+            return index[code]
+        sorted_keys, order = index
+        return order[np.searchsorted(sorted_keys, code)]
 
     def _code(self, keys, radices, cols) -> np.ndarray:
         code = np.zeros(len(cols[keys[0]]) if keys else 1, dtype=np.int64)
