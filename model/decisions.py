@@ -30,6 +30,7 @@ class TrainingDecision(StrEnum):
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
     INTERLEAVED = "interleaved"  # vpp > 1 (the interleaved schedule)
+    SINGLE_STAGE = "single_stage"  # pp = 1: one stage holds the embedding, every layer and the output layer
     TP_GROUP = "tp_group"  # where each parallel group sits (placement.Layout)
     CP_GROUP = "cp_group"
     EP_GROUP = "ep_group"

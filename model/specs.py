@@ -11,39 +11,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import checks
 from .errors import ProblemError
 from .topology import default_topology
 
 ACTIVATIONS = ("gelu", "swiglu")
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2, 3)
 ATTENTION_KERNELS = ("flash", "standard")
 # Parallel dimensions in the order Megatron-Core lays them over the ranks, innermost (fastest) first
 # (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"); see model/placement.py.
 PLACEMENT_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = "-".join(PLACEMENT_DIMENSIONS)
-
-
-def _positive_int(value, name: str, source: str | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=name)
-    return int(value)
-
-
-def _positive_float(value, name: str, source: str | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not value > 0:
-        raise ProblemError(f"must be a positive number, got {value!r}", source=source, field=name)
-    return float(value)
-
-
-def _choice(value, name: str, allowed: tuple, source: str | None):
-    if value not in allowed:
-        raise ProblemError(
-            f"{value!r} is not allowed; allowed: {', '.join(map(str, allowed))}", source=source, field=name
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -62,7 +41,7 @@ class MoESpec:
 
     def __post_init__(self):
         for name in ("experts", "top_k", "expert_ffn"):
-            _positive_int(getattr(self, name), name, None)
+            checks.positive_int(getattr(self, name), name)
         if self.top_k > self.experts:
             raise ProblemError(f"top_k {self.top_k} exceeds the {self.experts} experts", field="top_k")
         if self.shared_expert_ffn == 0:
@@ -115,10 +94,10 @@ class ModelSpec:
     def __post_init__(self):
         src = self.source
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len"):
-            _positive_int(getattr(self, name), name, src)
-        _choice(self.activation, "activation", ACTIVATIONS, src)
-        _choice(self.position_embedding, "position_embedding", POSITION_EMBEDDINGS, src)
-        _choice(self.norm, "norm", NORMS, src)
+            checks.positive_int(getattr(self, name), name, src)
+        checks.choice(self.activation, ACTIVATIONS, "activation", src)
+        checks.choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding", src)
+        checks.choice(self.norm, NORMS, "norm", src)
         if self.head_dim == 0:
             if self.hidden % self.heads:
                 raise ProblemError(
@@ -126,7 +105,7 @@ class ModelSpec:
                     source=src, field="head_dim",
                 )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
-        _positive_int(self.head_dim, "head_dim", src)
+        checks.positive_int(self.head_dim, "head_dim", src)
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
             raise ProblemError(
                 f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads"
@@ -292,7 +271,6 @@ class Mapping:
         }
 
 
-SERVING_MODES = ("static", "continuous", "disaggregated")
 DECODE_ATTENTION_KERNELS = ("grouped", "per_query_head")
 
 

@@ -121,20 +121,21 @@ STATES = Factor("states", (D.TP, D.ZERO, D.DP, D.CP, D.EP),
                 tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")), _states)
 
 
-def _first_stage_dp(ctx: TrainingContext, tp, zero, dp, cp, ep, pp, first_stage_layers, dp_group, edp_group) -> tuple:
+def _first_stage_dp(ctx: TrainingContext, tp, zero, dp, cp, ep, single_stage, first_stage_layers, dp_group, edp_group) -> tuple:
     """Stage 0's data-parallel gradient reduction and parameter gather (``training.dp_comm_times_s``)
-    and its optimizer step (``compute.optimizer_step_time_s``), seconds, for the parameters it holds."""
+    and its optimizer step (``compute.optimizer_step_time_s``), seconds, for the parameters it holds
+    (the output layer too when it is the only stage)."""
     model, wl = ctx.model, ctx.workload
     body = first_stage_layers - lead_layers(model) if model.moe is not None else 0
-    m = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
-    p = stage_params(model, first_stage_layers, True, pp == 1, tp, body)
+    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
+    p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, body)
     pe = stage_expert_params(model, body, ep)
     grads, gather = dp_comm_times_s(ctx.system, wl, m, p, pe, {"dp": dp_group, "edp": edp_group})
     return grads, gather, compute.optimizer_step_time_s(ctx.system.device, optimizer_owned_params(m, p, pe), wl.grad_bytes)
 
 
 FIRST_STAGE_DP = Factor(
-    "first_stage_dp", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.PP, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.EDP_GROUP),
+    "first_stage_dp", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.EDP_GROUP),
     (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME)), _first_stage_dp)
 CHUNK_LIMITS = Factor(
     "chunk_limits", (D.PP, D.VPP), (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
@@ -282,7 +283,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
               D.MICRO_BATCH: m.micro_batch, D.VPP: m.vpp, D.SP: m.sp, D.RECOMPUTE: m.recompute, D.ZERO: m.zero,
               D.FIRST_STAGE_LAYERS: layers[0], D.LAST_STAGE_LAYERS: layers[-1], D.PLACEMENT: m.placement,
               D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
-              D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0, D.INTERLEAVED: m.vpp > 1}
+              D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0, D.INTERLEAVED: m.vpp > 1, D.SINGLE_STAGE: m.pp == 1}
     values.update({GROUP_KEYS[kind]: where for kind, where in group_layouts(ctx.system, m).items()})
     return values
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from parasol.model.chiplet_cost import (Bridge, ChipletSpec, CostParameters, DieGroup, HbmGeneration, NreRule, PackageTech,
                                 ProcessNode, Substrate, Wafer)
+from parasol.model import checks
 from parasol.model.errors import ProblemError
 from parasol.model.specs import DeviceSpec, SystemSpec
 from parasol.model.system_cost import Prices
@@ -33,7 +34,7 @@ def _num(data: dict, key: str, src: str, prefix: str, check: str = "positive", d
         return default
     if key not in data:
         raise ProblemError("is required", source=src, field=prefix + key)
-    value = library.as_float(data[key])
+    value = checks.as_float(data[key])
     test, allowed = _CHECKS[check]
     if value is None or not test(value):
         raise ProblemError(f"must be {allowed}, got {data[key]!r}", source=src, field=prefix + key)
@@ -52,14 +53,8 @@ def _int(data: dict, key: str, src: str, prefix: str, default=_REQUIRED, minimum
 def _mapping(data, src: str, field: str, keys: tuple, required: tuple = ()) -> dict:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field=field.rstrip("."))
-    library.check_keys(data, keys, required, src, field)
+    checks.keys(data, keys, required, src, field)
     return data
-
-
-def _choice(value, src: str, field: str, allowed) -> str:
-    if value not in allowed:
-        raise ProblemError(f"{value!r} is not allowed; allowed: {', '.join(allowed)}", source=src, field=field)
-    return value
 
 
 def _file(name: str) -> tuple[str, dict]:
@@ -71,7 +66,7 @@ def _file(name: str) -> tuple[str, dict]:
 
 def _process_nodes() -> tuple[Wafer, NreRule, dict]:
     src, data = _file("process_nodes.yaml")
-    library.check_keys(data, ("wafer", "nre", "nodes"), ("wafer", "nre", "nodes"), src, "")
+    checks.keys(data, ("wafer", "nre", "nodes"), ("wafer", "nre", "nodes"), src, "")
     w = _mapping(data["wafer"], src, "wafer.", ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"),
                  ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"))
     wafer = Wafer(diameter_mm=_num(w, "diameter_mm", src, "wafer."), scribe_lane_mm=_num(w, "scribe_lane_mm", src, "wafer.", "nonneg"),
@@ -105,10 +100,10 @@ BRIDGE_KEYS = ("area_mm2", "wafer_cost_usd", "defect_density_per_cm2", "clusteri
 def _technology(name: str, entry, src: str) -> PackageTech:
     p = f"technologies.{name}."
     entry = _mapping(entry, src, p, TECH_KEYS, TECH_KEYS[:5])
-    kind = _choice(entry["kind"], src, p + "kind", PACKAGE_KINDS)
+    kind = checks.choice(entry["kind"], tuple(PACKAGE_KINDS), p + "kind", src)
     extra = {}
     if kind == "interposer":
-        library.check_keys(entry, TECH_KEYS, INTERPOSER_KEYS, src, p)
+        checks.keys(entry, TECH_KEYS, INTERPOSER_KEYS, src, p)
         extra = {k: _num(entry, k, src, p, "nonneg" if "defect" in k else "positive") for k in INTERPOSER_KEYS}
         if "bridge" in entry:
             b = _mapping(entry["bridge"], src, p + "bridge.", BRIDGE_KEYS, BRIDGE_KEYS)
@@ -126,7 +121,7 @@ def _technology(name: str, entry, src: str) -> PackageTech:
 def _packaging() -> tuple[Substrate, dict, float, float, float]:
     src, data = _file("packaging.yaml")
     top = ("substrate", "d2d_area_fraction", "test", "technologies")
-    library.check_keys(data, top, top, src, "")
+    checks.keys(data, top, top, src, "")
     keys = ("area_factor", "usd_per_mm2", "c4_bump_usd_per_mm2", "bonding_yield", "layer_factors")
     s = _mapping(data["substrate"], src, "substrate.", keys, keys)
     layer_keys = ("single_die", "side_17mm", "side_30mm", "larger")
@@ -146,7 +141,7 @@ def _packaging() -> tuple[Substrate, dict, float, float, float]:
 
 def _memory() -> dict:
     src, data = _file("memory.yaml")
-    library.check_keys(data, ("generations",), ("generations",), src, "")
+    checks.keys(data, ("generations",), ("generations",), src, "")
     gens = _mapping(data["generations"], src, "generations.", tuple(map(str, data["generations"] or ())))
     keys = ("bytes_per_s_per_stack", "bytes_per_stack", "usd_per_gb", "footprint_mm2")
     out = {}
@@ -183,15 +178,15 @@ def chiplets_from_dict(data, src: str, params: CostParameters, prefix: str = "ch
     def die(role: str) -> DieGroup:
         p = f"{prefix}{role}."
         d = _mapping(data[role], src, p, DIE_KEYS, DIE_KEYS)
-        return DieGroup(role=role, area_mm2=_num(d, "area_mm2", src, p), node=_choice(str(d["node"]), src, p + "node", params.nodes),
+        return DieGroup(role=role, area_mm2=_num(d, "area_mm2", src, p), node=checks.choice(str(d["node"]), tuple(params.nodes), p + "node", src),
                         count=_int(d, "count", src, p))
 
     h = _mapping(data["hbm"], src, prefix + "hbm.", HBM_KEYS, HBM_KEYS)
-    gen = _choice(h["generation"], src, prefix + "hbm.generation", params.hbm)
+    gen = checks.choice(h["generation"], tuple(params.hbm), prefix + "hbm.generation", src)
     return ChipletSpec(
         compute=die("compute"), io=die("io") if "io" in data else None, hbm_generation=gen,
         hbm_stacks=_int(h, "stacks", src, prefix + "hbm.", minimum=0), hbm_stack_gb=_num(h, "stack_gb", src, prefix + "hbm."),
-        packaging=_choice(data["packaging"], src, prefix + "packaging", params.packages),
+        packaging=checks.choice(data["packaging"], tuple(params.packages), prefix + "packaging", src),
         interposer_mm2=_num(data, "interposer_mm2", src, prefix, default=None),
         bridges=_int(data, "bridges", src, prefix, default=None, minimum=0),
         d2d_bytes_per_s=_num(data, "d2d_bytes_per_s", src, prefix, default=None),
@@ -232,7 +227,7 @@ def _price_values(data, src: str, prefix: str, keys: tuple, required: tuple = ()
 def load_price_list() -> tuple[str, dict, dict, dict]:
     """(source, defaults, device prices, per-system overrides) of problems/cost/prices.yaml."""
     src, data = _file("prices.yaml")
-    library.check_keys(data, ("defaults", "devices", "systems"), ("defaults",), src, "")
+    checks.keys(data, ("defaults", "devices", "systems"), ("defaults",), src, "")
     defaults = _price_values(data["defaults"], src, "defaults.", PRICE_KEYS, PRICE_KEYS)
     devices = _mapping(data.get("devices") or {}, src, "devices.", tuple(map(str, data.get("devices") or ())))
     devices = {str(k): _num(devices, k, src, "devices.", "nonneg") for k in devices}

@@ -3,13 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from parasol.model.chiplet_cost import device_cost, scale_chiplets, scale_device
-from parasol.model.errors import ProblemError
-from parasol.model.system_cost import system_cost
-
-from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
+from .cost_library import load_cost_parameters, load_cost_system
+from .costing import priced_system, system_cost_lines
 
 
 DIE_FIELDS = {"die_area_mm2": "area_mm2", "dies_per_wafer": "dies_per_wafer", "die_yield": "die_yield"}  # of the compute die
@@ -19,29 +14,13 @@ DEVICE_FIELDS = ("kgd_cost_usd", "packaging_cost_usd", "hbm_cost_usd", "test_cos
 
 def cost_document(system_name: str, num_gpus: int | None = None, chiplets: int | None = None,
                   gpu_hour_usd: float | None = None) -> dict:
-    """Everything `parasol cost --json` prints. A device without a ``chiplets:`` section has null
-    device-cost fields and is priced from the price list (ProblemError when it has no price either);
-    ``chiplets`` rescales the package (model.chiplet_cost.scale_device), which needs chiplet data."""
-    system, overrides = load_cost_system(system_name, num_gpus)
+    """Everything `parasol cost --json` prints (``costing.priced_system``, ``costing.system_cost_lines``);
+    ``num_gpus`` defaults to one scale-up domain."""
+    ps = priced_system(system_name, chiplets, gpu_hour_usd)
+    system, spec, cost, prices = ps.system, ps.chiplets, ps.device_cost, ps.prices
+    n = num_gpus if num_gpus is not None else system.scale_up_domain
     params = load_cost_parameters()
-    spec = load_chiplets(system.device)
-    base_name = system.device.name
-    doc = {"system_name": system.name, "device_name": base_name, "num_gpus": system.num_gpus}
-    cost, price_scale = None, 1.0
-    if spec is None:
-        if chiplets is not None:
-            raise ProblemError("has no chiplets: section, so --chiplets cannot rescale it", source=system.device.source,
-                               field="chiplets")
-    else:
-        count = chiplets if chiplets is not None else spec.compute.count
-        footprint = params.hbm[spec.hbm_generation].footprint_mm2
-        scaled = scale_chiplets(spec, count, footprint)
-        if scaled is not spec:
-            price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
-            system = replace(system, device=scale_device(system.device, spec, count))
-        spec, cost = scaled, device_cost(scaled, params)
-    prices, origin = prices_for(system, overrides, base_name, None if cost is None else cost.device_cost_usd,
-                                gpu_hour_usd, price_scale)
+    doc = {"system_name": system.name, "device_name": load_cost_system(system_name)[0].device.name, "num_gpus": n}
     doc.update(dict.fromkeys(("chiplet_count", "node", "packaging_type", *DIE_FIELDS, *DEVICE_FIELDS, "dies", "hbm",
                               "packaging", "volume_units", "d2d_bytes_per_s")))
     if spec is not None:
@@ -55,9 +34,9 @@ def cost_document(system_name: str, num_gpus: int | None = None, chiplets: int |
         "device": {"peak_flops": system.device.peak_flops, "hbm_bytes": system.device.hbm_bytes,
                    "hbm_bytes_per_s": system.device.hbm_bytes_per_s, "tdp_w": system.device.tdp_w},
         "device_price_usd": prices.device_usd if prices.node_usd is None else None,
-        "device_price_source": origin,
+        "device_price_source": ps.price_origin,
     })
-    sc = system_cost(system.num_gpus, system.gpus_per_node, system.scale_up_domain, system.device.tdp_w, prices)
+    sc = system_cost_lines(system_name, n, chiplets, gpu_hour_usd)
     doc["system"] = sc.as_dict() | {"lifetime_years": prices.lifetime_years, "pue": prices.pue, "utilisation": prices.utilisation,
                                     "energy_usd_per_kwh": prices.energy_usd_per_kwh}
     return doc

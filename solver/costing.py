@@ -1,6 +1,8 @@
 """Cost of a training plan: the system's capex, power and hourly cost (model/system_cost.py, priced by
-``solver.cost_report.cost_document``) joined with the model's throughput, and the cost limits of a
-problem (``constraints: {max_capex_usd, max_power_w, max_run_hours}``).
+``priced_system``: the device's modelled cost or list price, the price list and the system file's
+``cost:`` section) joined with the model's throughput, and the cost limits of a problem
+(``constraints: {max_capex_usd, max_power_w, max_run_hours}``). A problem resolves the costs of
+every device count it allows when it is loaded (``problem.Problem.costs``).
 
 Metrics added to a plan (all floats): ``capex_usd``, ``power_w``, ``cost_per_hour_usd``,
 ``usd_per_million_tokens`` = cost per hour / (tokens/s x 3600) x 1e6, ``tokens_per_usd``, and with
@@ -11,27 +13,84 @@ run_hours x cost per hour.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from parasol.model.chiplet_cost import scale_device
-from parasol.model.system_cost import run_cost_metrics, step_time_limit_s
+from parasol.model.chiplet_cost import ChipletSpec, DeviceCost, device_cost, scale_chiplets, scale_device
 from parasol.model.errors import ProblemError
 from parasol.model.specs import SystemSpec
+from parasol.model.system_cost import Prices, SystemCost, run_cost_metrics, step_time_limit_s, system_cost as system_lines
 
 from . import library
-from .cost_library import load_chiplets
-from .cost_report import cost_document
+from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
 
 CONSTRAINT_KEYS = ("max_capex_usd", "max_power_w", "max_run_hours")
 COST_OBJECTIVES = ("cost", "tokens_per_usd")
+COST_ROW_KEYS = ("capex_usd", "power_w", "cost_per_hour_usd")
+
+
+@dataclass(frozen=True)
+class PricedSystem:
+    """A system as priced: its spec (device rescaled to the chiplet count asked for; one scale-up
+    domain of GPUs), its ``chiplets:`` data rescaled likewise and the modelled device cost (None
+    without chiplet data), its prices and where the device price came from."""
+
+    system: SystemSpec
+    chiplets: ChipletSpec | None
+    device_cost: DeviceCost | None
+    prices: Prices
+    price_origin: str
 
 
 @functools.lru_cache(maxsize=None)
+def priced_system(system_name: str, chiplets: int | None = None, gpu_hour_usd: float | None = None) -> PricedSystem:
+    """``system_name`` (a library name or a system file) priced: a device without a ``chiplets:``
+    section is priced from the price list (ProblemError when it has no price either); ``chiplets``
+    rescales the package (``model.chiplet_cost.scale_device``), which needs chiplet data."""
+    system, overrides = load_cost_system(system_name)
+    params = load_cost_parameters()
+    spec = load_chiplets(system.device)
+    library_device = system.device.name  # the price list's entry, before any rescaling
+    cost, price_scale = None, 1.0
+    if spec is None:
+        if chiplets is not None:
+            raise ProblemError("has no chiplets: section, so the chiplet count cannot rescale it", source=system.device.source,
+                               field="chiplets")
+    else:
+        count = chiplets if chiplets is not None else spec.compute.count
+        scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
+        if scaled is not spec:
+            price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
+            system = replace(system, device=scale_device(system.device, spec, count))
+        spec, cost = scaled, device_cost(scaled, params)
+    prices, origin = prices_for(system, overrides, library_device, None if cost is None else cost.device_cost_usd, gpu_hour_usd,
+                                price_scale)
+    return PricedSystem(system, spec, cost, prices, origin)
+
+
+def system_cost_lines(system_name: str, num_gpus: int, chiplets: int | None = None,
+                      gpu_hour_usd: float | None = None) -> SystemCost:
+    """Capex by item, power and hourly cost of the system with ``num_gpus`` devices (``model.system_cost``)."""
+    ps = priced_system(system_name, chiplets, gpu_hour_usd)
+    s = ps.system
+    return system_lines(num_gpus, s.gpus_per_node, s.scale_up_domain, s.device.tdp_w, ps.prices)
+
+
 def system_cost(system_name: str, num_gpus: int, chiplets: int | None, gpu_hour_usd: float | None) -> dict:
     """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices of ``chiplets``
     compute dies (None: the device as described)."""
-    doc = cost_document(system_name, num_gpus=num_gpus, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd)
-    return {k: doc["system"][k] for k in ("capex_usd", "power_w", "cost_per_hour_usd")}
+    lines = system_cost_lines(system_name, num_gpus, chiplets, gpu_hour_usd).as_dict()
+    return {k: lines[k] for k in COST_ROW_KEYS}
+
+
+def resolve_costs(system_name: str, counts: tuple, chiplets: tuple, gpu_hour_usd: float | None, needed: bool) -> dict | None:
+    """{(num_gpus, chiplets): system cost row} of every device and chiplet count a problem allows;
+    None when the system has no cost data and the problem needs none (else that ProblemError)."""
+    try:
+        return {(n, c): system_cost(system_name, n, c, gpu_hour_usd) for c in chiplets for n in counts}
+    except ProblemError:
+        if needed:
+            raise
+        return None
 
 
 def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) -> SystemSpec:

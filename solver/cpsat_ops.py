@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from ortools.sat.python import cp_model
 
@@ -219,14 +220,7 @@ class CpSatOps:
             found = affine_pieces(table, self.tables.space)
             if found is not None and len(found[1]) * PIECEWISE_GAIN <= len(table.keys):
                 return self._piecewise(factor, *found)
-        keys = tuple(factor.keys)
-        if keys not in self._indices:
-            rows = table.keys.itertuples(index=False, name=None)
-            index = self.var(0, max(0, len(table.keys) - 1), f"{factor.name}_row")
-            self.model.add_allowed_assignments([self.vars[k] for k in keys] + [index],
-                                               [tuple(r) + (i,) for i, r in enumerate(rows)])
-            self._indices[keys] = index
-        index = self._indices[keys]
+        index = self._index(factor.keys, table.keys, factor.name)
         outputs = []
         for j, out in enumerate(factor.outputs):
             values = self.scale.to_ints(out.unit, table.values[:, j]).tolist()
@@ -241,6 +235,23 @@ class CpSatOps:
             outputs.append(IntQ(x, lo, hi, out.unit, unit_scale, table=(index, values)))
         return factor.row(*outputs)
 
+    def _index(self, keys, rows, name: str, shared: bool = True):
+        """A variable for the row of ``rows`` (stored values of ``keys``) the decisions take, tied to them
+        by one table constraint over the keys that are not fixed; tables over the same rows of the same
+        such keys share it (``shared``)."""
+        live = [k for k in keys if len(self.values[k]) > 1]
+        table = rows[live].to_numpy(dtype=np.int64) if live else np.zeros((len(rows), 0), dtype=np.int64)
+        cache = tuple(live)
+        if shared and cache in self._indices and np.array_equal(self._indices[cache][1], table):
+            return self._indices[cache][0]
+        index = self.var(0, max(0, len(rows) - 1), f"{name}_row")
+        if live:
+            self.model.add_allowed_assignments([self.vars[k] for k in live] + [index],
+                                               [tuple(r) + (i,) for i, r in enumerate(table.tolist())])
+        if shared:
+            self._indices.setdefault(cache, (index, table))
+        return index
+
     def _piecewise(self, factor: Factor, x: str, pieces: list):
         """A long table as pieces (the other decisions, the range [lo, hi] of decision ``x``) on each of
         which every output is affine in ``x``: a piece index tied to the other decisions and to x's
@@ -248,9 +259,7 @@ class CpSatOps:
         starts round to the output's unit (memory up), so the integers stay within x/2 units of the
         table's values (at or above them for memory)."""
         others = [k for k in factor.keys if k != x]
-        index = self.var(0, len(pieces) - 1, f"{factor.name}_piece")
-        self.model.add_allowed_assignments([self.vars[k] for k in others] + [index],
-                                           [tuple(p[0]) + (i,) for i, p in enumerate(pieces)])
+        index = self._index(others, pd.DataFrame([p[0] for p in pieces], columns=others), f"{factor.name}_piece", shared=False)
         xq = self.decision(x)
         starts = [p[1] for p in pieces]
         start = self._element(index, starts, Unit.COUNT, f"{factor.name}_{x}_start")
@@ -403,9 +412,7 @@ class CpSatOps:
         for i in range(len(rows)):
             decided = {k: space.domains[k].value(stored[k][i]) for k in bound.keys}
             values.append(math.floor(bound.fn(decided, *(f.row(*v[i].tolist()) for f, v in outs)) + 1e-9))
-        index = self.var(0, max(0, len(rows) - 1), f"{bound.name}_row")
-        self.model.add_allowed_assignments([self.vars[k] for k in keys] + [index],
-                                           [tuple(int(stored[k][i]) for k in keys) + (i,) for i in range(len(rows))])
+        index = self._index(keys, rows, bound.name)
         lo, hi = min(values), max(values)
         x = self.var(lo, hi, bound.name)
         self.model.add_element(index, values, x)

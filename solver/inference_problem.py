@@ -16,73 +16,47 @@ from __future__ import annotations
 from parasol.model.errors import ProblemError
 from parasol.model.inference import check_serving
 from parasol.model.precision import INFERENCE_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
-from parasol.model.specs import DECODE_ATTENTION_KERNELS, SERVING_MODES, InferenceWorkload, PoolMapping, ServingMapping
+from parasol.model import checks
+from parasol.model.choices import ServingMode, ServingObjective
+from parasol.model.specs import DECODE_ATTENTION_KERNELS, InferenceWorkload, PoolMapping, ServingMapping
 
 from . import library
 
 INFERENCE_WORKLOAD_KEYS = ("kind", "input_len", "output_len", "batch", "precision", "kv_precision", "weight_precision",
                            "serving", "slo", "kv_block_tokens", "max_prefill_tokens", "decode_attention",
                            "kv_cache_memory_fraction", "engine")
-INFERENCE_OBJECTIVES = ("throughput", "ttft", "tpot", "latency")
+INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
+SERVING_MODES = tuple(m.value for m in ServingMode)
 POOL_KEYS = ("tp", "pp", "ep", "dp")
 COLOCATED_MAPPING_KEYS = POOL_KEYS + ("batch", "num_gpus")
 DISAGGREGATED_MAPPING_KEYS = ("prefill", "decode", "batch", "num_gpus")
-# what each objective minimises, as a metric name and a sign (+1 minimise, -1 maximise)
-OBJECTIVE_METRICS = {"throughput": ("tokens_per_s", -1), "ttft": ("ttft_s", 1), "tpot": ("tpot_s", 1),
-                     "latency": ("e2e_latency_s", 1)}
-
-
-def _positive_int(value, src: str, fld: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=fld)
-    return value
-
-
-def _positive_number(value, src: str, fld: str) -> float:
-    number = library.as_float(value)
-    if number is None or not number > 0:
-        raise ProblemError(f"must be a positive number of seconds, got {value!r}", source=src, field=fld)
-    return number
-
-
-def _fraction(value, src: str, fld: str) -> float:
-    number = library.as_float(value)
-    if number is None or not 0 < number <= 1:
-        raise ProblemError(f"must be a fraction in (0, 1], got {value!r}", source=src, field=fld)
-    return number
-
-
-def _choice(value, allowed: tuple, src: str, fld: str):
-    if value not in allowed:
-        raise ProblemError(f"{value!r} is not allowed; allowed: {', '.join(allowed)}", source=src, field=fld)
-    return value
 
 
 def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
     """An InferenceWorkload from ``workload:`` (kind inference)."""
-    library.check_keys(data, INFERENCE_WORKLOAD_KEYS, ("kind", "input_len", "output_len"), src, "workload.")
-    precision = _choice(data.get("precision", "bf16"), INFERENCE_PRECISIONS, src, "workload.precision")
+    checks.keys(data, INFERENCE_WORKLOAD_KEYS, ("kind", "input_len", "output_len"), src, "workload.")
+    precision = checks.choice(data.get("precision", "bf16"), INFERENCE_PRECISIONS, "workload.precision", src)
     slo = data.get("slo") or {}
     if not isinstance(slo, dict):
         raise ProblemError("must be a mapping {ttft_s, tpot_s}", source=src, field="workload.slo")
-    library.check_keys(slo, ("ttft_s", "tpot_s"), (), src, "workload.slo.")
+    checks.keys(slo, ("ttft_s", "tpot_s"), (), src, "workload.slo.")
     batch = data.get("batch")
     return InferenceWorkload(
-        input_len=_positive_int(data["input_len"], src, "workload.input_len"),
-        output_len=_positive_int(data["output_len"], src, "workload.output_len"),
-        batch=None if batch is None else _positive_int(batch, src, "workload.batch"),
+        input_len=checks.positive_int(data["input_len"], "workload.input_len", src),
+        output_len=checks.positive_int(data["output_len"], "workload.output_len", src),
+        batch=None if batch is None else checks.positive_int(batch, "workload.batch", src),
         precision=precision,
-        kv_precision=_choice(data.get("kv_precision", precision), KV_PRECISIONS, src, "workload.kv_precision"),
-        weight_precision=_choice(data.get("weight_precision", precision), WEIGHT_PRECISIONS, src, "workload.weight_precision"),
-        serving=_choice(data.get("serving", "static"), SERVING_MODES, src, "workload.serving"),
-        ttft_slo_s=_positive_number(slo["ttft_s"], src, "workload.slo.ttft_s") if "ttft_s" in slo else None,
-        tpot_slo_s=_positive_number(slo["tpot_s"], src, "workload.slo.tpot_s") if "tpot_s" in slo else None,
-        kv_block_tokens=_positive_int(data.get("kv_block_tokens", 16), src, "workload.kv_block_tokens"),
-        max_prefill_tokens=_positive_int(data.get("max_prefill_tokens", 8192), src, "workload.max_prefill_tokens"),
-        decode_attention=_choice(data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS, src,
-                                 "workload.decode_attention"),
-        kv_cache_memory_fraction=_fraction(data.get("kv_cache_memory_fraction", 0.9), src, "workload.kv_cache_memory_fraction"),
-        engine=None if data.get("engine") is None else _choice(data["engine"], tuple(library.names("engines")), src, "workload.engine"),
+        kv_precision=checks.choice(data.get("kv_precision", precision), KV_PRECISIONS, "workload.kv_precision", src),
+        weight_precision=checks.choice(data.get("weight_precision", precision), WEIGHT_PRECISIONS, "workload.weight_precision", src),
+        serving=checks.choice(data.get("serving", "static"), SERVING_MODES, "workload.serving", src),
+        ttft_slo_s=checks.positive_number(slo["ttft_s"], "workload.slo.ttft_s", src, "number of seconds") if "ttft_s" in slo else None,
+        tpot_slo_s=checks.positive_number(slo["tpot_s"], "workload.slo.tpot_s", src, "number of seconds") if "tpot_s" in slo else None,
+        kv_block_tokens=checks.positive_int(data.get("kv_block_tokens", 16), "workload.kv_block_tokens", src),
+        max_prefill_tokens=checks.positive_int(data.get("max_prefill_tokens", 8192), "workload.max_prefill_tokens", src),
+        decode_attention=checks.choice(data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS,
+                                       "workload.decode_attention", src),
+        kv_cache_memory_fraction=checks.fraction(data.get("kv_cache_memory_fraction", 0.9), "workload.kv_cache_memory_fraction", src),
+        engine=None if data.get("engine") is None else checks.choice(data["engine"], tuple(library.names("engines")), "workload.engine", src),
         source=src)
 
 
@@ -90,7 +64,7 @@ def _values(value, src: str, fld: str) -> tuple:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ProblemError("an empty list allows nothing", source=src, field=fld)
-    return tuple(dict.fromkeys(_positive_int(v, src, fld) for v in values))
+    return tuple(dict.fromkeys(checks.positive_int(v, fld, src) for v in values))
 
 
 def parse_inference_mapping(data, workload: InferenceWorkload, src: str) -> dict:
@@ -113,7 +87,7 @@ def parse_inference_mapping(data, workload: InferenceWorkload, src: str) -> dict
         if key in ("prefill", "decode"):
             if not isinstance(value, dict):
                 raise ProblemError("must be a mapping {tp, pp, ep, dp}", source=src, field=f"mapping.{key}")
-            library.check_keys(value, POOL_KEYS, (), src, f"mapping.{key}.")
+            checks.keys(value, POOL_KEYS, (), src, f"mapping.{key}.")
             for sub, v in value.items():
                 out[f"{key}.{sub}"] = _values(v, src, f"mapping.{key}.{sub}")
         else:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from parasol.model import checks
 from parasol.model.errors import ProblemError
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
@@ -63,18 +64,8 @@ def _read_library_entry(kind: str, name, field: str, allowed: tuple, required: t
     """(path, mapping) of a library file, its keys checked."""
     path = _library_file(kind, name, field, None)
     data = read_yaml(path, f"{kind.split('/')[-1].rstrip('s')} file")
-    check_keys(data, allowed, required, str(path), "")
+    checks.keys(data, allowed, required, str(path), "")
     return str(path), data
-
-
-def check_keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix: str) -> None:
-    """ProblemError for unknown or missing keys of a YAML mapping."""
-    unknown = sorted(set(map(str, data)) - set(allowed))
-    if unknown:
-        raise ProblemError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}", source=source, field=f"{prefix}{unknown[0]}")
-    for key in required:
-        if key not in data:
-            raise ProblemError("is required", source=source, field=f"{prefix}{key}")
 
 
 def _build(cls, kwargs: dict, source: str | None, prefix: str, with_source: bool = True):
@@ -100,7 +91,7 @@ MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
 
 def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> ModelSpec:
     """A ModelSpec from a library file or an inline ``model:`` mapping."""
-    check_keys(data, MODEL_KEYS, MODEL_REQUIRED, source, prefix)
+    checks.keys(data, MODEL_KEYS, MODEL_REQUIRED, source, prefix)
     kwargs = dict(data)
     kwargs.setdefault("name", "inline")
     kwargs.setdefault("kv_heads", kwargs["heads"])
@@ -112,7 +103,7 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
         raise ProblemError(f"must be a string, got {kwargs['name']!r}", source=source, field=prefix + "name")
     for key in ("params_b", "active_params_b"):
         if kwargs.get(key) is not None:
-            value = as_float(kwargs[key])
+            value = checks.as_float(kwargs[key])
             if value is None or value <= 0:
                 raise ProblemError(f"must be a positive number of billions, got {kwargs[key]!r}", source=source, field=prefix + key)
             kwargs[key] = value
@@ -122,7 +113,7 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
             block = kwargs[key]
             if not isinstance(block, dict):
                 raise ProblemError("must be a mapping", source=source, field=prefix + key)
-            check_keys(block, keys, required, source, f"{prefix}{key}.")
+            checks.keys(block, keys, required, source, f"{prefix}{key}.")
             for name, value in block.items():
                 ok = value is None if name == "capacity_factor" and value is None else (
                     isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
@@ -139,29 +130,6 @@ def load_model(name: str) -> ModelSpec:
     return model_from_dict(read_yaml(path, "model file"), str(path), prefix="")
 
 
-def as_float(value):
-    """A YAML number as float. PyYAML (YAML 1.1) reads ``312.0e12`` (no exponent sign) as a
-    string, so numeric strings are accepted; None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _number(data: dict, key: str, source: str, prefix: str) -> float:
-    value = as_float(data.get(key))
-    if value is None or value < 0:
-        raise ProblemError(f"must be a non-negative number, got {data.get(key)!r}", source=source, field=prefix + key)
-    return value
-
-
-@functools.lru_cache(maxsize=None)
 def load_device(name: str) -> DeviceSpec:
     """A device from problems/systems/devices/."""
     src, data = _read_library_entry("systems/devices", name, "device", ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency",
@@ -170,20 +138,20 @@ def load_device(name: str) -> DeviceSpec:
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
-    peaks = {k: _number(peaks, k, src, "peak_flops.") for k in peaks if peaks[k] is not None}
+    peaks = {k: checks.non_negative_number(peaks.get(k), "peak_flops." + k, src) for k in peaks if peaks[k] is not None}
     eff = data["efficiency"]
-    check_keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert",
+    checks.keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert",
                      "moe_overlap"),
                ("gemm", "attention", "memory"), src, "efficiency.")
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
     return DeviceSpec(
-        name=data.get("name", name), peak_flops=peaks, hbm_bytes=_number(data, "hbm_bytes", src, ""),
-        hbm_bytes_per_s=_number(data, "hbm_bytes_per_s", src, ""), gemm_efficiency_flops=xs, gemm_efficiency=ys,
-        attention_efficiency=_number(eff, "attention", src, "efficiency."),
-        memory_efficiency=_number(eff, "memory", src, "efficiency."),
+        name=data.get("name", name), peak_flops=peaks, hbm_bytes=checks.non_negative_number(data.get("hbm_bytes"), "hbm_bytes", src),
+        hbm_bytes_per_s=checks.non_negative_number(data.get("hbm_bytes_per_s"), "hbm_bytes_per_s", src), gemm_efficiency_flops=xs, gemm_efficiency=ys,
+        attention_efficiency=checks.non_negative_number(eff.get("attention"), "efficiency.attention", src),
+        memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
-        **{f"{key}_efficiency": _fraction(eff, key, src, "efficiency.") for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
+        **{f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src) for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
            if key in eff},
         low_precision_gemm=low, source=src,
     )
@@ -210,8 +178,8 @@ def load_engine(name: str) -> dict:
         if not isinstance(block, dict) or not block:
             raise ProblemError(f"must map efficiency keys ({', '.join(ENGINE_EFFICIENCY_FIELDS)}) to fractions", source=src,
                                field=f"devices.{device}")
-        check_keys(block, tuple(ENGINE_EFFICIENCY_FIELDS), (), src, f"devices.{device}.")
-        profile[device] = {key: _fraction(block, key, src, f"devices.{device}.") for key in block}
+        checks.keys(block, tuple(ENGINE_EFFICIENCY_FIELDS), (), src, f"devices.{device}.")
+        profile[device] = {key: checks.fraction(block.get(key), f"devices.{device}." + key, src) for key in block}
     return profile
 
 
@@ -229,8 +197,8 @@ def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:
     """An efficiency curve {flops: [...], efficiency: [...]}: increasing sizes, values in (0, 1]."""
     if not isinstance(gemm, dict):
         raise ProblemError("must be a mapping {flops, efficiency}", source=src, field=field)
-    check_keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, f"{field}.")
-    xs, ys = tuple(map(as_float, gemm["flops"])), tuple(map(as_float, gemm["efficiency"]))
+    checks.keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, f"{field}.")
+    xs, ys = tuple(map(checks.as_float, gemm["flops"])), tuple(map(checks.as_float, gemm["efficiency"]))
     if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
         raise ProblemError("needs matching, increasing flops and efficiencies in (0, 1]", source=src, field=field)
     return xs, ys
@@ -239,10 +207,10 @@ def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:
 def _tier(data, name: str, src: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field=name)
-    check_keys(data, ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
+    checks.keys(data, ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
                ("bandwidth_bytes_per_s", "latency_s", "efficiency"), src, f"{name}.")
-    return NetworkTier(name=name, bandwidth_bytes_per_s=_number(data, "bandwidth_bytes_per_s", src, f"{name}."),
-                       latency_s=_number(data, "latency_s", src, f"{name}."), efficiency=_number(data, "efficiency", src, f"{name}."))
+    return NetworkTier(name=name, bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
+                       latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src), efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src))
 
 
 SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost", "topology")
@@ -279,7 +247,7 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
     """A system from a YAML file outside the library (its device named from the library)."""
     data = read_yaml(path, "system file")
     src = str(path)
-    check_keys(data, SYSTEM_KEYS, SYSTEM_REQUIRED, src, "")
+    checks.keys(data, SYSTEM_KEYS, SYSTEM_REQUIRED, src, "")
     if not isinstance(data["device"], str):
         raise ProblemError(f"must be a device name; allowed: {', '.join(names('systems/devices'))}", source=src, field="device")
     for key, value in (("gpus_per_node", data["gpus_per_node"]),
@@ -287,7 +255,7 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=key)
     if "memory_reserve_bytes" in data:
-        _number(data, "memory_reserve_bytes", src, "")
+        checks.non_negative_number(data.get("memory_reserve_bytes"), "memory_reserve_bytes", src)
     try:
         parts = _system_parts(src, data)
     except ProblemError as exc:
@@ -312,83 +280,50 @@ LEVEL_COMMON = ("name", "kind", "size", "link", "efficiency")
 TIER_KEYS = ("name", "size", "oversubscription", "radix", "latency_s")
 
 
-def _mapping(value, source: str, field: str) -> dict:
-    if not isinstance(value, dict):
-        raise ProblemError(f"must be a mapping, got {type(value).__name__}", source=source, field=field)
-    return value
-
-
-def _list(value, source: str, field: str) -> list:
-    if not isinstance(value, list) or not value:
-        raise ProblemError("must be a non-empty list", source=source, field=field)
-    return value
-
-
-def _count(data: dict, key: str, source: str, prefix: str, default=None) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=prefix + key)
-    return value
-
-
-def _fraction(data: dict, key: str, source: str, prefix: str) -> float:
-    value = as_float(data.get(key))
-    if value is None or not 0 < value <= 1:
-        raise ProblemError(f"must be a fraction in (0, 1], got {data.get(key)!r}", source=source, field=prefix + key)
-    return value
-
-
-def _flag(data: dict, key: str, source: str, prefix: str) -> bool:
-    value = data.get(key, False)
-    if not isinstance(value, bool):
-        raise ProblemError(f"must be true or false, got {value!r}", source=source, field=prefix + key)
-    return value
-
-
 def _link(data, source: str, field: str) -> Link:
-    data = _mapping(data, source, field)
-    check_keys(data, LINK_KEYS, ("bandwidth_bytes_per_s", "latency_s"), source, f"{field}.")
-    bandwidth = _number(data, "bandwidth_bytes_per_s", source, f"{field}.")
+    data = checks.mapping(data, field, source)
+    checks.keys(data, LINK_KEYS, ("bandwidth_bytes_per_s", "latency_s"), source, f"{field}.")
+    bandwidth = checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{field}.bandwidth_bytes_per_s", source)
     if bandwidth <= 0:
         raise ProblemError("must be a positive number", source=source, field=f"{field}.bandwidth_bytes_per_s")
-    return Link(bandwidth, _number(data, "latency_s", source, f"{field}."), _count(data, "count", source, f"{field}.", 1))
+    return Link(bandwidth, checks.non_negative_number(data.get("latency_s"), f"{field}.latency_s", source), checks.positive_int(data.get("count", 1), f"{field}.count", source))
 
 
 def _tiers(data, source: str, field: str) -> tuple:
     tiers = []
-    for j, tier in enumerate(_list(data, source, field)):
+    for j, tier in enumerate(checks.nonempty_list(data, field, source)):
         where = f"{field}[{j}]."
-        tier = _mapping(tier, source, where.rstrip("."))
-        check_keys(tier, TIER_KEYS, ("name", "size"), source, where)
-        oversub = as_float(tier.get("oversubscription", 1.0))
+        tier = checks.mapping(tier, where.rstrip("."), source)
+        checks.keys(tier, TIER_KEYS, ("name", "size"), source, where)
+        oversub = checks.as_float(tier.get("oversubscription", 1.0))
         if oversub is None or oversub <= 0:
             raise ProblemError(f"must be a positive ratio (injection : uplink, 7 for 1:7), got {tier.get('oversubscription')!r}",
                                source=source, field=where + "oversubscription")
-        tiers.append(Tier(str(tier["name"]), _count(tier, "size", source, where), oversub,
-                          _count(tier, "radix", source, where, 1) if "radix" in tier else 0,
-                          _number(tier, "latency_s", source, where) if "latency_s" in tier else 0.0))
+        tiers.append(Tier(str(tier["name"]), checks.positive_int(tier.get("size"), where + "size", source), oversub,
+                          checks.positive_int(tier.get("radix", 1), where + "radix", source) if "radix" in tier else 0,
+                          checks.non_negative_number(tier.get("latency_s"), where + "latency_s", source) if "latency_s" in tier else 0.0))
     return tuple(tiers)
 
 
 def _level(data, source: str, field: str) -> Level:
-    data = _mapping(data, source, field)
+    data = checks.mapping(data, field, source)
     kind = data.get("kind")
     if kind not in KINDS:
         raise ProblemError(f"{kind!r} is not a topology kind; allowed: {', '.join(KINDS)}", source=source, field=f"{field}.kind")
     where = f"{field}."
-    check_keys(data, LEVEL_COMMON + LEVEL_KEYS[kind], ("name", "kind", "link", "efficiency") + (
+    checks.keys(data, LEVEL_COMMON + LEVEL_KEYS[kind], ("name", "kind", "link", "efficiency") + (
         ("size",) if kind in ("switch", "full_mesh", "ring") else ()), source, where)
     kwargs = {"name": str(data["name"]), "kind": kind, "link": _link(data["link"], source, where + "link"),
-              "efficiency": _fraction(data, "efficiency", source, where)}
+              "efficiency": checks.fraction(data.get("efficiency"), where + "efficiency", source)}
     inn = data.get("in_network_reduction", False)
     if inn is not False:
-        inn = _mapping(inn, source, where + "in_network_reduction")
-        check_keys(inn, ("efficiency", "latency_s"), ("efficiency", "latency_s"), source, where + "in_network_reduction.")
-        kwargs["in_network"] = InNetworkReduction(_fraction(inn, "efficiency", source, where + "in_network_reduction."),
-                                                  _number(inn, "latency_s", source, where + "in_network_reduction."))
+        inn = checks.mapping(inn, where + "in_network_reduction", source)
+        checks.keys(inn, ("efficiency", "latency_s"), ("efficiency", "latency_s"), source, where + "in_network_reduction.")
+        kwargs["in_network"] = InNetworkReduction(checks.fraction(inn.get("efficiency"), where + "in_network_reduction.efficiency", source),
+                                                  checks.non_negative_number(inn.get("latency_s"), where + "in_network_reduction.latency_s", source))
     if kind == "torus":
-        dims = _list(data.get("dims"), source, where + "dims")
-        kwargs["dims"] = tuple(_count({"dims": d}, "dims", source, where) for d in dims)
+        dims = checks.nonempty_list(data.get("dims"), where + "dims", source)
+        kwargs["dims"] = tuple(checks.positive_int(d, where + "dims", source) for d in dims)
         wrap = data.get("wrap", True)
         wrap = [wrap] * len(dims) if isinstance(wrap, bool) else wrap
         if not isinstance(wrap, list) or len(wrap) != len(dims) or not all(isinstance(w, bool) for w in wrap):
@@ -396,21 +331,21 @@ def _level(data, source: str, field: str) -> Level:
                                field=where + "wrap")
         kwargs["wrap"] = tuple(wrap)
         if "wrap_multiple" in data:
-            kwargs["wrap_multiple"] = _count(data, "wrap_multiple", source, where)
+            kwargs["wrap_multiple"] = checks.positive_int(data.get("wrap_multiple"), where + "wrap_multiple", source)
     elif kind == "ring":
-        kwargs.update(dims=(_count(data, "size", source, where),), wrap=(True,))
+        kwargs.update(dims=(checks.positive_int(data.get("size"), where + "size", source),), wrap=(True,))
     elif kind == "fat_tree":
         kwargs["tiers"] = _tiers(data["tiers"], source, where + "tiers") if "tiers" in data else ()
-        kwargs["rail_optimized"] = _flag(data, "rail_optimized", source, where)
+        kwargs["rail_optimized"] = checks.flag(data.get("rail_optimized", False), where + "rail_optimized", source)
     elif kind == "dragonfly":
         for key in LEVEL_KEYS["dragonfly"][:-1]:
-            kwargs[key] = _count(data, key, source, where)
+            kwargs[key] = checks.positive_int(data.get(key), where + key, source)
         kwargs["global_link"] = _link(data.get("global_link"), source, where + "global_link")
     size = data.get("size")
     if size is None and kind == "fat_tree" and not kwargs["tiers"]:
         raise ProblemError("is required (or give tiers)", source=source, field=where + "size")
     if size is not None:
-        kwargs["size"] = _count(data, "size", source, where)
+        kwargs["size"] = checks.positive_int(data.get("size"), where + "size", source)
     else:
         kwargs["size"] = {"fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
                           "torus": lambda: math.prod(kwargs["dims"]),
@@ -423,10 +358,10 @@ def _level(data, source: str, field: str) -> Level:
 def topology_from_dict(data, source: str, prefix: str = "topology") -> Topology:
     """A Topology from a system file's ``topology:`` mapping: ``levels`` (innermost first) and
     optionally ``algorithms`` ({op: algorithm} the system fixes). ProblemError naming the field."""
-    data = _mapping(data, source, prefix)
-    check_keys(data, ("levels", "algorithms"), ("levels",), source, f"{prefix}.")
-    levels = tuple(_level(level, source, f"{prefix}.levels[{i}]") for i, level in enumerate(_list(data["levels"], source, f"{prefix}.levels")))
-    fixed = _mapping(data.get("algorithms", {}), source, f"{prefix}.algorithms")
+    data = checks.mapping(data, prefix, source)
+    checks.keys(data, ("levels", "algorithms"), ("levels",), source, f"{prefix}.")
+    levels = tuple(_level(level, source, f"{prefix}.levels[{i}]") for i, level in enumerate(checks.nonempty_list(data["levels"], f"{prefix}.levels", source)))
+    fixed = checks.mapping(data.get("algorithms", {}), f"{prefix}.algorithms", source)
     for op, name in fixed.items():
         if op not in ALGORITHMS:
             raise ProblemError(f"unknown collective {op!r}; allowed: {', '.join(ALGORITHMS)}", source=source, field=f"{prefix}.algorithms")

@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parasol.model import checks
+from parasol.model.choices import Recompute, TrainingObjective, ZeroStage
 from parasol.model.errors import ProblemError
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS
@@ -27,7 +29,7 @@ from . import costing, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
-OBJECTIVES = ("throughput", "step_time", "memory", "tokens_per_gpu", "cost", "tokens_per_usd")
+OBJECTIVES = tuple(o.value for o in TrainingObjective)
 WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp",
                  "moe_dispatcher", "moe_a2a_overlap", "train_tokens")
 MOE_DISPATCHERS = ("alltoall", "deepep")
@@ -38,7 +40,7 @@ ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve repor
 MAPPING_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "recompute": "none", "zero": 1,
                     "first_stage_layers": 0, "last_stage_layers": 0, "placement": DEFAULT_PLACEMENT}
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-ALLOWED_VALUES = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 2, 3), "sp": (False, True)}
+ALLOWED_VALUES = {"recompute": tuple(r.value for r in Recompute), "zero": tuple(int(z) for z in ZeroStage), "sp": (False, True)}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class Problem:
     chiplets: tuple = (None,)  # compute dies per package to consider (None: the device as described)
     gpu_hour_usd: float | None = None  # rental price; replaces the amortised hourly cost
     constraints: dict = field(default_factory=dict)  # max_capex_usd, max_power_w, max_run_hours
+    # {(num_gpus, chiplets): {capex_usd, power_w, cost_per_hour_usd}} resolved when the file is loaded
+    # (costing.resolve_costs); None when the system has no cost data and the problem needs none
+    costs: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_inference(self) -> bool:
@@ -88,6 +93,9 @@ class Problem:
     def system_cost(self, num_gpus: int) -> dict:
         """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices (a
         ProblemError naming the device file when its device has neither chiplet data nor a price)."""
+        key = (num_gpus, self.chiplets[0])
+        if self.costs is not None and key in self.costs:
+            return self.costs[key]
         return costing.system_cost(self.system_name, num_gpus, self.chiplets[0], self.gpu_hour_usd)
 
     def fixed_mapping(self) -> Mapping:
@@ -122,47 +130,26 @@ def mapping_with_defaults(values: dict) -> Mapping:
     return Mapping(**kwargs)
 
 
-def _positive_int(value, src: str, fld: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=fld)
-    return value
-
-
 def _parse_workload(data, src: str) -> Workload:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field="workload")
     if data.get("kind") == "inference":
         return parse_inference_workload(data, src)
-    library.check_keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
-    if data["kind"] != "training":
-        raise ProblemError(f"{data['kind']!r} is not allowed; allowed: training, inference", source=src, field="workload.kind")
-    precision = data.get("precision", "bf16")
-    if precision not in TRAINING_PRECISIONS:
-        raise ProblemError(f"{precision!r} is not allowed; allowed: {', '.join(TRAINING_PRECISIONS)}", source=src, field="workload.precision")
-    attention = data.get("attention", "flash")
-    if attention not in ATTENTION_KERNELS:
-        raise ProblemError(f"{attention!r} is not allowed; allowed: {', '.join(ATTENTION_KERNELS)}", source=src, field="workload.attention")
+    checks.keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
+    checks.choice(data["kind"], ("training", "inference"), "workload.kind", src)
+    precision = checks.choice(data.get("precision", "bf16"), TRAINING_PRECISIONS, "workload.precision", src)
+    attention = checks.choice(data.get("attention", "flash"), ATTENTION_KERNELS, "workload.attention", src)
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
-    grad_bytes = data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0)
-    if grad_bytes not in (2, 4):
-        raise ProblemError(f"{grad_bytes!r} is not allowed; allowed: 2, 4", source=src, field="workload.grad_bytes")
-    flags = {}
-    for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False)):
-        flags[key] = data.get(key, default)
-        if not isinstance(flags[key], bool):
-            raise ProblemError(f"must be true or false, got {flags[key]!r}", source=src, field=f"workload.{key}")
-    dispatcher = data.get("moe_dispatcher", "alltoall")
-    if dispatcher not in MOE_DISPATCHERS:
-        raise ProblemError(f"{dispatcher!r} is not allowed; allowed: {', '.join(MOE_DISPATCHERS)}", source=src, field="workload.moe_dispatcher")
+    grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
+    flags = {key: checks.flag(data.get(key, default), f"workload.{key}", src)
+             for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))}
+    dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     train_tokens = data.get("train_tokens")
     if train_tokens is not None:
-        train_tokens = library.as_float(train_tokens)
-        if train_tokens is None or train_tokens <= 0:
-            raise ProblemError(f"must be a positive number of tokens, got {data['train_tokens']!r}", source=src,
-                               field="workload.train_tokens")
-    return Workload(kind="training", seq_len=_positive_int(data["seq_len"], src, "workload.seq_len"),
-                    global_batch=_positive_int(data["global_batch"], src, "workload.global_batch"),
+        train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
+    return Workload(kind="training", seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src),
+                    global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src),
                     precision=precision, attention=attention, grad_bytes=float(grad_bytes), moe_dispatcher=dispatcher,
                     train_tokens=train_tokens, source=src, **flags)
 
@@ -172,7 +159,7 @@ def _parse_mapping(data, src: str) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping of choices", source=src, field="mapping")
-    library.check_keys(data, ACCEPTED_MAPPING_KEYS, (), src, "mapping.")
+    checks.keys(data, ACCEPTED_MAPPING_KEYS, (), src, "mapping.")
     out = {}
     for key, value in data.items():
         values = value if isinstance(value, list) else [value]
@@ -189,10 +176,9 @@ def _parse_mapping(data, src: str) -> dict:
                 except ProblemError as exc:
                     raise exc.located(source=src, field=f"mapping.{key}") from None
             elif key in ("first_stage_layers", "last_stage_layers"):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise ProblemError(f"must be a non-negative integer, got {v!r}", source=src, field=f"mapping.{key}")
+                checks.non_negative_int(v, f"mapping.{key}", src)
             else:
-                _positive_int(v, src, f"mapping.{key}")
+                checks.positive_int(v, f"mapping.{key}", src)
         out[key] = tuple(dict.fromkeys(values))
     return out
 
@@ -200,9 +186,9 @@ def _parse_mapping(data, src: str) -> dict:
 def _counts(value, src: str, field_name: str) -> tuple:
     """A positive integer, a list of them, or a range {min, max, step} (step defaults to min)."""
     if isinstance(value, dict):
-        library.check_keys(value, ("min", "max", "step"), ("min", "max"), src, f"{field_name}.")
-        lo, hi = (_positive_int(value[k], src, f"{field_name}.{k}") for k in ("min", "max"))
-        step = _positive_int(value.get("step", lo), src, f"{field_name}.step")
+        checks.keys(value, ("min", "max", "step"), ("min", "max"), src, f"{field_name}.")
+        lo, hi = (checks.positive_int(value[k], f"{field_name}.{k}", src) for k in ("min", "max"))
+        step = checks.positive_int(value.get("step", lo), f"{field_name}.step", src)
         if hi < lo:
             raise ProblemError(f"max {hi} is below min {lo}", source=src, field=f"{field_name}.max")
         values = list(range(lo, hi + 1, step))
@@ -210,13 +196,13 @@ def _counts(value, src: str, field_name: str) -> tuple:
         values = value if isinstance(value, list) else [value]
     if not values:
         raise ProblemError("an empty list allows nothing", source=src, field=field_name)
-    return tuple(dict.fromkeys(_positive_int(n, src, field_name) for n in values))
+    return tuple(dict.fromkeys(checks.positive_int(n, field_name, src) for n in values))
 
 
 def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping {name, num_gpus}", source=src, field="system")
-    library.check_keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
+    checks.keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
     name = data["name"]
     if not isinstance(name, str):
         raise ProblemError(f"must be a system name; allowed: {', '.join(library.names('systems'))}", source=src, field="system.name")
@@ -228,11 +214,7 @@ def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
         raise
     counts = _counts(data["num_gpus"], src, "system.num_gpus")
     chiplets = _counts(data["chiplets"], src, "system.chiplets") if "chiplets" in data else (None,)
-    price = None
-    if "gpu_hour_usd" in data:
-        price = library.as_float(data["gpu_hour_usd"])
-        if price is None or price <= 0:
-            raise ProblemError(f"must be a positive price, got {data['gpu_hour_usd']!r}", source=src, field="system.gpu_hour_usd")
+    price = checks.positive_number(data["gpu_hour_usd"], "system.gpu_hour_usd", src, "price") if "gpu_hour_usd" in data else None
     return name, counts, chiplets, price
 
 
@@ -241,12 +223,8 @@ def _parse_constraints(data, src: str, workload: Workload) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ProblemError(f"must be a mapping with keys among {', '.join(costing.CONSTRAINT_KEYS)}", source=src, field="constraints")
-    library.check_keys(data, costing.CONSTRAINT_KEYS, (), src, "constraints.")
-    out = {}
-    for key, value in data.items():
-        out[key] = library.as_float(value)
-        if out[key] is None or out[key] <= 0:
-            raise ProblemError(f"must be a positive number, got {value!r}", source=src, field=f"constraints.{key}")
+    checks.keys(data, costing.CONSTRAINT_KEYS, (), src, "constraints.")
+    out = {key: checks.positive_number(value, f"constraints.{key}", src) for key, value in data.items()}
     if "max_run_hours" in out and getattr(workload, "train_tokens", None) is None:
         raise ProblemError("needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours")
     return out
@@ -254,7 +232,7 @@ def _parse_constraints(data, src: str, workload: Workload) -> dict:
 
 def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     """A Problem from a parsed YAML mapping."""
-    library.check_keys(data, TOP_KEYS, ("model", "system", "workload"), source, "")
+    checks.keys(data, TOP_KEYS, ("model", "system", "workload"), source, "")
     model = data["model"]
     if isinstance(model, dict):
         model_spec = library.model_from_dict(model, source)
@@ -288,11 +266,16 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     objective = data.get("objective", "throughput")
     if inference:
         check_inference_objective(objective, source)
-    elif objective not in OBJECTIVES:
-        raise ProblemError(f"{objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}", source=source, field="objective")
-    return Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
-                   mapping=mapping, objective=objective, source=source, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd,
-                   constraints=constraints)
+    else:
+        checks.choice(objective, OBJECTIVES, "objective", source)
+    problem = Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
+                      mapping=mapping, objective=objective, source=source, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd,
+                      constraints=constraints)
+    try:
+        costs = costing.resolve_costs(system_name, counts, chiplets, gpu_hour_usd, problem.needs_cost)
+    except ProblemError as exc:
+        raise exc if exc.source else exc.located(source=source) from None
+    return dataclasses.replace(problem, costs=costs)
 
 
 def load_problem(path: str | Path) -> Problem:

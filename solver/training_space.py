@@ -164,7 +164,7 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
 
 
 def _pipeline_rows(problem, pps) -> list[tuple]:
-    """(pp, first, last, middle, vpp, interleaved) of every partition and interleaving depth allowed
+    """(pp, single stage, first, last, middle, vpp, interleaved) of every partition and interleaving depth allowed
     (``pipeline.split_stages``; vpp splitting each stage, ``pipeline.vpp_splits_stage``)."""
     L = problem.model.layers
     vpps = tuple(problem.mapping.get("vpp", range(1, L + 1)))
@@ -183,7 +183,7 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
             else:
                 middle = split_stages(L, pp, f, la)[0][1] if pp >= 3 else 0
                 allowed = splitting(f, True) & splitting(la, True) & (splitting(middle, False) if pp >= 3 else set(vpps))
-            rows.extend((pp, f, la, middle, v, int(v > 1)) for v in sorted(allowed))
+            rows.extend((pp, int(pp == 1), f, la, middle, v, int(v > 1)) for v in sorted(allowed))
     return rows
 
 
@@ -193,7 +193,8 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     identity that the stages hold all the model's layers (``pipeline.layers_held``)."""
     f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
     vpps = sorted(set(pipeline[v]))
-    parts = [pipeline[[pp, f]], pipeline[[pp, la]], pipeline[[pp, mid]], pipeline[[pp, v]], pipeline[[v, i]]]
+    parts = [pipeline[[pp, D.SINGLE_STAGE]], pipeline[[pp, f]], pipeline[[pp, la]], pipeline[[pp, mid]], pipeline[[pp, v]],
+             pipeline[[v, i]]]
     for column, edge in ((f, True), (la, True), (mid, False)):
         counts = sorted(set(pipeline[column]))
         parts.append(pd.DataFrame([(n, x) for n in counts for x in vpps if n == 0 or vpp_splits_stage(n, x, edge)],
@@ -251,8 +252,8 @@ def build_space(problem) -> Space:
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("zero", pd.DataFrame({D.ZERO: zero})),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
-        ("pipeline", pd.DataFrame(pipeline, columns=[D.PP, D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS,
-                                                     D.VPP, D.INTERLEAVED])),
+        ("pipeline", pd.DataFrame(pipeline, columns=[D.PP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS,
+                                                     D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED])),
     ]
     domains = {D.PLACEMENT: categorical(PLACEMENTS), D.SP: categorical((False, True)), D.RECOMPUTE: categorical(tuple(Recompute))}
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})

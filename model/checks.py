@@ -1,0 +1,96 @@
+"""The checks of input values, defined once: every spec, problem file and library file is read
+through these, so a mistake always reads the same, names its field (and file) and says what is
+allowed, as a ``ProblemError``."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+from .errors import ProblemError
+
+
+def as_float(value) -> float | None:
+    """A YAML number as float. PyYAML (YAML 1.1) reads ``312.0e12`` (no exponent sign) as a
+    string, so numeric strings are accepted; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def positive_int(value, field: str, source: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=field)
+    return int(value)
+
+
+def non_negative_int(value, field: str, source: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ProblemError(f"must be a non-negative integer, got {value!r}", source=source, field=field)
+    return int(value)
+
+
+def positive_number(value, field: str, source: str | None = None, what: str = "number") -> float:
+    """A number > 0 (``what`` names it in the message: 'number of seconds', 'price', ...)."""
+    number = as_float(value)
+    if number is None or not number > 0:
+        raise ProblemError(f"must be a positive {what}, got {value!r}", source=source, field=field)
+    return number
+
+
+def non_negative_number(value, field: str, source: str | None = None) -> float:
+    number = as_float(value)
+    if number is None or number < 0:
+        raise ProblemError(f"must be a non-negative number, got {value!r}", source=source, field=field)
+    return number
+
+
+def fraction(value, field: str, source: str | None = None) -> float:
+    number = as_float(value)
+    if number is None or not 0 < number <= 1:
+        raise ProblemError(f"must be a fraction in (0, 1], got {value!r}", source=source, field=field)
+    return number
+
+
+def flag(value, field: str, source: str | None = None) -> bool:
+    if not isinstance(value, bool):
+        raise ProblemError(f"must be true or false, got {value!r}", source=source, field=field)
+    return value
+
+
+def choice(value, allowed, field: str, source: str | None = None):
+    """``value`` when it is one of ``allowed`` (a tuple, or an enum whose values are allowed)."""
+    values = tuple(m.value for m in allowed) if isinstance(allowed, type) and issubclass(allowed, Enum) else tuple(allowed)
+    if isinstance(value, bool) and not any(isinstance(v, bool) for v in values) or value not in values:
+        raise ProblemError(f"{value!r} is not allowed; allowed: {', '.join(map(str, values))}", source=source, field=field)
+    return allowed(value) if isinstance(allowed, type) and issubclass(allowed, Enum) else value
+
+
+def mapping(value, field: str, source: str | None = None) -> dict:
+    if not isinstance(value, dict):
+        raise ProblemError(f"must be a mapping, got {type(value).__name__}", source=source, field=field)
+    return value
+
+
+def nonempty_list(value, field: str, source: str | None = None) -> list:
+    if not isinstance(value, list) or not value:
+        raise ProblemError("must be a non-empty list", source=source, field=field)
+    return value
+
+
+def keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix: str) -> None:
+    """ProblemError for an unknown or a missing key of a YAML mapping."""
+    unknown = sorted(set(map(str, data)) - set(allowed))
+    if unknown:
+        raise ProblemError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}", source=source, field=f"{prefix}{unknown[0]}")
+    for key in required:
+        if key not in data:
+            raise ProblemError("is required", source=source, field=f"{prefix}{key}")
