@@ -1,6 +1,9 @@
 """Measured vs predicted step time (and memory) for every published run in the validation set.
 
-    python benchmarks/accuracy.py [--json] [--markdown]
+    python benchmarks/accuracy.py [--json] [--markdown] [--write-docs]
+
+--write-docs replaces the generated blocks of docs/accuracy.md (family summary, per-run tables,
+serving) and of README.md's accuracy summary with this run's figures.
 
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
@@ -18,10 +21,10 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from pathlib import Path
 
+import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
+from docs_block import write_block
 
-import inference_accuracy  (benchmarks/inference_accuracy.py: the serving runs)
 from parasol.solver.report import text_table
 from parasol.solver.validation import evaluate_all
 
@@ -58,6 +61,55 @@ def table(results, markdown: bool) -> str:
     return text_table(head, rows, markdown)
 
 
+def family_table(results, markdown: bool = True) -> str:
+    """Mean and worst |error| per published family, then the dense runs the model covers, all dense
+    runs, and the MoE and out-of-sample families on their own."""
+    head = ["family", "runs", "mean abs. step-time error", "worst"]
+    rows = []
+
+    def row(name, rs, bold=False):
+        errors = [abs(r.error) for r in rs]
+        cells = [name, str(len(rs)), f"{100 * statistics.fmean(errors):.1f} %", f"{100 * max(errors):.1f} %"]
+        rows.append([f"**{c}**" if bold and i in (0, 2) else c for i, c in enumerate(cells)])
+
+    families = list(dict.fromkeys(r.family for r in results))
+    covered = [f for f in families if f not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
+    for f in covered:
+        row(f, [r for r in results if r.family == f])
+    row(f"dense runs above ({len(covered)} families)", [r for r in results if r.family in covered], bold=True)
+    for f in OUTSIDE_MODEL:
+        row(f, [r for r in results if r.family == f])
+    row("all dense runs", [r for r in results if r.family not in MOE + OUT_OF_SAMPLE], bold=True)
+    for f in dict.fromkeys(MOE + OUT_OF_SAMPLE):
+        rs = [r for r in results if r.family == f]
+        if rs:
+            row(f"*out of sample:* {f}" if f in OUT_OF_SAMPLE else f, rs)
+    return text_table(head, rows, markdown)
+
+
+def write_docs(results, serving, serving_oos) -> None:
+    write_block("accuracy.md", "training-families", family_table(results))
+    write_block("accuracy.md", "training-runs", f"<details><summary>{len(results)} runs</summary>\n\n{table(results, True)}\n\n</details>")
+    write_block("accuracy.md", "serving", "\n".join([
+        inference_accuracy.table(serving, True), "", "```", inference_accuracy.report(serving), "```", "",
+        "Out of sample (problems/validation/inference_runs_oos.yaml; batch = the planner's best):", "",
+        inference_accuracy.table(serving_oos, True), "", "```", inference_accuracy.oos_report(serving_oos), "```"]))
+    dense = [r for r in results if r.family not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
+    oos = [r for r in results if r.family in OUT_OF_SAMPLE]
+    s = inference_accuracy.summarise(serving)["by_metric"]
+    o = inference_accuracy.summarise(serving_oos)["by_metric"]["tokens_per_s_per_gpu"]
+    mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
+    lines = ["| what | runs | mean abs. error |", "|---|---|---|",
+             f"| training step time, dense (in sample) | {len(dense)} | {mean(dense):.1f} % |",
+             f"| training step time, MoE (in sample) | {sum(r.family == MOE[0] for r in results)} | "
+             f"{mean([r for r in results if r.family == MOE[0]]):.1f} % |",
+             f"| training step time, out of sample | {len(oos)} | {mean(oos):.1f} % |"]
+    for name, st in s.items():
+        lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
+    lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
+    write_block("../README.md", "accuracy-summary", "\n".join(lines))
+
+
 def main() -> int:
     args = inference_accuracy.arguments(__doc__)
     results = evaluate_all()
@@ -70,6 +122,8 @@ def main() -> int:
              "error": r.error, "mapping": r.mapping.as_dict(), "measured_memory_gib": r.measured_memory_gib,
              "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"]} for r in results]}, indent=2))
         return 0
+    if args.write_docs:
+        write_docs(results, serving, serving_oos)
     print(table(results, args.markdown))
     print()
     print(f"{summary['runs']} runs: mean |error| {100 * summary['mean_abs_error']:.1f} %, "

@@ -31,8 +31,6 @@ import argparse
 import dataclasses
 import statistics
 import sys
-from pathlib import Path
-
 
 from parasol.solver.validation import evaluate_all, family, load_runs
 
@@ -108,8 +106,9 @@ def fit_engine(name: str) -> int:
     """Refit the efficiencies of engine profile ``name`` on its throughput runs; print them and the
     held-out first-token-latency error; 1 when a stored value differs from the fit."""
     from parasol.solver import library  # noqa: PLC0415
-    from parasol.solver.inference_validation import evaluate_all as evaluate_serving, fit_engine_efficiency, load_engine_runs  # noqa: PLC0415
-    from parasol.solver.inference_validation import load_runs as load_serving_runs, mean_abs_error  # noqa: PLC0415
+    from parasol.solver.inference_validation import evaluate_all as evaluate_serving  # noqa: PLC0415
+    from parasol.solver.inference_validation import fit_engine_efficiency, load_engine_runs, mean_abs_error
+    from parasol.solver.inference_validation import load_runs as load_serving_runs  # noqa: PLC0415
 
     runs = [e for e in load_engine_runs() if e["workload"].get("engine") == name]
     checks = [e for e in load_serving_runs() if e["workload"].get("engine") == name]

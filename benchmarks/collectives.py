@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
-
 
 from parasol.solver.collective import compare_measurements
 

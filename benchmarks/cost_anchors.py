@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
-
-from parasol.model.chiplet_cost import (ChipletSpec, DieGroup, device_cost, die_yield, interposer_cost_usd,
-                                kgd_cost_usd, split_die_area_mm2)
+from parasol.model.chiplet_cost import (
+    ChipletSpec,
+    DieGroup,
+    device_cost,
+    die_yield,
+    interposer_cost_usd,
+    kgd_cost_usd,
+    split_die_area_mm2,
+)
 from parasol.solver import cost_library, library
 
 AREAS = (50, 100, 200, 400, 600, 800)
@@ -39,7 +43,7 @@ def trends(params) -> dict:
         out["kgd_usd_per_mm2"][name] = {a: kgd_cost_usd(a, node, w, 0.0) / a for a in AREAS}
     for name in ("5nm", "7nm"):
         for area in (100, 400, 800):
-            def re_cost(k, packaging):
+            def re_cost(k, packaging, area=area, name=name):
                 c = device_cost(ChipletSpec(compute=DieGroup("compute", split_die_area_mm2(area, k, params.d2d_area_fraction), name, k),
                                             hbm_generation="hbm3", hbm_stacks=0, hbm_stack_gb=16, packaging=packaging), params)
                 return c.kgd_cost_usd + c.packaging_cost_usd

@@ -18,10 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from parasol.solver.planner import solve
-from parasol.solver.training_planner import evaluate_plan
 from parasol.solver.problem import load_problem, parse_problem
+from parasol.solver.training_planner import evaluate_plan
 
 DEEPSEEK_TOKENS = 14.8e12  # pre-training tokens (paper abstract)
 DEEPSEEK_GPU_HOURS = 2.664e6  # pre-training H800 GPU-hours (paper Table 1)

@@ -1,12 +1,12 @@
 """Mappings per second of the numpy enumerator on dense training spaces, one core.
 
-    python benchmarks/enumeration_speed.py [--problems A,B,...] [--markdown]
+    python benchmarks/enumeration_speed.py [--problems A,B,...] [--markdown] [--out FILE] [--write-docs]
 
 For each problem: the space's size, the seconds to build the space, to enumerate it (every point
 through the model's composition on numpy arrays, ``planner.best_points``), and the rate. The
 enumeration runs in this process on one core (numpy's elementwise kernels are single-threaded; set
 OMP_NUM_THREADS=1 to keep BLAS to one thread too). Its best plan is compared with CP-SAT's
-(``solve``) on the same space.
+(``solve``) on the same space. --write-docs replaces the generated block of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from docs_block import write_block  # noqa: E402
 
 from parasol.solver.planner import best_points, planner_for, solve  # noqa: E402
 from parasol.solver.problem import load_problem  # noqa: E402
@@ -54,6 +56,7 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--no-solve", action="store_true", help="skip the CP-SAT comparison")
     parser.add_argument("--out", help="also write the table (.csv, .parquet, .json)")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/benchmarks.md")
     args = parser.parse_args()
     head = ["problem", "space", "space s", "enumeration s", "mappings/s", "best (enumerator)"]
     if not args.no_solve:
@@ -63,6 +66,8 @@ def main() -> int:
         rows.append(measure(name.strip(), not args.no_solve))
         print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     print(text_table(head, rows, args.markdown))
+    if args.write_docs:
+        write_block("benchmarks.md", "enumeration-speed", text_table(head, rows, True))
     if args.out:
         import pandas as pd
         write_table(pd.DataFrame(rows, columns=head), args.out)

@@ -247,7 +247,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     key = device_key()
-    res = {"meta": {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    res = {"meta": {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "device_name": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                     "nominal_hbm_bytes_per_s": PEAK_HBM[key], "method": "CUDA graph of back-to-back calls, median of 7 replays "
                     "/ calls; operands rotated over >= 512 MiB so that calls read HBM", **smi()}}

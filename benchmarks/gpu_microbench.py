@@ -974,7 +974,7 @@ def collect_meta(args, timer):
     p = torch.cuda.get_device_properties(dev)
     name = torch.cuda.get_device_name(dev)
     meta = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "python": platform.python_version(),
         "torch_version": str(torch.__version__),
@@ -1040,7 +1040,7 @@ def main():
 
     if not torch.cuda.is_available():
         result = {"meta": {"error": "CUDA not available", "torch_version": str(torch.__version__),
-                           "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
+                           "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}}
         path = write_yaml(result, args.out)
         print(f"CUDA not available; wrote {path}", file=sys.stderr)
         return 1

@@ -24,12 +24,9 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
-
 
 from parasol.solver.inference_validation import evaluate_all, evaluate_oos, load_engine_runs, load_latency_oos_runs
 from parasol.solver.report import text_table
-
 
 LATENCY_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
 METRIC_NAMES = {"ttft_s": "first-token latency", "tpot_s": "time per output token",
@@ -93,6 +90,7 @@ def arguments(doc: str):
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the generated tables of docs/ (accuracy.py)")
     return parser.parse_args()
 
 

@@ -269,7 +269,7 @@ def main() -> int:
     peaks = nominal_peaks(name) or {"bf16_tflops": 989.4, "fp8_tflops": 1978.9, "hbm_gbps": 3350.0, "source": "assumed H100 SXM"}
     timer = Timer()
     props = torch.cuda.get_device_properties(0)
-    result = {"meta": {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    result = {"meta": {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                        "device_name": name, "sm_count": props.multi_processor_count, "torch_version": str(torch.__version__),
                        "cuda_version": str(torch.version.cuda), "nominal_peaks": peaks, "timer": timer.sleep_note,
                        "has_grouped_mm": hasattr(torch, "_grouped_mm"), "has_scaled_grouped_mm": hasattr(torch, "_scaled_grouped_mm"),

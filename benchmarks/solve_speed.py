@@ -3,6 +3,7 @@ version of parasol, on one machine, one run.
 
     python benchmarks/solve_speed.py [--ladder dense|moe] [--sizes 8,64,...] [--restricted]
                                      [--baseline DIR] [--repeat N] [--enum-limit S] [--markdown]
+                                     [--write-docs]
 
 Ladders: dense (default): GPT-3 175B on DGX A100, Llama 3 70B and Llama 3.1 405B on DGX H100, from 8
 to 16,384 GPUs; moe: DeepSeek-V3 on DGX H800 (FP8, seq 4096, the published 15,360-sequence batch,
@@ -16,17 +17,20 @@ points it reached ("partial"). With --baseline DIR (a checkout of an earlier ver
 ``git worktree add /tmp/parasol-before REV``), each problem is also solved by that version in a
 subprocess, alternating with this one --repeat times; the best wall time of each and their ratio
 (baseline / this) are printed, with CP-SAT's deterministic time, which load on the machine does not
-change.
+change. --write-docs replaces this ladder's generated block of docs/benchmarks.md with the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import time
+
+from docs_block import write_block
 
 from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
@@ -99,13 +103,14 @@ def main() -> int:
     parser.add_argument("--restricted", action="store_true", help="default stage split and vpp in {1, 2}")
     parser.add_argument("--baseline", help="a checkout of an earlier version to compare solve times with")
     parser.add_argument("--repeat", type=int, default=1, help="solves per problem and version (the best wall time counts)")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite this ladder's table in docs/benchmarks.md")
     args = parser.parse_args()
     sizes = [int(x) for x in (args.sizes or DEFAULT_SIZES[args.ladder]).split(",")]
     head = ["model", "GPUs", "space", "enumeration s", "solve s", "ratio", "status", "enum best tok/s", "CP-SAT tok/s", "same"]
     if args.baseline:
         prepare_baseline(args.baseline)
         head += ["baseline s", "speed-up", "det. s (baseline / this)", "baseline tok/s"]
-    rows = []
+    rows, speedups = [], []
     for model, system, seq, batch, precision in LADDERS[args.ladder]:
         for n in sizes:
             data = problem_data(model, system, seq, batch, precision, n, RESTRICTED if args.restricted else None)
@@ -137,11 +142,19 @@ def main() -> int:
                 row += ["-", f"{solve_s:.2f}", "-", s.status, "-", f"{s.objective_value:,.0f}" if s.objective_value else "-", "-"]
             if args.baseline:
                 b = min(base_walls)
+                speedups.append(b / solve_s)
                 row += [f"{b:.2f}", f"{b / solve_s:.2f}x", f"{base['det']:.2f} / {s.deterministic_time:.2f}",
                         f"{base['objective']:,.0f}" if base["objective"] else "-"]
             rows.append(row)
             print(" | ".join(rows[-1]), flush=True, file=sys.stderr)
-    print(text_table(head, rows, args.markdown))
+    text = text_table(head, rows, args.markdown or args.write_docs)
+    if speedups:
+        text += (f"\n\nspeed-up (baseline wall / this wall): geometric mean {math.exp(sum(map(math.log, speedups)) / len(speedups)):.2f}x, "
+                 f"range {min(speedups):.2f}x to {max(speedups):.2f}x over {len(speedups)} problems")
+    print(text)
+    if args.write_docs:
+        name = args.ladder + ("-restricted" if args.restricted else "") + ("-vs-baseline" if args.baseline else "")
+        write_block("benchmarks.md", name, text)
     return 0
 
 

@@ -4,9 +4,19 @@ Pure functions and frozen dataclasses in SI units; no solver code lives here.
 """
 
 from .errors import ProblemError
-from .serving_step import evaluate_inference
-from .specs import DeviceSpec, InferenceWorkload, Mapping, ModelSpec, NetworkTier, PoolMapping, ServingMapping, SystemSpec, Workload
 from .evaluation import Evaluation
+from .serving_step import evaluate_inference
+from .specs import (
+           DeviceSpec,
+           InferenceWorkload,
+           Mapping,
+           ModelSpec,
+           NetworkTier,
+           PoolMapping,
+           ServingMapping,
+           SystemSpec,
+           Workload,
+)
 from .training_step import evaluate_training
 
 __all__ = ["DeviceSpec", "Evaluation", "InferenceWorkload", "Mapping", "ModelSpec", "NetworkTier", "PoolMapping", "ProblemError",

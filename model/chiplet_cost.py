@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from .errors import ProblemError
 from .specs import DeviceSpec
 
-
 # ------------------------------------------------------------------ parameters (from problems/cost/*.yaml)
 
 @dataclass(frozen=True)
@@ -322,7 +321,6 @@ def device_cost(chiplets: ChipletSpec, params: CostParameters) -> DeviceCost:
     gen = _lookup(params.hbm, chiplets.hbm_generation, "HBM generation", "chiplets.hbm.generation")
     sub = params.substrate
     dies = tuple(die_cost(g, params) for g in chiplets.dies)
-    die_area = sum(d.area_mm2 * d.count for d in dies)
     kgd = sum(d.kgd_cost_usd * d.count for d in dies)
     hbm = chiplets.hbm_stacks * hbm_stack_cost_usd(gen, chiplets.hbm_stack_gb)
     chips_area = chips_area_mm2(chiplets, gen.footprint_mm2)

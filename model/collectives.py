@@ -203,8 +203,8 @@ def halving_doubling_time_s(op: str, nbytes: float, topo: Topology, pl: Placemen
         level = next(i for i in range(len(pl.extents)) if distance < pl.below(i + 1))
         units = distance // pl.below(level)
         gpus_per_unit = topo.gpus_per_unit(level)
-        taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece,
-                              crosses=lambda b: units * gpus_per_unit >= b.subtree_gpus)
+        taper = _taper_time_s(topo, pl, level, lambda b, piece=piece: b.members * piece,
+                              crosses=lambda b, reach=units * gpus_per_unit: reach >= b.subtree_gpus)
         total += _latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper)
     if op != "allreduce":
         return total
@@ -296,7 +296,7 @@ def direct_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placement
     n, peers = pl.n, _alltoall_peers(pl)
     load = {i: nbytes * count / n for i, count in peers}
     inner = peers[0][0]
-    for i, count in peers[1:]:
+    for i, _count in peers[1:]:
         if topo.levels[i].rail_optimized:
             members = pl.below(i)
             load[inner] += load[i] * (members - 1) / members
@@ -332,7 +332,7 @@ def pairwise_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placeme
         members = [b.members for b in sorted(topo.boundaries(pl, level), key=lambda b: b.members)] + [pl.below(level + 1)]
         groups = [(steps - (members[-1] - members[0]), 0)] + [(members[j + 1] - members[j], members[j]) for j in range(len(members) - 1)]
         for count, reach in groups:
-            taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece, crosses=lambda b: b.members <= reach)
+            taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece, crosses=lambda b, reach=reach: b.members <= reach)
             total += count * (_latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper))
     return total
 
@@ -365,6 +365,41 @@ def algorithm_times(op: str, nbytes: float, topo: Topology, pl: Placement) -> di
         except NotApplicable as exc:
             out[name] = exc
     return out
+
+
+# Bytes at which ``cost_lines`` reads each algorithm's slope, and a third size it checks the line at.
+LINE_BYTES, CHECK_BYTES = float(1 << 30), float(3 << 20)
+
+
+def cost_lines(op: str, topo: Topology, pl: Placement) -> tuple | None:
+    """The time of ``op`` over the group at ``pl`` as lines in the message size: ((latency_s,
+    s_per_byte), ...), one per algorithm ``collective_time_on`` may choose (the system's fixed one
+    when it applies, else every applicable one), so that the time of ``nbytes`` is the least
+    latency_s + nbytes x s_per_byte (``lines_time_s``).
+
+    Every algorithm above is a sum of per-step latencies and byte terms proportional to the message
+    (the maximum of two such terms, a link's and an oversubscribed boundary's, is proportional too),
+    hence a line: two evaluations give it exactly. A third size checks it; None (evaluate each size
+    instead) if an algorithm ever stops being one (tests/test_collectives.py: none on the library's
+    systems)."""
+    lines = {}
+    for name in ALGORITHMS[op]:
+        try:
+            latency = ALGORITHM_TIMES[name](op, 0.0, topo, pl)
+            slope = (ALGORITHM_TIMES[name](op, LINE_BYTES, topo, pl) - latency) / LINE_BYTES
+            check = ALGORITHM_TIMES[name](op, CHECK_BYTES, topo, pl)
+        except NotApplicable:
+            continue
+        if not math.isclose(latency + slope * CHECK_BYTES, check, rel_tol=1e-9, abs_tol=1e-15):
+            return None
+        lines[name] = (latency, slope)
+    fixed = topo.fixed_algorithm(op)
+    return (lines[fixed],) if fixed in lines else tuple(lines.values())
+
+
+def lines_time_s(lines: tuple, nbytes: float) -> float:
+    """Seconds of a collective of ``nbytes`` given its algorithms' ``cost_lines``: the fastest."""
+    return min(latency + slope * nbytes for latency, slope in lines)
 
 
 def collective_time(op: str, nbytes: float, n: int, topo: Topology, algorithm: str | None = None,

@@ -29,6 +29,7 @@ from .placement import Group, Layout, collective_time_s, layout, topology_decide
 from .precision import activation_precision, bytes_per_element, stored_bytes_per_element
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
 from .training import stage_expert_params, stage_params
+
 LOGIT_BYTES = 4.0  # fp32 logits for sampling (TensorRT-LLM and vLLM keep logits in fp32)
 
 
@@ -91,7 +92,7 @@ def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
     return max(1, workload.max_prefill_tokens // workload.input_len)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def serving_model(model: ModelSpec) -> ModelSpec:
     """The model as served: no dropout (inference runs the network in eval mode)."""
     return dataclasses.replace(model, dropout=False) if model.dropout else model

@@ -34,9 +34,9 @@ evaluated again here, on floats.
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
 
 class Unit(Enum):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .errors import ProblemError
+from .ops import FloatOps, Rounding
 
 
 def default_edge_stage_layers(layers: int, pp: int) -> tuple[int, int]:
@@ -92,13 +93,23 @@ def layers_held(o, pp, first, last, middle):
     return o.where(o.equals(pp, 1), first, first + last + o.product(pp - 2, middle))
 
 
-def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:
-    """Time for ``microbatches`` micro-batches to pass forward and backward through the pipeline.
+def pipeline_parts(o, microbatches, slowest, stages_sum, vpp):
+    """(busy, bubble) time of ``microbatches`` micro-batches passing forward and backward through the
+    pipeline, written against ``ops`` (``o``), seconds.
 
-    ``stage_times_s[i]`` is stage i's forward + backward time for one micro-batch (all its chunks).
-    The slowest stage works m times; the others' work before and after it fills the bubble, cut
-    by v with interleaving: T = m·max + (sum - max)/v. For p equal stages this is Megatron's
-    (m + (p-1)/v)·t (Narayanan SC'21, Sec. 2.2.1 and 2.2.2).
+    ``slowest`` is the slowest stage's forward + backward time for one micro-batch (all its chunks),
+    ``stages_sum`` the sum over all stages. The slowest stage works m times (busy); the others' work
+    before and after it fills the bubble, cut by v with interleaving: T = m·max + (sum - max)/v. For
+    p equal stages this is Megatron's (m + (p-1)/v)·t (Narayanan SC'21, Sec. 2.2.1 and 2.2.2). The
+    slowest is one of the stages, so the bubble is never negative (the max with 0 says so to an
+    integer backend, whose rounded stage times could disagree by a unit).
     """
-    slowest = max(stage_times_s)
-    return microbatches * slowest + (sum(stage_times_s) - slowest) / vpp
+    busy = o.product(microbatches, slowest)
+    bubble = o.quotient(o.maximum(0, stages_sum - slowest), vpp, Rounding.DOWN)
+    return busy, bubble
+
+
+def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:
+    """``pipeline_parts`` on plain numbers: the pipeline's time for per-stage times, seconds."""
+    busy, bubble = pipeline_parts(FloatOps(None, {}), microbatches, max(stage_times_s), sum(stage_times_s), vpp)
+    return busy + bubble

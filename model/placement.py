@@ -51,6 +51,7 @@ import numpy as np
 
 from . import collectives, comm
 from .errors import ProblemError
+from .hashing import hash_once, state_without_hash
 from .specs import DEFAULT_PLACEMENT, PLACEMENT_DIMENSIONS, Mapping, SystemSpec
 from .topology import DIRECT, Placement, Topology
 
@@ -108,7 +109,7 @@ class Group:
         return math.prod(n for n, _ in self.factors)
 
     @staticmethod
-    def of(*factors) -> "Group":
+    def of(*factors) -> Group:
         out = []
         for n, s in sorted(((n, s) for n, s in factors if n > 1), key=lambda f: f[1]):
             if out and out[-1][0] * out[-1][1] == s:
@@ -164,6 +165,9 @@ class Layout:
     n: int
     local: int
     placement: Placement | None = None
+
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     @property
     def crosses(self) -> bool:
@@ -265,9 +269,18 @@ def group_layouts(system: SystemSpec, mapping: Mapping) -> dict:
 
 # ---- communication on a layout ------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 14)
+def _cost_lines(op: str, topo: Topology, pl: Placement) -> tuple | None:
+    return collectives.cost_lines(op, topo, pl)
+
+
 def _topology_time_s(op: str, nbytes: float, topo: Topology, pl: Placement) -> float:
-    return collectives.collective_time_on(op, nbytes, topo, pl).time_s
+    """``collectives.collective_time_on``'s time, from the group's cost lines (one evaluation of the
+    algorithms per group and op, not per message size)."""
+    lines = _cost_lines(op, topo, pl)
+    if lines is None:
+        return collectives.collective_time_on(op, nbytes, topo, pl).time_s
+    return collectives.lines_time_s(lines, nbytes)
 
 
 def collective_time_s(op: str, nbytes: float, layout: Layout, system: SystemSpec) -> float:

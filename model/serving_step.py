@@ -30,9 +30,24 @@ from . import kv_cache, params
 from .choices import ServingMode
 from .decisions import ServingDecision as S
 from .evaluation import GIB, Evaluation
-from .inference import (Pass, activation_bytes, check_serving, decode_pass, decode_passes, edge_times,
-                        kv_link_layout, kv_transfer_time_s, layer_time, mixed_pass, p2p_time_s, prefill_pass,
-                        prefill_prompts_per_pass, serving_layouts, stage_layouts, stage_weight_bytes)
+from .inference import (
+    Pass,
+    activation_bytes,
+    check_serving,
+    decode_pass,
+    decode_passes,
+    edge_times,
+    kv_link_layout,
+    kv_transfer_time_s,
+    layer_time,
+    mixed_pass,
+    p2p_time_s,
+    prefill_pass,
+    prefill_prompts_per_pass,
+    serving_layouts,
+    stage_layouts,
+    stage_weight_bytes,
+)
 from .ops import Factor, FloatOps, Limit, Output, Rounding, Unit
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
 

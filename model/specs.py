@@ -13,6 +13,7 @@ import numpy as np
 
 from . import checks
 from .errors import ProblemError
+from .hashing import hash_once, state_without_hash
 from .topology import default_topology
 
 ACTIVATIONS = ("gelu", "swiglu")
@@ -69,6 +70,9 @@ class MLASpec:
 @dataclass(frozen=True)
 class ModelSpec:
     """A dense decoder-only transformer."""
+
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     name: str
     layers: int
@@ -148,6 +152,9 @@ class NetworkTier:
 class DeviceSpec:
     """An accelerator: peak rates, memory and calibrated efficiency curves."""
 
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
+
     name: str
     peak_flops: dict  # precision -> dense FLOP/s
     hbm_bytes: float
@@ -199,6 +206,9 @@ class DeviceSpec:
 class SystemSpec:
     """A machine: ``num_gpus`` devices in scale-up domains joined by a scale-out network."""
 
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
+
     name: str
     device: DeviceSpec
     num_gpus: int
@@ -225,6 +235,9 @@ class SystemSpec:
 @dataclass(frozen=True)
 class Workload:
     """What is run: training with a sequence length and a global batch in sequences."""
+
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     kind: str
     seq_len: int

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from .errors import ProblemError
+from .hashing import hash_once, state_without_hash
 
 KINDS = ("switch", "fat_tree", "torus", "ring", "dragonfly", "full_mesh")
 SWITCHED = ("switch", "fat_tree", "dragonfly")  # every pair of units one path apart; no hop distance
@@ -157,6 +158,9 @@ class Placement:
     spacing: tuple = ()
     wraps: tuple = ()
 
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
+
     @property
     def n(self) -> int:
         return math.prod(self.extents)
@@ -187,6 +191,9 @@ class Topology:
     levels: tuple
     algorithms: tuple = ()  # ((op, algorithm), ...) fixed by the system file
     source: str | None = None
+
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     @property
     def size(self) -> int:

@@ -5,7 +5,7 @@ mapping must meet (``check_mapping``).
 ``layer_times`` (tp, cp, micro-batch, sp, recompute, where the TP/CP/EP groups sit),
 ``edge_stage_times`` (tp, cp, micro-batch), ``pipeline_p2p_time_s`` (tp, cp, micro-batch, where the
 pipeline group sits), ``stage_state_bytes`` (tp, zero, dp, cp, parameters on the stage),
-``dp_comm_times_s`` (the stage's parameters, where the DP groups sit). Where a group sits (its
+``dp_comm_times_s`` (the stage's parameters, where a DP group sits). Where a group sits (its
 ``placement.Layout``) follows from the mapping's placement (``model/placement.py``); every
 collective is timed on it by ``placement.collective_time_s``. ``training_step.compose`` composes
 them into a step; it is the single source of every number.
@@ -13,14 +13,15 @@ them into a step; it is the single source of every number.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, memory, params
-from .errors import ProblemError
-from .placement import Group, Layout, check_placement, check_system, collective_time_s, group_layouts, layout
-from .pipeline import stage_layer_counts, vpp_divides_stages
-from .precision import activation_precision, bytes_per_element
 from .choices import Recompute, ZeroStage, allowed
+from .errors import ProblemError
+from .pipeline import stage_layer_counts, vpp_divides_stages
+from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
+from .precision import activation_precision, bytes_per_element
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
@@ -134,6 +135,24 @@ def ep_exposed_times_s(device: DeviceSpec, workload: Workload, ep_fwd: float, ep
     return ep_fwd * shown, ep_bwd * shown
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def layer_compute_times_s(model: ModelSpec, device: DeviceSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
+                          sp: bool, ep: int = 1, moe_layer: bool = False) -> tuple[float, float, float, float]:
+    """(GEMM forward, attention core forward, elementwise forward, elementwise backward) seconds of one
+    layer for one micro-batch on one GPU: its compute, the same wherever its groups sit (cached, as
+    many placements share it)."""
+    tokens = micro_batch * workload.seq_len / cp
+    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
+    if moe_layer:
+        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
+    attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
+    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
+    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
+    elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
+    elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
+    return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
+
+
 def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
                 recompute: str, ep: int = 1, moe_layer: bool = False, layouts: dict | None = None) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
@@ -141,17 +160,9 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     say where the groups sit (default: the default placement)."""
     layouts = layouts or {}
     device = system.device
-    tokens = micro_batch * workload.seq_len / cp
-    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
-    if moe_layer:
-        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
+    gemm_fwd, attn_fwd, elem_fwd, elem_bwd = layer_compute_times_s(model, device, workload, tp, cp, micro_batch, sp, ep, moe_layer)
     ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) if moe_layer else 0.0
     ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) if moe_layer else 0.0
-    attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
-    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
-    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
-    elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
-    elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
     tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
     cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
@@ -256,45 +267,24 @@ def dp_group_size(mapping: Mapping) -> int:
     return mapping.dp * mapping.cp
 
 
-def dp_comm_times_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
-                    expert_params_on_gpu: float = 0.0, layouts: dict | None = None) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) seconds for one step's data-parallel traffic, over
-    the dp·cp group and the expert data-parallel group where ``layouts`` ({'dp', 'edp': Layout})
-    put them (default: where the mapping's placement does).
+def dp_comm_times_s(system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds of one step's data-parallel traffic for
+    ``params_on_gpu`` parameters over one data-parallel group at ``group`` (the dp·cp group, or the
+    expert data-parallel group for routed experts, whose traffic adds to it).
 
     ZeRO-0: one all-reduce of the gradients (counted as reduction, gather 0). ZeRO-1/2 and
     Megatron's distributed optimizer: reduce-scatter of gradients, all-gather of updated
     weights. ZeRO-3: per micro-batch an all-gather for forward and for backward plus a
-    reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch.
+    reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch. How much of it
+    the step exposes is composed in ``training_step.compose``: Megatron overlaps the reduce-scatter
+    with the last micro-batch's backward and the all-gather with the next step's first forward
+    (--overlap-grad-reduce, --overlap-param-gather); ZeRO-3 prefetches each micro-batch's gathers
+    behind that micro-batch's compute (DeepSpeed).
     """
-    layouts = layouts or group_layouts(system, mapping)
-    reduce = "allreduce" if mapping.zero == 0 else "reducescatter"
-    grads = collective_time_s(reduce, params_on_gpu * grad_bytes(workload), layouts["dp"], system)
-    gather = collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, layouts["dp"], system)
-    if expert_params_on_gpu:  # expert gradients reduce over the expert data-parallel group
-        grads += collective_time_s(reduce, expert_params_on_gpu * grad_bytes(workload), layouts["edp"], system)
-        gather += collective_time_s("allgather", expert_params_on_gpu * WEIGHT_BYTES, layouts["edp"], system)
-    if mapping.zero == 0:
-        return grads, 0.0
-    return grads, gather
-
-
-def dp_exposed_time_s(system: SystemSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, microbatches: int,
-                      stage_fwd_s: float, stage_bwd_s: float, expert_params_on_gpu: float = 0.0, layouts: dict | None = None) -> float:
-    """Data-parallel communication left on the critical path, seconds.
-
-    Megatron overlaps the gradient reduce-scatter with the last micro-batch's backward and the
-    weight all-gather with the next step's first forward (--overlap-grad-reduce,
-    --overlap-param-gather); only what outlasts that compute is exposed. ZeRO-3 prefetches each
-    micro-batch's gathers behind that micro-batch's compute (DeepSpeed).
-    """
-    grads, gather = dp_comm_times_s(system, workload, mapping, params_on_gpu, expert_params_on_gpu, layouts)
-    if mapping.zero == 3:
-        per_micro = max(0.0, gather - stage_fwd_s) + max(0.0, gather + grads - stage_bwd_s)
-        return microbatches * per_micro
-    if not workload.overlap_dp:
-        return grads + gather
-    return max(0.0, grads - stage_bwd_s) + max(0.0, gather - stage_fwd_s)
+    if zero == 0:
+        return collective_time_s("allreduce", params_on_gpu * grad_bytes(workload), group, system), 0.0
+    return (collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system),
+            collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, group, system))
 
 
 def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, layers_on_stage: int, stage: int,

@@ -11,9 +11,10 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
 
 - stage time per micro-batch = its layers x per-layer forward+backward + its edge extras
   (embedding, output layer and loss) + vpp boundary sends (pp > 1);
-- pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_time_s``);
+- pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_parts``);
 - data-parallel traffic of stage 0, which runs the step's last backward, is exposed beyond the
-  compute it overlaps with (``training.dp_exposed_time_s``), and stage 0's optimizer step ends it;
+  compute it overlaps with (Megatron's --overlap-grad-reduce / --overlap-param-gather; ZeRO-3's
+  gathers per micro-batch), and stage 0's optimizer step ends it;
 - memory of a stage = its model states + in-flight chunks x its layers' activations / vpp + the
   recomputation working set + the embedding (first) or logits (last) buffers; the peak is the
   largest stage, a middle stage at its first position (it holds the most chunks).
@@ -25,14 +26,24 @@ from dataclasses import dataclass, field
 
 from . import compute, memory, params
 from .choices import TrainingObjective
-from .decisions import GROUP_KEYS, TrainingDecision as D
+from .decisions import GROUP_KEYS
+from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
-from .pipeline import stage_layer_counts
+from .pipeline import pipeline_parts, stage_layer_counts
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
-from .training import (check_mapping, dp_comm_times_s, edge_stage_times, layer_times, optimizer_owned_params,
-                       pipeline_p2p_time_s, stage_expert_params, stage_params, stage_state_bytes)
+from .training import (
+    check_mapping,
+    dp_comm_times_s,
+    edge_stage_times,
+    layer_times,
+    optimizer_owned_params,
+    pipeline_p2p_time_s,
+    stage_expert_params,
+    stage_params,
+    stage_state_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -121,22 +132,43 @@ STATES = Factor("states", (D.TP, D.ZERO, D.DP, D.CP, D.EP),
                 tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")), _states)
 
 
-def _first_stage_dp(ctx: TrainingContext, tp, zero, dp, cp, ep, single_stage, first_stage_layers, dp_group, edp_group) -> tuple:
-    """Stage 0's data-parallel gradient reduction and parameter gather (``training.dp_comm_times_s``)
-    and its optimizer step (``compute.optimizer_step_time_s``), seconds, for the parameters it holds
-    (the output layer too when it is the only stage)."""
-    model, wl = ctx.model, ctx.workload
-    body = first_stage_layers - lead_layers(model) if model.moe is not None else 0
+def _first_stage_moe_layers(model: ModelSpec, first_stage_layers: int) -> int:
+    return first_stage_layers - lead_layers(model) if model.moe is not None else 0
+
+
+def _first_stage_dp(ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group) -> tuple:
+    """Stage 0's data-parallel gradient reduction and parameter gather over the dp·cp group
+    (``training.dp_comm_times_s``), seconds, for the parameters it holds besides routed experts (the
+    output layer too when it is the only stage)."""
+    model = ctx.model
+    p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, _first_stage_moe_layers(model, first_stage_layers))
+    return dp_comm_times_s(ctx.system, ctx.workload, zero, p, dp_group)
+
+
+def _first_stage_expert_dp(ctx: TrainingContext, zero, ep, first_stage_layers, edp_group) -> tuple:
+    """The same for stage 0's routed experts, over the expert data-parallel group, seconds."""
+    pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep)
+    return dp_comm_times_s(ctx.system, ctx.workload, zero, pe, edp_group)
+
+
+def _first_stage_optimizer(ctx: TrainingContext, tp, zero, dp, cp, ep, single_stage, first_stage_layers) -> tuple:
+    """Stage 0's optimizer step (``compute.optimizer_step_time_s``) on the parameters it owns, seconds."""
+    model = ctx.model
+    body = _first_stage_moe_layers(model, first_stage_layers)
     m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
     p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, body)
-    pe = stage_expert_params(model, body, ep)
-    grads, gather = dp_comm_times_s(ctx.system, wl, m, p, pe, {"dp": dp_group, "edp": edp_group})
-    return grads, gather, compute.optimizer_step_time_s(ctx.system.device, optimizer_owned_params(m, p, pe), wl.grad_bytes)
+    owned = optimizer_owned_params(m, p, stage_expert_params(model, body, ep))
+    return (compute.optimizer_step_time_s(ctx.system.device, owned, ctx.workload.grad_bytes),)
 
 
-FIRST_STAGE_DP = Factor(
-    "first_stage_dp", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.EDP_GROUP),
-    (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME)), _first_stage_dp)
+# Each factor on the decisions its term reads: the dense traffic does not see ep, the experts' not tp.
+FIRST_STAGE_DP = Factor("first_stage_dp", (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP),
+                        (Output("grads", TIME), Output("gather", TIME)), _first_stage_dp)
+FIRST_STAGE_EXPERT_DP = Factor("first_stage_expert_dp", (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP),
+                               (Output("grads", TIME), Output("gather", TIME)), _first_stage_expert_dp)
+FIRST_STAGE_OPTIMIZER = Factor(
+    "first_stage_optimizer", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS), (Output("time", TIME),),
+    _first_stage_optimizer)
 CHUNK_LIMITS = Factor(
     "chunk_limits", (D.PP, D.VPP), (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
     lambda ctx, pp, vpp: (memory.in_flight_chunk_limit(0, pp, vpp), memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp),
@@ -230,9 +262,8 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     s_mid = o.where(has_middle, stage_time(o, 0, n_mid, lead, body, 0, sends), 0)
     slowest = o.maximum(s_first, s_last, s_mid)
     stages_sum = o.where(single, s_first, s_first + s_last + o.product(pp - 2, s_mid))
-    busy = o.product(m, slowest)
+    busy, bubble = pipeline_parts(o, m, slowest, stages_sum, vpp)
     o.implied_at_least(busy, pipeline_work(ctx))
-    bubble = o.quotient(o.maximum(0, stages_sum - slowest), vpp, Rounding.DOWN)  # the slowest is one of the stages: >= 0
 
     # stage 0's data-parallel traffic and optimizer step end the step
     fwd0 = o.product(b1, body.fwd) + edge.first_fwd + o.where(single, edge.last_fwd, 0)
@@ -240,14 +271,19 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     if k:
         fwd0, bwd0 = fwd0 + k * lead.fwd, bwd0 + k * lead.bwd
     dp = o.lookup(FIRST_STAGE_DP)
-    hidden_gather = o.maximum(0, dp.gather - fwd0)
+    grads, gather = dp.grads, dp.gather
+    if model.moe is not None:  # routed experts reduce over the expert data-parallel group as well
+        edp = o.lookup(FIRST_STAGE_EXPERT_DP)
+        grads, gather = grads + edp.grads, gather + edp.gather
+    optimizer = o.lookup(FIRST_STAGE_OPTIMIZER).time
+    hidden_gather = o.maximum(0, gather - fwd0)
     if wl.overlap_dp:
-        per_step = hidden_gather + o.maximum(0, dp.grads - bwd0)
+        per_step = hidden_gather + o.maximum(0, grads - bwd0)
     else:
-        per_step = dp.grads + dp.gather
-    per_microbatch_zero3 = hidden_gather + o.maximum(0, dp.gather + dp.grads - bwd0)
+        per_step = grads + gather
+    per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
-    step = busy + bubble + exposed + dp.optimizer
+    step = busy + bubble + exposed + optimizer
 
     states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
@@ -267,7 +303,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if ctx.max_step_s is not None:
         out_limits.append(Limit("run_length", step, ctx.max_step_s, TIME))
-    return TrainingStep(step=step, peak_memory=peak, busy=busy, bubble=bubble, dp_exposed=exposed, optimizer=dp.optimizer,
+    return TrainingStep(step=step, peak_memory=peak, busy=busy, bubble=bubble, dp_exposed=exposed, optimizer=optimizer,
                         stage_time={"first": s_first, "middle": s_mid, "last": s_last},
                         stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
                         minimised=minimised, limits=out_limits)

@@ -75,7 +75,7 @@ def result_table(system: str, result: CollectiveTime) -> str:
 
 # ---- published measurements -------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measurement_file() -> tuple:
     path = library.library_root() / "measurements" / "nccl_tests.yaml"
     data = library.read_yaml(path, "measurement file")

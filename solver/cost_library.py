@@ -8,9 +8,19 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from parasol.model.chiplet_cost import (Bridge, ChipletSpec, CostParameters, DieGroup, HbmGeneration, NreRule, PackageTech,
-                                ProcessNode, Substrate, Wafer)
 from parasol.model import checks
+from parasol.model.chiplet_cost import (
+    Bridge,
+    ChipletSpec,
+    CostParameters,
+    DieGroup,
+    HbmGeneration,
+    NreRule,
+    PackageTech,
+    ProcessNode,
+    Substrate,
+    Wafer,
+)
 from parasol.model.errors import ProblemError
 from parasol.model.specs import DeviceSpec, SystemSpec
 from parasol.model.system_cost import Prices
@@ -155,7 +165,7 @@ def _memory() -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_cost_parameters() -> CostParameters:
     """The chiplet cost parameters of problems/cost/."""
     wafer, nre, nodes = _process_nodes()
@@ -223,7 +233,7 @@ def _price_values(data, src: str, prefix: str, keys: tuple, required: tuple = ()
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_price_list() -> tuple[str, dict, dict, dict]:
     """(source, defaults, device prices, per-system overrides) of problems/cost/prices.yaml."""
     src, data = _file("prices.yaml")

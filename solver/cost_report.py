@@ -6,7 +6,6 @@ from __future__ import annotations
 from .cost_library import load_cost_parameters, load_cost_system
 from .costing import priced_system, system_cost_lines
 
-
 DIE_FIELDS = {"die_area_mm2": "area_mm2", "dies_per_wafer": "dies_per_wafer", "die_yield": "die_yield"}  # of the compute die
 DEVICE_FIELDS = ("kgd_cost_usd", "packaging_cost_usd", "hbm_cost_usd", "test_cost_usd", "manufacturing_cost_usd", "nre_usd",
                  "nre_share_usd", "device_cost_usd")

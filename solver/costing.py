@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from parasol.model.chiplet_cost import ChipletSpec, DeviceCost, device_cost, scale_chiplets, scale_device
 from parasol.model.errors import ProblemError
 from parasol.model.specs import SystemSpec
-from parasol.model.system_cost import Prices, SystemCost, run_cost_metrics, step_time_limit_s, system_cost as system_lines
+from parasol.model.system_cost import Prices, SystemCost, run_cost_metrics, step_time_limit_s
+from parasol.model.system_cost import system_cost as system_lines
 
 from . import library
 from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
@@ -41,11 +42,16 @@ class PricedSystem:
     price_origin: str
 
 
-@functools.lru_cache(maxsize=None)
 def priced_system(system_name: str, chiplets: int | None = None, gpu_hour_usd: float | None = None) -> PricedSystem:
     """``system_name`` (a library name or a system file) priced: a device without a ``chiplets:``
     section is priced from the price list (ProblemError when it has no price either); ``chiplets``
-    rescales the package (``model.chiplet_cost.scale_device``), which needs chiplet data."""
+    rescales the package (``model.chiplet_cost.scale_device``), which needs chiplet data. Computed
+    once per library (a problem prices every device count it allows)."""
+    return _priced_system(library.library_root(), system_name, chiplets, gpu_hour_usd)
+
+
+@functools.lru_cache(maxsize=256)
+def _priced_system(root, system_name: str, chiplets: int | None, gpu_hour_usd: float | None) -> PricedSystem:
     system, overrides = load_cost_system(system_name)
     params = load_cost_parameters()
     spec = load_chiplets(system.device)

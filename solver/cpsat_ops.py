@@ -28,7 +28,6 @@ import math
 
 import numpy as np
 import pandas as pd
-
 from ortools.sat.python import cp_model
 
 from parasol.model.ops import Factor, Rounding, Unit

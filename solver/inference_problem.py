@@ -13,11 +13,11 @@ objective: throughput                           # throughput | ttft | tpot | lat
 
 from __future__ import annotations
 
+from parasol.model import checks
+from parasol.model.choices import ServingMode, ServingObjective
 from parasol.model.errors import ProblemError
 from parasol.model.inference import check_serving
 from parasol.model.precision import INFERENCE_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
-from parasol.model import checks
-from parasol.model.choices import ServingMode, ServingObjective
 from parasol.model.specs import DECODE_ATTENTION_KERNELS, InferenceWorkload, PoolMapping, ServingMapping
 
 from . import library

@@ -8,12 +8,13 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from parasol.model.serving_step import evaluate_inference
 from parasol.model.evaluation import Evaluation
+from parasol.model.serving_step import evaluate_inference
 
 from . import library
 from .problem import Problem
-from .validation import load_runs as _load_runs, problem_from_entry
+from .validation import load_runs as _load_runs
+from .validation import problem_from_entry
 
 
 @dataclass(frozen=True)

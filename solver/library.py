@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from parasol.model import checks
-from parasol.model.errors import ProblemError
 from parasol.model.collectives import ALGORITHMS
+from parasol.model.errors import ProblemError
 from parasol.model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
 from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
@@ -123,7 +123,7 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
     return _build(ModelSpec, kwargs, source, prefix)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_model(name: str) -> ModelSpec:
     """A model from problems/models/."""
     path = _library_file("models", name, "model", None)
@@ -162,7 +162,7 @@ ENGINE_EFFICIENCY_FIELDS = {"stream": "stream_efficiency", "kv_stream": "kv_stre
                             "memory": "memory_efficiency", "attention": "attention_efficiency"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_engine(name: str) -> dict:
     """A serving-engine profile from problems/engines/: {device name: {efficiency key: fraction}},
     the efficiencies that engine reaches on each device it covers (``ENGINE_EFFICIENCY_FIELDS``)."""
@@ -227,7 +227,7 @@ def _system_parts(src: str, data: dict) -> tuple:
             _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)), topology)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _system_file(name: str) -> tuple:
     return _system_parts(*_read_library_entry("systems", name, "system.name", SYSTEM_KEYS, SYSTEM_REQUIRED))
 

@@ -37,7 +37,8 @@ class ParetoResult:
     space_size: int = 0
     message: str | None = None
 
-    def frame(self) -> pd.DataFrame:
+    @property
+    def table(self) -> pd.DataFrame:
         """The front as a table: one row per plan, its mapping and its model metrics."""
         from .results import plans_frame  # noqa: PLC0415
 
@@ -97,16 +98,16 @@ def _front(planner, problem, objectives, time_limit, workers, seed, max_points) 
 
     deadline = time.perf_counter() + time_limit
     if len(objectives) == 3:
-        result = _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, planner.presolve(problem))
+        result = _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem))
     else:
-        result = _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, planner.presolve(problem))
+        result = _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem))
     result.space_size = space.size()
     if result.status == "INFEASIBLE" and result.message is None:
         result.message = explain(planner, problem, space, deadline, workers, seed)
     return result
 
 
-def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, presolve) -> ParetoResult:
+def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, settings) -> ParetoResult:
     """Three metrics (a, b, c): two-metric fronts of (a, b) under c <= eps, eps lowered each time to
     one unit below the largest c on the last front, until infeasible; the union's non-dominated
     points (in CP-SAT's integer units, all minimised) are the front. Exact: a point of the 3-D front
@@ -121,7 +122,7 @@ def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_p
             out.status, out.gap = "PARTIAL", 1.0
             out.message = f"time limit reached after {len(found)} candidate points"
             break
-        step = _front_of_two(new_search, unit, (a, b), deadline, workers, seed, max_points, presolve,
+        step = _front_of_two(new_search, unit, (a, b), deadline, workers, seed, max_points, settings,
                              bound=None if eps is None else (c, eps), extra=(c,))
         out.solves += step.solves
         found += step.plans
@@ -144,7 +145,7 @@ def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_p
     return out
 
 
-def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, presolve, bound=None,
+def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, settings, bound=None,
                   extra=()) -> ParetoResult:
     """The two-metric front; ``bound`` = (metric, max units) restricts the space; ``extra``: metrics
     whose integer values are recorded on each plan as well (``plan.units``)."""
@@ -157,7 +158,7 @@ def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_poi
         model.add(_expr(unit(search, bound[0])) <= bound[1])
 
     def run(objective, assumptions=()):
-        solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve)
+        solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, settings)
         model.minimize(_expr(objective))
         model.clear_assumptions()
         model.add_assumptions(list(assumptions))

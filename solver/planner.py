@@ -168,8 +168,9 @@ class Planner(ABC):
         """A slice of the space worth enumerating for the solver's hint (default: all of it)."""
         return space
 
-    def presolve(self, problem) -> bool:
-        return True
+    def search_settings(self, problem) -> SearchSettings:
+        """How CP-SAT searches this problem's model (default: presolve and the LP relaxation on)."""
+        return SearchSettings()
 
     def check_objective(self, problem, objective: str | None) -> str:
         objective = objective or problem.objective
@@ -235,18 +236,28 @@ def _price_factors(planner, problem, tables) -> list:
     return [f for f in getattr(planner, "price_factors", lambda p, ctx: ())(problem, tables.ctx)]
 
 
-def cp_solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -> cp_model.CpSolver:
+@dataclass(frozen=True)
+class SearchSettings:
+    """The CP-SAT settings a planner chooses per problem (``Planner.search_settings``)."""
+
+    presolve: bool = True
+    linearization_level: int = 1  # CP-SAT's: 0 no LP relaxation, 1 the default, 2 more cuts
+
+
+def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettings = SearchSettings()) -> cp_model.CpSolver:
     """A CP-SAT solver: one presolve pass (measured on the 1,024-GPU ladder, later passes cost 0.4-1.3 s
     and never shortened the search) without probing (measured on the dense ladder: deterministic time
     2.26 s against 3.89 s with CP-SAT's default probing on GPT-3 175B at 1,024 A100, 1.60 against 3.46 s
-    at 16,384, 2.24 against 4.37 s on Llama 3 70B at 4,096 H100), a fixed seed, ``workers`` workers."""
+    at 16,384, 2.24 against 4.37 s on Llama 3 70B at 4,096 H100), the planner's ``settings``, a fixed
+    seed, ``workers`` workers."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(max(0.01, time_limit))
     solver.parameters.random_seed = int(seed)
     solver.parameters.num_workers = int(workers)
     solver.parameters.max_presolve_iterations = 1
-    solver.parameters.cp_model_presolve = presolve
+    solver.parameters.cp_model_presolve = settings.presolve
     solver.parameters.cp_model_probing_level = 0
+    solver.parameters.linearization_level = settings.linearization_level
     return solver
 
 
@@ -295,7 +306,7 @@ def best_points(planner: Planner, problem, space: Space, objective: str, top: in
     least = {}  # limit name -> (value, stored point) of its least quantity where the others allow
     complete = True
     start = time.perf_counter()
-    for offset, cols, o, out, ctx in scan(planner, problem, space, names or (objective,), time_limit):
+    for _offset, cols, o, out, ctx in scan(planner, problem, space, names or (objective,), time_limit):
         evaluated += o.size
         ok = np.broadcast_to(feasible_mask(out), (o.size,))
         key = np.broadcast_to(np.asarray(out.minimised[objective], dtype=float), (o.size,))
@@ -427,7 +438,7 @@ def _solve_one(planner, problem, objective, top, time_limit, workers, seed) -> P
     if point is not None:
         search.hint(point)
     for rank in range(top):
-        solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.presolve(problem))
+        solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.search_settings(problem))
         status = status_name(solver.solve(search.model))
         if status == "MODEL_INVALID":
             raise RuntimeError(f"invalid CP-SAT model: {search.model.validate()}")  # a bug in a backend
@@ -472,25 +483,25 @@ def explain(planner, problem, space: Space, deadline: float, workers: int, seed:
         if limit.name == "memory":
             continue
         search = Search(planner, problem, space, enforce={"memory"})
-        plan, proven = _least(search, limit.name, deadline, workers, seed, planner.presolve(problem))
+        plan, proven = _least(search, limit.name, deadline, workers, seed, planner.search_settings(problem))
         if plan is not None:
             messages.append(planner.binds(problem, limit, plan, proven))
     if messages:
         return "; ".join(messages)
     if any(lim.name == "memory" for lim in probe.limits):
-        plan, proven = _least(probe, "memory", deadline, workers, seed, planner.presolve(problem))
+        plan, proven = _least(probe, "memory", deadline, workers, seed, planner.search_settings(problem))
         if plan is not None:
             return planner.binds(problem, next(lim for lim in probe.limits if lim.name == "memory"), plan, proven)
     return planner.together(problem, [lim.name for lim in probe.limits])
 
 
-def _least(search: Search, name: str, deadline, workers, seed, presolve) -> tuple[Plan | None, bool]:
+def _least(search: Search, name: str, deadline, workers, seed, settings: SearchSettings) -> tuple[Plan | None, bool]:
     """The plan with the least quantity of limit ``name`` in ``search`` and whether that is proven,
     or (None, False) when even the least meets the limit (it does not bind) or none is found."""
     limit = next(lim for lim in search.limits if lim.name == name)
     q = limit.quantity
     search.model.minimize(q.expr if isinstance(q, IntQ) else q)
-    solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, presolve)
+    solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, settings)
     status = status_name(solver.solve(search.model))
     if status not in ("OPTIMAL", "FEASIBLE") or search.ops.value(solver, q) <= limit.bound:
         return None, False

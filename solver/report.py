@@ -3,10 +3,9 @@ first line of a result, the text of a front, and a front drawn as a PNG."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 from parasol.model.errors import ProblemError
+
+from .results import write_new_file
 
 
 def mapping_dict(mapping, num_gpus: int) -> dict:
@@ -97,16 +96,13 @@ def front_table(planner, problem, result) -> str:
 
 
 def plot_front(planner, problem, result, path: str) -> None:
-    """Draw the front as a PNG (matplotlib, the optional `plot` extra), written atomically."""
+    """Draw the front as a PNG (matplotlib, the optional `plot` extra) into a new file (``results.write_new_file``)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise ProblemError("needs matplotlib: pip install -e '.[plot]'", field="--plot") from None
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ProblemError(f"the folder {directory} does not exist", field="--plot")
     a, b = (planner.front_metric(problem, n).metric for n in result.objectives[:2])  # a third metric: the colour
     xs = [p.evaluation.metrics[a] for p in result.plans]
     ys = [p.evaluation.metrics[b] for p in result.plans]
@@ -127,12 +123,7 @@ def plot_front(planner, problem, result, path: str) -> None:
     ax.set_title(f"{problem.model.name} on {problem.system_name}: {result.status} front ({len(xs)} points)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        write_new_file(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

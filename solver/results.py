@@ -2,7 +2,8 @@
 
 One row per plan: ``num_gpus``, the mapping's keys (a disaggregated plan's pools as ``prefill.tp``,
 ``decode.tp``, ...), then the model's metrics (numbers and flags only). ``write_table`` writes a
-DataFrame as CSV, Parquet or JSON (records) by the file's suffix, atomically.
+DataFrame as CSV, Parquet or JSON (records) by the file's suffix, atomically, and never over a file
+that exists (nothing a user wrote is overwritten).
 """
 
 from __future__ import annotations
@@ -40,25 +41,42 @@ def plans_frame(plans) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, path: str) -> None:
-    """Write ``frame`` to ``path`` (.csv, .parquet or .json by its suffix) through a temporary file in
-    the same folder, replaced into place. ProblemError (field --out) for another suffix or a folder
-    that does not exist."""
+    """Write ``frame`` to ``path`` as CSV, Parquet or JSON records by its suffix (``write_new_file``)."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise ProblemError(f"cannot write {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field="--out")
+    if suffix == ".csv":
+        write_new_file(path, "--out", lambda tmp: frame.to_csv(tmp, index=False))
+    elif suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401  (a dependency; an environment may still lack it)
+        except ImportError:
+            raise ProblemError("writing .parquet needs pyarrow: pip install pyarrow", field="--out") from None
+        write_new_file(path, "--out", lambda tmp: frame.to_parquet(tmp, index=False))
+    else:
+        write_new_file(path, "--out", lambda tmp: frame.to_json(tmp, orient="records", indent=1))
+
+
+def write_new_file(path: str, field: str, write) -> None:
+    """Create ``path`` with ``write(temporary path)``: written beside it, then linked into place, so a
+    reader never sees half a file and a file that exists is never replaced (nothing a user wrote is
+    overwritten). ProblemError (``field``) when the folder does not exist or the file does."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise ProblemError(f"the folder {folder} does not exist", field="--out")
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=suffix)
+        raise ProblemError(f"the folder {folder} does not exist", field=field)
+    exists = ProblemError(f"{path} exists; parasol does not overwrite files (remove it or choose another name)", field=field)
+    if os.path.exists(path):
+        raise exists
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
     os.close(fd)
     try:
-        if suffix == ".csv":
-            frame.to_csv(tmp, index=False)
-        elif suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_json(tmp, orient="records", indent=1)
-        os.replace(tmp, path)
+        write(tmp)
+        try:
+            os.link(tmp, path)  # fails, rather than replaces, if the file appeared meanwhile
+        except FileExistsError:
+            raise exists from None
+        except OSError:  # a file system without hard links
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

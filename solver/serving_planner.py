@@ -14,8 +14,18 @@ from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
-from parasol.model.serving_step import (ACTIVATIONS, KV, METRIC_SENSE, WEIGHTS, ServingContext, compose, evaluate_inference,
-                                        replica_memory, serving_metrics, time_reference)
+from parasol.model.serving_step import (
+    ACTIVATIONS,
+    KV,
+    METRIC_SENSE,
+    WEIGHTS,
+    ServingContext,
+    compose,
+    evaluate_inference,
+    replica_memory,
+    serving_metrics,
+    time_reference,
+)
 
 from . import serving_report
 from .numpy_ops import NumpyOps

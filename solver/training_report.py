@@ -28,7 +28,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
              f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
     lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
                  f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
-                 f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first %d, last %d' % (evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
+                 f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
     system = problem.system(met["num_gpus"])
     groups = [f"{kind} {describe(where, system)}" for kind, where in group_layouts(system, m).items()
               if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)]

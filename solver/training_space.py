@@ -23,11 +23,20 @@ from collections import defaultdict
 import pandas as pd
 
 from parasol.model.choices import Recompute, ZeroStage
-from parasol.model.decisions import GROUP_KEYS, TrainingDecision as D
+from parasol.model.decisions import GROUP_KEYS
+from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.pipeline import default_edge_stage_layers, layers_held, split_stages, vpp_splits_stage
-from parasol.model.placement import (PLACEMENTS, check_placement, check_system, group_layouts, layout, parallel_groups,
-                                     rank_strides, topology_decides)
+from parasol.model.placement import (
+    PLACEMENTS,
+    check_placement,
+    check_system,
+    group_layouts,
+    layout,
+    parallel_groups,
+    rank_strides,
+    topology_decides,
+)
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
 from parasol.model.training import check_grid
 from parasol.model.training_step import lead_layers

@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from parasol.model.specs import Mapping, SystemSpec
+from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
+from parasol.model.specs import Mapping, SystemSpec
 from parasol.model.training import check_mapping
 from parasol.model.training_step import evaluate_training
-from parasol.model.errors import ProblemError
 
 from . import library
 from .problem import Problem, mapping_with_defaults, parse_problem

@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
-
 from conftest import EXAMPLE, MAPPING_KEYS, METRIC_KEYS, rel_close, run_cli, write_yaml
 
 SMALL = {
@@ -21,6 +20,7 @@ SMALL = {
     "objective": "throughput",
 }
 SOLVE = ["--workers", "2", "--time-limit", "30"]
+pytestmark = pytest.mark.slow  # every test here starts parasol processes
 
 
 def _run_all(jobs: dict) -> dict:
@@ -188,3 +188,66 @@ def test_round_trip_literal_mapping_with_num_gpus(round_trip):
     docs, procs = round_trip
     evaluated = json.loads(_ok(procs["solve_json_literal"]).stdout)
     assert rel_close(evaluated["metrics"]["step_time_s"], docs["solve_json"]["metrics"]["step_time_s"], 1e-9)
+
+
+# ---------------------------------------------------------------- tables and the import root
+
+def test_enumerate_all_is_a_data_frame_and_out_writes_csv_and_parquet(small_file, tmp_path):
+    """enumerate --all is a pandas DataFrame in the Python API (one row per feasible point: mapping
+    columns, then metrics) and --out writes it as CSV or Parquet with the same rows; --out never
+    replaces a file (one-line error, exit 2)."""
+    import pandas as pd
+
+    from parasol.solver.planner import enumerate_space
+    from parasol.solver.problem import load_problem
+
+    result = enumerate_space(load_problem(small_file), keep_all=True)
+    table = result.table
+    assert isinstance(table, pd.DataFrame) and len(table) > 10
+    assert {"num_gpus", "tp", "pp", "dp", "micro_batch", "vpp", "step_time_s", "tokens_per_s", "peak_memory_gib"} <= set(table)
+    assert table["tokens_per_s"].max() == pytest.approx(result.objective_value, rel=1e-9)
+    csv, parquet = tmp_path / "all.csv", tmp_path / "all.parquet"
+    procs = [run_cli(["enumerate", str(small_file), "--all", "--out", str(path)]) for path in (csv, parquet)]
+    for proc in procs:
+        _ok(proc)
+    for frame in (pd.read_csv(csv), pd.read_parquet(parquet)):
+        assert len(frame) == len(table)
+        assert sorted(frame["step_time_s"]) == pytest.approx(sorted(table["step_time_s"]), rel=1e-9)
+    before = csv.read_bytes()
+    again = run_cli(["enumerate", str(small_file), "--all", "--out", str(csv)])
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--out" in again.stderr and "exists" in again.stderr
+    assert csv.read_bytes() == before
+
+
+def test_solve_top_k_out_and_pareto_front_tables(small_file, tmp_path):
+    """solve --top K --out writes K plans; a Pareto front is a DataFrame too (PlanResult.table)."""
+    import pandas as pd
+
+    from parasol.solver.pareto import pareto_front
+    from parasol.solver.problem import load_problem
+
+    out = tmp_path / "top.json"
+    _ok(run_cli(["solve", str(small_file), "--top", "3", "--out", str(out), *SOLVE]))
+    rows = json.loads(out.read_text())
+    assert len(rows) == 3 and rows[0]["tokens_per_s"] >= rows[1]["tokens_per_s"] >= rows[2]["tokens_per_s"]
+    front = pareto_front(load_problem(small_file), ["throughput", "memory"], 60, 2, 0)
+    assert isinstance(front.table, pd.DataFrame) and len(front.table) == len(front.plans) >= 1
+
+
+def test_one_import_root(tmp_path):
+    """Only `parasol` is installed as a top-level name: a user's own model.py or solver.py next to a
+    notebook neither shadows parasol nor is shadowed by it, and `python -m parasol` runs."""
+    import subprocess
+    import sys
+
+    (tmp_path / "model.py").write_text("raise SystemExit('the user module was imported')\n")
+    (tmp_path / "solver.py").write_text("raise SystemExit('the user module was imported')\n")
+    probe = ("import importlib.util, sys; sys.path.remove(sys.path[0]) if sys.path[0] in ('', '.') else None; "
+             "print(importlib.util.find_spec('model'), importlib.util.find_spec('solver'))")
+    other = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True)
+    assert other.stdout.split() == ["None", "None"], other.stdout + other.stderr
+    proc = subprocess.run([sys.executable, "-c", "import parasol.solver.cli, parasol.model.training_step; print('ok')"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    help_ = subprocess.run([sys.executable, "-m", "parasol", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert help_.returncode == 0 and "evaluate" in help_.stdout and "solve" in help_.stdout

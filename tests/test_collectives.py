@@ -14,11 +14,16 @@ import json
 import math
 
 import pytest
-
 from conftest import run_cli
+
 from parasol.model import comm
-from parasol.model.collectives import (ALGORITHMS, busbw_factor, collective_time, direct_alltoall_time_s,
-                               pairwise_alltoall_time_s, ring_time_s)
+from parasol.model.collectives import (
+    ALGORITHMS,
+    busbw_factor,
+    collective_time,
+    direct_alltoall_time_s,
+    ring_time_s,
+)
 from parasol.model.errors import ProblemError
 from parasol.model.topology import InNetworkReduction, Level, Link, Placement, Tier, Topology, ring_count_full_mesh
 from parasol.solver import library
@@ -386,6 +391,7 @@ def cli(args, capsys):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cli_json_has_exactly_the_contract_keys():
     proc = run_cli(["collective", "--system", "dgx-h100", "--op", "allreduce", "--bytes", "8589934592", "--gpus", "8", "--json"])
     assert proc.returncode == 0, proc.stderr
@@ -437,7 +443,41 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     assert needle in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_cli_bad_input_through_a_subprocess():
     proc = run_cli(["collective", "--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "12", "--json"])
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("parasol: --gpus:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cost_lines_give_every_algorithms_time_on_every_topology_system():
+    """The planner times a group's collectives from one line per algorithm in the message size
+    (collectives.cost_lines: every algorithm is per-step latencies plus byte terms proportional to
+    the message). On every system whose topology the model follows, for the groups of mappings laid
+    by every placement (strided groups included), the lines give collective_time_on's time from 1 B
+    to 10 GB, for every op."""
+    from parasol.model.collectives import collective_time_on, cost_lines, lines_time_s
+    from parasol.model.placement import PLACEMENTS, group_layouts, topology_decides, training_topology
+    from parasol.model.specs import Mapping
+
+    checked = 0
+    for name in library.names("systems"):
+        system = library.load_system(name, 64)
+        if not topology_decides(system.topology):
+            continue
+        topo = training_topology(system)
+        for tp, cp, dp, pp in ((2, 2, 4, 4), (4, 1, 8, 2), (8, 2, 2, 2), (1, 4, 16, 1)):
+            for placement in PLACEMENTS[::3]:
+                mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=1, micro_batch=1, placement=placement)
+                for layout in group_layouts(system, mapping).values():
+                    if layout.placement is None or layout.n < 2:
+                        continue
+                    for op in ALGORITHMS:
+                        lines = cost_lines(op, topo, layout.placement)
+                        assert lines is not None, (name, placement, op)
+                        for nbytes in (1.0, 4.0e3, 1.0e6, 3.0e8, 1.0e10):
+                            exact = collective_time_on(op, nbytes, topo, layout.placement).time_s
+                            assert lines_time_s(lines, nbytes) == pytest.approx(exact, rel=1e-9), (name, placement, op, nbytes)
+                            checked += 1
+    assert checked > 1000

@@ -3,6 +3,7 @@ the Chiplet Actuary trends, chiplet-count scaling, the `parasol cost` contract a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -12,14 +13,37 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import yaml
-
 from conftest import REPO, rel_close, run_cli, write_yaml
-from parasol.model.chiplet_cost import (ChipletSpec, DieGroup, ProcessNode, Wafer, chip_last_losses_usd, device_cost, die_nre_usd,
-                                die_yield, dies_per_wafer, hbm_stack_cost_usd, kgd_cost_usd, organic_layer_factor,
-                                organic_losses_usd, raw_die_cost_usd, scale_chiplets, scale_device, split_die_area_mm2)
+
+from parasol.model.chiplet_cost import (
+    ChipletSpec,
+    DieGroup,
+    Wafer,
+    chip_last_losses_usd,
+    device_cost,
+    die_nre_usd,
+    die_yield,
+    dies_per_wafer,
+    hbm_stack_cost_usd,
+    kgd_cost_usd,
+    organic_layer_factor,
+    organic_losses_usd,
+    raw_die_cost_usd,
+    scale_chiplets,
+    scale_device,
+    split_die_area_mm2,
+)
 from parasol.model.errors import ProblemError
-from parasol.model.system_cost import (Prices, amortised_usd_per_hour, energy_usd_per_hour, fat_tree_links, fat_tree_switches,
-                               fat_tree_tiers, power_w, system_cost)
+from parasol.model.system_cost import (
+    Prices,
+    amortised_usd_per_hour,
+    energy_usd_per_hour,
+    fat_tree_links,
+    fat_tree_switches,
+    fat_tree_tiers,
+    power_w,
+    system_cost,
+)
 from parasol.solver import cost_library, library
 from parasol.solver.cli import main
 
@@ -293,6 +317,7 @@ def _cli(args, capsys):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cost_json_contract_subprocess():
     proc = run_cli(["cost", "--system", "dgx-h100", "--json"])
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -356,6 +381,7 @@ def _one_line_error(code, out, err, *needles):
         assert needle in lines[0], (needle, lines[0])
 
 
+@pytest.mark.slow
 def test_cost_unknown_system_subprocess():
     proc = run_cli(["cost", "--system", "dgx-z900"])
     _one_line_error(proc.returncode, proc.stdout, proc.stderr, "parasol: dgx-z900: system: unknown; allowed: ", "dgx-h100", "mi300x")
@@ -389,8 +415,10 @@ def test_cost_missing_file(tmp_path, capsys):
 def test_cost_without_chiplet_data(monkeypatch, tmp_path, capsys):
     """A device without chiplets: is priced from the price list (device fields null); with no price
     either, one line naming the device file and `chiplets`, exit 2."""
-    import parasol.solver.cost_report as cost_report
-    monkeypatch.setattr(cost_report, "load_chiplets", lambda device: None)
+    from parasol.solver import costing
+    monkeypatch.setattr(costing, "load_chiplets", lambda device: None)
+    costing._priced_system.cache_clear()
+    monkeypatch.setattr(costing, "_priced_system", functools.lru_cache(maxsize=None)(costing._priced_system.__wrapped__))
     code, out, err = _cli(["cost", "--system", "dgx-h100", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
@@ -462,6 +490,7 @@ def test_bad_cost_files(cost_copy, file, old, new, field, capsys):
     _one_line_error(*_cli(["cost", "--system", "dgx-b200"], capsys), str(path), f": {field}:")
 
 
+@pytest.mark.slow
 def test_parasol_script_cost_runs():
     proc = run_cli(["cost", "--system", "mi300x", "--json"], entry="script")
     assert proc.returncode == 0, proc.stderr

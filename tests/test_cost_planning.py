@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import run_cli, write_yaml
 
 from parasol.solver.costing import cost_metrics
 from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
-
-from conftest import run_cli, write_yaml
 
 SMALL = {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1], "recompute": ["none", "full"]}
 
@@ -32,6 +31,7 @@ def _problem(objective="cost", num_gpus=(8, 16, 32), constraints=None, chiplets=
 
 
 @pytest.mark.parametrize("objective", ["cost", "tokens_per_usd", "throughput"])
+@pytest.mark.slow
 def test_cost_objectives_match_the_enumerator_over_device_counts(objective):
     p = _problem(objective)
     sol, enum = solve(p, time_limit=60), enumerate_space(p)
@@ -76,6 +76,7 @@ def test_rental_price_sets_the_hourly_cost():
     assert met["cost_per_hour_usd"] == pytest.approx(32.0)
 
 
+@pytest.mark.slow
 def test_chiplet_count_is_a_decision_solved_per_count():
     p = _problem("tokens_per_usd", num_gpus=(8, 16), chiplets=[1, 2], system="dgx-b200")
     sol, enum = solve(p, time_limit=60), enumerate_space(p)
@@ -100,6 +101,7 @@ def test_num_gpus_range(tmp_path):
     assert p.num_gpus == (8, 16, 24, 32)
 
 
+@pytest.mark.slow
 def test_enumerate_all_lists_every_feasible_point(tmp_path):
     data = {"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
             "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64}, "mapping": SMALL, "objective": "cost"}
@@ -113,6 +115,7 @@ def test_enumerate_all_lists_every_feasible_point(tmp_path):
     assert best["metrics"]["usd_per_million_tokens"] == pytest.approx(doc["objective"], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
     p = _problem("cost", constraints={"max_run_hours": 1e-6})
     sol = solve(p, time_limit=60)
@@ -121,11 +124,13 @@ def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
 
 
 @pytest.mark.parametrize("objectives", [("throughput", "cost"), ("throughput", "memory")])
+@pytest.mark.slow
 def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
     """issue 7: on a small problem the exact front (epsilon-constraint with CP-SAT) is the
     non-dominated subset of every feasible point the enumerator lists."""
-    from parasol.solver.pareto import non_dominated, pareto_front
     from test_pareto_three import front_keys
+
+    from parasol.solver.pareto import non_dominated, pareto_front
 
     p = _problem("cost", num_gpus=(8, 16, 32), chiplets=None)
     front = pareto_front(p, objectives, time_limit=120)
@@ -140,6 +145,7 @@ def test_training_front_equals_the_non_dominated_enumerated_points(objectives):
         assert a1 == pytest.approx(a2, rel=2e-3) and b1 == pytest.approx(b2, rel=2e-3)
 
 
+@pytest.mark.slow
 def test_training_front_over_chiplet_counts_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     from parasol.solver.pareto import pareto_front
@@ -154,6 +160,7 @@ def test_training_front_over_chiplet_counts_and_plot(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_review_regressions_end_in_one_line_errors(tmp_path):
     """Inference objectives on a training problem, a non-string system name and a --plot folder that
     does not exist are user mistakes: one line, exit 2."""

@@ -9,20 +9,26 @@ import statistics
 
 import pytest
 import yaml
+from conftest import rel_close, write_yaml
 
 from parasol.model import compute, inference, kv_cache
 from parasol.model.errors import ProblemError
 from parasol.model.serving_step import METRIC_SENSE, evaluate_inference
 from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
 from parasol.solver import pareto, planner, serving_space
-from parasol.solver.planner import enumerate_space, solve
-from parasol.solver.inference_validation import (evaluate_all, evaluate_oos, fit_engine_efficiency, load_engine_runs, load_latency_oos_runs,
-                                         load_oos_runs, load_runs)
-from parasol.solver.validation import problem_from_entry
+from parasol.solver.inference_validation import (
+    evaluate_all,
+    evaluate_oos,
+    fit_engine_efficiency,
+    load_engine_runs,
+    load_latency_oos_runs,
+    load_oos_runs,
+    load_runs,
+)
 from parasol.solver.library import library_root, load_engine, load_model, load_system
+from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
-
-from conftest import rel_close, write_yaml
+from parasol.solver.validation import problem_from_entry
 
 WORKERS, TIME_LIMIT = 2, 30
 
@@ -241,6 +247,7 @@ def test_first_token_latency_without_the_engine_profile_misses(runs):
 
 # ---------------------------------------------------------------- serving-engine profiles
 
+@pytest.mark.slow
 def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
     """problems/engines/trtllm-0.5.yaml holds, for each device, the grid value that minimises the
     mean |error| on TensorRT-LLM 0.5.0's throughput tables (benchmarks/calibrate.py --engine);
@@ -308,6 +315,7 @@ def oos():
     return evaluate_oos()
 
 
+@pytest.mark.slow
 def test_out_of_sample_max_throughput_runs_are_apart_and_batch_free(oos):
     """The 20 newer TensorRT-LLM max-throughput runs (problems/validation/inference_runs_oos.yaml) are
     their own family, give no batch (the engine chose it) and get the planner's best plan, which fits."""
@@ -394,6 +402,7 @@ def _check_against_oracle(data):
 
 
 @pytest.mark.parametrize("serving,objective,extra", DIFF_CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(DIFF_CASES)])
+@pytest.mark.slow
 def test_solver_matches_the_enumerator(serving, objective, extra):
     _check_against_oracle(_problem(serving, objective, **extra))
 
@@ -430,6 +439,7 @@ PARETO_CASES = [(_problem("continuous", "throughput", num_gpus=4), ("tokens_per_
 
 
 @pytest.mark.parametrize("data,objectives", PARETO_CASES, ids=["continuous", "static", "disaggregated"])
+@pytest.mark.slow
 def test_pareto_front_equals_the_enumerators_non_dominated_points(data, objectives):
     problem = parse_problem(data, source="t")
     result = pareto.pareto_front(problem, objectives, time_limit=60, workers=WORKERS)

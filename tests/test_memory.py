@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import rel_close
 
 from parasol.model import memory
 from parasol.solver import library
-
-from conftest import rel_close
 
 GPT3 = library.load_model("gpt3-175b")  # MHA, ffn = 4h, a = 96, h = 12288
 S, B, T = 2048, 1, 8

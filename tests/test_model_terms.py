@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import yaml
+from conftest import EXAMPLE, REPO, rel_close, training_problem
 
 from parasol.model import comm, compute, params, pipeline
 from parasol.model.errors import ProblemError
@@ -16,8 +17,6 @@ from parasol.model.specs import NetworkTier
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.problem import load_problem, parse_problem
-
-from conftest import EXAMPLE, REPO, rel_close, training_problem
 
 TIER = NetworkTier(name="t", bandwidth_bytes_per_s=100e9, latency_s=2e-6, efficiency=0.8)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from parasol.model import compute, memory, params
+from parasol.model import compute, params
 from parasol.model.errors import ProblemError
 from parasol.model.specs import Mapping
 from parasol.model.training import check_mapping, ep_comm_forward_time_s, layer_times
@@ -114,6 +114,7 @@ def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=20
     ("tiny", 32, 64, {"recompute": ["none", "full"], "zero": [1, 3], "vpp": [1]}),
     ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
 ])
+@pytest.mark.slow
 def test_planner_matches_enumerator_on_moe(case, objective):
     from parasol.solver.planner import enumerate_space, solve
 

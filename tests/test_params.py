@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import rel_close
 
 from parasol.model import params
 from parasol.model.specs import ModelSpec
 from parasol.solver import library
-
-from conftest import rel_close
 
 # Published total parameter counts (independent of the library files), billions.
 PUBLISHED_B = {
@@ -184,8 +183,8 @@ MOE_PUBLISHED = [
 
 @pytest.mark.parametrize("name,total_b,active_b,no_embedding", MOE_PUBLISHED)
 def test_moe_total_and_active_params_match_published(name, total_b, active_b, no_embedding):
-    from parasol.solver.library import load_model
     from parasol.model import params
+    from parasol.solver.library import load_model
 
     model = load_model(name)
     assert params.total_params(model) / 1e9 == pytest.approx(total_b, rel=0.02)
@@ -197,8 +196,8 @@ def test_moe_total_and_active_params_match_published(name, total_b, active_b, no
 def test_mla_attention_params_of_deepseek_v3():
     """DeepSeek-V3 MLA per layer (config dims): q 7168·1536 + 1536 + 1536·128·192, kv 7168·576 + 512
     + 512·128·256, o 128·128·7168."""
-    from parasol.solver.library import load_model
     from parasol.model import params
+    from parasol.solver.library import load_model
 
     expected = 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
     assert params.attention_params_per_layer(load_model("deepseek-v3")) == expected

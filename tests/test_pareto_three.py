@@ -16,6 +16,7 @@ def front_keys(problem, objectives) -> tuple:
     return tuple(m.metric for m in metrics), {m.metric: m.sense for m in metrics}
 
 
+@pytest.mark.slow
 def test_three_objective_training_front_equals_the_non_dominated_enumerated_points():
     p = parse_problem({"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
                        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "train_tokens": 1.0e9},
@@ -40,6 +41,7 @@ INFEASIBLE_GPT3 = {"model": "gpt3-175b", "system": {"name": "dgx-a100", "num_gpu
 
 
 @pytest.mark.parametrize("objectives", [("throughput", "memory"), ("throughput", "memory", "step_time")])
+@pytest.mark.slow
 def test_infeasible_training_front_names_the_binding_constraint(objectives):
     """GPT-3 175B cannot fit on 8 A100s: a front of two or three metrics is INFEASIBLE and says
     that memory binds, by how much, as `solve` does (not a bare 'no plan')."""

@@ -12,13 +12,23 @@ import json
 import random
 
 import pytest
-
 from conftest import REPO, rel_close, training_problem, write_yaml
+from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
+
 from parasol.model import comm
 from parasol.model.collectives import collective_time_on
 from parasol.model.errors import ProblemError
-from parasol.model.placement import (DEFAULT_PLACEMENT, PLACEMENTS, Group, check_placement, collective_time_s, group_layouts,
-                             parallel_groups, topology_decides, training_topology)
+from parasol.model.placement import (
+    DEFAULT_PLACEMENT,
+    PLACEMENTS,
+    Group,
+    check_placement,
+    collective_time_s,
+    group_layouts,
+    parallel_groups,
+    topology_decides,
+    training_topology,
+)
 from parasol.model.specs import Mapping
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
@@ -26,8 +36,6 @@ from parasol.solver.cli import main
 from parasol.solver.planner import solve
 from parasol.solver.problem import load_problem, parse_problem
 from parasol.solver.training_space import build_space, placements_by_point
-
-from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
 
 S = 1.0e8  # bytes
 EXAMPLE = REPO / "problems" / "examples" / "torus-placement.yaml"
@@ -196,6 +204,7 @@ FREE = [  # placement absent: a decision on these systems (their topology decide
 
 
 @pytest.mark.parametrize("case", FREE, ids=[c[0] for c in FREE])
+@pytest.mark.slow
 def test_differential_placement_free(case):
     """CP-SAT optimum == the enumerator's best (INFEASIBLE together), with the placement decided."""
     name, data = case
@@ -216,6 +225,7 @@ TOPOLOGY_SYSTEMS = ["tpu-v5p-torus", "slingshot-a100-dragonfly", "mi300x", "llam
 
 
 @pytest.mark.parametrize("seed", [3, 8, 24, 51, 59])
+@pytest.mark.slow
 def test_differential_random_on_topology_systems(seed):
     """test_solver's random problems moved onto the systems whose topology decides (placement free):
     device-count lists, every objective, an infeasible one (seed 8)."""
@@ -232,7 +242,7 @@ def test_symmetric_placements_are_tried_once():
     torus = build_space(parse_problem(_data("llama2-7b", "tpu-v5p-torus", 64, 4096, 64, {}), "t"))
     assert all(len(v) <= 24 for v in placements_by_point(torus).values())
     assert all(v[0] == DEFAULT_PLACEMENT for v in placements_by_point(torus).values())  # the default leads its class
-    for (n, tp, pp, dp, cp, ep), v in placements_by_point(torus).items():
+    for (_n, tp, pp, _dp, cp, _ep), v in placements_by_point(torus).items():
         if tp == pp == cp == 1:  # only dp > 1: one group, one layout
             assert v == (DEFAULT_PLACEMENT,)
 
@@ -275,6 +285,7 @@ def example_round_trip(tmp_path_factory):
     return doc, evaluated, naive
 
 
+@pytest.mark.slow
 def test_example_plan_round_trips_through_evaluate(example_round_trip):
     doc, again, _ = example_round_trip
     assert doc["status"] == "OPTIMAL" and doc["mapping"]["placement"] != DEFAULT_PLACEMENT
@@ -303,6 +314,7 @@ PARTITIONS = [  # the first stage's layer count a decision, off the default spli
 
 
 @pytest.mark.parametrize("case", PARTITIONS, ids=[c[0] for c in PARTITIONS])
+@pytest.mark.slow
 def test_differential_first_stage_layers_on_topology_systems(case):
     """The solver tabulates the first stage's data-parallel and optimizer terms per body-layer
     count; on torus and dragonfly collectives (algorithm chosen per size) CP-SAT still equals the

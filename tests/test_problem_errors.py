@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
-
 from conftest import run_cli
 
 BASE = {
@@ -267,7 +265,7 @@ def check_one_line_error(path, proc, field):
 
 @pytest.mark.parametrize("cid,content,field", CASES, ids=[_case_id(c) for c in CASES])
 def test_evaluate_bad_input(cid, content, field, bad_files, capsys):
-    """Every case through the CLI entry point in-process (solver.cli.main, what both
+    """Every case through the CLI entry point in-process (parasol.solver.cli.main, what both
     `parasol` and `python -m parasol` call): an exception escaping main() would be a traceback."""
     from parasol.solver.cli import main
     path = bad_files[cid]
@@ -282,23 +280,27 @@ def test_evaluate_bad_input(cid, content, field, bad_files, capsys):
 
 
 @pytest.mark.parametrize("cid", MODULE_SUBSET)
-def test_evaluate_bad_input_python_m_solver(cid, bad_runs):
+@pytest.mark.slow
+def test_evaluate_bad_input_python_m_parasol(cid, bad_runs):
     path, proc = bad_runs[("module", "evaluate", cid)]
     check_one_line_error(path, proc, _field(cid))
 
 
 @pytest.mark.parametrize("cid", PARASOL_SUBSET)
+@pytest.mark.slow
 def test_evaluate_bad_input_parasol_script(cid, bad_runs):
     path, proc = bad_runs[("script", "evaluate", cid)]
     check_one_line_error(path, proc, _field(cid))
 
 
 @pytest.mark.parametrize("cid", SOLVE_SUBSET)
+@pytest.mark.slow
 def test_solve_bad_input(cid, bad_runs):
     path, proc = bad_runs[("module", "solve", cid)]
     check_one_line_error(path, proc, _field(cid))
 
 
+@pytest.mark.slow
 def test_model_list_subprocess_has_no_traceback(bad_files):
     proc = run_cli(["evaluate", str(bad_files["model-list"])])
     check_one_line_error(bad_files["model-list"], proc, "model")

@@ -12,14 +12,13 @@ import random
 import re
 
 import pytest
+from conftest import MAPPING_KEYS, rel_close, run_cli, training_problem, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.model.training_step import evaluate_training
 from parasol.solver.planner import ROUND_TRIP_TOLERANCE, enumerate_space, solve
 from parasol.solver.problem import parse_problem
 from parasol.solver.training_space import build_space
-
-from conftest import MAPPING_KEYS, rel_close, run_cli, training_problem, write_yaml
 
 WORKERS, TIME_LIMIT = 2, 30
 REL = 1e-3  # the time unit makes the integer step agree with the float model within 1e-4; memory rounds up by 16 KiB
@@ -128,6 +127,7 @@ DIFF_SEEDS = list(range(80))
 
 
 @pytest.mark.parametrize("seed", DIFF_SEEDS)
+@pytest.mark.slow
 def test_differential_random(seed):
     differential(random_problem(seed), source=f"random problem seed {seed}")
 
@@ -145,6 +145,7 @@ FREE_SPLIT = [  # pp forced above 1, first/last stage layers free: the uneven-pa
 
 @pytest.mark.parametrize("objective", ["throughput", "memory"])
 @pytest.mark.parametrize("case", FREE_SPLIT, ids=[f"{c[0]}-{c[2]}gpu" for c in FREE_SPLIT])
+@pytest.mark.slow
 def test_differential_free_stage_split(case, objective):
     model, system, n, seq, gb, mapping = case
     data = training_problem(model=model, system=system, num_gpus=n, seq_len=seq, global_batch=gb, mapping=mapping,
@@ -171,6 +172,7 @@ def test_random_set_covers_what_it_should():
 
 
 @pytest.mark.parametrize("objective", ["throughput", "step_time", "memory", "tokens_per_gpu"])
+@pytest.mark.slow
 def test_differential_objectives_with_gpu_count_list(objective):
     """num_gpus [8, 16] makes the device count a decision; every objective matches the oracle."""
     data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=[8, 16], seq_len=4096, global_batch=32,
@@ -206,6 +208,7 @@ WORKLOAD_VARIANTS = {
 
 @pytest.mark.parametrize("objective", ["throughput", "memory"])
 @pytest.mark.parametrize("variant", sorted(WORKLOAD_VARIANTS))
+@pytest.mark.slow
 def test_differential_workload_variants(variant, objective):
     """Precision, attention kernel, DP overlap, gradient bytes and a cp choice change the tables;
     the optimum still matches the oracle."""
@@ -216,6 +219,7 @@ def test_differential_workload_variants(variant, objective):
     differential(data, source=f"variant {variant}")
 
 
+@pytest.mark.slow
 def test_throughput_and_step_time_agree():
     data = training_problem(model="gpt-j-6b", system="dgx-a100", num_gpus=16, seq_len=2048, global_batch=64,
                             mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]})
@@ -227,6 +231,7 @@ def test_throughput_and_step_time_agree():
     assert rel_close(a.objective_value, 64 * 2048 / sa, 1e-12)
 
 
+@pytest.mark.slow
 def test_top_k_matches_enumerator_top_k():
     data = training_problem(model="megatron-gpt-1.7b", system="dgx-a100", num_gpus=8, seq_len=2048, global_batch=32,
                             mapping={"vpp": [1, 2], "first_stage_layers": 0, "last_stage_layers": 0})
@@ -245,6 +250,7 @@ def test_top_k_matches_enumerator_top_k():
 
 # ---------------------------------------------------------------- (c) determinism
 
+@pytest.mark.slow
 def test_determinism_same_seed_same_answer():
     data = random_problem(11)
     p = parse_problem(data, source="t")
@@ -262,6 +268,7 @@ def test_determinism_same_seed_same_answer():
 GIB_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]+)?) GiB")
 
 
+@pytest.mark.slow
 def test_infeasible_memory_names_memory_and_numbers():
     """GPT-3 175B cannot train on 8 A100-80GB: its weights and Adam states alone are ~366 GiB per GPU
     at the best split of 8 GPUs. The message names memory, the least memory any mapping needs and
@@ -283,6 +290,7 @@ def test_infeasible_memory_names_memory_and_numbers():
     assert least > usable
 
 
+@pytest.mark.slow
 def test_infeasible_via_cli(tmp_path):
     data = training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=8, seq_len=2048, global_batch=64,
                             mapping={"first_stage_layers": 0, "last_stage_layers": 0, "zero": [1], "recompute": ["full"]})
@@ -294,6 +302,7 @@ def test_infeasible_via_cli(tmp_path):
     assert "memory" in doc["message"] and "GiB" in doc["message"]
 
 
+@pytest.mark.slow
 def test_restriction_without_grid_is_a_problem_error(tmp_path):
     """tp 3 cannot divide a 32-head model: no grid, a one-line ProblemError (exit 2 in the CLI)."""
     data = training_problem(model="llama2-7b", num_gpus=12, mapping={"tp": 3})
@@ -350,6 +359,7 @@ def test_fixing_a_mapping_that_does_not_fit_is_infeasible():
 
 
 @pytest.mark.parametrize("free", ["micro_batch", "recompute", "zero", "vpp", "tp"])
+@pytest.mark.slow
 def test_freeing_one_variable_picks_the_oracles_best(free):
     mapping = {k: v for k, v in KNOWN_GOOD.items() if k != free}
     if free == "tp":
@@ -389,6 +399,7 @@ EMPTY_SPACES = {"micro-batch-vs-dp": {"dp": 8, "micro_batch": [8]}, "sp-without-
 
 
 @pytest.mark.parametrize("case", sorted(EMPTY_SPACES))
+@pytest.mark.slow
 def test_empty_space_is_a_problem_error_for_solve(case, tmp_path):
     data = training_problem(model="llama2-7b", num_gpus=8, global_batch=32, mapping=EMPTY_SPACES[case])
     path = write_yaml(tmp_path / f"{case}.yaml", data)
@@ -426,6 +437,7 @@ def test_interleaving_needs_microbatches_in_groups_of_pp():
 
 @pytest.mark.parametrize("objective", ["throughput", "memory"])
 @pytest.mark.parametrize("model", ["llama2-7b", "megatron-gpt-1.7b"])
+@pytest.mark.slow
 def test_context_parallelism_is_a_free_decision(model, objective):
     """Long sequences: cp absent ranges over {1, 2, 4, 8} (>= 2K tokens per rank), and the optimum
     agrees with the enumerator's over the same space."""
