@@ -46,7 +46,9 @@ def summarise(results) -> dict:
         "mean_abs_error": statistics.fmean(errors),
         "max_abs_error": max(errors),
         "worst_run": max(results, key=lambda r: abs(r.error)).run_id,
-        "by_family": {k: {"runs": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)} for k, v in by_family.items()},
+        "by_family": {
+            k: {"runs": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)} for k, v in by_family.items()
+        },
     }
 
 
@@ -56,8 +58,17 @@ def table(results, markdown: bool) -> str:
     for r in results:
         m = r.mapping
         mem = f"{r.measured_memory_gib:.0f} / {r.evaluation.metrics['peak_memory_gib']:.1f}" if r.measured_memory_gib else ""
-        rows.append([r.run_id, str(m.num_gpus), f"{m.tp}/{m.pp}/{m.dp}/{m.cp}, {m.micro_batch}, {m.vpp}",
-                     f"{r.measured_step_s:.3f}", f"{r.predicted_step_s:.3f}", f"{100 * r.error:+.1f} %", mem])
+        rows.append(
+            [
+                r.run_id,
+                str(m.num_gpus),
+                f"{m.tp}/{m.pp}/{m.dp}/{m.cp}, {m.micro_batch}, {m.vpp}",
+                f"{r.measured_step_s:.3f}",
+                f"{r.predicted_step_s:.3f}",
+                f"{100 * r.error:+.1f} %",
+                mem,
+            ]
+        )
     return text_table(head, rows, markdown)
 
 
@@ -89,21 +100,43 @@ def family_table(results, markdown: bool = True) -> str:
 
 def write_docs(results, serving, serving_oos) -> None:
     write_block("accuracy.md", "training-families", family_table(results))
-    write_block("accuracy.md", "training-runs", f"<details><summary>{len(results)} runs</summary>\n\n{table(results, True)}\n\n</details>")
-    write_block("accuracy.md", "serving", "\n".join([
-        inference_accuracy.table(serving, True), "", "```", inference_accuracy.report(serving), "```", "",
-        "Out of sample (problems/validation/inference_runs_oos.yaml; batch = the planner's best):", "",
-        inference_accuracy.table(serving_oos, True), "", "```", inference_accuracy.oos_report(serving_oos), "```"]))
+    write_block(
+        "accuracy.md", "training-runs", f"<details><summary>{len(results)} runs</summary>\n\n{table(results, True)}\n\n</details>"
+    )
+    write_block(
+        "accuracy.md",
+        "serving",
+        "\n".join(
+            [
+                inference_accuracy.table(serving, True),
+                "",
+                "```",
+                inference_accuracy.report(serving),
+                "```",
+                "",
+                "Out of sample (problems/validation/inference_runs_oos.yaml; batch = the planner's best):",
+                "",
+                inference_accuracy.table(serving_oos, True),
+                "",
+                "```",
+                inference_accuracy.oos_report(serving_oos),
+                "```",
+            ]
+        ),
+    )
     dense = [r for r in results if r.family not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
     oos = [r for r in results if r.family in OUT_OF_SAMPLE]
     s = inference_accuracy.summarise(serving)["by_metric"]
     o = inference_accuracy.summarise(serving_oos)["by_metric"]["tokens_per_s_per_gpu"]
     mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
-    lines = ["| what | runs | mean abs. error |", "|---|---|---|",
-             f"| training step time, dense (in sample) | {len(dense)} | {mean(dense):.1f} % |",
-             f"| training step time, MoE (in sample) | {sum(r.family == MOE[0] for r in results)} | "
-             f"{mean([r for r in results if r.family == MOE[0]]):.1f} % |",
-             f"| training step time, out of sample | {len(oos)} | {mean(oos):.1f} % |"]
+    lines = [
+        "| what | runs | mean abs. error |",
+        "|---|---|---|",
+        f"| training step time, dense (in sample) | {len(dense)} | {mean(dense):.1f} % |",
+        f"| training step time, MoE (in sample) | {sum(r.family == MOE[0] for r in results)} | "
+        f"{mean([r for r in results if r.family == MOE[0]]):.1f} % |",
+        f"| training step time, out of sample | {len(oos)} | {mean(oos):.1f} % |",
+    ]
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
@@ -116,33 +149,59 @@ def main() -> int:
     summary = summarise(results)
     serving, serving_oos = inference_accuracy.evaluate_all(), inference_accuracy.evaluate_oos()
     if args.json:
-        print(json.dumps({"summary": summary, "inference": inference_accuracy.as_json(serving),
-                          "inference_out_of_sample": inference_accuracy.as_json(serving_oos), "runs": [
-            {"id": r.run_id, "family": r.family, "measured_step_s": r.measured_step_s, "predicted_step_s": r.predicted_step_s,
-             "error": r.error, "mapping": r.mapping.as_dict(), "measured_memory_gib": r.measured_memory_gib,
-             "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"]} for r in results]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "summary": summary,
+                    "inference": inference_accuracy.as_json(serving),
+                    "inference_out_of_sample": inference_accuracy.as_json(serving_oos),
+                    "runs": [
+                        {
+                            "id": r.run_id,
+                            "family": r.family,
+                            "measured_step_s": r.measured_step_s,
+                            "predicted_step_s": r.predicted_step_s,
+                            "error": r.error,
+                            "mapping": r.mapping.as_dict(),
+                            "measured_memory_gib": r.measured_memory_gib,
+                            "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"],
+                        }
+                        for r in results
+                    ],
+                },
+                indent=2,
+            )
+        )
         return 0
     if args.write_docs:
         write_docs(results, serving, serving_oos)
     print(table(results, args.markdown))
     print()
-    print(f"{summary['runs']} runs: mean |error| {100 * summary['mean_abs_error']:.1f} %, "
-          f"max {100 * summary['max_abs_error']:.1f} % ({summary['worst_run']})")
+    print(
+        f"{summary['runs']} runs: mean |error| {100 * summary['mean_abs_error']:.1f} %, "
+        f"max {100 * summary['max_abs_error']:.1f} % ({summary['worst_run']})"
+    )
     dense = [r for r in results if r.family not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
     if len(dense) < len(results):
         errors = [abs(r.error) for r in dense]
         worst = max(dense, key=lambda r: abs(r.error))
-        print(f"{len(dense)} dense runs without {', '.join(OUTSIDE_MODEL)}: mean |error| {100 * statistics.fmean(errors):.1f} %, "
-              f"max {100 * max(errors):.1f} % ({worst.run_id})")
+        print(
+            f"{len(dense)} dense runs without {', '.join(OUTSIDE_MODEL)}: mean |error| {100 * statistics.fmean(errors):.1f} %, "
+            f"max {100 * max(errors):.1f} % ({worst.run_id})"
+        )
     for name in MOE + OUT_OF_SAMPLE[1:]:
         errors = [abs(r.error) for r in results if r.family == name]
         if errors:
-            print(f"{len(errors)} runs, {name}: mean |error| {100 * statistics.fmean(errors):.1f} %, max {100 * max(errors):.1f} %")
+            print(
+                f"{len(errors)} runs, {name}: mean |error| {100 * statistics.fmean(errors):.1f} %, max {100 * max(errors):.1f} %"
+            )
     mem = [r for r in results if r.measured_memory_gib]
     if mem:
         merr = [r.evaluation.metrics["peak_memory_gib"] / r.measured_memory_gib - 1 for r in mem]
-        print(f"peak memory vs measured ({len(mem)} BLOOM runs): mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
-              f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %")
+        print(
+            f"peak memory vs measured ({len(mem)} BLOOM runs): mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
+            f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %"
+        )
     unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
     if unfit:
         print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")

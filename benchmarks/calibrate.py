@@ -43,20 +43,27 @@ MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of
 
 def override(params: dict):
     """system_override applying a trial network efficiency {device: efficiency} to both tiers."""
+
     def apply(system):
         if system.device.name not in params:
             return system
         eff = params[system.device.name]
-        return dataclasses.replace(system, scale_up=dataclasses.replace(system.scale_up, efficiency=eff),
-                                   scale_out=dataclasses.replace(system.scale_out, efficiency=eff))
+        return dataclasses.replace(
+            system,
+            scale_up=dataclasses.replace(system.scale_up, efficiency=eff),
+            scale_out=dataclasses.replace(system.scale_out, efficiency=eff),
+        )
+
     return apply
 
 
 def moe_override(expert: float, overlap: float):
     """system_override applying trial MoE efficiencies to the device."""
+
     def apply(system):
         device = dataclasses.replace(system.device, moe_expert_efficiency=expert, moe_overlap_efficiency=overlap)
         return dataclasses.replace(system, device=device)
+
     return apply
 
 
@@ -82,7 +89,7 @@ def fit(entries, device: str) -> tuple[float, float]:
     nccl-tests bus bandwidth is typically 75-90 % of the line rate; lower values would hide
     compute or pipeline errors behind the network)."""
     lo, hi = 0.6, 0.95
-    ratio = (5 ** 0.5 - 1) / 2
+    ratio = (5**0.5 - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
     fa, fb = loss(entries, {device: a}), loss(entries, {device: b})
     for _ in range(25):
@@ -118,8 +125,10 @@ def fit_engine(name: str) -> int:
             fitted, error = fit_engine_efficiency(runs, device, key)
             same = abs(fitted - value) < 0.005
             status |= not same
-            print(f"{name} on {device}: {key} fitted {fitted:.2f} (stored {value:.2f}{'' if same else ', DIFFERS'}), "
-                  f"mean |error| {100 * error:.1f} % on its throughput runs")
+            print(
+                f"{name} on {device}: {key} fitted {fitted:.2f} (stored {value:.2f}{'' if same else ', DIFFERS'}), "
+                f"mean |error| {100 * error:.1f} % on its throughput runs"
+            )
     for label, entries in (("throughput runs (fitted)", runs), ("first-token latencies (held out)", checks)):
         results = evaluate_serving(entries)
         for fam in sorted({r.family for r in results}):

@@ -31,18 +31,46 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "problems" / "examples" / "deeps
 def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
     """(label, tokens/s per GPU, GPU-hours, $) for the published mapping and for parasol's plan."""
     rows = []
-    workload = {"kind": "training", "seq_len": 4096, "global_batch": 15360, "precision": "fp8",
-                "moe_dispatcher": "deepep", "moe_a2a_overlap": True, "train_tokens": DEEPSEEK_TOKENS}
+    workload = {
+        "kind": "training",
+        "seq_len": 4096,
+        "global_batch": 15360,
+        "precision": "fp8",
+        "moe_dispatcher": "deepep",
+        "moe_a2a_overlap": True,
+        "train_tokens": DEEPSEEK_TOKENS,
+    }
     for recompute in ("none", "full"):
-        p = parse_problem({"model": "deepseek-v3", "system": {"name": "dgx-h800", "num_gpus": 2048, "gpu_hour_usd": DEEPSEEK_PRICE},
-                           "workload": workload,
-                           "mapping": {"tp": 1, "pp": 16, "dp": 128, "ep": 64, "micro_batch": 1, "zero": 1, "sp": False,
-                                       "recompute": recompute, "first_stage_layers": 3, "last_stage_layers": 2}},
-                          source="published mapping")
+        p = parse_problem(
+            {
+                "model": "deepseek-v3",
+                "system": {"name": "dgx-h800", "num_gpus": 2048, "gpu_hour_usd": DEEPSEEK_PRICE},
+                "workload": workload,
+                "mapping": {
+                    "tp": 1,
+                    "pp": 16,
+                    "dp": 128,
+                    "ep": 64,
+                    "micro_batch": 1,
+                    "zero": 1,
+                    "sp": False,
+                    "recompute": recompute,
+                    "first_stage_layers": 3,
+                    "last_stage_layers": 2,
+                },
+            },
+            source="published mapping",
+        )
         met = evaluate_plan(p, 2048, p.fixed_mapping()).metrics
         fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
-        rows.append((f"published mapping, recompute {recompute} ({fits})", met["tokens_per_s_per_gpu"],
-                     met["run_hours"] * 2048, met["run_cost_usd"]))
+        rows.append(
+            (
+                f"published mapping, recompute {recompute} ({fits})",
+                met["tokens_per_s_per_gpu"],
+                met["run_hours"] * 2048,
+                met["run_cost_usd"],
+            )
+        )
     plan = solve(load_problem(EXAMPLE), time_limit=time_limit)
     if plan.plans:
         met = plan.plans[0].evaluation.metrics
@@ -54,11 +82,22 @@ def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
 def a100_to_b200(time_limit: float, num_gpus: int = 1024) -> list[tuple[str, str, float]]:
     """(system, precision, best tokens/s) for GPT-3 175B on ``num_gpus`` GPUs of each system."""
     out = []
-    for system, precision in (("dgx-a100", "bf16"), ("dgx-b200", "bf16"), ("dgx-b200", "fp8"), ("gb200-nvl72", "fp8"),
-                              ("gb200-nvl72", "fp4")):
-        p = parse_problem({"model": "gpt3-175b", "system": {"name": system, "num_gpus": num_gpus},
-                           "workload": {"kind": "training", "seq_len": 2048, "global_batch": 1536, "precision": precision},
-                           "mapping": {"vpp": [1, 2, 4], "cp": 1}}, source=f"{system} {precision}")
+    for system, precision in (
+        ("dgx-a100", "bf16"),
+        ("dgx-b200", "bf16"),
+        ("dgx-b200", "fp8"),
+        ("gb200-nvl72", "fp8"),
+        ("gb200-nvl72", "fp4"),
+    ):
+        p = parse_problem(
+            {
+                "model": "gpt3-175b",
+                "system": {"name": system, "num_gpus": num_gpus},
+                "workload": {"kind": "training", "seq_len": 2048, "global_batch": 1536, "precision": precision},
+                "mapping": {"vpp": [1, 2, 4], "cp": 1},
+            },
+            source=f"{system} {precision}",
+        )
         r = solve(p, time_limit=time_limit)
         out.append((system, precision, r.objective_value or 0.0, r.status))
     return out
@@ -68,12 +107,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=120.0)
     args = parser.parse_args()
-    print(f"DeepSeek-V3 pre-training budget: published {DEEPSEEK_GPU_HOURS / 1e6:.3f}M H800 GPU-hours, "
-          f"${DEEPSEEK_GPU_HOURS * DEEPSEEK_PRICE / 1e6:.3f}M at ${DEEPSEEK_PRICE:.0f}/GPU-hour "
-          f"({DEEPSEEK_TOKENS / DEEPSEEK_GPU_HOURS / 3600:,.0f} tokens/s per GPU)")
+    print(
+        f"DeepSeek-V3 pre-training budget: published {DEEPSEEK_GPU_HOURS / 1e6:.3f}M H800 GPU-hours, "
+        f"${DEEPSEEK_GPU_HOURS * DEEPSEEK_PRICE / 1e6:.3f}M at ${DEEPSEEK_PRICE:.0f}/GPU-hour "
+        f"({DEEPSEEK_TOKENS / DEEPSEEK_GPU_HOURS / 3600:,.0f} tokens/s per GPU)"
+    )
     for label, per_gpu, gpu_hours, usd in deepseek_budget(args.time_limit):
-        print(f"  {label:<55} {per_gpu:7,.0f} tok/s/GPU  {gpu_hours / 1e6:6.3f}M GPU-h  ${usd / 1e6:6.3f}M  "
-              f"({100 * (gpu_hours / DEEPSEEK_GPU_HOURS - 1):+.1f} %)")
+        print(
+            f"  {label:<55} {per_gpu:7,.0f} tok/s/GPU  {gpu_hours / 1e6:6.3f}M GPU-h  ${usd / 1e6:6.3f}M  "
+            f"({100 * (gpu_hours / DEEPSEEK_GPU_HOURS - 1):+.1f} %)"
+        )
     print("\nA100 -> B200 (GPT-3 175B, 1,024 GPUs, best plan each):")
     rows = a100_to_b200(args.time_limit)
     base = rows[0][2]

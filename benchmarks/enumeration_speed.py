@@ -40,12 +40,21 @@ def measure(name: str, with_solve: bool) -> list:
     t2 = time.perf_counter()
     best = planner.evaluate(problem, *planner.decode(problem, space, rows[0])) if rows else None
     value = planner.objective_value(problem, problem.objective, best.metrics) if best else None
-    row = [name, f"{size:,}", f"{t1 - t0:.2f}", f"{t2 - t1:.2f}", f"{evaluated / (t2 - t1):,.0f}",
-           f"{value:,.6g}" if value is not None else "-"]
+    row = [
+        name,
+        f"{size:,}",
+        f"{t1 - t0:.2f}",
+        f"{t2 - t1:.2f}",
+        f"{evaluated / (t2 - t1):,.0f}",
+        f"{value:,.6g}" if value is not None else "-",
+    ]
     if with_solve:
         s = solve(problem, time_limit=120)
-        same = "yes" if (s.objective_value is not None and value is not None
-                         and abs(s.objective_value - value) <= 1e-3 * abs(value)) else "NO"
+        same = (
+            "yes"
+            if (s.objective_value is not None and value is not None and abs(s.objective_value - value) <= 1e-3 * abs(value))
+            else "NO"
+        )
         row += [f"{s.objective_value:,.6g}" if s.objective_value is not None else "-", same]
     return row
 
@@ -70,6 +79,7 @@ def main() -> int:
         write_block("benchmarks.md", "enumeration-speed", text_table(head, rows, True))
     if args.out:
         import pandas as pd
+
         write_table(pd.DataFrame(rows, columns=head), args.out)
     return 0
 

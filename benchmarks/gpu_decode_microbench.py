@@ -54,13 +54,22 @@ PEAK_FP8 = {"H100": 1978.9e12, "H200": 1978.9e12}
 
 # (label, k, n): the weight GEMMs of a decode step
 SHAPES = [
-    ("qkv-h4096", 4096, 12288), ("llama7b-gateup", 4096, 22016), ("llama7b-down", 11008, 4096),
-    ("llama70b-tp4-qkv", 8192, 2560), ("llama70b-tp4-gateup", 8192, 14336), ("llama70b-tp4-down", 7168, 8192),
+    ("qkv-h4096", 4096, 12288),
+    ("llama7b-gateup", 4096, 22016),
+    ("llama7b-down", 11008, 4096),
+    ("llama70b-tp4-qkv", 8192, 2560),
+    ("llama70b-tp4-gateup", 8192, 14336),
+    ("llama70b-tp4-down", 7168, 8192),
 ]
 TOKENS = [1, 16, 64, 128, 256, 512, 1024]
 # (label, query heads, kv heads, head dim): heads on one GPU
-ATTENTION = [("gptj-mha", 16, 16, 256), ("llama7b-mha", 32, 32, 128), ("llama70b-tp4-gqa8", 16, 2, 128),
-             ("llama70b-tp8-gqa8", 8, 1, 128), ("falcon180b-tp8-gqa29", 29, 1, 64)]
+ATTENTION = [
+    ("gptj-mha", 16, 16, 256),
+    ("llama7b-mha", 32, 32, 128),
+    ("llama70b-tp4-gqa8", 16, 2, 128),
+    ("llama70b-tp8-gqa8", 8, 1, 128),
+    ("falcon180b-tp8-gqa29", 29, 1, 64),
+]
 ROTATE_BYTES = 5.4e8  # operands cycled per graph so that nothing is served from L2 (50 MB on H100)
 
 
@@ -102,8 +111,13 @@ def sec_stream(res, key):
     out = torch.empty((), dtype=torch.float32, device="cuda")
     t_sum = graph_time_s(lambda i: torch.sum(x, dim=0, dtype=torch.float32, out=out), 8)
     t_copy = graph_time_s(lambda i: y.copy_(x), 8)
-    res["stream"] = {"bytes": 2**31, "sum_s": t_sum, "sum_efficiency": 2**31 / t_sum / PEAK_HBM[key],
-                     "copy_s": t_copy, "copy_efficiency": 2**32 / t_copy / PEAK_HBM[key]}
+    res["stream"] = {
+        "bytes": 2**31,
+        "sum_s": t_sum,
+        "sum_efficiency": 2**31 / t_sum / PEAK_HBM[key],
+        "copy_s": t_copy,
+        "copy_efficiency": 2**32 / t_copy / PEAK_HBM[key],
+    }
     del x, y
 
 
@@ -124,14 +138,16 @@ def sec_gemm(res, key, fp8: bool, quick: bool):
                 x = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
 
                 def fn(i, x=x):
-                    return torch._scaled_mm(x, ws[i % copies].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                            use_fast_accum=True)
+                    return torch._scaled_mm(
+                        x, ws[i % copies].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True
+                    )
             else:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
 
                 def fn(i, x=x, y=y):
                     return torch.mm(x, ws[i % copies].t(), out=y)
+
             try:
                 t = graph_time_s(fn, 2 * copies)
             except Exception as exc:  # noqa: BLE001 - a shape a backend rejects is recorded, not fatal
@@ -140,10 +156,18 @@ def sec_gemm(res, key, fp8: bool, quick: bool):
             wbytes = n * k * elt
             allbytes = wbytes + m * k * elt + m * n * 2
             peak = (PEAK_FP8 if fp8 else PEAK_BF16)[key]
-            rows.append({"shape": label, "m": m, "k": k, "n": n, "seconds": t,
-                         "weight_stream_efficiency": round(wbytes / t / PEAK_HBM[key], 4),
-                         "bytes_efficiency": round(allbytes / t / PEAK_HBM[key], 4),
-                         "flops_efficiency": round(2 * m * n * k / t / peak, 4)})
+            rows.append(
+                {
+                    "shape": label,
+                    "m": m,
+                    "k": k,
+                    "n": n,
+                    "seconds": t,
+                    "weight_stream_efficiency": round(wbytes / t / PEAK_HBM[key], 4),
+                    "bytes_efficiency": round(allbytes / t / PEAK_HBM[key], 4),
+                    "flops_efficiency": round(2 * m * n * k / t / peak, 4),
+                }
+            )
         del ws
         torch.cuda.empty_cache()
     res["gemm_fp8" if fp8 else "gemm_bf16"] = rows
@@ -154,11 +178,28 @@ def _attention_kernel():
     import triton.language as tl
 
     @triton.jit
-    def decode_kernel(Q, K, V, O, scale, sqb, sqh, skb, skh, skt, sob, soh,
-                      NQ: tl.constexpr, QP: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-                      CTX: tl.constexpr):
+    def decode_kernel(
+        Q,
+        K,
+        V,
+        O,
+        scale,
+        sqb,
+        sqh,
+        skb,
+        skh,
+        skt,
+        sob,
+        soh,
+        NQ: tl.constexpr,
+        QP: tl.constexpr,
+        GROUP: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK: tl.constexpr,
+        CTX: tl.constexpr,
+    ):
         q0 = tl.program_id(0) * NQ  # first query head of this program (heads vary fastest, as in
-        b = tl.program_id(1)        # TensorRT-LLM's masked MHA grid: dim x = heads, y = batch)
+        b = tl.program_id(1)  # TensorRT-LLM's masked MHA grid: dim x = heads, y = batch)
         kh = q0 // GROUP
         rows = tl.arange(0, QP)
         d = tl.arange(0, D)
@@ -193,8 +234,27 @@ def decode_attention(kernel, q, k, v, o, group: int, grouped: bool):
     nq = group if grouped else 1
     qp = max(16, 1 << (nq - 1).bit_length())
     grid = (h // nq, b)
-    kernel[grid](q, k, v, o, 1.0 / math.sqrt(d), q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-                 o.stride(0), o.stride(1), NQ=nq, QP=qp, GROUP=group, D=d, BLOCK=64, CTX=ctx, num_warps=4)
+    kernel[grid](
+        q,
+        k,
+        v,
+        o,
+        1.0 / math.sqrt(d),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        o.stride(0),
+        o.stride(1),
+        NQ=nq,
+        QP=qp,
+        GROUP=group,
+        D=d,
+        BLOCK=64,
+        CTX=ctx,
+        num_warps=4,
+    )
 
 
 def sec_attention(res, key, quick: bool):
@@ -211,7 +271,8 @@ def sec_attention(res, key, quick: bool):
             o = torch.empty_like(q)
             # correctness against PyTorch on the first sequences
             ref = torch.nn.functional.scaled_dot_product_attention(
-                q[:2, :, None, :].float(), kc[:2].repeat_interleave(group, 1).float(), vc[:2].repeat_interleave(group, 1).float())[:, :, 0]
+                q[:2, :, None, :].float(), kc[:2].repeat_interleave(group, 1).float(), vc[:2].repeat_interleave(group, 1).float()
+            )[:, :, 0]
             row = {"shape": label, "heads": h, "kv_heads": kvh, "head_dim": d, "batch": b, "context": ctx, "kv_bytes": kv_bytes}
             for mode, grouped in (("grouped", True), ("per_query_head", False)):
                 decode_attention(kernel, q, kc, vc, o, group, grouped)
@@ -231,8 +292,16 @@ def sec_floor(res):
 
 def smi() -> dict:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,memory.total",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except Exception as exc:  # noqa: BLE001
         out = f"unavailable: {exc}"
     return {"nvidia_smi": out}
@@ -240,6 +309,7 @@ def smi() -> dict:
 
 def main() -> int:
     import yaml
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
@@ -247,13 +317,25 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     key = device_key()
-    res = {"meta": {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                    "device_name": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                    "nominal_hbm_bytes_per_s": PEAK_HBM[key], "method": "CUDA graph of back-to-back calls, median of 7 replays "
-                    "/ calls; operands rotated over >= 512 MiB so that calls read HBM", **smi()}}
-    sections = [("stream", lambda: sec_stream(res, key)), ("kernel_floor", lambda: sec_floor(res)),
-                ("gemm_bf16", lambda: sec_gemm(res, key, False, args.quick)), ("gemm_fp8", lambda: sec_gemm(res, key, True, args.quick)),
-                ("decode_attention", lambda: sec_attention(res, key, args.quick))]
+    res = {
+        "meta": {
+            "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "device_name": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nominal_hbm_bytes_per_s": PEAK_HBM[key],
+            "method": "CUDA graph of back-to-back calls, median of 7 replays "
+            "/ calls; operands rotated over >= 512 MiB so that calls read HBM",
+            **smi(),
+        }
+    }
+    sections = [
+        ("stream", lambda: sec_stream(res, key)),
+        ("kernel_floor", lambda: sec_floor(res)),
+        ("gemm_bf16", lambda: sec_gemm(res, key, False, args.quick)),
+        ("gemm_fp8", lambda: sec_gemm(res, key, True, args.quick)),
+        ("decode_attention", lambda: sec_attention(res, key, args.quick)),
+    ]
     for name, run in sections:
         start = time.perf_counter()
         try:
@@ -268,14 +350,18 @@ def main() -> int:
     for sec in ("gemm_bf16", "gemm_fp8"):
         for r in res.get(sec, []):
             if "seconds" in r:
-                print(f"{sec} {r['shape']:22s} m {r['m']:5d}  {r['seconds'] * 1e6:9.1f} us  weights {r['weight_stream_efficiency']:.3f}  "
-                      f"flops {r['flops_efficiency']:.3f}")
+                print(
+                    f"{sec} {r['shape']:22s} m {r['m']:5d}  {r['seconds'] * 1e6:9.1f} us  weights {r['weight_stream_efficiency']:.3f}  "
+                    f"flops {r['flops_efficiency']:.3f}"
+                )
             else:
                 print(sec, r)
     for r in res.get("decode_attention", []):
-        print(f"attention {r['shape']:22s} b {r['batch']:5d} ctx {r['context']:5d}  grouped {r['grouped']['kv_stream_efficiency']:.3f} "
-              f"({r['grouped']['max_abs_error']:.1e})  per_query_head {r['per_query_head']['kv_stream_efficiency']:.3f} "
-              f"slowdown {r['per_query_head']['seconds'] / r['grouped']['seconds']:.2f}x")
+        print(
+            f"attention {r['shape']:22s} b {r['batch']:5d} ctx {r['context']:5d}  grouped {r['grouped']['kv_stream_efficiency']:.3f} "
+            f"({r['grouped']['max_abs_error']:.1e})  per_query_head {r['per_query_head']['kv_stream_efficiency']:.3f} "
+            f"slowdown {r['per_query_head']['seconds'] / r['grouped']['seconds']:.2f}x"
+        )
     return 0
 
 

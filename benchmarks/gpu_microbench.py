@@ -122,12 +122,24 @@ def free_cuda():
 # --------------------------------------------------------------------------------------
 
 SMI_FIELDS = [  # asked together; supported by any recent driver
-    "name", "driver_version", "pstate", "clocks.sm", "clocks.max.sm", "clocks.mem",
-    "clocks.max.mem", "power.draw", "power.limit", "temperature.gpu", "memory.total",
+    "name",
+    "driver_version",
+    "pstate",
+    "clocks.sm",
+    "clocks.max.sm",
+    "clocks.mem",
+    "clocks.max.mem",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "memory.total",
 ]
 SMI_OPTIONAL = [  # asked together, then one at a time if that fails
-    "clocks.applications.graphics", "enforced.power.limit", "ecc.mode.current",
-    "clocks_event_reasons.active", "mig.mode.current",
+    "clocks.applications.graphics",
+    "enforced.power.limit",
+    "ecc.mode.current",
+    "clocks_event_reasons.active",
+    "mig.mode.current",
 ]
 
 
@@ -164,7 +176,7 @@ def smi_resolve_id(gpu_id):
     """The -i argument that works (gpu_id or None), or False when nvidia-smi is unusable."""
     if shutil.which("nvidia-smi") is None:
         return False
-    for cand in ([gpu_id, None] if gpu_id else [None]):
+    for cand in [gpu_id, None] if gpu_id else [None]:
         try:
             _smi_call(["name"], cand, 10)
             return cand
@@ -244,14 +256,14 @@ class SmiSampler:
         for f in self.FIELDS:
             v = [s[f] for s in self.samples if f in s]
             if v:
-                out[f.replace(".", "_")] = {"min": num(min(v)), "median": num(statistics.median(v)),
-                                            "max": num(max(v))}
+                out[f.replace(".", "_")] = {"min": num(min(v)), "median": num(statistics.median(v)), "max": num(max(v))}
         return out
 
 
 # --------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------
+
 
 class Timer:
     def __init__(self):
@@ -278,8 +290,7 @@ class Timer:
         if self.cycles_per_s and seconds > 0:
             torch.cuda._sleep(int(seconds * self.cycles_per_s))
 
-    def bench(self, fn, warmup=3, reps=10, small_reps=20, small_s=1e-4,
-              target_rep_s=2e-3, max_inner=256):
+    def bench(self, fn, warmup=3, reps=10, small_reps=20, small_s=1e-4, target_rep_s=2e-3, max_inner=256):
         """Median GPU seconds per call of fn(); see the module docstring."""
         for _ in range(warmup):
             fn()
@@ -352,27 +363,52 @@ class Budget:
 # Reference peaks
 # --------------------------------------------------------------------------------------
 
+
 def nominal_peaks(name):
     """Dense datasheet peaks (TFLOP/s, GB/s) for known devices, else None."""
     n = name.lower()
     if "h200" in n:
         if "nvl" in n:
-            return {"bf16_tflops": 835.5, "fp8_tflops": 1670.5, "hbm_gbps": 4800.0,
-                    "source": "NVIDIA H200 NVL datasheet (dense = sparse / 2)"}
-        return {"bf16_tflops": 989.4, "fp8_tflops": 1978.9, "hbm_gbps": 4800.0,
-                "source": "NVIDIA H200 SXM datasheet (dense = sparse / 2)"}
+            return {
+                "bf16_tflops": 835.5,
+                "fp8_tflops": 1670.5,
+                "hbm_gbps": 4800.0,
+                "source": "NVIDIA H200 NVL datasheet (dense = sparse / 2)",
+            }
+        return {
+            "bf16_tflops": 989.4,
+            "fp8_tflops": 1978.9,
+            "hbm_gbps": 4800.0,
+            "source": "NVIDIA H200 SXM datasheet (dense = sparse / 2)",
+        }
     if "h100" in n:
         if "pcie" in n:
-            return {"bf16_tflops": 756.5, "fp8_tflops": 1513.0, "hbm_gbps": 2000.0,
-                    "source": "NVIDIA H100 PCIe datasheet (dense = sparse / 2)"}
+            return {
+                "bf16_tflops": 756.5,
+                "fp8_tflops": 1513.0,
+                "hbm_gbps": 2000.0,
+                "source": "NVIDIA H100 PCIe datasheet (dense = sparse / 2)",
+            }
         if "nvl" in n:
-            return {"bf16_tflops": 835.5, "fp8_tflops": 1670.5, "hbm_gbps": 3900.0,
-                    "source": "NVIDIA H100 NVL datasheet (dense = sparse / 2)"}
-        return {"bf16_tflops": 989.4, "fp8_tflops": 1978.9, "hbm_gbps": 3350.0,
-                "source": "NVIDIA H100 SXM datasheet (dense = sparse / 2)"}
+            return {
+                "bf16_tflops": 835.5,
+                "fp8_tflops": 1670.5,
+                "hbm_gbps": 3900.0,
+                "source": "NVIDIA H100 NVL datasheet (dense = sparse / 2)",
+            }
+        return {
+            "bf16_tflops": 989.4,
+            "fp8_tflops": 1978.9,
+            "hbm_gbps": 3350.0,
+            "source": "NVIDIA H100 SXM datasheet (dense = sparse / 2)",
+        }
     if "a100" in n:
-        return {"bf16_tflops": 312.0, "fp8_tflops": None,
-                "hbm_gbps": 2039.0 if "80" in n else 1555.0, "source": "NVIDIA A100 datasheet"}
+        return {
+            "bf16_tflops": 312.0,
+            "fp8_tflops": None,
+            "hbm_gbps": 2039.0 if "80" in n else 1555.0,
+            "source": "NVIDIA A100 datasheet",
+        }
     return None
 
 
@@ -405,8 +441,15 @@ def efficiency_by_flops(entries, key="efficiency"):
     rows = []
     for d in sorted(bins):
         v = bins[d]
-        rows.append({"flops": num(10.0 ** d), "median_efficiency": num(statistics.median(v), 4),
-                     "min": num(min(v), 4), "max": num(max(v), 4), "n": len(v)})
+        rows.append(
+            {
+                "flops": num(10.0**d),
+                "median_efficiency": num(statistics.median(v), 4),
+                "min": num(min(v), 4),
+                "max": num(max(v), 4),
+                "n": len(v),
+            }
+        )
     return rows
 
 
@@ -457,8 +500,7 @@ def sec_gemm_bf16(ctx):
             free_cuda()
         entries.append(ent)
         _progress("gemm_bf16", ent)
-    out = {"entries": entries, "skipped_for_time": skipped,
-           "efficiency_by_flops": efficiency_by_flops(entries)}
+    out = {"entries": entries, "skipped_for_time": skipped, "efficiency_by_flops": efficiency_by_flops(entries)}
     free_cuda()
     return out
 
@@ -497,8 +539,7 @@ def sec_gemm_fp8(ctx):
             b_t = torch.randn(n, k, device=dev, dtype=BF16).to(fp8)
             b = b_t.t()  # (k, n), column-major
         except Exception as exc:
-            entries.append({"kind": kind, "layer": layer, "m": m, "n": n, "k": k,
-                            "error": short_err(exc)})
+            entries.append({"kind": kind, "layer": layer, "m": m, "n": n, "k": k, "error": short_err(exc)})
             free_cuda()
             continue
         for fast in (False, True):
@@ -523,11 +564,12 @@ def sec_gemm_fp8(ctx):
         if first_error and not any("tflops" in e for e in entries):
             # _scaled_mm does not work here at all: record it and stop
             return {"error": first_error, "entries": entries}
-    out = {"entries": entries, "skipped_for_time": skipped,
-           "efficiency_by_flops_no_fast_accum": efficiency_by_flops(
-               [e for e in entries if not e.get("use_fast_accum")]),
-           "efficiency_by_flops_fast_accum": efficiency_by_flops(
-               [e for e in entries if e.get("use_fast_accum")])}
+    out = {
+        "entries": entries,
+        "skipped_for_time": skipped,
+        "efficiency_by_flops_no_fast_accum": efficiency_by_flops([e for e in entries if not e.get("use_fast_accum")]),
+        "efficiency_by_flops_fast_accum": efficiency_by_flops([e for e in entries if e.get("use_fast_accum")]),
+    }
     free_cuda()
     return out
 
@@ -558,8 +600,7 @@ def sec_attention(ctx):
     def ctx_for(be):
         if sdpa_kernel is None or be == "default":
             return contextlib.nullcontext()
-        return sdpa_kernel([{"flash": SDPBackend.FLASH_ATTENTION,
-                             "cudnn": SDPBackend.CUDNN_ATTENTION}[be]])
+        return sdpa_kernel([{"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[be]])
 
     entries, skipped = [], 0
     for be, d, hid, s, causal in plan:
@@ -569,9 +610,18 @@ def sec_attention(ctx):
         heads = hid // d
         b = max(1, tokens // s)
         fwd_flops = 4.0 * b * heads * s * s * d * (0.5 if causal else 1.0)
-        ent = {"backend_requested": be, "batch": b, "heads": heads, "seq": s, "head_dim": d,
-               "hidden": hid, "causal": causal, "fwd_flops": fwd_flops,
-               "bwd_flops": 2.5 * fwd_flops, "fwd_bwd_flops": 3.5 * fwd_flops}
+        ent = {
+            "backend_requested": be,
+            "batch": b,
+            "heads": heads,
+            "seq": s,
+            "head_dim": d,
+            "hidden": hid,
+            "causal": causal,
+            "fwd_flops": fwd_flops,
+            "bwd_flops": 2.5 * fwd_flops,
+            "fwd_bwd_flops": 3.5 * fwd_flops,
+        }
         try:
             q = torch.randn(b, heads, s, d, device=dev, dtype=BF16, requires_grad=True)
             k = torch.randn(b, heads, s, d, device=dev, dtype=BF16, requires_grad=True)
@@ -622,23 +672,32 @@ def sec_attention(ctx):
             free_cuda()
         entries.append(ent)
         _progress("attention", ent)
-    out = {"entries": entries, "skipped_for_time": skipped,
-           "flops_convention": "fwd = 4*b*heads*s^2*d (x0.5 causal); bwd = 2.5*fwd; fwd_bwd = 3.5*fwd"}
+    out = {
+        "entries": entries,
+        "skipped_for_time": skipped,
+        "flops_convention": "fwd = 4*b*heads*s^2*d (x0.5 causal); bwd = 2.5*fwd; fwd_bwd = 3.5*fwd",
+    }
     if import_err:
         out["sdpa_kernel_import_error"] = import_err
     summ = {}
     for be in backends:
         for causal in (False, True):
-            v = [e for e in entries if e.get("backend_requested") == be and e.get("causal") == causal
-                 and e.get("fwd_efficiency") is not None]
+            v = [
+                e
+                for e in entries
+                if e.get("backend_requested") == be and e.get("causal") == causal and e.get("fwd_efficiency") is not None
+            ]
             if v:
                 summ[f"{be}_{'causal' if causal else 'full'}"] = {
                     "median_fwd_efficiency": num(statistics.median(e["fwd_efficiency"] for e in v), 4),
-                    "median_bwd_efficiency": num(statistics.median(
-                        e["bwd_efficiency"] for e in v if e.get("bwd_efficiency") is not None), 4)
-                    if any(e.get("bwd_efficiency") is not None for e in v) else None,
+                    "median_bwd_efficiency": num(
+                        statistics.median(e["bwd_efficiency"] for e in v if e.get("bwd_efficiency") is not None), 4
+                    )
+                    if any(e.get("bwd_efficiency") is not None for e in v)
+                    else None,
                     "median_fwd_bwd_efficiency": num(statistics.median(e["fwd_bwd_efficiency"] for e in v), 4),
-                    "n": len(v)}
+                    "n": len(v),
+                }
     out["summary"] = summ
     free_cuda()
     return out
@@ -710,8 +769,11 @@ def sec_memory(ctx):
         entries.append({"op": "norm/softmax", "error": short_err(exc)})
     free_cuda()
     big = [e for e in entries if e.get("efficiency") is not None]
-    out = {"entries": entries, "skipped_for_time": skipped,
-           "bytes_convention": "minimal bytes: each input read once + each output written once"}
+    out = {
+        "entries": entries,
+        "skipped_for_time": skipped,
+        "bytes_convention": "minimal bytes: each input read once + each output written once",
+    }
     if big:
         out["median_efficiency"] = num(statistics.median(e["efficiency"] for e in big), 4)
     return out
@@ -736,8 +798,11 @@ def sec_host_overhead(ctx):
             h1 = time.perf_counter()
             e.record()
             e.synchronize()
-            out[name] = {"launches": n, "host_s_per_launch": num((h1 - h0) / n, 4),
-                         "gpu_span_s_per_launch": num(s.elapsed_time(e) * 1e-3 / n, 4)}
+            out[name] = {
+                "launches": n,
+                "host_s_per_launch": num((h1 - h0) / n, 4),
+                "gpu_span_s_per_launch": num(s.elapsed_time(e) * 1e-3 / n, 4),
+            }
         except Exception as exc:
             out[name] = {"error": short_err(exc)}
     try:
@@ -780,13 +845,14 @@ def sec_gemm_linear_layouts(ctx):
                         entries.append({"layer": layer, "h": h, "t": t, "m": m, "error": short_err(exc)})
                         free_cuda()
                         continue
-                    ops = (("fprop", lambda: torch.mm(X, W.t(), out=Y)),
-                           ("dgrad", lambda: torch.mm(dY, W, out=dX)),
-                           ("wgrad", lambda: torch.mm(dY.t(), X, out=dW)))
+                    ops = (
+                        ("fprop", lambda: torch.mm(X, W.t(), out=Y)),
+                        ("dgrad", lambda: torch.mm(dY, W, out=dX)),
+                        ("wgrad", lambda: torch.mm(dY.t(), X, out=dW)),
+                    )
                     for op, fn in ops:
                         flops = 2 * m * n * k
-                        ent = {"layer": layer, "op": op, "h": h, "t": t, "m": m, "n": n, "k": k,
-                               "flops": float(flops)}
+                        ent = {"layer": layer, "op": op, "h": h, "t": t, "m": m, "n": n, "k": k, "flops": float(flops)}
                         try:
                             r = timer.bench(fn)
                             ent.update(timing_fields(r))
@@ -799,8 +865,11 @@ def sec_gemm_linear_layouts(ctx):
                         _progress("gemm_bf16_linear_layouts", ent)
                     del X, W, dY, Y, dX, dW
     free_cuda()
-    return {"entries": entries, "skipped_for_time": skipped,
-            "layouts": "W is (n,k) row-major like nn.Linear.weight; fprop X@W.t(), dgrad dY@W, wgrad dY.t()@X"}
+    return {
+        "entries": entries,
+        "skipped_for_time": skipped,
+        "layouts": "W is (n,k) row-major like nn.Linear.weight; fprop X@W.t(), dgrad dY@W, wgrad dY.t()@X",
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -819,8 +888,10 @@ def _progress(section, e):
     if "tflops" in e:
         msg = f"{e['tflops']:8.1f} TFLOP/s"
     elif "fwd_tflops" in e:
-        msg = (f"fwd {e['fwd_tflops']:6.1f}  bwd {e.get('bwd_tflops') or float('nan'):6.1f}  "
-               f"fwd+bwd {e['fwd_bwd_tflops']:6.1f} TFLOP/s  [{e.get('kernel')}]")
+        msg = (
+            f"fwd {e['fwd_tflops']:6.1f}  bwd {e.get('bwd_tflops') or float('nan'):6.1f}  "
+            f"fwd+bwd {e['fwd_bwd_tflops']:6.1f} TFLOP/s  [{e.get('kernel')}]"
+        )
     elif "gbps" in e:
         msg = f"{e['gbps']:8.1f} GB/s"
     else:
@@ -832,8 +903,10 @@ def _progress(section, e):
 
 def _label(e):
     if "seq" in e:
-        return (f"{e.get('backend_requested')} b={e['batch']} heads={e['heads']} s={e['seq']} "
-                f"d={e['head_dim']} {'causal' if e['causal'] else 'full'}")
+        return (
+            f"{e.get('backend_requested')} b={e['batch']} heads={e['heads']} s={e['seq']} "
+            f"d={e['head_dim']} {'causal' if e['causal'] else 'full'}"
+        )
     if "op" in e and "m" in e:
         return f"{e['op']:5s} {e['layer']:5s} h={e['h']} t={e['t']} m={e['m']} n={e['n']} k={e['k']}"
     if "op" in e:
@@ -859,11 +932,14 @@ def write_yaml(result, out_dir):
 def print_summary(result):
     meta = result.get("meta", {})
     print("\n" + "=" * 100)
-    print(f"GPU microbenchmark summary: {meta.get('device_name')}  torch {meta.get('torch_version')}  "
-          f"CUDA {meta.get('cuda_version')}  SMs {meta.get('sm_count')}")
+    print(
+        f"GPU microbenchmark summary: {meta.get('device_name')}  torch {meta.get('torch_version')}  "
+        f"CUDA {meta.get('cuda_version')}  SMs {meta.get('sm_count')}"
+    )
     pk = meta.get("nominal_peaks") or {}
-    print(f"nominal peaks: bf16 {pk.get('bf16_tflops')} TFLOP/s, fp8 {pk.get('fp8_tflops')} TFLOP/s, "
-          f"HBM {pk.get('hbm_gbps')} GB/s")
+    print(
+        f"nominal peaks: bf16 {pk.get('bf16_tflops')} TFLOP/s, fp8 {pk.get('fp8_tflops')} TFLOP/s, HBM {pk.get('hbm_gbps')} GB/s"
+    )
     print("=" * 100)
 
     for sec in ("gemm_bf16", "gemm_fp8"):
@@ -885,15 +961,13 @@ def print_summary(result):
                 if e["kind"] == "transformer":
                     table.setdefault((e["h"], e["layer"], e["t"]), {})[e["m"]] = e["tflops"]
             for (h, layer, t), row in table.items():
-                print(f"  {h:>6d} {layer:5s} {t:>2d} | " +
-                      " ".join(f"{row[m]:8.1f}" if m in row else f"{'-':>8s}" for m in ms))
+                print(f"  {h:>6d} {layer:5s} {t:>2d} | " + " ".join(f"{row[m]:8.1f}" if m in row else f"{'-':>8s}" for m in ms))
             sq = [e for e in sub if e["kind"] == "square"]
             if sq:
                 print("  square: " + "  ".join(f"{e['m']}: {e['tflops']:.1f}" for e in sq))
         key = "efficiency_by_flops" if sec == "gemm_bf16" else "efficiency_by_flops_no_fast_accum"
         if d.get(key):
-            print(f"  {key}: " + "  ".join(f"{r['flops']:.0e}: {r['median_efficiency']:.3f} (n={r['n']})"
-                                           for r in d[key]))
+            print(f"  {key}: " + "  ".join(f"{r['flops']:.0e}: {r['median_efficiency']:.3f} (n={r['n']})" for r in d[key]))
         if d.get("skipped_for_time"):
             print(f"  skipped for time: {d['skipped_for_time']}")
 
@@ -905,8 +979,10 @@ def print_summary(result):
         for e in ents:
             table.setdefault((e["h"], e["layer"], e["t"], e["m"]), {})[e["op"]] = e["tflops"]
         for (h, layer, t, m), row in table.items():
-            print(f"  h={h:<6d} {layer:5s} t={t} m={m:<6d} " +
-                  " / ".join(f"{row.get(op, float('nan')):7.1f}" for op in ("fprop", "dgrad", "wgrad")))
+            print(
+                f"  h={h:<6d} {layer:5s} t={t} m={m:<6d} "
+                + " / ".join(f"{row.get(op, float('nan')):7.1f}" for op in ("fprop", "dgrad", "wgrad"))
+            )
 
     d = result.get("attention") or {}
     if d.get("error"):
@@ -914,15 +990,21 @@ def print_summary(result):
     ents = [e for e in d.get("entries", []) if "fwd_tflops" in e]
     if ents:
         print("\nattention (TFLOP/s; FA2 convention bwd = 2.5 fwd):")
-        print(f"  {'backend':8s} {'kernel':42s} {'d':>4s} {'hid':>5s} {'seq':>5s} {'mask':6s} "
-              f"{'fwd':>7s} {'bwd':>7s} {'fwd+bwd':>8s}")
+        print(
+            f"  {'backend':8s} {'kernel':42s} {'d':>4s} {'hid':>5s} {'seq':>5s} {'mask':6s} "
+            f"{'fwd':>7s} {'bwd':>7s} {'fwd+bwd':>8s}"
+        )
         for e in ents:
-            print(f"  {e['backend_used']:8s} {e['kernel'][:42]:42s} {e['head_dim']:>4d} {e['hidden']:>5d} "
-                  f"{e['seq']:>5d} {'causal' if e['causal'] else 'full':6s} {e['fwd_tflops']:7.1f} "
-                  f"{e.get('bwd_tflops') or float('nan'):7.1f} {e['fwd_bwd_tflops']:8.1f}")
+            print(
+                f"  {e['backend_used']:8s} {e['kernel'][:42]:42s} {e['head_dim']:>4d} {e['hidden']:>5d} "
+                f"{e['seq']:>5d} {'causal' if e['causal'] else 'full':6s} {e['fwd_tflops']:7.1f} "
+                f"{e.get('bwd_tflops') or float('nan'):7.1f} {e['fwd_bwd_tflops']:8.1f}"
+            )
         for k, v in (d.get("summary") or {}).items():
-            print(f"  {k}: median efficiency fwd {v['median_fwd_efficiency']}, bwd {v['median_bwd_efficiency']}, "
-                  f"fwd+bwd {v['median_fwd_bwd_efficiency']} (n={v['n']})")
+            print(
+                f"  {k}: median efficiency fwd {v['median_fwd_efficiency']}, bwd {v['median_bwd_efficiency']}, "
+                f"fwd+bwd {v['median_fwd_bwd_efficiency']} (n={v['n']})"
+            )
     errs = [e for e in d.get("entries", []) if "error" in e]
     if errs:
         print(f"  {len(errs)} attention configs failed, first: {errs[0]['error'][:200]}")
@@ -947,8 +1029,7 @@ def print_summary(result):
         smi = (result.get(k) or {}).get("nvidia_smi_during") if isinstance(result.get(k), dict) else None
         if smi:
             parts = []
-            for f, unit in (("clocks_sm", "MHz SM"), ("clocks_mem", "MHz mem"), ("power_draw", "W"),
-                            ("temperature_gpu", "C")):
+            for f, unit in (("clocks_sm", "MHz SM"), ("clocks_mem", "MHz mem"), ("power_draw", "W"), ("temperature_gpu", "C")):
                 if f in smi:
                     parts.append(f"{smi[f]['min']:.0f}/{smi[f]['median']:.0f}/{smi[f]['max']:.0f} {unit}")
             print(f"  {'':26s} nvidia-smi min/median/max: " + ", ".join(parts))
@@ -987,8 +1068,9 @@ def collect_meta(args, timer):
         "l2_cache_bytes": int(getattr(p, "L2_cache_size", 0) or 0) or None,
         "quick": bool(args.quick),
         "time_budget_s": float(args.time_budget),
-        "matmul_allow_bf16_reduced_precision_reduction":
-            bool(getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", False)),
+        "matmul_allow_bf16_reduced_precision_reduction": bool(
+            getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", False)
+        ),
         "method": (
             "CUDA events on the default stream. Per op: 3 warm-up calls; one timed call to size an "
             "inner loop of n_inner back-to-back calls (~2 ms of GPU time, 1..256); one untimed "
@@ -998,7 +1080,8 @@ def collect_meta(args, timer):
             "only (no launch gaps). Reported seconds = median over repetitions of elapsed/n_inner. "
             "Inputs are reused (warm L2 for small shapes), random normal bf16 data. "
             "TFLOP/s = FLOPs/seconds/1e12, GB/s = minimal bytes/seconds/1e9; efficiency = value / "
-            "nominal dense datasheet peak. " + timer.sleep_note),
+            "nominal dense datasheet peak. " + timer.sleep_note
+        ),
     }
     try:
         meta["cudnn_version"] = int(torch.backends.cudnn.version())
@@ -1017,8 +1100,9 @@ def collect_meta(args, timer):
         maxclk = None
     if maxclk and meta["compute_capability"] == "9.0":
         meta["clock_based_bf16_peak_tflops_at_max_sm_clock"] = num(meta["sm_count"] * 4096 * maxclk / 1e12, 5)
-        meta["clock_based_note"] = ("SMs x 4096 FLOP/clk x clocks.max.sm; the datasheet 989.4 TFLOP/s "
-                                    "corresponds to 132 SMs at 1830 MHz")
+        meta["clock_based_note"] = (
+            "SMs x 4096 FLOP/clk x clocks.max.sm; the datasheet 989.4 TFLOP/s corresponds to 132 SMs at 1830 MHz"
+        )
     return meta, gid
 
 
@@ -1027,11 +1111,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--quick", action="store_true", help="tiny smoke-test subset")
-    ap.add_argument("--time-budget", type=float, default=None,
-                    help="seconds for the chosen sections together (default: the sum of their budgets, "
-                         "195 s for a full run, 51 s for --quick); section budgets are scaled to it")
-    ap.add_argument("--sections", default=None,
-                    help="comma-separated subset of: " + ",".join(s[0] for s in SECTIONS))
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="seconds for the chosen sections together (default: the sum of their budgets, "
+        "195 s for a full run, 51 s for --quick); section budgets are scaled to it",
+    )
+    ap.add_argument("--sections", default=None, help="comma-separated subset of: " + ",".join(s[0] for s in SECTIONS))
     ap.add_argument("--quiet", action="store_true", help="no per-measurement lines")
     args = ap.parse_args()
     _VERBOSE = not args.quiet
@@ -1039,8 +1126,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     if not torch.cuda.is_available():
-        result = {"meta": {"error": "CUDA not available", "torch_version": str(torch.__version__),
-                           "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}}
+        result = {
+            "meta": {
+                "error": "CUDA not available",
+                "torch_version": str(torch.__version__),
+                "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        }
         path = write_yaml(result, args.out)
         print(f"CUDA not available; wrote {path}", file=sys.stderr)
         return 1
@@ -1064,8 +1156,11 @@ def main():
     pk = meta["nominal_peaks"] or {}
     hard_deadline = t_start + args.time_budget + 10.0
     meta["section_status"] = {}
-    print(f"{meta['device_name']}  SMs={meta['sm_count']}  mem={meta['gpu_memory_bytes'] / GIB:.1f} GiB  "
-          f"torch {meta['torch_version']}  CUDA {meta['cuda_version']}", flush=True)
+    print(
+        f"{meta['device_name']}  SMs={meta['sm_count']}  mem={meta['gpu_memory_bytes'] / GIB:.1f} GiB  "
+        f"torch {meta['torch_version']}  CUDA {meta['cuda_version']}",
+        flush=True,
+    )
     print(f"timer: {timer.sleep_note}; budget {args.time_budget:.0f} s", flush=True)
     path = write_yaml(result, args.out)
 
@@ -1074,13 +1169,18 @@ def main():
             continue
         budget_s = (budget_quick if args.quick else budget_full) * scale
         print(f"\n--- {name} (budget {budget_s:.0f} s) ---", flush=True)
-        ctx = {"timer": timer, "budget": Budget(budget_s, hard_deadline), "quick": args.quick,
-               "peak_bf16": pk.get("bf16_tflops"), "peak_fp8": pk.get("fp8_tflops"),
-               "peak_hbm_gbps": pk.get("hbm_gbps")}
+        ctx = {
+            "timer": timer,
+            "budget": Budget(budget_s, hard_deadline),
+            "quick": args.quick,
+            "peak_bf16": pk.get("bf16_tflops"),
+            "peak_fp8": pk.get("fp8_tflops"),
+            "peak_hbm_gbps": pk.get("hbm_gbps"),
+        }
         t0 = time.time()
         sampler = SmiSampler(gid) if name in ("gemm_bf16", "gemm_fp8", "attention") else None
         try:
-            with (sampler if sampler is not None else contextlib.nullcontext()):
+            with sampler if sampler is not None else contextlib.nullcontext():
                 sec = fn(ctx)
             status = "error" if sec.get("error") else "ok"
         except Exception as exc:

@@ -29,8 +29,11 @@ from parasol.solver.inference_validation import evaluate_all, evaluate_oos, load
 from parasol.solver.report import text_table
 
 LATENCY_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
-METRIC_NAMES = {"ttft_s": "first-token latency", "tpot_s": "time per output token",
-                "tokens_per_s_per_gpu": "throughput (output tokens/s per GPU)"}
+METRIC_NAMES = {
+    "ttft_s": "first-token latency",
+    "tpot_s": "time per output token",
+    "tokens_per_s_per_gpu": "throughput (output tokens/s per GPU)",
+}
 
 
 def summarise(results) -> dict:
@@ -48,9 +51,20 @@ def table(results, markdown: bool) -> str:
     for r in results:
         wl, met = r.problem.workload, r.evaluation.metrics
         unit = (lambda x: f"{x * 1e3:.1f} ms") if r.metric in LATENCY_LABELS else (lambda x: f"{x:,.0f}")
-        rows.append([r.run_id, str(met["num_gpus"]), str(r.problem.mapping["tp"][0]), str(met["batch"]), f"{wl.input_len}/{wl.output_len}",
-                     LATENCY_LABELS.get(r.metric, "tok/s/GPU"), unit(r.measured), unit(r.predicted), f"{100 * r.error:+.1f} %",
-                     f"{met['peak_memory_gib']:.1f}" + ("" if met["fits"] else " (does not fit)")])
+        rows.append(
+            [
+                r.run_id,
+                str(met["num_gpus"]),
+                str(r.problem.mapping["tp"][0]),
+                str(met["batch"]),
+                f"{wl.input_len}/{wl.output_len}",
+                LATENCY_LABELS.get(r.metric, "tok/s/GPU"),
+                unit(r.measured),
+                unit(r.predicted),
+                f"{100 * r.error:+.1f} %",
+                f"{met['peak_memory_gib']:.1f}" + ("" if met["fits"] else " (does not fit)"),
+            ]
+        )
     return text_table(head, rows, markdown)
 
 
@@ -59,9 +73,13 @@ def report(results) -> str:
     lines = []
     for name, s in summary["by_metric"].items():
         what = METRIC_NAMES[name]
-        lines.append(f"{s['runs']} inference runs, {what}: mean |error| {100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %")
+        lines.append(
+            f"{s['runs']} inference runs, {what}: mean |error| {100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %"
+        )
     for name, s in summary["by_family"].items():
-        lines.append(f"  {name:<54} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
+        lines.append(
+            f"  {name:<54} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %"
+        )
     unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
     if unfit:
         lines.append(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
@@ -72,17 +90,34 @@ def oos_report(results) -> str:
     """The out-of-sample family: the planner's best batch against published max-throughput runs."""
     s = summarise(results)["by_metric"]["tokens_per_s_per_gpu"]
     over = sum(r.error > 0 for r in results)
-    lines = [f"{s['runs']} out-of-sample max-throughput runs (batch = the planner's choice; never fitted): mean |error| "
-             f"{100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %, {over} of {len(results)} predicted faster"]
+    lines = [
+        f"{s['runs']} out-of-sample max-throughput runs (batch = the planner's choice; never fitted): mean |error| "
+        f"{100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %, {over} of {len(results)} predicted faster"
+    ]
     for name, f in summarise(results)["by_family"].items():
-        lines.append(f"  {name:<54} {f['runs']:>3} runs  mean {100 * f['mean_abs_error']:5.1f} %  max {100 * f['max_abs_error']:5.1f} %")
+        lines.append(
+            f"  {name:<54} {f['runs']:>3} runs  mean {100 * f['mean_abs_error']:5.1f} %  max {100 * f['max_abs_error']:5.1f} %"
+        )
     return "\n".join(lines)
 
 
 def as_json(results) -> dict:
-    return {"summary": summarise(results), "runs": [
-        {"id": r.run_id, "family": r.family, "metric": r.metric, "measured": r.measured, "predicted": r.predicted, "error": r.error,
-         "peak_memory_gib": r.evaluation.metrics["peak_memory_gib"], "fits": r.evaluation.metrics["fits"]} for r in results]}
+    return {
+        "summary": summarise(results),
+        "runs": [
+            {
+                "id": r.run_id,
+                "family": r.family,
+                "metric": r.metric,
+                "measured": r.measured,
+                "predicted": r.predicted,
+                "error": r.error,
+                "peak_memory_gib": r.evaluation.metrics["peak_memory_gib"],
+                "fits": r.evaluation.metrics["fits"],
+            }
+            for r in results
+        ],
+    }
 
 
 def arguments(doc: str):
@@ -99,15 +134,26 @@ def main() -> int:
     results, oos, engine = evaluate_all(), evaluate_oos(), evaluate_all(load_engine_runs())
     latency = evaluate_all(load_latency_oos_runs())
     if args.json:
-        print(json.dumps({**as_json(results), "out_of_sample": as_json(oos), "engine_calibration": as_json(engine),
-                          "latency_out_of_sample": as_json(latency)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **as_json(results),
+                    "out_of_sample": as_json(oos),
+                    "engine_calibration": as_json(engine),
+                    "latency_out_of_sample": as_json(latency),
+                },
+                indent=2,
+            )
+        )
         return 0
     print(table(results, args.markdown))
     print()
     print(report(results))
     print()
-    print("Engine-profile calibration set (problems/validation/engine_runs.yaml: TensorRT-LLM 0.5.0 throughput; "
-          "problems/engines/trtllm-0.5.yaml was fitted on these, benchmarks/calibrate.py --engine trtllm-0.5)")
+    print(
+        "Engine-profile calibration set (problems/validation/engine_runs.yaml: TensorRT-LLM 0.5.0 throughput; "
+        "problems/engines/trtllm-0.5.yaml was fitted on these, benchmarks/calibrate.py --engine trtllm-0.5)"
+    )
     print(table(engine, args.markdown))
     print()
     print(report(engine))

@@ -111,10 +111,14 @@ def grouped_gemm(timer: Timer, section: Section, peak_bf16: float, peak_fp8: flo
                         grouped = timer.bench(lambda: torch._grouped_mm(x, wt, offs=offs))["seconds"]
                         wd = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
                         dense = timer.bench(lambda: torch.mm(x, wd))["seconds"]
-                        entry.update(flops=num(flops), seconds=num(grouped), dense_seconds=num(dense),
-                                     efficiency=num(flops / grouped / (peak_bf16 * 1e12), 4),
-                                     dense_efficiency=num(flops / dense / (peak_bf16 * 1e12), 4),
-                                     efficiency_vs_dense=num(dense / grouped, 4))
+                        entry.update(
+                            flops=num(flops),
+                            seconds=num(grouped),
+                            dense_seconds=num(dense),
+                            efficiency=num(flops / grouped / (peak_bf16 * 1e12), 4),
+                            dense_efficiency=num(flops / dense / (peak_bf16 * 1e12), 4),
+                            efficiency_vs_dense=num(dense / grouped, 4),
+                        )
                         if proj == "up" and experts > 1 and r >= 128:
                             for imb in IMBALANCE:
                                 busiest = int(round(imb * r / ALIGN_ROWS)) * ALIGN_ROWS
@@ -131,8 +135,9 @@ def grouped_gemm(timer: Timer, section: Section, peak_bf16: float, peak_fp8: flo
                                 w8 = w8.transpose(-2, -1).contiguous().transpose(-2, -1)
                                 sa = torch.ones(rows, device=dev, dtype=torch.float32)
                                 sb = torch.ones(experts, n, device=dev, dtype=torch.float32)
-                                t8 = timer.bench(lambda: torch._scaled_grouped_mm(x8, w8, sa, sb, offs=offs,
-                                                                                  out_dtype=torch.bfloat16))["seconds"]
+                                t8 = timer.bench(
+                                    lambda: torch._scaled_grouped_mm(x8, w8, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+                                )["seconds"]
                                 entry.update(fp8_seconds=num(t8), fp8_efficiency=num(flops / t8 / (peak_fp8 * 1e12), 4))
                             except Exception as exc:  # noqa: BLE001 (a build without the kernel: recorded)
                                 entry["fp8_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
@@ -165,8 +170,12 @@ def _quantisers():
         return (x.view(-1, 16) @ h16).view_as(x)
 
     # (name, function, bytes written per element besides the 2-byte read)
-    return [("fp8_current", current, 1.0), ("fp8_current_transpose", current_transpose, 2.0),
-            ("fp8_block128", block128, 1.0), ("hadamard16", hadamard16, 2.0)]
+    return [
+        ("fp8_current", current, 1.0),
+        ("fp8_current_transpose", current_transpose, 2.0),
+        ("fp8_block128", block128, 1.0),
+        ("hadamard16", hadamard16, 2.0),
+    ]
 
 
 def quantise(timer: Timer, section: Section, peak_hbm_gbps: float, quick: bool) -> None:
@@ -182,7 +191,7 @@ def quantise(timer: Timer, section: Section, peak_hbm_gbps: float, quick: bool) 
                 except Exception as exc:  # noqa: BLE001
                     section.add({"op": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
                     continue
-            for m, k in (shapes if mode == "eager" or quick else shapes[1:2]):
+            for m, k in shapes if mode == "eager" or quick else shapes[1:2]:
                 if not section.ok():
                     continue
                 entry = {"op": name, "mode": mode, "m": m, "k": k}
@@ -221,9 +230,12 @@ def permute(timer: Timer, section: Section, peak_hbm_gbps: float, quick: bool) -
             t_sel = timer.bench(lambda: x.index_select(0, idx))["seconds"]
             t_add = timer.bench(lambda: out.index_add_(0, idx, y))["seconds"]
             moved = rows * h * 2.0 * 2  # read a row, write a row (gather); read a row, read-modify-write (scatter-add, at least)
-            entry.update(permute_seconds=num(t_sel), unpermute_seconds=num(t_add),
-                         permute_hbm_efficiency=num(moved / t_sel / (peak_hbm_gbps * 1e9), 4),
-                         unpermute_hbm_efficiency=num(moved / t_add / (peak_hbm_gbps * 1e9), 4))
+            entry.update(
+                permute_seconds=num(t_sel),
+                unpermute_seconds=num(t_add),
+                permute_hbm_efficiency=num(moved / t_sel / (peak_hbm_gbps * 1e9), 4),
+                unpermute_hbm_efficiency=num(moved / t_add / (peak_hbm_gbps * 1e9), 4),
+            )
         except Exception as exc:  # noqa: BLE001
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         section.add(entry)
@@ -269,11 +281,21 @@ def main() -> int:
     peaks = nominal_peaks(name) or {"bf16_tflops": 989.4, "fp8_tflops": 1978.9, "hbm_gbps": 3350.0, "source": "assumed H100 SXM"}
     timer = Timer()
     props = torch.cuda.get_device_properties(0)
-    result = {"meta": {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                       "device_name": name, "sm_count": props.multi_processor_count, "torch_version": str(torch.__version__),
-                       "cuda_version": str(torch.version.cuda), "nominal_peaks": peaks, "timer": timer.sleep_note,
-                       "has_grouped_mm": hasattr(torch, "_grouped_mm"), "has_scaled_grouped_mm": hasattr(torch, "_scaled_grouped_mm"),
-                       "quick": args.quick, "section_status": {}}}
+    result = {
+        "meta": {
+            "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "device_name": name,
+            "sm_count": props.multi_processor_count,
+            "torch_version": str(torch.__version__),
+            "cuda_version": str(torch.version.cuda),
+            "nominal_peaks": peaks,
+            "timer": timer.sleep_note,
+            "has_grouped_mm": hasattr(torch, "_grouped_mm"),
+            "has_scaled_grouped_mm": hasattr(torch, "_scaled_grouped_mm"),
+            "quick": args.quick,
+            "section_status": {},
+        }
+    }
     budgets = [s[2] if args.quick else s[1] for s in SECTIONS]
     scale = (args.time_budget / sum(budgets)) if args.time_budget else 1.0
     for (sec_name, _, _), budget in zip(SECTIONS, budgets):

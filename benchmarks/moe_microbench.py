@@ -37,6 +37,7 @@ CASES = {  # name: (hidden, expert_ffn, local experts, routed tokens per GPU per
 
 def timed(fn, device, reps: int) -> float:
     import torch
+
     for _ in range(2):
         fn()
     if device == "cuda":
@@ -51,6 +52,7 @@ def timed(fn, device, reps: int) -> float:
 
 def run_case(hidden, ffn, local, tokens, top_k, experts, device, dtype, reps):
     import torch
+
     rows = tokens * top_k  # routed rows this GPU computes (balanced over the EP group)
     per = rows // local
     x_all = torch.randn(rows, hidden, device=device, dtype=dtype, requires_grad=True)
@@ -72,7 +74,7 @@ def run_case(hidden, ffn, local, tokens, top_k, experts, device, dtype, reps):
         y.sum().backward()
 
     def grouped_loop():
-        outs = [mlp(x_all[i * per:(i + 1) * per], w1[i], w2[i]) for i in range(local)]
+        outs = [mlp(x_all[i * per : (i + 1) * per], w1[i], w2[i]) for i in range(local)]
         torch.cat(outs).sum().backward()
 
     # the block: tokens (this GPU's share) -> router -> top-k -> permute -> experts -> unpermute
@@ -87,16 +89,21 @@ def run_case(hidden, ffn, local, tokens, top_k, experts, device, dtype, reps):
         probs = torch.softmax(logits.float(), dim=-1)
         torch.topk(probs, top_k, dim=-1)
         xp = x_tok.index_select(0, idx)
-        outs = [mlp(xp[i * per:(i + 1) * per], w1[i], w2[i]) for i in range(local)]
+        outs = [mlp(xp[i * per : (i + 1) * per], w1[i], w2[i]) for i in range(local)]
         y = torch.cat(outs) * weights[:, None]
         out = torch.zeros_like(x_tok).index_add(0, idx, y)
         (out.sum() + logits.sum()).backward()
 
     flops = 3 * 2 * rows * hidden * 3 * ffn  # fwd + bwd (3x), three matrices of h x f
     t = {name: timed(fn, device, reps) for name, fn in (("dense", dense), ("grouped_loop", grouped_loop), ("block", block))}
-    return {"rows": rows, "rows_per_expert": per, "flops": flops, "seconds": t,
-            "tflops_dense": flops / t["dense"] / 1e12,
-            "efficiency_vs_dense": {k: t["dense"] / v for k, v in t.items() if k != "dense"}}
+    return {
+        "rows": rows,
+        "rows_per_expert": per,
+        "flops": flops,
+        "seconds": t,
+        "tflops_dense": flops / t["dense"] / 1e12,
+        "efficiency_vs_dense": {k: t["dense"] / v for k, v in t.items() if k != "dense"},
+    }
 
 
 def main() -> int:
@@ -105,18 +112,28 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny shapes, CPU allowed (syntax check)")
     args = parser.parse_args()
     import torch
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    results = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "dtype": str(dtype),
-               "torch": str(torch.__version__), "cases": {}}
+    results = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "torch": str(torch.__version__),
+        "cases": {},
+    }
     for name, (h, f, local, tokens, k, e) in CASES.items():
         if args.quick:
             h, f, tokens = h // 32, f // 32, tokens // 32
         results["cases"][name] = run_case(h, f, local, tokens, k, e, device, dtype, reps=3 if args.quick else 10)
-        print(name, json.dumps(results["cases"][name]["efficiency_vs_dense"]), f"{results['cases'][name]['tflops_dense']:.0f} TF dense",
-              flush=True)
+        print(
+            name,
+            json.dumps(results["cases"][name]["efficiency_vs_dense"]),
+            f"{results['cases'][name]['tflops_dense']:.0f} TF dense",
+            flush=True,
+        )
     os.makedirs(args.out, exist_ok=True)
     import yaml
+
     with open(os.path.join(args.out, "moe_microbench.yaml"), "w") as fh:
         yaml.safe_dump(results, fh, sort_keys=False)
     return 0

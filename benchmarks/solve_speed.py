@@ -37,9 +37,11 @@ from parasol.solver.problem import parse_problem
 from parasol.solver.report import text_table
 
 LADDERS = {
-    "dense": [("gpt3-175b", "dgx-a100", 2048, 1536, "bf16"),
-              ("llama3-70b", "dgx-h100", 8192, 2048, "bf16"),
-              ("llama3.1-405b", "dgx-h100", 8192, 2048, "bf16")],
+    "dense": [
+        ("gpt3-175b", "dgx-a100", 2048, 1536, "bf16"),
+        ("llama3-70b", "dgx-h100", 8192, 2048, "bf16"),
+        ("llama3.1-405b", "dgx-h100", 8192, 2048, "bf16"),
+    ],
     "moe": [("deepseek-v3", "dgx-h800", 4096, 15360, "fp8")],
 }
 DEFAULT_SIZES = {"dense": "8,64,512,1024,4096,16384", "moe": "256,1024,2048,4096,16384"}
@@ -72,8 +74,13 @@ def problem_data(model, system, seq, batch, precision, n, mapping=None) -> dict:
     workload = {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision}
     if model == "deepseek-v3":
         workload.update(MOE_WORKLOAD)
-    return {"model": model, "system": {"name": system, "num_gpus": n}, "workload": workload,
-            "mapping": mapping or {}, "objective": "throughput"}
+    return {
+        "model": model,
+        "system": {"name": system, "num_gpus": n},
+        "workload": workload,
+        "mapping": mapping or {},
+        "objective": "throughput",
+    }
 
 
 def prepare_baseline(root: str) -> None:
@@ -85,8 +92,13 @@ def prepare_baseline(root: str) -> None:
 
 
 def run_baseline(root: str, data: dict, limit: float, workers: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", BASELINE_SNIPPET, root, json.dumps(data), str(limit), str(workers), "1"],
-                          capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    proc = subprocess.run(
+        [sys.executable, "-c", BASELINE_SNIPPET, root, json.dumps(data), str(limit), str(workers), "1"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     if proc.returncode:
         raise RuntimeError(f"the baseline failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,26 +143,45 @@ def main() -> int:
                 enum_s = e.solve_time_s if complete else e.solve_time_s * s.space_size / max(e.points_evaluated, 1)
                 e_val, s_val = e.objective_value, s.objective_value
                 if s_val is not None and e_val is not None:
-                    same = "yes" if abs(s_val - e_val) <= 1e-3 * abs(e_val) else (
-                        "CP-SAT better (enum partial)" if not complete and s_val > e_val else "NO")
+                    same = (
+                        "yes"
+                        if abs(s_val - e_val) <= 1e-3 * abs(e_val)
+                        else ("CP-SAT better (enum partial)" if not complete and s_val > e_val else "NO")
+                    )
                 else:
-                    same = "yes" if (s_val is None and e_val is None and complete) else ("n/a (enum partial)" if not complete else "NO")
-                row += [f"{enum_s:,.1f}" + ("" if complete else " est."), f"{solve_s:.2f}", f"{enum_s / solve_s:,.1f}x", s.status,
-                        (f"{e_val:,.0f}" if e_val else "-") + ("" if complete else " partial"),
-                        f"{s_val:,.0f}" if s_val else "-", same]
+                    same = (
+                        "yes"
+                        if (s_val is None and e_val is None and complete)
+                        else ("n/a (enum partial)" if not complete else "NO")
+                    )
+                row += [
+                    f"{enum_s:,.1f}" + ("" if complete else " est."),
+                    f"{solve_s:.2f}",
+                    f"{enum_s / solve_s:,.1f}x",
+                    s.status,
+                    (f"{e_val:,.0f}" if e_val else "-") + ("" if complete else " partial"),
+                    f"{s_val:,.0f}" if s_val else "-",
+                    same,
+                ]
             else:
                 row += ["-", f"{solve_s:.2f}", "-", s.status, "-", f"{s.objective_value:,.0f}" if s.objective_value else "-", "-"]
             if args.baseline:
                 b = min(base_walls)
                 speedups.append(b / solve_s)
-                row += [f"{b:.2f}", f"{b / solve_s:.2f}x", f"{base['det']:.2f} / {s.deterministic_time:.2f}",
-                        f"{base['objective']:,.0f}" if base["objective"] else "-"]
+                row += [
+                    f"{b:.2f}",
+                    f"{b / solve_s:.2f}x",
+                    f"{base['det']:.2f} / {s.deterministic_time:.2f}",
+                    f"{base['objective']:,.0f}" if base["objective"] else "-",
+                ]
             rows.append(row)
             print(" | ".join(rows[-1]), flush=True, file=sys.stderr)
     text = text_table(head, rows, args.markdown or args.write_docs)
     if speedups:
-        text += (f"\n\nspeed-up (baseline wall / this wall): geometric mean {math.exp(sum(map(math.log, speedups)) / len(speedups)):.2f}x, "
-                 f"range {min(speedups):.2f}x to {max(speedups):.2f}x over {len(speedups)} problems")
+        text += (
+            f"\n\nspeed-up (baseline wall / this wall): geometric mean {math.exp(sum(map(math.log, speedups)) / len(speedups)):.2f}x, "
+            f"range {min(speedups):.2f}x to {max(speedups):.2f}x over {len(speedups)} problems"
+        )
     print(text)
     if args.write_docs:
         name = args.ladder + ("-restricted" if args.restricted else "") + ("-vs-baseline" if args.baseline else "")

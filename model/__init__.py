@@ -7,17 +7,30 @@ from .errors import ProblemError
 from .evaluation import Evaluation
 from .serving_step import evaluate_inference
 from .specs import (
-           DeviceSpec,
-           InferenceWorkload,
-           Mapping,
-           ModelSpec,
-           NetworkTier,
-           PoolMapping,
-           ServingMapping,
-           SystemSpec,
-           Workload,
+    DeviceSpec,
+    InferenceWorkload,
+    Mapping,
+    ModelSpec,
+    NetworkTier,
+    PoolMapping,
+    ServingMapping,
+    SystemSpec,
+    Workload,
 )
 from .training_step import evaluate_training
 
-__all__ = ["DeviceSpec", "Evaluation", "InferenceWorkload", "Mapping", "ModelSpec", "NetworkTier", "PoolMapping", "ProblemError",
-           "ServingMapping", "SystemSpec", "Workload", "evaluate_inference", "evaluate_training"]
+__all__ = [
+    "DeviceSpec",
+    "Evaluation",
+    "InferenceWorkload",
+    "Mapping",
+    "ModelSpec",
+    "NetworkTier",
+    "PoolMapping",
+    "ProblemError",
+    "ServingMapping",
+    "SystemSpec",
+    "Workload",
+    "evaluate_inference",
+    "evaluate_training",
+]

@@ -90,7 +90,9 @@ def keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix
     """ProblemError for an unknown or a missing key of a YAML mapping."""
     unknown = sorted(set(map(str, data)) - set(allowed))
     if unknown:
-        raise ProblemError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}", source=source, field=f"{prefix}{unknown[0]}")
+        raise ProblemError(
+            f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}", source=source, field=f"{prefix}{unknown[0]}"
+        )
     for key in required:
         if key not in data:
             raise ProblemError("is required", source=source, field=f"{prefix}{key}")

@@ -20,6 +20,7 @@ from .specs import DeviceSpec
 
 # ------------------------------------------------------------------ parameters (from problems/cost/*.yaml)
 
+
 @dataclass(frozen=True)
 class Wafer:
     diameter_mm: float
@@ -108,6 +109,7 @@ class CostParameters:
 
 # ------------------------------------------------------------------ a device as chiplets
 
+
 @dataclass(frozen=True)
 class DieGroup:
     """``count`` identical dies of one design."""
@@ -146,18 +148,22 @@ class ChipletSpec:
 
 # ------------------------------------------------------------------ die terms
 
+
 def dies_per_wafer(area_mm2: float, wafer: Wafer) -> float:
     """Gross dies per wafer (expected count, not floored, as CA's ``N_die_total``):
     N = pi (d/2 - e)^2 / A' - pi (d - 2e) / sqrt(2 A'), with A' = A + 2 s sqrt(A) + s^2 the die plus
     its scribe lane s, d the wafer diameter and e the edge loss (mm). With s = e = 0 this is the textbook
     pi (d/2)^2 / A - pi d / sqrt(2 A) (de Vries, IEEE Trans. Semicond. Manuf. 2005). Unit: dies.
     ProblemError when the area is too large for one to fit."""
-    a = area_mm2 + 2 * wafer.scribe_lane_mm * math.sqrt(area_mm2) + wafer.scribe_lane_mm ** 2
+    a = area_mm2 + 2 * wafer.scribe_lane_mm * math.sqrt(area_mm2) + wafer.scribe_lane_mm**2
     radius = wafer.diameter_mm / 2 - wafer.edge_loss_mm
-    n = math.pi * radius ** 2 / a - math.pi * 2 * radius / math.sqrt(2 * a)
+    n = math.pi * radius**2 / a - math.pi * 2 * radius / math.sqrt(2 * a)
     if not n >= 1:
-        raise ProblemError(f"a {area_mm2:,.0f} mm2 die or interposer does not fit on a {wafer.diameter_mm:g} mm wafer "
-                           f"(formula gives {n:.2f} per wafer)", field="area_mm2")
+        raise ProblemError(
+            f"a {area_mm2:,.0f} mm2 die or interposer does not fit on a {wafer.diameter_mm:g} mm wafer "
+            f"(formula gives {n:.2f} per wafer)",
+            field="area_mm2",
+        )
     return n
 
 
@@ -177,7 +183,8 @@ def kgd_cost_usd(area_mm2: float, node: ProcessNode, wafer: Wafer, probe_usd_per
     """Known-good-die cost: (raw die + wafer-probe test) / yield — every die is made and probed, only good
     ones ship (CA ``cost_KGD`` = wafer cost / (N Y), plus the probe cost, which CA has not). Unit: USD."""
     return (raw_die_cost_usd(area_mm2, node, wafer) + probe_usd_per_mm2 * area_mm2) / die_yield(
-        area_mm2, node.defect_density_per_cm2, wafer.clustering)
+        area_mm2, node.defect_density_per_cm2, wafer.clustering
+    )
 
 
 def die_nre_usd(area_mm2: float, node: ProcessNode, rule: NreRule) -> float:
@@ -195,6 +202,7 @@ def split_die_area_mm2(area_mm2: float, count: int, d2d_area_fraction: float) ->
 
 # ------------------------------------------------------------------ package terms
 
+
 def interposer_area_mm2(chips_area_mm2: float, tech: PackageTech) -> float:
     """Interposer area = factor x area of the chips on it (CA ``interposer_area``: 1.2 fan-out, 1.1 silicon).
     Unit: mm²."""
@@ -207,7 +215,7 @@ def organic_layer_factor(substrate_mm2: float, chips: int, substrate: Substrate)
     single, side_17, side_30, larger = substrate.layer_factors
     if chips == 1:
         return single
-    return side_17 if substrate_mm2 <= 17 ** 2 else side_30 if substrate_mm2 <= 30 ** 2 else larger
+    return side_17 if substrate_mm2 <= 17**2 else side_30 if substrate_mm2 <= 30**2 else larger
 
 
 def substrate_cost_usd(substrate_mm2: float, substrate: Substrate, layer_factor: float = 1.0) -> float:
@@ -224,8 +232,9 @@ def interposer_cost_usd(area_mm2: float, tech: PackageTech, wafer: Wafer, substr
 def bridge_cost_usd(bridge: Bridge, wafer: Wafer) -> float:
     """One known-good bridge die: wafer / (dies per wafer x yield) (the KGD formula of CA ``cost_KGD``
     applied to a bridge; bridges are not in CA). Unit: USD."""
-    return bridge.wafer_cost_usd / (dies_per_wafer(bridge.area_mm2, wafer)
-                                    * die_yield(bridge.area_mm2, bridge.defect_density_per_cm2, bridge.clustering))
+    return bridge.wafer_cost_usd / (
+        dies_per_wafer(bridge.area_mm2, wafer) * die_yield(bridge.area_mm2, bridge.defect_density_per_cm2, bridge.clustering)
+    )
 
 
 def hbm_stack_cost_usd(generation: HbmGeneration, stack_gb: float) -> float:
@@ -233,14 +242,21 @@ def hbm_stack_cost_usd(generation: HbmGeneration, stack_gb: float) -> float:
     return generation.usd_per_gb * stack_gb
 
 
-def chip_last_losses_usd(interposer_usd: float, substrate_usd: float, chips_usd: float,
-                         interposer_yield: float, bonding_yield: float, substrate_yield: float) -> tuple[float, float]:
+def chip_last_losses_usd(
+    interposer_usd: float,
+    substrate_usd: float,
+    chips_usd: float,
+    interposer_yield: float,
+    bonding_yield: float,
+    substrate_yield: float,
+) -> tuple[float, float]:
     """Chip-last yield losses of a 2.5D package (CA ``Advanced.cost_RE``, chip_last = 1), with y1 the
     interposer yield, y2 the chip bonding yield (per-chip yield ^ chips), y3 interposer-on-substrate:
     defect package = interposer x (1/(y1 y2 y3) - 1) + substrate x (1/y3 - 1);
     wasted chips = chips x (1/(y2 y3) - 1). Unit: USD, (defect package, wasted chips)."""
-    defect_package = interposer_usd * (1 / (interposer_yield * bonding_yield * substrate_yield) - 1) \
-        + substrate_usd * (1 / substrate_yield - 1)
+    defect_package = interposer_usd * (1 / (interposer_yield * bonding_yield * substrate_yield) - 1) + substrate_usd * (
+        1 / substrate_yield - 1
+    )
     return defect_package, chips_usd * (1 / (bonding_yield * substrate_yield) - 1)
 
 
@@ -259,6 +275,7 @@ def package_nre_usd(area_mm2: float, tech: PackageTech, layer_factor: float = 1.
 
 
 # ------------------------------------------------------------------ the device
+
 
 @dataclass(frozen=True)
 class DieCost:
@@ -307,11 +324,16 @@ def _lookup(table: dict, name: str, what: str, field_name: str):
 def die_cost(group: DieGroup, params: CostParameters) -> DieCost:
     """Cost terms of one die design on its node (dies per wafer, yield, KGD cost, NRE)."""
     node = _lookup(params.nodes, group.node, "process node", f"chiplets.{group.role}.node")
-    return DieCost(role=group.role, node=group.node, count=group.count, area_mm2=group.area_mm2,
-                   dies_per_wafer=dies_per_wafer(group.area_mm2, params.wafer),
-                   die_yield=die_yield(group.area_mm2, node.defect_density_per_cm2, params.wafer.clustering),
-                   kgd_cost_usd=kgd_cost_usd(group.area_mm2, node, params.wafer, params.wafer_probe_usd_per_mm2),
-                   nre_usd=die_nre_usd(group.area_mm2, node, params.nre))
+    return DieCost(
+        role=group.role,
+        node=group.node,
+        count=group.count,
+        area_mm2=group.area_mm2,
+        dies_per_wafer=dies_per_wafer(group.area_mm2, params.wafer),
+        die_yield=die_yield(group.area_mm2, node.defect_density_per_cm2, params.wafer.clustering),
+        kgd_cost_usd=kgd_cost_usd(group.area_mm2, node, params.wafer, params.wafer_probe_usd_per_mm2),
+        nre_usd=die_nre_usd(group.area_mm2, node, params.nre),
+    )
 
 
 def device_cost(chiplets: ChipletSpec, params: CostParameters) -> DeviceCost:
@@ -326,7 +348,7 @@ def device_cost(chiplets: ChipletSpec, params: CostParameters) -> DeviceCost:
     chips_area = chips_area_mm2(chiplets, gen.footprint_mm2)
     bumps = chips_area * tech.chip_bump_usd_per_mm2
     chips = kgd + hbm + bumps  # what a failed bond throws away (CA: raw + defect chips, bumps included)
-    bonding = tech.bonding_yield ** chiplets.chips_bonded
+    bonding = tech.bonding_yield**chiplets.chips_bonded
     out = {"bonding_yield": bonding, "chip_bumps_usd": bumps}
     if tech.kind == "organic":
         substrate_mm2 = sub.area_factor * chips_area
@@ -342,26 +364,35 @@ def device_cost(chiplets: ChipletSpec, params: CostParameters) -> DeviceCost:
         y1 = die_yield(area, tech.interposer_defect_density_per_cm2, tech.interposer_clustering)
         n_bridges, bridges = 0, 0.0
         if tech.bridge is not None:
-            n_bridges = chiplets.bridges if chiplets.bridges is not None else \
-                sum(d.count for d in dies) - 1 + chiplets.hbm_stacks
+            n_bridges = chiplets.bridges if chiplets.bridges is not None else sum(d.count for d in dies) - 1 + chiplets.hbm_stacks
             bridges = n_bridges * bridge_cost_usd(tech.bridge, params.wafer)
-            y1 *= tech.bridge.bonding_yield ** n_bridges
+            y1 *= tech.bridge.bonding_yield**n_bridges
             interposer += bridges
         substrate = substrate_cost_usd(substrate_mm2, sub)
         defect, wasted = chip_last_losses_usd(interposer, substrate, chips, y1, bonding, sub.bonding_yield)
         nre_pkg = package_nre_usd(area, tech)
-        out.update(interposer_mm2=area, interposer_yield=y1, interposer_usd=interposer - bridges, bridges=n_bridges,
-                   bridges_usd=bridges)
+        out.update(
+            interposer_mm2=area, interposer_yield=y1, interposer_usd=interposer - bridges, bridges=n_bridges, bridges_usd=bridges
+        )
     out.update(substrate_mm2=substrate_mm2, substrate_usd=substrate, defect_package_usd=defect, wasted_chips_usd=wasted)
     packaging = out["interposer_usd"] + out["bridges_usd"] + substrate + bumps + defect + wasted
     nre = sum(d.nre_usd for d in dies) + nre_pkg
     volume = chiplets.volume_units or params.nre.volume_units
     out["nre_package_usd"] = nre_pkg
-    return DeviceCost(dies=dies, kgd_cost_usd=kgd, hbm_cost_usd=hbm, packaging_cost_usd=packaging,
-                      test_cost_usd=params.final_test_usd, nre_usd=nre, nre_share_usd=nre / volume, packaging=out)
+    return DeviceCost(
+        dies=dies,
+        kgd_cost_usd=kgd,
+        hbm_cost_usd=hbm,
+        packaging_cost_usd=packaging,
+        test_cost_usd=params.final_test_usd,
+        nre_usd=nre,
+        nre_share_usd=nre / volume,
+        packaging=out,
+    )
 
 
 # ------------------------------------------------------------------ scaling a device with its chiplet count
+
 
 def _scaled_count(base: int, count: int, base_compute: int) -> int:
     return math.ceil(base * count / base_compute - 1e-9)
@@ -382,8 +413,13 @@ def scale_chiplets(chiplets: ChipletSpec, count: int, hbm_footprint_mm2: float) 
     if count == base:
         return chiplets
     io = None if chiplets.io is None else replace(chiplets.io, count=_scaled_count(chiplets.io.count, count, base))
-    scaled = replace(chiplets, compute=replace(chiplets.compute, count=count), io=io, bridges=None,
-                     hbm_stacks=_scaled_count(chiplets.hbm_stacks, count, base))
+    scaled = replace(
+        chiplets,
+        compute=replace(chiplets.compute, count=count),
+        io=io,
+        bridges=None,
+        hbm_stacks=_scaled_count(chiplets.hbm_stacks, count, base),
+    )
     if chiplets.interposer_mm2 is None:
         return scaled
     ratio = chips_area_mm2(scaled, hbm_footprint_mm2) / chips_area_mm2(chiplets, hbm_footprint_mm2)
@@ -399,5 +435,11 @@ def scale_device(device: DeviceSpec, chiplets: ChipletSpec, count: int) -> Devic
         return device
     f = count / chiplets.compute.count
     m = scaled.hbm_stacks / chiplets.hbm_stacks if chiplets.hbm_stacks else 1.0
-    return replace(device, name=f"{device.name}-x{count}", peak_flops={k: v * f for k, v in device.peak_flops.items()},
-                   hbm_bytes=device.hbm_bytes * m, hbm_bytes_per_s=device.hbm_bytes_per_s * m, tdp_w=device.tdp_w * f)
+    return replace(
+        device,
+        name=f"{device.name}-x{count}",
+        peak_flops={k: v * f for k, v in device.peak_flops.items()},
+        hbm_bytes=device.hbm_bytes * m,
+        hbm_bytes_per_s=device.hbm_bytes_per_s * m,
+        tdp_w=device.tdp_w * f,
+    )

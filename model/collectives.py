@@ -73,6 +73,7 @@ class CollectiveTime:
 
 # ---- per-level quantities ---------------------------------------------------------------------
 
+
 def _spanned(pl: Placement) -> list[int]:
     return [i for i, e in enumerate(pl.extents) if e > 1]
 
@@ -157,6 +158,7 @@ def _require_switched(topo: Topology, pl: Placement, name: str) -> None:
 
 # ---- algorithms -------------------------------------------------------------------------------
 
+
 def ring_time_s(op: str, nbytes: float, topo: Topology, pl: Placement) -> float:
     """Ring (bucket) algorithm, seconds (Patarasuk & Yuan, JPDC 69, 2009, bandwidth-optimal;
     Thakur, Rabenseifner & Gropp, IJHPCA 19, 2005, Sec. 4): reduce-scatter and all-gather take
@@ -203,8 +205,13 @@ def halving_doubling_time_s(op: str, nbytes: float, topo: Topology, pl: Placemen
         level = next(i for i in range(len(pl.extents)) if distance < pl.below(i + 1))
         units = distance // pl.below(level)
         gpus_per_unit = topo.gpus_per_unit(level)
-        taper = _taper_time_s(topo, pl, level, lambda b, piece=piece: b.members * piece,
-                              crosses=lambda b, reach=units * gpus_per_unit: reach >= b.subtree_gpus)
+        taper = _taper_time_s(
+            topo,
+            pl,
+            level,
+            lambda b, piece=piece: b.members * piece,
+            crosses=lambda b, reach=units * gpus_per_unit: reach >= b.subtree_gpus,
+        )
         total += _latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper)
     if op != "allreduce":
         return total
@@ -245,8 +252,7 @@ def torus_time_s(op: str, nbytes: float, topo: Topology, pl: Placement) -> float
     for d, (extent, gap) in enumerate(zip(pl.shapes[top], pl.gaps(top))):
         if extent > 1:
             rings = 2 if _wrapped(topo, pl, top, d) else 1
-            phases += ((extent - 1) * gap * lv.link.latency_s
-                       + (extent - 1) / extent * piece * gap / (rings * _peer_bw(topo, top)))
+            phases += (extent - 1) * gap * lv.link.latency_s + (extent - 1) / extent * piece * gap / (rings * _peer_bw(topo, top))
             piece /= extent
     return 2.0 * phases if op == "allreduce" else phases
 
@@ -330,7 +336,9 @@ def pairwise_alltoall_time_s(op: str, nbytes: float, topo: Topology, pl: Placeme
     for level, steps in _alltoall_peers(pl):
         # partners beyond each tapered boundary: the steps to them export every member's piece through it
         members = [b.members for b in sorted(topo.boundaries(pl, level), key=lambda b: b.members)] + [pl.below(level + 1)]
-        groups = [(steps - (members[-1] - members[0]), 0)] + [(members[j + 1] - members[j], members[j]) for j in range(len(members) - 1)]
+        groups = [(steps - (members[-1] - members[0]), 0)] + [
+            (members[j + 1] - members[j], members[j]) for j in range(len(members) - 1)
+        ]
         for count, reach in groups:
             taper = _taper_time_s(topo, pl, level, lambda b: b.members * piece, crosses=lambda b, reach=reach: b.members <= reach)
             total += count * (_latency_s(topo, pl, level) + max(piece / _peer_bw(topo, level), taper))
@@ -402,8 +410,9 @@ def lines_time_s(lines: tuple, nbytes: float) -> float:
     return min(latency + slope * nbytes for latency, slope in lines)
 
 
-def collective_time(op: str, nbytes: float, n: int, topo: Topology, algorithm: str | None = None,
-                    concurrent: int = 1) -> CollectiveTime:
+def collective_time(
+    op: str, nbytes: float, n: int, topo: Topology, algorithm: str | None = None, concurrent: int = 1
+) -> CollectiveTime:
     """The collective ``op`` of ``nbytes`` (nccl-tests sizes) over ``n`` GPUs placed compactly on
     ``topo``: with ``algorithm`` if the caller fixes one (ProblemError if it cannot run there), else
     the system's fixed algorithm when it applies, else the fastest applicable one."""
@@ -426,8 +435,9 @@ def collective_time_on(op: str, nbytes: float, topo: Topology, pl: Placement, al
         if algorithm not in times:
             raise ProblemError(f"{algorithm!r} is not an {op} algorithm; allowed: {', '.join(ALGORITHMS[op])}", field="algorithm")
         if algorithm not in usable:
-            raise ProblemError(f"{algorithm!r} cannot run on {n} GPUs here ({times[algorithm]}); "
-                               f"allowed: {', '.join(usable)}", field="algorithm")
+            raise ProblemError(
+                f"{algorithm!r} cannot run on {n} GPUs here ({times[algorithm]}); allowed: {', '.join(usable)}", field="algorithm"
+            )
         chosen, fixed = algorithm, True
     elif topo.fixed_algorithm(op) in usable:
         chosen, fixed = topo.fixed_algorithm(op), True

@@ -76,8 +76,7 @@ def tier_name(group_size: int, stride: int, system: SystemSpec) -> str:
     return "scale_up" if ranks_per_domain(group_size, stride, system) >= group_size else "scale_out"
 
 
-def alltoall_split_time_s(inside_bytes: float, across_bytes: float, group_size: int, local: int,
-                          system: SystemSpec) -> float:
+def alltoall_split_time_s(inside_bytes: float, across_bytes: float, group_size: int, local: int, system: SystemSpec) -> float:
     """All-to-all in which each rank sends ``inside_bytes`` to peers in its own scale-up domain
     and ``across_bytes`` to other domains, seconds: both tiers at once at their effective rates
     (the slower sets the pace), plus n-1 pairwise steps of latency on the slower tier the group
@@ -97,5 +96,6 @@ def alltoall_time_s(nbytes: float, group_size: int, stride: int, system: SystemS
     if group_size <= 1 or nbytes <= 0:
         return 0.0
     local = ranks_per_domain(group_size, stride, system)
-    return alltoall_split_time_s(nbytes * (local - 1) / group_size, nbytes * (group_size - local) / group_size,
-                                 group_size, local, system)
+    return alltoall_split_time_s(
+        nbytes * (local - 1) / group_size, nbytes * (group_size - local) / group_size, group_size, local, system
+    )

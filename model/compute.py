@@ -16,8 +16,15 @@ from .specs import DeviceSpec, ModelSpec
 FLASH_BACKWARD_FACTOR = 2.5
 
 
-def gemm_time_s(device: DeviceSpec, m: float, n: float, k: float, precision: str,
-                weight_bytes: float | None = None, memory_efficiency: float | None = None) -> float:
+def gemm_time_s(
+    device: DeviceSpec,
+    m: float,
+    n: float,
+    k: float,
+    precision: str,
+    weight_bytes: float | None = None,
+    memory_efficiency: float | None = None,
+) -> float:
     """Time of an (m x k) @ (k x n) GEMM, seconds: roofline of 2mnk FLOPs and the operand bytes.
 
     ``weight_bytes`` is the storage size of one element of the (k x n) weight when it differs from
@@ -61,17 +68,18 @@ def attention_gemm_shapes(model: ModelSpec, tokens: float, tp: int) -> dict:
     h, a = model.hidden, model.heads
     if model.mla is not None:
         m = model.mla
-        shapes = {"kv_down": (tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
-                  "kv_up": (tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
-                  "attn_out": (tokens, h, a * m.v_head_dim / tp)}
+        shapes = {
+            "kv_down": (tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+            "kv_up": (tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
+            "attn_out": (tokens, h, a * m.v_head_dim / tp),
+        }
         if m.q_lora_rank:
             shapes["q_down"] = (tokens, m.q_lora_rank, h)
             shapes["q_up"] = (tokens, a * m.qk_head_dim / tp, m.q_lora_rank)
         else:
             shapes["q"] = (tokens, a * m.qk_head_dim / tp, h)
         return shapes
-    return {"qkv": (tokens, (model.q_width + 2 * model.kv_width) / tp, h),
-            "attn_out": (tokens, h, model.q_width / tp)}
+    return {"qkv": (tokens, (model.q_width + 2 * model.kv_width) / tp, h), "attn_out": (tokens, h, model.q_width / tp)}
 
 
 def mlp_gemm_shapes(model: ModelSpec, tokens: float, width: float) -> dict:
@@ -93,8 +101,9 @@ def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool 
     return shapes
 
 
-def layer_gemm_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int,
-                              moe_layer: bool = False) -> float:
+def layer_gemm_forward_time_s(
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
+) -> float:
     """Forward time of the layer's GEMMs (routed experts aside), seconds. Backward is twice this
     (dgrad + wgrad)."""
     return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values())
@@ -123,8 +132,9 @@ def moe_routed_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: s
     moe = model.moe
     local = moe.experts / ep
     rows = routed_rows_per_gpu(model, tokens, tp) / local
-    experts = local * sum(gemm_time_s(device, m, n, k, precision)
-                          for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn).values())
+    experts = local * sum(
+        gemm_time_s(device, m, n, k, precision) for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn).values()
+    )
     router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, precision)
     return (experts + router) / device.moe_expert_efficiency
 
@@ -193,8 +203,9 @@ def ffn_intermediate_elements(model: ModelSpec, tokens: float, tp: int, moe_laye
     return tokens * moe.shared_experts * moe.shared_expert_ffn / tp + routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn
 
 
-def elementwise_forward_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str,
-                              moe_layer: bool = False) -> float:
+def elementwise_forward_bytes(
+    model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str, moe_layer: bool = False
+) -> float:
     """Bytes streamed by the memory-bound operations of one layer's forward on one rank.
 
     Two norms (read + write h), two bias-dropout-residual adds (read 2h, write h, a 1-byte mask
@@ -233,8 +244,9 @@ def optimizer_step_time_s(device: DeviceSpec, params_owned: float, grad_bytes: f
     return memory_bound_time_s(device, params_owned * (24.0 + grad_bytes + 2.0))
 
 
-def low_precision_cast_bytes(model: ModelSpec, tokens: float, tp: int, precision: str,
-                             moe_layer: bool = False) -> tuple[float, float]:
+def low_precision_cast_bytes(
+    model: ModelSpec, tokens: float, tp: int, precision: str, moe_layer: bool = False
+) -> tuple[float, float]:
     """(forward, backward) bytes of casting GEMM operands to FP8/FP4 in one layer on one rank.
 
     Transformer Engine's FP8 recipe (Micikevicius et al., "FP8 Formats for Deep Learning", 2022;

@@ -40,13 +40,30 @@ class TrainingDecision(StrEnum):
 
 
 # the decisions a training mapping states (the rest follow from them)
-TRAINING_MAPPING_KEYS = (TrainingDecision.TP, TrainingDecision.PP, TrainingDecision.DP, TrainingDecision.CP,
-                         TrainingDecision.EP, TrainingDecision.MICRO_BATCH, TrainingDecision.VPP, TrainingDecision.SP,
-                         TrainingDecision.RECOMPUTE, TrainingDecision.ZERO, TrainingDecision.FIRST_STAGE_LAYERS,
-                         TrainingDecision.LAST_STAGE_LAYERS, TrainingDecision.PLACEMENT)
+TRAINING_MAPPING_KEYS = (
+    TrainingDecision.TP,
+    TrainingDecision.PP,
+    TrainingDecision.DP,
+    TrainingDecision.CP,
+    TrainingDecision.EP,
+    TrainingDecision.MICRO_BATCH,
+    TrainingDecision.VPP,
+    TrainingDecision.SP,
+    TrainingDecision.RECOMPUTE,
+    TrainingDecision.ZERO,
+    TrainingDecision.FIRST_STAGE_LAYERS,
+    TrainingDecision.LAST_STAGE_LAYERS,
+    TrainingDecision.PLACEMENT,
+)
 # the parallel groups and the Layout key each one's placement is carried under
-GROUP_KEYS = {"tp": TrainingDecision.TP_GROUP, "cp": TrainingDecision.CP_GROUP, "ep": TrainingDecision.EP_GROUP,
-              "dp": TrainingDecision.DP_GROUP, "edp": TrainingDecision.EDP_GROUP, "pp": TrainingDecision.PP_GROUP}
+GROUP_KEYS = {
+    "tp": TrainingDecision.TP_GROUP,
+    "cp": TrainingDecision.CP_GROUP,
+    "ep": TrainingDecision.EP_GROUP,
+    "dp": TrainingDecision.DP_GROUP,
+    "edp": TrainingDecision.EDP_GROUP,
+    "pp": TrainingDecision.PP_GROUP,
+}
 
 
 class ServingDecision(StrEnum):

@@ -22,5 +22,8 @@ class ProblemError(ValueError):
     def located(self, source=_KEEP, field=_KEEP) -> "ProblemError":
         """The same message placed in ``source`` (a file) and/or at ``field``; an argument left out
         keeps this error's own. Callers that know the file raise it ``from None``."""
-        return ProblemError(self.message, source=self.source if source is ProblemError._KEEP else source,
-                            field=self.field if field is ProblemError._KEEP else field)
+        return ProblemError(
+            self.message,
+            source=self.source if source is ProblemError._KEEP else source,
+            field=self.field if field is ProblemError._KEEP else field,
+        )

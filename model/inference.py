@@ -35,6 +35,7 @@ LOGIT_BYTES = 4.0  # fp32 logits for sampling (TensorRT-LLM and vLLM keep logits
 
 # ---------------------------------------------------------------- passes and precisions
 
+
 @dataclass(frozen=True)
 class Pass:
     """What one forward pass of one replica (one pipeline micro-batch) carries.
@@ -82,8 +83,12 @@ def mixed_pass(workload: InferenceWorkload, seqs: float) -> Pass:
     ``seqs`` decoding sequences plus the prompt tokens that keep the batch full. A request lives
     output_len iterations, so seqs/output_len requests start per iteration: seqs·input_len/
     output_len prompt tokens, chunked over iterations."""
-    return Pass(decode_seqs=seqs, context_len=mean_decode_context(workload),
-                prefill_tokens=seqs * workload.input_len / workload.output_len, prompt_len=workload.input_len)
+    return Pass(
+        decode_seqs=seqs,
+        context_len=mean_decode_context(workload),
+        prefill_tokens=seqs * workload.input_len / workload.output_len,
+        prompt_len=workload.input_len,
+    )
 
 
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
@@ -99,6 +104,7 @@ def serving_model(model: ModelSpec) -> ModelSpec:
 
 
 # ---------------------------------------------------------------- one layer
+
 
 @dataclass(frozen=True)
 class LayerTime:
@@ -119,8 +125,15 @@ def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: Inference
     """One weight GEMM of a serving pass: computed at the workload's precision, weights read at
     their stored width (``weight_precision``, block scales included) at the device's streaming
     efficiency, seconds (``compute.gemm_time_s``)."""
-    return compute.gemm_time_s(device, m, n, k, workload.precision, stored_bytes_per_element(workload.weight_precision),
-                               device.weight_streaming_efficiency)
+    return compute.gemm_time_s(
+        device,
+        m,
+        n,
+        k,
+        workload.precision,
+        stored_bytes_per_element(workload.weight_precision),
+        device.weight_streaming_efficiency,
+    )
 
 
 def active_experts(local_experts: float, rows: float) -> float:
@@ -145,8 +158,15 @@ def routed_experts_time_s(model: ModelSpec, device, workload: InferenceWorkload,
     local = moe.experts / ep
     rows = compute.routed_rows_per_gpu(model, tokens, tp)
     busy = active_experts(local, rows)
-    experts = busy * sum(gemm_kernel_time_s(device, m, n, k, workload)
-                         for m, n, k in compute.mlp_gemm_shapes(model, rows / busy, moe.expert_ffn).values()) if busy else 0.0
+    experts = (
+        busy
+        * sum(
+            gemm_kernel_time_s(device, m, n, k, workload)
+            for m, n, k in compute.mlp_gemm_shapes(model, rows / busy, moe.expert_ffn).values()
+        )
+        if busy
+        else 0.0
+    )
     router = compute.gemm_time_s(device, tokens / tp, moe.experts, model.hidden, activation_precision(workload.precision))
     return experts + router
 
@@ -163,8 +183,9 @@ def kv_reads_per_step(model: ModelSpec, workload: InferenceWorkload, tp: int) ->
     return (model.heads / tp) / kv_cache.kv_heads_per_gpu(model, tp)
 
 
-def decode_attention_time_s(model: ModelSpec, device, kv_precision: str, seqs: float, context_len: float, tp: int,
-                            reads: float = 1.0) -> float:
+def decode_attention_time_s(
+    model: ModelSpec, device, kv_precision: str, seqs: float, context_len: float, tp: int, reads: float = 1.0
+) -> float:
     """Attention of ``seqs`` decoding sequences, one query each against ``context_len`` cached
     tokens, on one GPU, seconds: roofline of the score FLOPs and the KV-cache bytes read.
 
@@ -181,8 +202,10 @@ def decode_attention_time_s(model: ModelSpec, device, kv_precision: str, seqs: f
     else:
         flops = compute.attention_score_flops(model, seqs, 1.0, context_len, tp)
     nbytes = reads * seqs * context_len * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
-    return max(flops / (compute.attention_peak_flops(device) * device.attention_efficiency),
-               nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency))
+    return max(
+        flops / (compute.attention_peak_flops(device) * device.attention_efficiency),
+        nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency),
+    )
 
 
 def prefill_attention_time_s(model: ModelSpec, device, prefill_tokens: float, prompt_len: float, tp: int) -> float:
@@ -198,8 +221,11 @@ def serving_layouts(system: SystemSpec, tp: int, pp: int, ep: int) -> dict:
     """{'tp', 'pp', 'ep': placement.Layout} of one serving pool's groups: a replica's tp ranks
     consecutive, its pp stages tp ranks apart (tp fastest, as TensorRT-LLM and vLLM number ranks),
     the ep ranks consecutive; each pool laid from the first rank of the job."""
-    return {"tp": layout(system, Group.of((tp, 1))), "pp": layout(system, Group.of((pp, tp))),
-            "ep": layout(system, Group.of((ep, 1)))}
+    return {
+        "tp": layout(system, Group.of((tp, 1))),
+        "pp": layout(system, Group.of((pp, tp))),
+        "ep": layout(system, Group.of((ep, 1))),
+    }
 
 
 def kv_link_layout(system: SystemSpec) -> Layout:
@@ -214,7 +240,9 @@ def kv_link_layout(system: SystemSpec) -> Layout:
     return Layout(2, 2 if n <= system.scale_up_domain else 1)
 
 
-def tp_allreduce_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp_layout: Layout) -> float:
+def tp_allreduce_time_s(
+    model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp_layout: Layout
+) -> float:
     """The two all-reduces of a layer's tensor-parallel outputs (attention and MLP; Shoeybi et al.
     2019, Sec. 3) on ``tokens`` rows of the hidden state, at the activation width, over the TP group
     at ``tp_layout``, seconds (``placement.collective_time_s``)."""
@@ -224,8 +252,9 @@ def tp_allreduce_time_s(model: ModelSpec, system: SystemSpec, workload: Inferenc
     return 2.0 * collective_time_s("allreduce", nbytes, tp_layout, system)
 
 
-def ep_alltoall_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp: int,
-                       ep_layout: Layout) -> float:
+def ep_alltoall_time_s(
+    model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp: int, ep_layout: Layout
+) -> float:
     """Dispatch and combine of one MoE layer, seconds: each tensor-parallel rank sends its tokens/tp
     rows, top_k copies spread over the ep ranks of the group at ``ep_layout``
     (``expert_parallel.dispatch_copies_per_token``, Megatron-Core's all-to-all dispatcher), at the
@@ -238,8 +267,16 @@ def ep_alltoall_time_s(model: ModelSpec, system: SystemSpec, workload: Inference
     return 2.0 * expert_parallel.alltoall_time_s(row, inside, across, ep_layout, system)
 
 
-def layer_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, ep: int, p: Pass,
-               moe_layer: bool = False, layouts: dict | None = None) -> LayerTime:
+def layer_time(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: InferenceWorkload,
+    tp: int,
+    ep: int,
+    p: Pass,
+    moe_layer: bool = False,
+    layouts: dict | None = None,
+) -> LayerTime:
     """One layer (dense, or MoE with ``moe_layer``) of pass ``p`` on one GPU of a tp-way replica,
     its groups where ``layouts`` ({'tp', 'ep': Layout}, ``serving_layouts``) put them.
 
@@ -252,21 +289,28 @@ def layer_time(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     device = system.device
     tokens = p.tokens
     layouts = layouts or serving_layouts(system, tp, 1, ep)
-    gemm = sum(gemm_kernel_time_s(device, m, n, k, workload)
-               for m, n, k in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).values())
+    gemm = sum(
+        gemm_kernel_time_s(device, m, n, k, workload)
+        for m, n, k in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).values()
+    )
     if moe_layer:
         gemm += routed_experts_time_s(model, device, workload, tokens, tp, ep)
-    attention = (decode_attention_time_s(model, device, workload.kv_precision, p.decode_seqs, p.context_len, tp,
-                                         kv_reads_per_step(model, workload, tp))
-                 + prefill_attention_time_s(model, device, p.prefill_tokens, p.prompt_len, tp))
+    attention = decode_attention_time_s(
+        model, device, workload.kv_precision, p.decode_seqs, p.context_len, tp, kv_reads_per_step(model, workload, tp)
+    ) + prefill_attention_time_s(model, device, p.prefill_tokens, p.prompt_len, tp)
     nbytes = compute.elementwise_forward_bytes(model, tokens, tp, False, workload.precision, moe_layer)
     nbytes += tokens * kv_cache.kv_bytes_per_token(model, workload.kv_precision, tp)
-    return LayerTime(gemm=gemm, attention=attention, elementwise=compute.memory_bound_time_s(device, nbytes),
-                     tp_comm=tp_allreduce_time_s(model, system, workload, tokens, layouts["tp"]),
-                     ep_comm=ep_alltoall_time_s(model, system, workload, tokens, tp, layouts["ep"]) if moe_layer else 0.0)
+    return LayerTime(
+        gemm=gemm,
+        attention=attention,
+        elementwise=compute.memory_bound_time_s(device, nbytes),
+        tp_comm=tp_allreduce_time_s(model, system, workload, tokens, layouts["tp"]),
+        ep_comm=ep_alltoall_time_s(model, system, workload, tokens, tp, layouts["ep"]) if moe_layer else 0.0,
+    )
 
 
 # ---------------------------------------------------------------- edges, pipeline
+
 
 def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, p: Pass) -> tuple[float, float]:
     """(first stage, last stage) extra seconds of a pass: the embedding gather of its tokens
@@ -313,8 +357,10 @@ def stage_layouts(model: ModelSpec, pp: int) -> list[StageLayout]:
     counts = stage_layer_counts(model.layers, pp)
     lead = model.moe.first_dense_layers if model.moe is not None else model.layers
     if model.moe is not None and counts[0] < lead:
-        raise ProblemError(f"pp {pp} leaves {counts[0]} layers on the first stage, fewer than the {lead} dense layers "
-                           "it must hold", field="mapping.pp")
+        raise ProblemError(
+            f"pp {pp} leaves {counts[0]} layers on the first stage, fewer than the {lead} dense layers it must hold",
+            field="mapping.pp",
+        )
     out = []
     for i, n in enumerate(counts):
         dense = min(n, lead) if i == 0 else (n if model.moe is None else 0)
@@ -323,6 +369,7 @@ def stage_layouts(model: ModelSpec, pp: int) -> list[StageLayout]:
 
 
 # ---------------------------------------------------------------- memory
+
 
 def stage_weight_bytes(model: ModelSpec, workload: InferenceWorkload, stage: StageLayout, tp: int, ep: int) -> float:
     """Weights on one GPU of a stage, bytes: its layers split by tp at the stored weight width
@@ -355,6 +402,7 @@ def activation_bytes(model: ModelSpec, workload: InferenceWorkload, tp: int, p: 
 
 # ---------------------------------------------------------------- checks
 
+
 def check_pool(model: ModelSpec, system: SystemSpec, pool: PoolMapping, prefix: str = "mapping") -> None:
     """The parallel rules of one serving pool: ProblemError naming the field when broken."""
     for name in ("tp", "pp", "ep", "dp"):
@@ -362,14 +410,21 @@ def check_pool(model: ModelSpec, system: SystemSpec, pool: PoolMapping, prefix: 
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProblemError(f"must be a positive integer, got {value!r}", field=f"{prefix}.{name}")
     if model.heads % pool.tp or (model.kv_heads % pool.tp and pool.tp % model.kv_heads):
-        raise ProblemError(f"tp {pool.tp} must divide the {model.heads} heads, and divide or be a multiple of the "
-                           f"{model.kv_heads} kv_heads (KV heads are replicated beyond that)", field=f"{prefix}.tp")
+        raise ProblemError(
+            f"tp {pool.tp} must divide the {model.heads} heads, and divide or be a multiple of the "
+            f"{model.kv_heads} kv_heads (KV heads are replicated beyond that)",
+            field=f"{prefix}.tp",
+        )
     if pool.ep != 1 and model.moe is None:
-        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
-                           field=f"{prefix}.ep")
+        raise ProblemError(
+            "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field=f"{prefix}.ep"
+        )
     if model.moe is not None and (model.moe.experts % pool.ep or (pool.tp * pool.dp) % pool.ep):
-        raise ProblemError(f"ep {pool.ep} must divide the {model.moe.experts} experts and tp·dp = {pool.tp * pool.dp} "
-                           "(expert tensor parallelism 1)", field=f"{prefix}.ep")
+        raise ProblemError(
+            f"ep {pool.ep} must divide the {model.moe.experts} experts and tp·dp = {pool.tp * pool.dp} "
+            "(expert tensor parallelism 1)",
+            field=f"{prefix}.ep",
+        )
     try:
         stage_layouts(model, pool.pp)
     except ProblemError as exc:
@@ -380,28 +435,41 @@ def check_serving(model: ModelSpec, system: SystemSpec, workload: InferenceWorkl
     """Raise ProblemError naming the mapping field when ``mapping`` cannot serve ``workload``."""
     disaggregated = workload.serving == "disaggregated"
     if disaggregated != (mapping.prefill is not None):
-        raise ProblemError("disaggregated serving needs mapping.prefill and mapping.decode pools; static and continuous "
-                           "serving take tp, pp, ep, dp", field="mapping")
+        raise ProblemError(
+            "disaggregated serving needs mapping.prefill and mapping.decode pools; static and continuous "
+            "serving take tp, pp, ep, dp",
+            field="mapping",
+        )
     if mapping.num_gpus != system.num_gpus:
         what = "prefill + decode GPUs" if disaggregated else "tp·pp·dp"
         raise ProblemError(f"{what} = {mapping.num_gpus} must equal system.num_gpus = {system.num_gpus}", field="mapping")
-    pools = (("mapping.prefill", mapping.prefill), ("mapping.decode", mapping.decode)) if disaggregated else (("mapping", mapping.decode),)
+    pools = (
+        (("mapping.prefill", mapping.prefill), ("mapping.decode", mapping.decode))
+        if disaggregated
+        else (("mapping", mapping.decode),)
+    )
     for prefix, pool in pools:
         check_pool(model, system, pool, prefix)
     if isinstance(mapping.batch, bool) or not isinstance(mapping.batch, int) or mapping.batch < 1:
         raise ProblemError(f"must be a positive integer, got {mapping.batch!r}", field="workload.batch")
     if mapping.batch % mapping.decode.pp:
-        raise ProblemError(f"batch {mapping.batch} must split into pp = {mapping.decode.pp} equal micro-batches "
-                           "(one in flight per pipeline stage)", field="workload.batch")
+        raise ProblemError(
+            f"batch {mapping.batch} must split into pp = {mapping.decode.pp} equal micro-batches "
+            "(one in flight per pipeline stage)",
+            field="workload.batch",
+        )
     if disaggregated and workload.output_len < 2:
-        raise ProblemError("disaggregated serving needs output_len >= 2 (the decode pool makes tokens 2 …)",
-                           field="workload.output_len")
+        raise ProblemError(
+            "disaggregated serving needs output_len >= 2 (the decode pool makes tokens 2 …)", field="workload.output_len"
+        )
 
 
 # ---------------------------------------------------------------- passes of a replica, KV transfer
 
-def kv_transfer_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, pp: int,
-                       link: Layout) -> float:
+
+def kv_transfer_time_s(
+    model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, pp: int, link: Layout
+) -> float:
     """Moving one request's KV cache from a tp·pp prefill replica to the decode pool, seconds: every
     prefill GPU sends its share (``kv_cache.kv_transfer_bytes_per_gpu``) at once over ``link``
     (``kv_link_layout``; NIXL/RDMA in Dynamo, DistServe)."""

@@ -47,8 +47,7 @@ def paged_tokens(tokens: float, block_tokens: int) -> int:
     return int(math.ceil(tokens / block_tokens - 1e-9)) * block_tokens
 
 
-def kv_bytes_per_sequence(model: ModelSpec, kv_precision: str, tp: int, layers: int, tokens: float,
-                          block_tokens: int) -> float:
+def kv_bytes_per_sequence(model: ModelSpec, kv_precision: str, tp: int, layers: int, tokens: float, block_tokens: int) -> float:
     """KV cache one sequence of ``tokens`` holds on one GPU that runs ``layers`` layers with
     tensor parallelism ``tp``, paged in blocks, bytes."""
     return paged_tokens(tokens, block_tokens) * layers * kv_bytes_per_token(model, kv_precision, tp)

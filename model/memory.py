@@ -45,8 +45,9 @@ def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: 
     return tokens * (qkv * ACT_BYTES + proj * gemm_input_bytes)
 
 
-def ffn_activation_bytes(model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES,
-                         moe_layer: bool = False) -> float:
+def ffn_activation_bytes(
+    model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False
+) -> float:
     """FFN activations of one layer on one GPU (already divided by tp; Korthikanti's 16sbh/t for
     f = 4h): the activation function's input (GeLU: 2 bytes per intermediate element; SwiGLU:
     gate and up, 4) and output (the FC2 GEMM input). An MoE layer keeps these for the shared
@@ -67,8 +68,16 @@ def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq
 
 
 def activation_bytes_per_layer(
-    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
-    gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False,
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    recompute: str,
+    attention: str,
+    gemm_input_bytes: float = ACT_BYTES,
+    moe_layer: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
@@ -93,8 +102,16 @@ def activation_bytes_per_layer(
 
 
 def recompute_working_bytes(
-    model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, recompute: str, attention: str,
-    gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False,
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    recompute: str,
+    attention: str,
+    gemm_input_bytes: float = ACT_BYTES,
+    moe_layer: bool = False,
 ) -> float:
     """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
     if recompute != "full":

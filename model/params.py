@@ -53,8 +53,11 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
     counts what one token uses: the router, top_k routed experts and the shared ones."""
     moe = model.moe
     routed = moe.top_k if active else moe.experts
-    return (model.hidden * moe.experts + routed * _ffn_params(model, moe.expert_ffn)
-            + moe.shared_experts * _ffn_params(model, moe.shared_expert_ffn))
+    return (
+        model.hidden * moe.experts
+        + routed * _ffn_params(model, moe.expert_ffn)
+        + moe.shared_experts * _ffn_params(model, moe.shared_expert_ffn)
+    )
 
 
 def norm_params_per_layer(model: ModelSpec) -> int:
@@ -84,7 +87,11 @@ def output_layer_params(model: ModelSpec) -> int:
 def total_params(model: ModelSpec, active: bool = False) -> int:
     """Every parameter of the model, counted once; ``active``: those one token uses (MoE)."""
     dense = model.layers - model.moe_layers
-    body = dense * layer_params(model) + model.moe_layers * layer_params(model, True, active) if model.moe else model.layers * layer_params(model)
+    body = (
+        dense * layer_params(model) + model.moe_layers * layer_params(model, True, active)
+        if model.moe
+        else model.layers * layer_params(model)
+    )
     return body + input_embedding_params(model) + output_layer_params(model)
 
 
@@ -105,8 +112,12 @@ def matmul_params_per_layer(model: ModelSpec, moe_layer: bool = False) -> int:
     if not moe_layer:
         return attention + matrices * h * model.ffn
     moe = model.moe
-    return (attention + h * moe.experts + moe.top_k * matrices * h * moe.expert_ffn
-            + moe.shared_experts * matrices * h * moe.shared_expert_ffn)
+    return (
+        attention
+        + h * moe.experts
+        + moe.top_k * matrices * h * moe.expert_ffn
+        + moe.shared_experts * matrices * h * moe.shared_expert_ffn
+    )
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:

@@ -40,17 +40,32 @@ def split_stages(layers: int, pp: int, first: int, last: int) -> tuple[list[int]
             return None, f"with pp 1 the only stage holds all {layers} layers", "mapping.first_stage_layers"
         return [layers], "", ""
     if first < 1 or last < 1:
-        return None, (f"the first and last stage need at least one layer of {layers}; "
-                      "set mapping.first_stage_layers and last_stage_layers"), "mapping.pp"
+        return (
+            None,
+            (
+                f"the first and last stage need at least one layer of {layers}; "
+                "set mapping.first_stage_layers and last_stage_layers"
+            ),
+            "mapping.pp",
+        )
     middle_total = layers - first - last
     if pp == 2:
         if middle_total != 0:
-            return None, (f"first_stage_layers {first} + last_stage_layers {last} must equal the {layers} layers "
-                          "with pp 2"), "mapping.first_stage_layers"
+            return (
+                None,
+                (f"first_stage_layers {first} + last_stage_layers {last} must equal the {layers} layers with pp 2"),
+                "mapping.first_stage_layers",
+            )
         return [first, last], "", ""
     if middle_total < pp - 2 or middle_total % (pp - 2):
-        return None, (f"{middle_total} layers left for {pp - 2} middle stages do not split evenly "
-                      f"(layers {layers}, first {first}, last {last}, pp {pp})"), "mapping.pp"
+        return (
+            None,
+            (
+                f"{middle_total} layers left for {pp - 2} middle stages do not split evenly "
+                f"(layers {layers}, first {first}, last {last}, pp {pp})"
+            ),
+            "mapping.pp",
+        )
     return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last], "", ""
 
 

@@ -56,8 +56,10 @@ from .specs import DEFAULT_PLACEMENT, PLACEMENT_DIMENSIONS, Mapping, SystemSpec
 from .topology import DIRECT, Placement, Topology
 
 FIELD = "mapping.placement"
-ALLOWED = (f"each of {', '.join(PLACEMENT_DIMENSIONS)} once, joined by '-', innermost first, with ep next to dp "
-           f"(Megatron-Core's order), e.g. {DEFAULT_PLACEMENT}")
+ALLOWED = (
+    f"each of {', '.join(PLACEMENT_DIMENSIONS)} once, joined by '-', innermost first, with ep next to dp "
+    f"(Megatron-Core's order), e.g. {DEFAULT_PLACEMENT}"
+)
 GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")  # edp: the expert data-parallel group
 TOPOLOGY_KINDS = ("torus", "ring", "dragonfly", "full_mesh")  # levels the two-tier model cannot express
 
@@ -70,14 +72,16 @@ def _valid(order: tuple) -> bool:
 def _moves(order: tuple) -> int:
     """Pairs of dimensions in the opposite order to the default's (Kendall tau distance)."""
     rank = [PLACEMENT_DIMENSIONS.index(d) for d in order]
-    return sum(a > b for i, a in enumerate(rank) for b in rank[i + 1:])
+    return sum(a > b for i, a in enumerate(rank) for b in rank[i + 1 :])
 
 
 # Every valid placement (48), nearest the default first (the default itself, then one swap away, ...),
 # ties in lexicographic order: the planner reports the first of equivalent placements, so the
 # most Megatron-like one.
-PLACEMENTS = tuple("-".join(o) for o in sorted((o for o in itertools.permutations(PLACEMENT_DIMENSIONS) if _valid(o)),
-                                                key=lambda o: (_moves(o), o)))
+PLACEMENTS = tuple(
+    "-".join(o)
+    for o in sorted((o for o in itertools.permutations(PLACEMENT_DIMENSIONS) if _valid(o)), key=lambda o: (_moves(o), o))
+)
 
 
 def placement_order(placement) -> tuple:
@@ -129,8 +133,14 @@ def _parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int
     dense = rank_strides(placement, {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp})
     edp = tp * cp * dp // ep
     expert = rank_strides(placement, {"tp": 1, "cp": 1, "ep": ep, "dp": edp, "pp": pp})
-    return (Group.of((tp, dense["tp"])), Group.of((cp, dense["cp"])), Group.of((ep, expert["ep"])),
-            Group.of((cp, dense["cp"]), (dp, dense["dp"])), Group.of((edp, expert["dp"])), Group.of((pp, dense["pp"])))
+    return (
+        Group.of((tp, dense["tp"])),
+        Group.of((cp, dense["cp"])),
+        Group.of((ep, expert["ep"])),
+        Group.of((cp, dense["cp"]), (dp, dense["dp"])),
+        Group.of((edp, expert["dp"])),
+        Group.of((pp, dense["pp"])),
+    )
 
 
 def check_placement(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int, moe: bool) -> None:
@@ -142,19 +152,25 @@ def check_placement(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int,
         return
     edp = tp * cp * dp // ep
     sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}
-    pp_last = all(sizes[d] == 1 for d in order[order.index("pp") + 1:])  # Megatron appends size-1 dimensions it is not given
+    pp_last = all(sizes[d] == 1 for d in order[order.index("pp") + 1 :])  # Megatron appends size-1 dimensions it is not given
     if not pp_last and edp != dp:
-        raise ProblemError(f"{placement!r} does not end with pp, so Megatron-Core needs the expert data-parallel size "
-                           f"tp·cp·dp/ep = {edp} to equal dp = {dp}; allowed: an order ending with pp", field=FIELD)
+        raise ProblemError(
+            f"{placement!r} does not end with pp, so Megatron-Core needs the expert data-parallel size "
+            f"tp·cp·dp/ep = {edp} to equal dp = {dp}; allowed: an order ending with pp",
+            field=FIELD,
+        )
     dense = rank_strides(placement, {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp})["pp"]
     expert = rank_strides(placement, {"tp": 1, "cp": 1, "ep": ep, "dp": edp, "pp": pp})["pp"]
     if dense != expert:
-        raise ProblemError(f"{placement!r} gives the expert layers other pipeline groups than the dense ones (pp stride "
-                           f"{expert} against {dense}), which Megatron-Core rejects; allowed: an order ending with pp",
-                           field=FIELD)
+        raise ProblemError(
+            f"{placement!r} gives the expert layers other pipeline groups than the dense ones (pp stride "
+            f"{expert} against {dense}), which Megatron-Core rejects; allowed: an order ending with pp",
+            field=FIELD,
+        )
 
 
 # ---- where a group sits -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -180,7 +196,8 @@ def topology_decides(topology: Topology | None) -> bool:
     """Whether a system's topology changes the answer of the two-tier model: a torus, ring, dragonfly
     or full mesh level, or a fat-tree tier with oversubscription above 1."""
     return topology is not None and any(
-        level.kind in TOPOLOGY_KINDS or any(tier.oversubscription > 1.0 for tier in level.tiers) for level in topology.levels)
+        level.kind in TOPOLOGY_KINDS or any(tier.oversubscription > 1.0 for tier in level.tiers) for level in topology.levels
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -238,8 +255,11 @@ def _topology_placement(topo: Topology, num_gpus: int, factors: tuple) -> Placem
         extents.append(math.prod(counts))
         shapes.append(tuple(counts) if level.kind in DIRECT else ())
         spacing.append(tuple(gaps))
-        wraps.append(tuple(c > 1 and c * g == r and level.wrapped(d, r) for d, (c, g, r) in enumerate(zip(counts, gaps, digits)))
-                     if level.kind in DIRECT else ())
+        wraps.append(
+            tuple(c > 1 and c * g == r and level.wrapped(d, r) for d, (c, g, r) in enumerate(zip(counts, gaps, digits)))
+            if level.kind in DIRECT
+            else ()
+        )
     n = math.prod(f[0] for f in factors)
     return Placement(tuple(extents), tuple(shapes), max(1, num_gpus // n), tuple(spacing), tuple(wraps))
 
@@ -268,6 +288,7 @@ def group_layouts(system: SystemSpec, mapping: Mapping) -> dict:
 
 
 # ---- communication on a layout ------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=1 << 14)
 def _cost_lines(op: str, topo: Topology, pl: Placement) -> tuple | None:

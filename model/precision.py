@@ -23,6 +23,7 @@ def activation_precision(compute_precision: str) -> str:
     """
     return "bf16" if compute_precision in ("fp8", "fp4") else compute_precision
 
+
 # Serving: weights may be stored narrower than the GEMMs compute (weight-only quantisation) and the
 # KV cache has its own format.
 INFERENCE_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")  # GEMM (activation) precision

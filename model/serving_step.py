@@ -52,12 +52,22 @@ from .ops import Factor, FloatOps, Limit, Output, Rounding, Unit
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
 
 TIME, MEMORY, COUNT = Unit.TIME, Unit.MEMORY, Unit.COUNT
-PASS_KINDS = {ServingMode.STATIC: ("prefill", "decode"), ServingMode.CONTINUOUS: ("mixed",),
-              ServingMode.DISAGGREGATED: ("decode",)}
+PASS_KINDS = {
+    ServingMode.STATIC: ("prefill", "decode"),
+    ServingMode.CONTINUOUS: ("mixed",),
+    ServingMode.DISAGGREGATED: ("decode",),
+}
 PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pass}
 # metric (``METRIC_SENSE``) -> +1 smaller is better, -1 larger is better
-METRIC_SENSE = {"tokens_per_s": -1, "tokens_per_s_per_gpu": -1, "tokens_per_s_per_user": -1, "ttft_s": 1, "tpot_s": 1,
-                "e2e_latency_s": 1, "peak_memory_gib": 1}
+METRIC_SENSE = {
+    "tokens_per_s": -1,
+    "tokens_per_s_per_gpu": -1,
+    "tokens_per_s_per_user": -1,
+    "ttft_s": 1,
+    "tpot_s": 1,
+    "e2e_latency_s": 1,
+    "peak_memory_gib": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,7 @@ class ServingContext:
 
 
 # ---------------------------------------------------------------- factors
+
 
 def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, ep_group) -> tuple:
     """(dense layer, MoE layer, first-stage extra, last-stage extra) seconds of a pass of ``micro_batch``
@@ -86,16 +97,27 @@ def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, 
 
 def _layers_factor(kind: str, prefix: str = "") -> Factor:
     keys = tuple(S(prefix + k) for k in ("tp", "ep")) + (S.MICRO_BATCH,) + tuple(S(prefix + k) for k in ("tp_group", "ep_group"))
-    outputs = (Output("dense", TIME, reference=True), Output("moe", TIME, reference=True), Output("first", TIME),
-               Output("last", TIME))
+    outputs = (
+        Output("dense", TIME, reference=True),
+        Output("moe", TIME, reference=True),
+        Output("first", TIME),
+        Output("last", TIME),
+    )
     return Factor(f"{kind}_layers", keys, outputs, lambda ctx, *v: _pass_layers(ctx, kind, *v))
 
 
 PASS_LAYERS = {kind: _layers_factor(kind) for kind in PASS_MAKERS}
-SENDS = {kind: Factor(f"{kind}_send", (S.MICRO_BATCH, S.PP_GROUP), (Output("time", TIME),),
-                      lambda ctx, micro_batch, pp_group, kind=kind: p2p_time_s(
-                          ctx.model, ctx.system, ctx.workload, PASS_MAKERS[kind](ctx.workload, micro_batch).tokens, pp_group))
-         for kind in PASS_MAKERS}
+SENDS = {
+    kind: Factor(
+        f"{kind}_send",
+        (S.MICRO_BATCH, S.PP_GROUP),
+        (Output("time", TIME),),
+        lambda ctx, micro_batch, pp_group, kind=kind: p2p_time_s(
+            ctx.model, ctx.system, ctx.workload, PASS_MAKERS[kind](ctx.workload, micro_batch).tokens, pp_group
+        ),
+    )
+    for kind in PASS_MAKERS
+}
 
 
 def _stage_counts(ctx: ServingContext, pp) -> tuple:
@@ -104,12 +126,22 @@ def _stage_counts(ctx: ServingContext, pp) -> tuple:
     s = stage_layouts(ctx.model, pp)
     mid = s[1] if pp >= 3 else None
     last = s[-1] if pp >= 2 else None
-    return (s[0].dense, s[0].moe, mid.dense if mid else 0, mid.moe if mid else 0, last.dense if last else 0,
-            last.moe if last else 0)
+    return (
+        s[0].dense,
+        s[0].moe,
+        mid.dense if mid else 0,
+        mid.moe if mid else 0,
+        last.dense if last else 0,
+        last.moe if last else 0,
+    )
 
 
-STAGE_COUNTS = Factor("stage_counts", (S.PP,), tuple(Output(n, COUNT) for n in (
-    "first_dense", "first_moe", "middle_dense", "middle_moe", "last_dense", "last_moe")), _stage_counts)
+STAGE_COUNTS = Factor(
+    "stage_counts",
+    (S.PP,),
+    tuple(Output(n, COUNT) for n in ("first_dense", "first_moe", "middle_dense", "middle_moe", "last_dense", "last_moe")),
+    _stage_counts,
+)
 
 
 def _stage_kinds(ctx: ServingContext, pp) -> list:
@@ -126,14 +158,24 @@ def _kv(ctx: ServingContext, tp, pp, cached_tokens: int) -> tuple:
     """Free memory one resident sequence of ``cached_tokens`` takes on a GPU of each stage kind: its paged
     KV cache (``kv_cache.kv_bytes_per_sequence``) in the engine's pool (``kv_cache.kv_pool_bytes``)."""
     wl = ctx.workload
-    return tuple(kv_cache.kv_pool_bytes(kv_cache.kv_bytes_per_sequence(ctx.model, wl.kv_precision, tp, s.layers, cached_tokens,
-                                                                       wl.kv_block_tokens), wl.kv_cache_memory_fraction)
-                 if s else 0.0 for s in _stage_kinds(ctx, pp))
+    return tuple(
+        kv_cache.kv_pool_bytes(
+            kv_cache.kv_bytes_per_sequence(ctx.model, wl.kv_precision, tp, s.layers, cached_tokens, wl.kv_block_tokens),
+            wl.kv_cache_memory_fraction,
+        )
+        if s
+        else 0.0
+        for s in _stage_kinds(ctx, pp)
+    )
 
 
 WEIGHTS = Factor("weights", (S.TP, S.PP, S.EP), tuple(Output(n, MEMORY) for n in ("first", "middle", "last")), _weights)
-KV = Factor("kv_per_sequence", (S.TP, S.PP), tuple(Output(n, MEMORY) for n in ("first", "middle", "last")),
-            lambda ctx, tp, pp: _kv(ctx, tp, pp, ctx.workload.input_len + ctx.workload.output_len))
+KV = Factor(
+    "kv_per_sequence",
+    (S.TP, S.PP),
+    tuple(Output(n, MEMORY) for n in ("first", "middle", "last")),
+    lambda ctx, tp, pp: _kv(ctx, tp, pp, ctx.workload.input_len + ctx.workload.output_len),
+)
 
 
 def _activations(ctx: ServingContext, tp, micro_batch) -> tuple:
@@ -158,16 +200,24 @@ def _prefill_pool(ctx: ServingContext, tp, pp, ep, tp_group, ep_group, pp_group)
     send = p2p_time_s(ctx.model, ctx.system, wl, prefill_pass(wl, n).tokens, pp_group)
     cycle = pass_cycle(o, counts, layers, send, pp == 1)
     act = ACTIVATIONS.row(*(activation_bytes(ctx.model, wl, tp, prefill_pass(wl, n), last) for last in (False, True)))
-    memory = replica_memory(o, WEIGHTS.row(*_weights(ctx, tp, pp, ep)), KV.row(*_kv(ctx, tp, pp, wl.input_len)), pp * n, act,
-                            pp == 1)
+    memory = replica_memory(
+        o, WEIGHTS.row(*_weights(ctx, tp, pp, ep)), KV.row(*_kv(ctx, tp, pp, wl.input_len)), pp * n, act, pp == 1
+    )
     return pp * cycle, cycle, memory
 
 
 PREFILL_POOL = Factor(
-    "prefill_pool", (S.PREFILL_TP, S.PREFILL_PP, S.PREFILL_EP, S.PREFILL_TP_GROUP, S.PREFILL_EP_GROUP, S.PREFILL_PP_GROUP),
-    (Output("latency", TIME), Output("cycle", TIME, reference=True), Output("memory", MEMORY)), _prefill_pool)
-KV_TRANSFER = Factor("kv_transfer", (S.PREFILL_TP, S.PREFILL_PP, S.KV_LINK), (Output("time", TIME),),
-                     lambda ctx, tp, pp, link: kv_transfer_time_s(ctx.model, ctx.system, ctx.workload, tp, pp, link))
+    "prefill_pool",
+    (S.PREFILL_TP, S.PREFILL_PP, S.PREFILL_EP, S.PREFILL_TP_GROUP, S.PREFILL_EP_GROUP, S.PREFILL_PP_GROUP),
+    (Output("latency", TIME), Output("cycle", TIME, reference=True), Output("memory", MEMORY)),
+    _prefill_pool,
+)
+KV_TRANSFER = Factor(
+    "kv_transfer",
+    (S.PREFILL_TP, S.PREFILL_PP, S.KV_LINK),
+    (Output("time", TIME),),
+    lambda ctx, tp, pp, link: kv_transfer_time_s(ctx.model, ctx.system, ctx.workload, tp, pp, link),
+)
 
 
 def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
@@ -177,6 +227,7 @@ def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
 
 
 # ---------------------------------------------------------------- the composition
+
 
 def pass_cycle(o, counts, layers, send, single):
     """A pass's cycle through a replica: its slowest stage (layers x per-layer time, the embedding on
@@ -222,8 +273,9 @@ def compose(o, ctx: ServingContext) -> ServingStep:
     batch, micro = o.decision(S.BATCH), o.decision(S.MICRO_BATCH)
     single = o.equals(pp, 1)
     counts = o.lookup(STAGE_COUNTS)
-    cycles = {kind: pass_cycle(o, counts, o.lookup(PASS_LAYERS[kind]), o.lookup(SENDS[kind]).time, single)
-              for kind in PASS_KINDS[mode]}
+    cycles = {
+        kind: pass_cycle(o, counts, o.lookup(PASS_LAYERS[kind]), o.lookup(SENDS[kind]).time, single) for kind in PASS_KINDS[mode]
+    }
     peak = replica_memory(o, o.lookup(WEIGHTS), o.lookup(KV), batch, o.lookup(ACTIVATIONS), single)
     requests = o.product(dp, batch)  # sequences decoded at once by the (decode) pool
     if mode is ServingMode.STATIC:
@@ -256,28 +308,63 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         limits.append(Limit("ttft_slo", ttft, wl.ttft_slo_s, TIME))
     if wl.tpot_slo_s is not None:
         limits.append(Limit("tpot_slo", tpot, wl.tpot_slo_s, TIME))
-    minimised = {"tokens_per_s": seconds_per_token, "tokens_per_s_per_gpu": gpu_seconds_per_token,
-                 "tokens_per_s_per_user": tpot, "ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e,
-                 "peak_memory_gib": peak}
-    return ServingStep(ttft=ttft, tpot=tpot, e2e=e2e, seconds_per_token=seconds_per_token,
-                       gpu_seconds_per_token=gpu_seconds_per_token, peak_memory=peak, minimised=minimised, limits=limits)
+    minimised = {
+        "tokens_per_s": seconds_per_token,
+        "tokens_per_s_per_gpu": gpu_seconds_per_token,
+        "tokens_per_s_per_user": tpot,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_latency_s": e2e,
+        "peak_memory_gib": peak,
+    }
+    return ServingStep(
+        ttft=ttft,
+        tpot=tpot,
+        e2e=e2e,
+        seconds_per_token=seconds_per_token,
+        gpu_seconds_per_token=gpu_seconds_per_token,
+        peak_memory=peak,
+        minimised=minimised,
+        limits=limits,
+    )
 
 
 # ---------------------------------------------------------------- one plan, on floats
+
 
 def plan_decisions(ctx: ServingContext, mapping: ServingMapping) -> dict:
     """Every decision ``compose`` reads, for one (valid) serving plan on ``ctx.system``."""
     pool, system = mapping.decode, ctx.system
     where = serving_layouts(system, pool.tp, pool.pp, pool.ep)
-    values = {S.NUM_GPUS: system.num_gpus, S.POOL_GPUS: pool.num_gpus, S.TP: pool.tp, S.PP: pool.pp, S.EP: pool.ep,
-              S.DP: pool.dp, S.BATCH: mapping.batch, S.MICRO_BATCH: mapping.batch // pool.pp,
-              S.TP_GROUP: where["tp"], S.EP_GROUP: where["ep"], S.PP_GROUP: where["pp"]}
+    values = {
+        S.NUM_GPUS: system.num_gpus,
+        S.POOL_GPUS: pool.num_gpus,
+        S.TP: pool.tp,
+        S.PP: pool.pp,
+        S.EP: pool.ep,
+        S.DP: pool.dp,
+        S.BATCH: mapping.batch,
+        S.MICRO_BATCH: mapping.batch // pool.pp,
+        S.TP_GROUP: where["tp"],
+        S.EP_GROUP: where["ep"],
+        S.PP_GROUP: where["pp"],
+    }
     if mapping.prefill is not None:
         p = mapping.prefill
         pre = serving_layouts(system, p.tp, p.pp, p.ep)
-        values.update({S.PREFILL_GPUS: p.num_gpus, S.PREFILL_TP: p.tp, S.PREFILL_PP: p.pp, S.PREFILL_EP: p.ep,
-                       S.PREFILL_DP: p.dp, S.PREFILL_TP_GROUP: pre["tp"], S.PREFILL_EP_GROUP: pre["ep"],
-                       S.PREFILL_PP_GROUP: pre["pp"], S.KV_LINK: kv_link_layout(system)})
+        values.update(
+            {
+                S.PREFILL_GPUS: p.num_gpus,
+                S.PREFILL_TP: p.tp,
+                S.PREFILL_PP: p.pp,
+                S.PREFILL_EP: p.ep,
+                S.PREFILL_DP: p.dp,
+                S.PREFILL_TP_GROUP: pre["tp"],
+                S.PREFILL_EP_GROUP: pre["ep"],
+                S.PREFILL_PP_GROUP: pre["pp"],
+                S.KV_LINK: kv_link_layout(system),
+            }
+        )
     return values
 
 
@@ -290,14 +377,24 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
         meets = meets & (q.ttft <= wl.ttft_slo_s)
     if wl.tpot_slo_s is not None:
         meets = meets & (q.tpot <= wl.tpot_slo_s)
-    return {"ttft_s": q.ttft, "tpot_s": q.tpot, "e2e_latency_s": q.e2e, "tokens_per_s": 1.0 / q.seconds_per_token,
-            "tokens_per_s_per_gpu": 1.0 / q.gpu_seconds_per_token, "tokens_per_s_per_user": 1.0 / q.tpot,
-            "peak_memory_gib": q.peak_memory / GIB, "usable_memory_gib": usable / GIB, "fits": fits, "meets_slo": meets,
-            "num_gpus": num_gpus}
+    return {
+        "ttft_s": q.ttft,
+        "tpot_s": q.tpot,
+        "e2e_latency_s": q.e2e,
+        "tokens_per_s": 1.0 / q.seconds_per_token,
+        "tokens_per_s_per_gpu": 1.0 / q.gpu_seconds_per_token,
+        "tokens_per_s_per_user": 1.0 / q.tpot,
+        "peak_memory_gib": q.peak_memory / GIB,
+        "usable_memory_gib": usable / GIB,
+        "fits": fits,
+        "meets_slo": meets,
+        "num_gpus": num_gpus,
+    }
 
 
-def evaluate_inference(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping,
-                       with_max_batch: bool = True) -> Evaluation:
+def evaluate_inference(
+    model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping, with_max_batch: bool = True
+) -> Evaluation:
     """TTFT, TPOT, end-to-end latency, throughput and peak memory of a serving plan (``compose`` on
     floats), with breakdowns; ``with_max_batch`` adds the largest batch that fits (``max_batch``)."""
     check_serving(model, system, workload, mapping)
@@ -325,6 +422,7 @@ def max_batch(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload,
 
     def fits(batch):
         return pool_peak_memory(ctx, pool, batch) <= system.usable_memory_bytes
+
     step = pool.pp
     if not fits(step):
         return 0
@@ -340,6 +438,7 @@ def max_batch(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload,
 
 # ---------------------------------------------------------------- breakdowns (reporting)
 
+
 def _pass_breakdown(ctx: ServingContext, pool: PoolMapping, p: Pass) -> dict:
     """A pass's latency (pp cycles) by component, seconds: the slowest stage's layers, edges and send."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
@@ -349,8 +448,13 @@ def _pass_breakdown(ctx: ServingContext, pool: PoolMapping, p: Pass) -> dict:
     edges = edge_times(model, system, wl, pool.tp, p)
 
     def stage_s(s):
-        return s.dense * dense.total + (s.moe * moe.total if s.moe else 0.0) + (edges[0] if s.first else 0.0) + (
-            edges[1] if s.last else 0.0)
+        return (
+            s.dense * dense.total
+            + (s.moe * moe.total if s.moe else 0.0)
+            + (edges[0] if s.first else 0.0)
+            + (edges[1] if s.last else 0.0)
+        )
+
     slowest = max(stage_layouts(model, pool.pp), key=stage_s)
     out = {}
     for name in ("gemm", "attention", "elementwise", "tp_comm", "ep_comm"):
@@ -369,8 +473,12 @@ def _memory_breakdown(ctx: ServingContext, pool: PoolMapping, resident: int, cac
     for i, s in enumerate(stage_layouts(model, pool.pp)):
         kv = resident * kv_cache.kv_bytes_per_sequence(model, wl.kv_precision, pool.tp, s.layers, cached, wl.kv_block_tokens)
         act = max(activation_bytes(model, wl, pool.tp, p, s.last) for p in passes)
-        parts = {"weights": stage_weight_bytes(model, wl, s, pool.tp, pool.ep), "kv_cache": kv,
-                 "kv_headroom": kv_cache.kv_pool_bytes(kv, wl.kv_cache_memory_fraction) - kv, "activations": act}
+        parts = {
+            "weights": stage_weight_bytes(model, wl, s, pool.tp, pool.ep),
+            "kv_cache": kv,
+            "kv_headroom": kv_cache.kv_pool_bytes(kv, wl.kv_cache_memory_fraction) - kv,
+            "activations": act,
+        }
         if best is None or sum(parts.values()) > best[0]:
             best = (sum(parts.values()), i, parts)
     return best
@@ -399,6 +507,10 @@ def _breakdown(ctx: ServingContext, mapping: ServingMapping, q: ServingStep) -> 
         if pre[0] > total:
             total, stage, parts = pre
             where = "prefill"
-    return {"tpot_s": tpot, "ttft_s": ttft, "memory_gib": {k: v / GIB for k, v in parts.items()},
-            "peak_memory_pool": where, "peak_memory_stage": stage}
-
+    return {
+        "tpot_s": tpot,
+        "ttft_s": ttft,
+        "memory_gib": {k: v / GIB for k, v in parts.items()},
+        "peak_memory_pool": where,
+        "peak_memory_stage": stage,
+    }

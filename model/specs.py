@@ -106,14 +106,13 @@ class ModelSpec:
             if self.hidden % self.heads:
                 raise ProblemError(
                     f"hidden {self.hidden} is not divisible by heads {self.heads}; give head_dim",
-                    source=src, field="head_dim",
+                    source=src,
+                    field="head_dim",
                 )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         checks.positive_int(self.head_dim, "head_dim", src)
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
-            raise ProblemError(
-                f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads"
-            )
+            raise ProblemError(f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads")
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) has a mixture-of-experts FFN."""
@@ -276,10 +275,18 @@ class Mapping:
 
     def as_dict(self) -> dict:
         return {
-            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-            "micro_batch": self.micro_batch, "vpp": self.vpp, "sp": self.sp,
-            "recompute": self.recompute, "zero": self.zero,
-            "first_stage_layers": self.first_stage_layers, "last_stage_layers": self.last_stage_layers,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "micro_batch": self.micro_batch,
+            "vpp": self.vpp,
+            "sp": self.sp,
+            "recompute": self.recompute,
+            "zero": self.zero,
+            "first_stage_layers": self.first_stage_layers,
+            "last_stage_layers": self.last_stage_layers,
             "placement": self.placement,
         }
 

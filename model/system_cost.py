@@ -80,8 +80,11 @@ def capex_usd(num_gpus: int, nodes: int, switches: int, links: int, prices: Pric
     if prices.node_usd is not None:
         items = {"nodes": nodes * prices.node_usd}
     else:
-        items = {"devices": num_gpus * prices.device_usd, "hosts": nodes * prices.host_usd_per_node,
-                 "nics": num_gpus * prices.nic_usd_per_gpu}
+        items = {
+            "devices": num_gpus * prices.device_usd,
+            "hosts": nodes * prices.host_usd_per_node,
+            "nics": num_gpus * prices.nic_usd_per_gpu,
+        }
     return items | {"switches": switches * prices.switch_usd, "links": links * prices.link_usd}
 
 
@@ -110,8 +113,12 @@ class SystemCost:
     breakdown: dict
 
     def as_dict(self) -> dict:
-        return {"capex_usd": self.capex_usd, "power_w": self.power_w, "cost_per_hour_usd": self.cost_per_hour_usd,
-                **self.breakdown}
+        return {
+            "capex_usd": self.capex_usd,
+            "power_w": self.power_w,
+            "cost_per_hour_usd": self.cost_per_hour_usd,
+            **self.breakdown,
+        }
 
 
 def system_cost(num_gpus: int, gpus_per_node: int, scale_up_domain: int, tdp_w: float, prices: Prices) -> SystemCost:
@@ -129,9 +136,17 @@ def system_cost(num_gpus: int, gpus_per_node: int, scale_up_domain: int, tdp_w: 
     energy = energy_usd_per_hour(watts, prices.energy_usd_per_kwh)
     rental = None if prices.gpu_hour_usd is None else prices.gpu_hour_usd * num_gpus
     hourly = rental if rental is not None else amortised + energy
-    breakdown = {"num_gpus": num_gpus, "nodes": nodes, "fat_tree_tiers": tiers, "switches": switches, "links": links,
-                 "capex_usd_by_item": items, "amortised_usd_per_hour": amortised, "energy_usd_per_hour": energy,
-                 "rental_usd_per_hour": rental}
+    breakdown = {
+        "num_gpus": num_gpus,
+        "nodes": nodes,
+        "fat_tree_tiers": tiers,
+        "switches": switches,
+        "links": links,
+        "capex_usd_by_item": items,
+        "amortised_usd_per_hour": amortised,
+        "energy_usd_per_hour": energy,
+        "rental_usd_per_hour": rental,
+    }
     return SystemCost(capex_usd=capex, power_w=watts, cost_per_hour_usd=hourly, breakdown=breakdown)
 
 

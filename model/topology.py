@@ -94,18 +94,24 @@ class Level:
     global_link: Link | None = None
 
     def __post_init__(self):
-        expected = {"fat_tree": math.prod(t.size for t in self.tiers) if self.tiers else self.size,
-                    "torus": math.prod(self.dims), "ring": math.prod(self.dims),
-                    "dragonfly": self.groups * self.routers_per_group * self.units_per_router}.get(self.kind, self.size)
+        expected = {
+            "fat_tree": math.prod(t.size for t in self.tiers) if self.tiers else self.size,
+            "torus": math.prod(self.dims),
+            "ring": math.prod(self.dims),
+            "dragonfly": self.groups * self.routers_per_group * self.units_per_router,
+        }.get(self.kind, self.size)
         if self.size != expected:
             raise ProblemError(f"is {self.size} but the {self.kind} it describes joins {expected} units", field="size")
         for tier in self.tiers:
             if tier.radix and tier.size > tier.radix:
-                raise ProblemError(f"tier {tier.name!r} joins {tier.size} units but its switches have radix {tier.radix}",
-                                   field="tiers")
+                raise ProblemError(
+                    f"tier {tier.name!r} joins {tier.size} units but its switches have radix {tier.radix}", field="tiers"
+                )
         if self.in_network is not None and self.kind not in IN_NETWORK_KINDS:
-            raise ProblemError(f"a {self.kind} level cannot reduce in the network; allowed on: {', '.join(IN_NETWORK_KINDS)}",
-                               field="in_network_reduction")
+            raise ProblemError(
+                f"a {self.kind} level cannot reduce in the network; allowed on: {', '.join(IN_NETWORK_KINDS)}",
+                field="in_network_reduction",
+            )
 
     def wrapped(self, dim: int, extent: int) -> bool:
         """Whether a slice of ``extent`` along dimension ``dim`` closes into a ring (extent > 2)."""
@@ -222,8 +228,11 @@ class Topology:
                 rest = 1
             elif rest % level.size:
                 unit = self.gpus_per_unit(i + 1)
-                raise ProblemError(f"{n} GPUs are not placeable: a group larger than one {level.name} unit "
-                                   f"({unit} GPUs) must fill whole units (a multiple of {unit})", field="gpus")
+                raise ProblemError(
+                    f"{n} GPUs are not placeable: a group larger than one {level.name} unit "
+                    f"({unit} GPUs) must fill whole units (a multiple of {unit})",
+                    field="gpus",
+                )
             else:
                 extents.append(level.size)
                 rest //= level.size
@@ -231,8 +240,11 @@ class Topology:
         for level, extent in zip(self.levels, extents):
             shape = _slice_shape(level, extent) if level.kind in DIRECT else ()
             if level.kind in DIRECT and not shape:
-                raise ProblemError(f"{n} GPUs are not placeable: {extent} units do not form a slice of the "
-                                   f"{'x'.join(map(str, level.dims))} {level.kind} {level.name!r}", field="gpus")
+                raise ProblemError(
+                    f"{n} GPUs are not placeable: {extent} units do not form a slice of the "
+                    f"{'x'.join(map(str, level.dims))} {level.kind} {level.name!r}",
+                    field="gpus",
+                )
             shapes.append(shape)
         return Placement(tuple(extents), tuple(shapes), max(1, int(concurrent)))
 
@@ -245,6 +257,7 @@ class Topology:
 
         def members(reach):
             return max(1, reach // gap) * members_per_unit
+
         out = []
         if lv.kind == "fat_tree":
             reach = 1
@@ -256,8 +269,9 @@ class Topology:
             units = lv.routers_per_group * lv.units_per_router
             if span > units:
                 spanned = math.ceil(span / units)
-                out.append(Boundary("global", units * per_unit, members(units),
-                                    dragonfly_oversubscription(lv, spanned, per_unit)))
+                out.append(
+                    Boundary("global", units * per_unit, members(units), dragonfly_oversubscription(lv, spanned, per_unit))
+                )
         return [b for b in out if b.oversubscription > 1.0]
 
 
@@ -300,6 +314,12 @@ def default_topology(scale_up, scale_out, domain: int, num_gpus: int) -> Topolog
     ring collectives of ``collectives.py`` give the numbers of ``comm.py``."""
     units = max(1, math.ceil(num_gpus / domain))
     up = Level("scale_up", "switch", domain, Link(scale_up.bandwidth_bytes_per_s, scale_up.latency_s), scale_up.efficiency)
-    out = Level("scale_out", "fat_tree", units, Link(scale_out.bandwidth_bytes_per_s, scale_out.latency_s),
-                scale_out.efficiency, tiers=(Tier("network", units),))
+    out = Level(
+        "scale_out",
+        "fat_tree",
+        units,
+        Link(scale_out.bandwidth_bytes_per_s, scale_out.latency_s),
+        scale_out.efficiency,
+        tiers=(Tier("network", units),),
+    )
     return Topology((up, out))

@@ -47,21 +47,35 @@ class LayerTimes:
 
     @property
     def forward(self) -> float:
-        return (self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd
-                + self.ep_comm_fwd)
+        return self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd + self.ep_comm_fwd
 
     @property
     def backward(self) -> float:
-        return (self.gemm_bwd + self.attention_bwd + self.elementwise_bwd + self.tp_comm_bwd
-                + self.cp_comm_bwd + self.ep_comm_bwd + self.recompute)
+        return (
+            self.gemm_bwd
+            + self.attention_bwd
+            + self.elementwise_bwd
+            + self.tp_comm_bwd
+            + self.cp_comm_bwd
+            + self.ep_comm_bwd
+            + self.recompute
+        )
 
     @property
     def total(self) -> float:
         return self.forward + self.backward
 
 
-def tp_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
-                           tp_layout: Layout | None = None) -> float:
+def tp_comm_forward_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    tp_layout: Layout | None = None,
+) -> float:
     """TP communication in one layer's forward: two all-reduces of the b·s·h activation
     (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
     reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2), over the TP group at
@@ -71,12 +85,22 @@ def tp_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workl
     where = tp_layout or layout(system, Group.of((tp, 1)))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * bytes_per_element(activation_precision(workload.precision))
     if sp:
-        return 2.0 * (collective_time_s("reducescatter", nbytes, where, system) + collective_time_s("allgather", nbytes, where, system))
+        return 2.0 * (
+            collective_time_s("reducescatter", nbytes, where, system) + collective_time_s("allgather", nbytes, where, system)
+        )
     return 2.0 * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
 
 
-def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                              attention_fwd_s: float, cp_layout: Layout | None = None) -> float:
+def cp_exposed_forward_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    attention_fwd_s: float,
+    cp_layout: Layout | None = None,
+) -> float:
     """Exposed ring-attention K/V exchange in one layer's forward (Liu et al., Ring Attention, 2023).
 
     cp-1 steps, each passing this rank's K and V block (2·b·(s/cp)·kv·d elements, kv heads split
@@ -91,8 +115,17 @@ def cp_exposed_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Wo
     return max(0.0, transfer - attention_fwd_s)
 
 
-def ep_comm_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                   ep: int, direction: str, ep_layout: Layout | None = None) -> float:
+def ep_comm_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    ep: int,
+    direction: str,
+    ep_layout: Layout | None = None,
+) -> float:
     """MoE all-to-all in one layer of one micro-batch, seconds: the token dispatch and the combine
     of the forward (``direction`` forward), or of the backward, which sends the gradients back the
     same way (``backward``). Each GPU routes its sequence-parallel share, tokens/tp, over the EP
@@ -114,14 +147,16 @@ def ep_comm_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp:
     return total
 
 
-def ep_comm_forward_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                           ep: int) -> float:
+def ep_comm_forward_time_s(
+    model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, ep: int
+) -> float:
     """Dispatch and combine of one layer's forward, seconds (``ep_comm_time_s``)."""
     return ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward")
 
 
-def ep_exposed_times_s(device: DeviceSpec, workload: Workload, ep_fwd: float, ep_bwd: float,
-                       layer_compute_s: float) -> tuple[float, float]:
+def ep_exposed_times_s(
+    device: DeviceSpec, workload: Workload, ep_fwd: float, ep_bwd: float, layer_compute_s: float
+) -> tuple[float, float]:
     """(forward, backward) all-to-all seconds left exposed. Without overlap, all of it. With
     ``moe_a2a_overlap`` the forward of one micro-batch and the backward of another run merged, each
     one's all-to-all hidden behind the other's compute (DualPipe, DeepSeek-V3 Sec. 3.2.1; Megatron-
@@ -136,8 +171,17 @@ def ep_exposed_times_s(device: DeviceSpec, workload: Workload, ep_fwd: float, ep
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def layer_compute_times_s(model: ModelSpec, device: DeviceSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                          sp: bool, ep: int = 1, moe_layer: bool = False) -> tuple[float, float, float, float]:
+def layer_compute_times_s(
+    model: ModelSpec,
+    device: DeviceSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    ep: int = 1,
+    moe_layer: bool = False,
+) -> tuple[float, float, float, float]:
     """(GEMM forward, attention core forward, elementwise forward, elementwise backward) seconds of one
     layer for one micro-batch on one GPU: its compute, the same wherever its groups sit (cached, as
     many placements share it)."""
@@ -153,14 +197,27 @@ def layer_compute_times_s(model: ModelSpec, device: DeviceSpec, workload: Worklo
     return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
 
 
-def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool,
-                recompute: str, ep: int = 1, moe_layer: bool = False, layouts: dict | None = None) -> LayerTimes:
+def layer_times(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    recompute: str,
+    ep: int = 1,
+    moe_layer: bool = False,
+    layouts: dict | None = None,
+) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
     one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep': Layout}, ``placement.group_layouts``)
     say where the groups sit (default: the default placement)."""
     layouts = layouts or {}
     device = system.device
-    gemm_fwd, attn_fwd, elem_fwd, elem_bwd = layer_compute_times_s(model, device, workload, tp, cp, micro_batch, sp, ep, moe_layer)
+    gemm_fwd, attn_fwd, elem_fwd, elem_bwd = layer_compute_times_s(
+        model, device, workload, tp, cp, micro_batch, sp, ep, moe_layer
+    )
     ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) if moe_layer else 0.0
     ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) if moe_layer else 0.0
     tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
@@ -168,8 +225,9 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
     cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0, layouts.get("cp")) * 2.0
-    ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd
-                                                    + elem_fwd + elem_bwd)
+    ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(
+        device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd + elem_fwd + elem_bwd
+    )
     if recompute == "full":
         redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
     elif recompute == "selective":
@@ -177,9 +235,19 @@ def layer_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: in
     else:
         redo = 0.0
     return LayerTimes(
-        gemm_fwd=gemm_fwd, attention_fwd=attn_fwd, elementwise_fwd=elem_fwd, tp_comm_fwd=tp_fwd, cp_comm_fwd=cp_fwd,
-        gemm_bwd=2.0 * gemm_fwd, attention_bwd=attn_bwd, elementwise_bwd=elem_bwd, tp_comm_bwd=tp_fwd,
-        cp_comm_bwd=cp_bwd, recompute=redo, ep_comm_fwd=ep_fwd_shown, ep_comm_bwd=ep_bwd_shown,
+        gemm_fwd=gemm_fwd,
+        attention_fwd=attn_fwd,
+        elementwise_fwd=elem_fwd,
+        tp_comm_fwd=tp_fwd,
+        cp_comm_fwd=cp_fwd,
+        gemm_bwd=2.0 * gemm_fwd,
+        attention_bwd=attn_bwd,
+        elementwise_bwd=elem_bwd,
+        tp_comm_bwd=tp_fwd,
+        cp_comm_bwd=cp_bwd,
+        recompute=redo,
+        ep_comm_fwd=ep_fwd_shown,
+        ep_comm_bwd=ep_bwd_shown,
     )
 
 
@@ -204,12 +272,15 @@ def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, t
     """Forward times of the embedding (first stage) and of the output layer and loss (last stage)."""
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
-    return EdgeTimes(first_fwd=compute.embedding_forward_time_s(model, device, workload.precision, tokens),
-                     last_fwd=compute.logits_forward_time_s(model, device, workload.precision, tokens, tp))
+    return EdgeTimes(
+        first_fwd=compute.embedding_forward_time_s(model, device, workload.precision, tokens),
+        last_fwd=compute.logits_forward_time_s(model, device, workload.precision, tokens, tp),
+    )
 
 
-def pipeline_p2p_time_s(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int,
-                        pp_layout: Layout) -> float:
+def pipeline_p2p_time_s(
+    model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, pp_layout: Layout
+) -> float:
     """Forward send + backward send of one micro-batch's boundary activation, seconds (pp > 1),
     between neighbouring stages of the pipeline group at ``pp_layout`` (the slowest hop sets the
     pace: across the scale-up domain if any pair of stages is).
@@ -233,7 +304,9 @@ def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last
     if is_first:
         n += params.input_embedding_params(model) / tp
     if is_last:
-        n += (params.output_layer_params(model) + (model.vocab * model.hidden if model.tied_embeddings and not is_first else 0)) / tp
+        n += (
+            params.output_layer_params(model) + (model.vocab * model.hidden if model.tied_embeddings and not is_first else 0)
+        ) / tp
     return n
 
 
@@ -267,7 +340,9 @@ def dp_group_size(mapping: Mapping) -> int:
     return mapping.dp * mapping.cp
 
 
-def dp_comm_times_s(system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout) -> tuple[float, float]:
+def dp_comm_times_s(
+    system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout
+) -> tuple[float, float]:
     """(gradient reduction, parameter gather) seconds of one step's data-parallel traffic for
     ``params_on_gpu`` parameters over one data-parallel group at ``group`` (the dp·cp group, or the
     expert data-parallel group for routed experts, whose traffic adds to it).
@@ -283,12 +358,21 @@ def dp_comm_times_s(system: SystemSpec, workload: Workload, zero: int, params_on
     """
     if zero == 0:
         return collective_time_s("allreduce", params_on_gpu * grad_bytes(workload), group, system), 0.0
-    return (collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system),
-            collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, group, system))
+    return (
+        collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system),
+        collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, group, system),
+    )
 
 
-def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, layers_on_stage: int, stage: int,
-                           microbatches: int, moe_layers: int = 0) -> float:
+def stage_activation_bytes(
+    model: ModelSpec,
+    workload: Workload,
+    mapping: Mapping,
+    layers_on_stage: int,
+    stage: int,
+    microbatches: int,
+    moe_layers: int = 0,
+) -> float:
     """Activation bytes held at the peak of one stage (in-flight micro-batches, edge buffers,
     the recompute working set); ``moe_layers`` of its layers are MoE layers."""
     m = mapping
@@ -309,8 +393,9 @@ def stage_activation_bytes(model: ModelSpec, workload: Workload, mapping: Mappin
     return total
 
 
-def stage_state_bytes(model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float,
-                      expert_params_on_gpu: float = 0.0) -> dict:
+def stage_state_bytes(
+    model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0
+) -> dict:
     """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component; expert
     weights shard their states over the expert data-parallel group tp·dp·cp/ep."""
     g = grad_bytes(workload)
@@ -335,12 +420,15 @@ def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int
             field="mapping",
         )
     if model.heads % tp or model.kv_heads % tp:
-        raise ProblemError(f"tp {tp} must divide the {model.heads} heads and the {model.kv_heads} kv_heads (Megatron-Core)",
-                           field="mapping.tp")
+        raise ProblemError(
+            f"tp {tp} must divide the {model.heads} heads and the {model.kv_heads} kv_heads (Megatron-Core)", field="mapping.tp"
+        )
     if workload.global_batch % dp:
         raise ProblemError(f"global_batch {workload.global_batch} is not divisible by dp {dp}", field="mapping.dp")
     if cp > 1 and workload.seq_len % (2 * cp):
-        raise ProblemError(f"seq_len {workload.seq_len} must be divisible by 2·cp = {2 * cp} (load-balanced causal split)", field="mapping.cp")
+        raise ProblemError(
+            f"seq_len {workload.seq_len} must be divisible by 2·cp = {2 * cp} (load-balanced causal split)", field="mapping.cp"
+        )
     if pp > model.layers:
         raise ProblemError(f"pp {pp} exceeds the {model.layers} layers", field="mapping.pp")
 
@@ -357,10 +445,15 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     if isinstance(m.zero, bool) or m.zero not in tuple(ZeroStage):
         raise ProblemError(f"{m.zero!r} is not allowed; allowed: {allowed(ZeroStage)}", field="mapping.zero")
     if m.ep != 1 and model.moe is None:
-        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep")
+        raise ProblemError(
+            "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep"
+        )
     if model.moe is not None and (model.moe.experts % m.ep or (m.tp * m.dp * m.cp) % m.ep):
-        raise ProblemError(f"ep {m.ep} must divide the {model.moe.experts} experts and tp·dp·cp = {m.tp * m.dp * m.cp} "
-                           "(Megatron-Core with expert tensor parallelism 1)", field="mapping.ep")
+        raise ProblemError(
+            f"ep {m.ep} must divide the {model.moe.experts} experts and tp·dp·cp = {m.tp * m.dp * m.cp} "
+            "(Megatron-Core with expert tensor parallelism 1)",
+            field="mapping.ep",
+        )
     check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
     check_placement(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, model.moe is not None)
     check_system(system)
@@ -374,13 +467,22 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     microbatches = workload.global_batch // (m.dp * m.micro_batch)
     if m.vpp > 1 and microbatches % m.pp:
         # Megatron-LM's interleaved schedule runs micro-batches in groups of pp (schedules.py)
-        raise ProblemError(f"the interleaved schedule (vpp {m.vpp}) needs the {microbatches} micro-batches per step to be "
-                           f"a multiple of pp {m.pp}", field="mapping.vpp")
+        raise ProblemError(
+            f"the interleaved schedule (vpp {m.vpp}) needs the {microbatches} micro-batches per step to be "
+            f"a multiple of pp {m.pp}",
+            field="mapping.vpp",
+        )
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     lead = model.moe.first_dense_layers if model.moe is not None else 0
     if layers[0] < lead:
-        raise ProblemError(f"the first stage holds {layers[0]} layers, fewer than the model's {lead} leading dense layers, "
-                           "which all sit on it; set mapping.first_stage_layers to at least that", field="mapping.first_stage_layers")
+        raise ProblemError(
+            f"the first stage holds {layers[0]} layers, fewer than the model's {lead} leading dense layers, "
+            "which all sit on it; set mapping.first_stage_layers to at least that",
+            field="mapping.first_stage_layers",
+        )
     if not vpp_divides_stages(layers, m.vpp):
-        raise ProblemError(f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
-                           "(the first and last stage may count the embedding or loss as a layer)", field="mapping.vpp")
+        raise ProblemError(
+            f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
+            "(the first and last stage may count the embedding or loss as a layer)",
+            field="mapping.vpp",
+        )

@@ -68,8 +68,13 @@ def lead_layers(model: ModelSpec) -> int:
 # ---------------------------------------------------------------- factors
 
 TIME, MEMORY, COUNT = Unit.TIME, Unit.MEMORY, Unit.COUNT
-LAYER_OUTPUTS = (Output("total", TIME, reference=True), Output("fwd", TIME), Output("bwd", TIME),
-                 Output("activation", MEMORY), Output("working", MEMORY))
+LAYER_OUTPUTS = (
+    Output("total", TIME, reference=True),
+    Output("fwd", TIME),
+    Output("bwd", TIME),
+    Output("activation", MEMORY),
+    Output("working", MEMORY),
+)
 
 
 def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts) -> tuple:
@@ -77,19 +82,37 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
     the activation bytes it keeps and the recomputation working set (``memory``)."""
     model, wl = ctx.model, ctx.workload
     lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts)
-    args = (model, micro_batch, wl.seq_len, tp, cp, sp, recompute, wl.attention, memory.saved_gemm_input_bytes(wl.precision),
-            moe_layer)
+    args = (
+        model,
+        micro_batch,
+        wl.seq_len,
+        tp,
+        cp,
+        sp,
+        recompute,
+        wl.attention,
+        memory.saved_gemm_input_bytes(wl.precision),
+        moe_layer,
+    )
     return lt.total, lt.forward, lt.backward, memory.activation_bytes_per_layer(*args), memory.recompute_working_bytes(*args)
 
 
 LEAD_LAYER = Factor(
-    "lead_layer", (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP), LAYER_OUTPUTS,
+    "lead_layer",
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP),
+    LAYER_OUTPUTS,
     lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group: _layer(
-        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}))
+        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}
+    ),
+)
 MOE_LAYER = Factor(
-    "moe_layer", (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP), LAYER_OUTPUTS,
+    "moe_layer",
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP),
+    LAYER_OUTPUTS,
     lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group: _layer(
-        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}))
+        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}
+    ),
+)
 
 
 def _edges(ctx: TrainingContext, tp, cp, micro_batch) -> tuple:
@@ -98,15 +121,34 @@ def _edges(ctx: TrainingContext, tp, cp, micro_batch) -> tuple:
     return e.first_fwd, e.first_bwd, e.last_fwd, e.last_bwd, logits
 
 
-EDGES = Factor("edges", (D.TP, D.CP, D.MICRO_BATCH),
-               (Output("first_fwd", TIME), Output("first_bwd", TIME), Output("last_fwd", TIME), Output("last_bwd", TIME),
-                Output("logits_activation", MEMORY)), _edges)
+EDGES = Factor(
+    "edges",
+    (D.TP, D.CP, D.MICRO_BATCH),
+    (
+        Output("first_fwd", TIME),
+        Output("first_bwd", TIME),
+        Output("last_fwd", TIME),
+        Output("last_bwd", TIME),
+        Output("logits_activation", MEMORY),
+    ),
+    _edges,
+)
 EMBEDDING_ACTIVATION = Factor(
-    "embedding_activation", (D.TP, D.CP, D.MICRO_BATCH, D.PP), (Output("bytes", MEMORY),),
-    lambda ctx, tp, cp, micro_batch, pp: memory.embedding_activation_bytes(ctx.model, micro_batch, ctx.workload.seq_len, tp, cp, pp))
-P2P = Factor("p2p", (D.TP, D.CP, D.MICRO_BATCH, D.PP_GROUP), (Output("time", TIME),),
-             lambda ctx, tp, cp, micro_batch, pp_group: pipeline_p2p_time_s(ctx.model, ctx.system, ctx.workload, tp, cp,
-                                                                            micro_batch, pp_group))
+    "embedding_activation",
+    (D.TP, D.CP, D.MICRO_BATCH, D.PP),
+    (Output("bytes", MEMORY),),
+    lambda ctx, tp, cp, micro_batch, pp: memory.embedding_activation_bytes(
+        ctx.model, micro_batch, ctx.workload.seq_len, tp, cp, pp
+    ),
+)
+P2P = Factor(
+    "p2p",
+    (D.TP, D.CP, D.MICRO_BATCH, D.PP_GROUP),
+    (Output("time", TIME),),
+    lambda ctx, tp, cp, micro_batch, pp_group: pipeline_p2p_time_s(
+        ctx.model, ctx.system, ctx.workload, tp, cp, micro_batch, pp_group
+    ),
+)
 
 
 def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
@@ -119,17 +161,27 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
 
     def state(p, pe=0.0):
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
+
     moe = 1 if model.moe is not None else 0
     lead = stage_params(model, 1, False, False, tp)
     embedding = stage_params(model, 0, True, False, tp)
     zero3 = stage_state_bytes(model, wl, m, lead).get("zero3_buffers", 0.0)
-    return (state(lead), state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep)),
-            state(embedding), state(stage_params(model, 0, True, True, tp) - embedding),
-            state(stage_params(model, 0, False, True, tp)), zero3)
+    return (
+        state(lead),
+        state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep)),
+        state(embedding),
+        state(stage_params(model, 0, True, True, tp) - embedding),
+        state(stage_params(model, 0, False, True, tp)),
+        zero3,
+    )
 
 
-STATES = Factor("states", (D.TP, D.ZERO, D.DP, D.CP, D.EP),
-                tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")), _states)
+STATES = Factor(
+    "states",
+    (D.TP, D.ZERO, D.DP, D.CP, D.EP),
+    tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")),
+    _states,
+)
 
 
 def _first_stage_moe_layers(model: ModelSpec, first_stage_layers: int) -> int:
@@ -162,19 +214,37 @@ def _first_stage_optimizer(ctx: TrainingContext, tp, zero, dp, cp, ep, single_st
 
 
 # Each factor on the decisions its term reads: the dense traffic does not see ep, the experts' not tp.
-FIRST_STAGE_DP = Factor("first_stage_dp", (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP),
-                        (Output("grads", TIME), Output("gather", TIME)), _first_stage_dp)
-FIRST_STAGE_EXPERT_DP = Factor("first_stage_expert_dp", (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP),
-                               (Output("grads", TIME), Output("gather", TIME)), _first_stage_expert_dp)
+FIRST_STAGE_DP = Factor(
+    "first_stage_dp",
+    (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP),
+    (Output("grads", TIME), Output("gather", TIME)),
+    _first_stage_dp,
+)
+FIRST_STAGE_EXPERT_DP = Factor(
+    "first_stage_expert_dp",
+    (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP),
+    (Output("grads", TIME), Output("gather", TIME)),
+    _first_stage_expert_dp,
+)
 FIRST_STAGE_OPTIMIZER = Factor(
-    "first_stage_optimizer", (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS), (Output("time", TIME),),
-    _first_stage_optimizer)
+    "first_stage_optimizer",
+    (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS),
+    (Output("time", TIME),),
+    _first_stage_optimizer,
+)
 CHUNK_LIMITS = Factor(
-    "chunk_limits", (D.PP, D.VPP), (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
-    lambda ctx, pp, vpp: (memory.in_flight_chunk_limit(0, pp, vpp), memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp),
-                          memory.in_flight_chunk_limit(pp - 1, pp, vpp)))
-HOURLY_PRICE = Factor("hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),),
-                      lambda ctx, num_gpus: ctx.hourly_usd[num_gpus])
+    "chunk_limits",
+    (D.PP, D.VPP),
+    (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
+    lambda ctx, pp, vpp: (
+        memory.in_flight_chunk_limit(0, pp, vpp),
+        memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp),
+        memory.in_flight_chunk_limit(pp - 1, pp, vpp),
+    ),
+)
+HOURLY_PRICE = Factor(
+    "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
+)
 
 # the factors whose per-layer times set the integer time unit (ops.Output.reference)
 TIME_REFERENCE = (LEAD_LAYER, MOE_LAYER)
@@ -187,6 +257,7 @@ def layer_factors(model: ModelSpec) -> tuple[Factor, Factor]:
 
 
 # ---------------------------------------------------------------- the composition
+
 
 @dataclass
 class TrainingStep:
@@ -211,8 +282,9 @@ def stage_time(o, lead_count: int, body_count, lead, body, extra, sends):
     return t + lead_count * lead.total if lead_count else t
 
 
-def stage_memory(o, lead_count: int, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp,
-                 extra_activations):
+def stage_memory(
+    o, lead_count: int, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations
+):
     """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
     in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
     working set of the widest layer kind it holds, and edge buffers (``extra_activations``)."""
@@ -240,6 +312,7 @@ def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
     def work(values, lead, body):
         per_stage = gb * values[D.TP] * values[D.CP] / (values[D.NUM_GPUS] * values[D.MICRO_BATCH])
         return per_stage * (k * lead.total + (L - k) * body.total)
+
     return ImpliedBound("pipeline_work", (D.NUM_GPUS, D.TP, D.CP, D.MICRO_BATCH), layer_factors(model), work)
 
 
@@ -288,38 +361,80 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
-    mem_first = stage_memory(o, k, b1, lead, body, states, states.embedding + o.where(single, states.output_first, 0),
-                             limits.first, chunks, vpp, embedding_act + o.where(single, edge.logits_activation, 0))
-    mem_last = o.where(single, mem_first, stage_memory(o, 0, n_last, lead, body, states, states.output_last, limits.last,
-                                                       chunks, vpp, edge.logits_activation))
+    mem_first = stage_memory(
+        o,
+        k,
+        b1,
+        lead,
+        body,
+        states,
+        states.embedding + o.where(single, states.output_first, 0),
+        limits.first,
+        chunks,
+        vpp,
+        embedding_act + o.where(single, edge.logits_activation, 0),
+    )
+    mem_last = o.where(
+        single,
+        mem_first,
+        stage_memory(o, 0, n_last, lead, body, states, states.output_last, limits.last, chunks, vpp, edge.logits_activation),
+    )
     mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
 
-    minimised = {TrainingObjective.THROUGHPUT: step, TrainingObjective.STEP_TIME: step, TrainingObjective.MEMORY: peak,
-                 TrainingObjective.TOKENS_PER_GPU: o.product(step, o.decision(D.NUM_GPUS))}
+    minimised = {
+        TrainingObjective.THROUGHPUT: step,
+        TrainingObjective.STEP_TIME: step,
+        TrainingObjective.MEMORY: peak,
+        TrainingObjective.TOKENS_PER_GPU: o.product(step, o.decision(D.NUM_GPUS)),
+    }
     if ctx.hourly_usd is not None:  # $ per token is proportional to step x $/hour (tokens per step are fixed)
         cost = o.product(step, o.lookup(HOURLY_PRICE).usd_per_hour)
         minimised[TrainingObjective.COST] = minimised[TrainingObjective.TOKENS_PER_USD] = cost
     out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if ctx.max_step_s is not None:
         out_limits.append(Limit("run_length", step, ctx.max_step_s, TIME))
-    return TrainingStep(step=step, peak_memory=peak, busy=busy, bubble=bubble, dp_exposed=exposed, optimizer=optimizer,
-                        stage_time={"first": s_first, "middle": s_mid, "last": s_last},
-                        stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
-                        minimised=minimised, limits=out_limits)
+    return TrainingStep(
+        step=step,
+        peak_memory=peak,
+        busy=busy,
+        bubble=bubble,
+        dp_exposed=exposed,
+        optimizer=optimizer,
+        stage_time={"first": s_first, "middle": s_mid, "last": s_last},
+        stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
+        minimised=minimised,
+        limits=out_limits,
+    )
 
 
 # ---------------------------------------------------------------- one mapping, on floats
+
 
 def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
     """Every decision ``compose`` reads, for one (valid) mapping on ``ctx.system``."""
     m = mapping
     layers = stage_layer_counts(ctx.model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
-    values = {D.NUM_GPUS: ctx.system.num_gpus, D.TP: m.tp, D.PP: m.pp, D.DP: m.dp, D.CP: m.cp, D.EP: m.ep,
-              D.MICRO_BATCH: m.micro_batch, D.VPP: m.vpp, D.SP: m.sp, D.RECOMPUTE: m.recompute, D.ZERO: m.zero,
-              D.FIRST_STAGE_LAYERS: layers[0], D.LAST_STAGE_LAYERS: layers[-1], D.PLACEMENT: m.placement,
-              D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
-              D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0, D.INTERLEAVED: m.vpp > 1, D.SINGLE_STAGE: m.pp == 1}
+    values = {
+        D.NUM_GPUS: ctx.system.num_gpus,
+        D.TP: m.tp,
+        D.PP: m.pp,
+        D.DP: m.dp,
+        D.CP: m.cp,
+        D.EP: m.ep,
+        D.MICRO_BATCH: m.micro_batch,
+        D.VPP: m.vpp,
+        D.SP: m.sp,
+        D.RECOMPUTE: m.recompute,
+        D.ZERO: m.zero,
+        D.FIRST_STAGE_LAYERS: layers[0],
+        D.LAST_STAGE_LAYERS: layers[-1],
+        D.PLACEMENT: m.placement,
+        D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
+        D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
+        D.INTERLEAVED: m.vpp > 1,
+        D.SINGLE_STAGE: m.pp == 1,
+    }
     values.update({GROUP_KEYS[kind]: where for kind, where in group_layouts(ctx.system, m).items()})
     return values
 
@@ -343,10 +458,18 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     peak_stage = max(range(mapping.pp), key=lambda i: stages[i]["memory_bytes"])
     metrics = training_metrics(ctx, q.step, q.peak_memory, system.num_gpus)
     metrics["fits"] = bool(metrics["fits"])
-    metrics.update(microbatches=m, num_gpus=system.num_gpus, params_b=params.total_params(model) / 1e9,
-                   active_params_b=params.total_params(model, active=True) / 1e9)
-    breakdown = {"time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q), "memory_gib": stages[peak_stage]["memory_gib"],
-                 "critical_stage": critical, "peak_memory_stage": peak_stage}
+    metrics.update(
+        microbatches=m,
+        num_gpus=system.num_gpus,
+        params_b=params.total_params(model) / 1e9,
+        active_params_b=params.total_params(model, active=True) / 1e9,
+    )
+    breakdown = {
+        "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),
+        "memory_gib": stages[peak_stage]["memory_gib"],
+        "critical_stage": critical,
+        "peak_memory_stage": peak_stage,
+    }
     for s in stages:
         del s["memory_gib"]
     return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)
@@ -388,25 +511,37 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         lead_count = k if first else 0
         extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
         extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
-        edge_states = ((states.embedding if first else 0.0) + (states.output_first if first and last else 0.0)
-                       + (states.output_last if last and not first else 0.0))
-        edge_act = ((o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (edge.logits_activation if last else 0.0))
+        edge_states = (
+            (states.embedding if first else 0.0)
+            + (states.output_first if first and last else 0.0)
+            + (states.output_last if last and not first else 0.0)
+        )
+        edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (edge.logits_activation if last else 0.0)
         limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
-        total = stage_memory(o, lead_count, n - lead_count, lead, body, states, edge_states, limit, microbatches * m.vpp,
-                             m.vpp, edge_act)
+        total = stage_memory(
+            o, lead_count, n - lead_count, lead, body, states, edge_states, limit, microbatches * m.vpp, m.vpp, edge_act
+        )
         p = stage_params(model, n, first, last, m.tp, n - lead_count if model.moe is not None else 0)
         pe = stage_expert_params(model, n - lead_count if model.moe is not None else 0, m.ep)
         state = stage_state_bytes(model, wl, m, p, pe)
         activations = total - sum(state.values())
-        out.append({
-            "stage": i, "layers": n, "moe_layers": n - lead_count if model.moe is not None else 0,
-            "time_per_microbatch_s": stage_time(o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd, sends),
-            "params": p, "expert_params": pe,
-            "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd,
-            "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd,
-            "memory_bytes": total, "state": state, "activations_bytes": activations, "extra_s": extra_fwd + extra_bwd,
-            "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
-        })
+        out.append(
+            {
+                "stage": i,
+                "layers": n,
+                "moe_layers": n - lead_count if model.moe is not None else 0,
+                "time_per_microbatch_s": stage_time(o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd, sends),
+                "params": p,
+                "expert_params": pe,
+                "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd,
+                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd,
+                "memory_bytes": total,
+                "state": state,
+                "activations_bytes": activations,
+                "extra_s": extra_fwd + extra_bwd,
+                "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
+            }
+        )
     return out
 
 
@@ -416,7 +551,9 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     model, wl, m = ctx.model, ctx.workload, mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
     lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts)
-    lt_moe = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts) if model.moe else lt
+    lt_moe = (
+        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts) if model.moe else lt
+    )
     mb = decisions[D.MICROBATCHES]
     n_moe, n_dense = critical["moe_layers"] * mb, (critical["layers"] - critical["moe_layers"]) * mb
 

@@ -37,32 +37,51 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
-    for name, text in (("solve", "find the best mapping with CP-SAT (proven optimal, or bound and gap)"),
-                       ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)")):
+    for name, text in (
+        ("solve", "find the best mapping with CP-SAT (proven optimal, or bound and gap)"),
+        ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)"),
+    ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("problem", help="problem YAML file")
-        sp.add_argument("--objective", choices=OBJECTIVES,
-                        help="overrides the problem's objective (training: throughput, step_time, memory, tokens_per_gpu; "
-                             "inference: throughput, ttft, tpot, latency)")
+        sp.add_argument(
+            "--objective",
+            choices=OBJECTIVES,
+            help="overrides the problem's objective (training: throughput, step_time, memory, tokens_per_gpu; "
+            "inference: throughput, ttft, tpot, latency)",
+        )
         sp.add_argument("--top", type=_positive_int, default=1, help="return the K best distinct mappings")
-        sp.add_argument("--time-limit", type=_positive_float, default=60.0 if name == "solve" else None,
-                        help="seconds (solve: default 60; enumerate: none)")
+        sp.add_argument(
+            "--time-limit",
+            type=_positive_float,
+            default=60.0 if name == "solve" else None,
+            help="seconds (solve: default 60; enumerate: none)",
+        )
         sp.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
         else:
-            sp.add_argument("--all", action="store_true",
-                            help="with --json: list every feasible point with its metrics under \"points\"; with --out: "
-                                 "write every point")
-        sp.add_argument("--out", metavar="FILE", help="also write the plans (enumerate --all: every point) as a table: "
-                                                      ".csv, .parquet or .json")
+            sp.add_argument(
+                "--all",
+                action="store_true",
+                help='with --json: list every feasible point with its metrics under "points"; with --out: write every point',
+            )
+        sp.add_argument(
+            "--out",
+            metavar="FILE",
+            help="also write the plans (enumerate --all: every point) as a table: .csv, .parquet or .json",
+        )
     pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics (epsilon-constraint, CP-SAT)")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
-    pa.add_argument("--objectives", required=True, type=_metric_pair, metavar="A,B[,C]",
-                    help="two metrics; serving: e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, "
-                         "tpot_s, e2e_latency_s, peak_memory_gib); training: throughput,cost (also memory, step_time, "
-                         "tokens_per_usd)")
+    pa.add_argument(
+        "--objectives",
+        required=True,
+        type=_metric_pair,
+        metavar="A,B[,C]",
+        help="two metrics; serving: e.g. tokens_per_s_per_gpu,tokens_per_s_per_user (also tokens_per_s, ttft_s, "
+        "tpot_s, e2e_latency_s, peak_memory_gib); training: throughput,cost (also memory, step_time, "
+        "tokens_per_usd)",
+    )
     pa.add_argument("--plot", metavar="FILE.png", help="also draw the front into a PNG (needs the plot extra: matplotlib)")
     pa.add_argument("--out", metavar="FILE", help="also write the front as a table: .csv, .parquet or .json")
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
@@ -75,22 +94,38 @@ def _build_parser() -> argparse.ArgumentParser:
     co.add_argument("--chiplets", type=_positive_int, help="compute dies per package (default: the device's own)")
     co.add_argument("--gpu-hour-usd", type=_positive_float, help="rental price per GPU-hour; replaces the amortised hourly cost")
     co.add_argument("--json", action="store_true", help="print one JSON object")
-    co = sub.add_parser("collective", help="time one collective on a system's topology (nccl-tests conventions)",
-                        description="Alpha-beta time of a collective on the GPUs of a library system, with the "
-                                    "nccl-tests algorithm and bus bandwidths. GB/s = 1e9 bytes/s; busbw = algbw x "
-                                    "2(n-1)/n for allreduce ((n-1)/(n+1) when --algorithm in_network is given, as "
-                                    "nccl-tests does under NCCL_ALGO=NVLS), (n-1)/n for allgather, reducescatter and "
-                                    "alltoall, 1 for p2p (nccl-tests doc/PERFORMANCE.md).")
+    co = sub.add_parser(
+        "collective",
+        help="time one collective on a system's topology (nccl-tests conventions)",
+        description="Alpha-beta time of a collective on the GPUs of a library system, with the "
+        "nccl-tests algorithm and bus bandwidths. GB/s = 1e9 bytes/s; busbw = algbw x "
+        "2(n-1)/n for allreduce ((n-1)/(n+1) when --algorithm in_network is given, as "
+        "nccl-tests does under NCCL_ALGO=NVLS), (n-1)/n for allgather, reducescatter and "
+        "alltoall, 1 for p2p (nccl-tests doc/PERFORMANCE.md).",
+    )
     co.add_argument("--system", required=True, help="a system of the library (problems/systems/)")
-    co.add_argument("--op", required=True, choices=OPS,
-                    help="the collective; p2p is nccl-tests sendrecv: every rank sends B to the next one at once")
-    co.add_argument("--bytes", required=True, type=_size, dest="nbytes", metavar="B",
-                    help="buffer size in bytes as nccl-tests counts it (the whole array for allgather/reducescatter, "
-                         "one rank's send buffer for alltoall); K/M/G suffixes are powers of 1024")
+    co.add_argument(
+        "--op",
+        required=True,
+        choices=OPS,
+        help="the collective; p2p is nccl-tests sendrecv: every rank sends B to the next one at once",
+    )
+    co.add_argument(
+        "--bytes",
+        required=True,
+        type=_size,
+        dest="nbytes",
+        metavar="B",
+        help="buffer size in bytes as nccl-tests counts it (the whole array for allgather/reducescatter, "
+        "one rank's send buffer for alltoall); K/M/G suffixes are powers of 1024",
+    )
     co.add_argument("--gpus", required=True, type=_positive_int, help="GPUs in the group, placed compactly")
     co.add_argument("--algorithm", choices=ALL_ALGORITHMS, help="fix the algorithm (default: the system's, else the fastest)")
-    co.add_argument("--json", action="store_true",
-                    help="print one JSON object {time_s, algbw_gbps, busbw_gbps, algorithm} (GB/s = 1e9 bytes/s)")
+    co.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object {time_s, algbw_gbps, busbw_gbps, algorithm} (GB/s = 1e9 bytes/s)",
+    )
     return parser
 
 
@@ -106,6 +141,7 @@ def _positive(kind):
         if value is None or not value > 0:
             raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}")
         return value
+
     return parse
 
 
@@ -163,14 +199,36 @@ def points_json(table) -> list:
     metric_names = [c for c in table.columns if c not in MAPPING_COLUMNS]
     out = []
     for row in feasible.to_dict("records"):
-        out.append({"mapping": {k: _plain(v) for k, v in row.items() if k in MAPPING_COLUMNS},
-                    "metrics": {k: _plain(row[k]) for k in metric_names}})
+        out.append(
+            {
+                "mapping": {k: _plain(v) for k, v in row.items() if k in MAPPING_COLUMNS},
+                "metrics": {k: _plain(row[k]) for k in metric_names},
+            }
+        )
     return out
 
 
-MAPPING_COLUMNS = ("num_gpus", "tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
-                   "first_stage_layers", "last_stage_layers", "placement", "batch", "prefill.tp", "prefill.pp", "prefill.ep",
-                   "prefill.dp")
+MAPPING_COLUMNS = (
+    "num_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "vpp",
+    "sp",
+    "recompute",
+    "zero",
+    "first_stage_layers",
+    "last_stage_layers",
+    "placement",
+    "batch",
+    "prefill.tp",
+    "prefill.pp",
+    "prefill.ep",
+    "prefill.dp",
+)
 
 
 def _plain(value):
@@ -180,13 +238,15 @@ def _plain(value):
 
 
 def cmd_solve(args) -> int:
-    return _plan_command(args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-                                                  workers=a.workers, seed=a.seed))
+    return _plan_command(
+        args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit, workers=a.workers, seed=a.seed)
+    )
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit,
-                                                            keep_all=a.all))
+    return _plan_command(
+        args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit, keep_all=a.all)
+    )
 
 
 def cmd_pareto(args) -> int:
@@ -213,8 +273,14 @@ def cmd_collective(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "solve": cmd_solve, "enumerate": cmd_enumerate, "pareto": cmd_pareto, "cost": cmd_cost,
-            "collective": cmd_collective}
+COMMANDS = {
+    "evaluate": cmd_evaluate,
+    "solve": cmd_solve,
+    "enumerate": cmd_enumerate,
+    "pareto": cmd_pareto,
+    "cost": cmd_cost,
+    "collective": cmd_collective,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ def parse_bytes(text: str) -> int:
 def _bare(exc: ProblemError) -> str:
     """The message of ``exc`` without its "file: field: " prefix."""
     prefix = ": ".join(p for p in (exc.source, exc.field) if p)
-    return str(exc)[len(prefix) + 2:] if prefix else str(exc)
+    return str(exc)[len(prefix) + 2 :] if prefix else str(exc)
 
 
 def system_topology(name: str, gpus: int) -> Topology:
@@ -52,8 +52,12 @@ def run_collective(system: str, op: str, nbytes: int, gpus: int, algorithm: str 
 
 def result_json(result: CollectiveTime) -> dict:
     """The public contract: time_s, algbw_gbps, busbw_gbps (GB/s = 1e9 bytes/s), algorithm."""
-    return {"time_s": result.time_s, "algbw_gbps": result.algbw_bytes_per_s / 1e9,
-            "busbw_gbps": result.busbw_bytes_per_s / 1e9, "algorithm": result.algorithm}
+    return {
+        "time_s": result.time_s,
+        "algbw_gbps": result.algbw_bytes_per_s / 1e9,
+        "busbw_gbps": result.busbw_bytes_per_s / 1e9,
+        "algorithm": result.algorithm,
+    }
 
 
 def result_table(system: str, result: CollectiveTime) -> str:
@@ -61,19 +65,24 @@ def result_table(system: str, result: CollectiveTime) -> str:
     topology = system_topology(system, result.n)
     placement = topology.place(result.n)
     where = ", ".join(f"{e} on {lv.name} ({lv.kind})" for e, lv in zip(placement.extents, topology.levels) if e > 1)
-    lines = [f"{result.op} of {int(result.nbytes)} B on {result.n} GPUs of {system}: {where}",
-             f"{'algorithm':<22}{'time (s)':>12}{'algbw GB/s':>13}{'busbw GB/s':>13}"]
+    lines = [
+        f"{result.op} of {int(result.nbytes)} B on {result.n} GPUs of {system}: {where}",
+        f"{'algorithm':<22}{'time (s)':>12}{'algbw GB/s':>13}{'busbw GB/s':>13}",
+    ]
     factor = result.busbw_bytes_per_s / result.algbw_bytes_per_s  # one convention for the whole table
     for name, seconds in result.candidates:
         mark = " <-" if name == result.algorithm else ""
         algbw = result.nbytes / seconds
         lines.append(f"{name + mark:<22}{seconds:>12.4e}{algbw / 1e9:>13.1f}{algbw * factor / 1e9:>13.1f}")
     how = "fixed" if result.fixed else "fastest"
-    lines.append(f"<- {how}; GB/s = 1e9 B/s; busbw = algbw x {factor:.3f} (nccl-tests factor for {result.op} on {result.n} ranks)")
+    lines.append(
+        f"<- {how}; GB/s = 1e9 B/s; busbw = algbw x {factor:.3f} (nccl-tests factor for {result.op} on {result.n} ranks)"
+    )
     return "\n".join(lines)
 
 
 # ---- published measurements -------------------------------------------------------------------
+
 
 @functools.cache
 def _measurement_file() -> tuple:
@@ -97,9 +106,20 @@ def compare_measurements() -> list[dict]:
             result = run_collective(entry["system"], entry["op"], int(nbytes), entry["gpus"], entry.get("algorithm"))
             model = result.algbw_bytes_per_s * busbw_factor(result.op, result.n, entry.get("busbw") == "in_network") / 1e9
             role = "calibration" if nbytes in entry.get("calibration_sizes", ()) else entry["role"]
-            rows.append({"id": entry["id"], "system": entry["system"], "op": entry["op"], "gpus": entry["gpus"],
-                         "bytes": int(nbytes), "algorithm": result.algorithm, "kind": entry["kind"], "role": role,
-                         "measured_gbps": float(measured), "model_gbps": model, "error": model / float(measured) - 1.0,
-                         "source": entry["source"]})
+            rows.append(
+                {
+                    "id": entry["id"],
+                    "system": entry["system"],
+                    "op": entry["op"],
+                    "gpus": entry["gpus"],
+                    "bytes": int(nbytes),
+                    "algorithm": result.algorithm,
+                    "kind": entry["kind"],
+                    "role": role,
+                    "measured_gbps": float(measured),
+                    "model_gbps": model,
+                    "error": model / float(measured) - 1.0,
+                    "source": entry["source"],
+                }
+            )
     return rows
-

@@ -74,18 +74,31 @@ def _file(name: str) -> tuple[str, dict]:
 
 # ------------------------------------------------------------------ problems/cost/{process_nodes,packaging,memory}.yaml
 
+
 def _process_nodes() -> tuple[Wafer, NreRule, dict]:
     src, data = _file("process_nodes.yaml")
     checks.keys(data, ("wafer", "nre", "nodes"), ("wafer", "nre", "nodes"), src, "")
-    w = _mapping(data["wafer"], src, "wafer.", ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"),
-                 ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"))
-    wafer = Wafer(diameter_mm=_num(w, "diameter_mm", src, "wafer."), scribe_lane_mm=_num(w, "scribe_lane_mm", src, "wafer.", "nonneg"),
-                  edge_loss_mm=_num(w, "edge_loss_mm", src, "wafer.", "nonneg"), clustering=_num(w, "clustering", src, "wafer."))
+    w = _mapping(
+        data["wafer"],
+        src,
+        "wafer.",
+        ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"),
+        ("diameter_mm", "scribe_lane_mm", "edge_loss_mm", "clustering"),
+    )
+    wafer = Wafer(
+        diameter_mm=_num(w, "diameter_mm", src, "wafer."),
+        scribe_lane_mm=_num(w, "scribe_lane_mm", src, "wafer.", "nonneg"),
+        edge_loss_mm=_num(w, "edge_loss_mm", src, "wafer.", "nonneg"),
+        clustering=_num(w, "clustering", src, "wafer."),
+    )
     keys = ("module_fraction", "chip_fraction", "reference_area_mm2", "volume_units")
     n = _mapping(data["nre"], src, "nre.", keys, keys)
-    nre = NreRule(module_fraction=_num(n, "module_fraction", src, "nre.", "fraction"),
-                  chip_fraction=_num(n, "chip_fraction", src, "nre.", "fraction"),
-                  reference_area_mm2=_num(n, "reference_area_mm2", src, "nre."), volume_units=_num(n, "volume_units", src, "nre."))
+    nre = NreRule(
+        module_fraction=_num(n, "module_fraction", src, "nre.", "fraction"),
+        chip_fraction=_num(n, "chip_fraction", src, "nre.", "fraction"),
+        reference_area_mm2=_num(n, "reference_area_mm2", src, "nre."),
+        volume_units=_num(n, "volume_units", src, "nre."),
+    )
     if nre.module_fraction + nre.chip_fraction > 1:
         raise ProblemError("module_fraction + chip_fraction must not exceed 1", source=src, field="nre.chip_fraction")
     nodes = {}
@@ -93,16 +106,30 @@ def _process_nodes() -> tuple[Wafer, NreRule, dict]:
         p = f"nodes.{name}."
         keys = ("defect_density_per_cm2", "wafer_cost_usd", "nre_usd")
         entry = _mapping(entry, src, p, keys, keys)
-        nodes[str(name)] = ProcessNode(name=str(name), defect_density_per_cm2=_num(entry, keys[0], src, p, "nonneg"),
-                                       wafer_cost_usd=_num(entry, keys[1], src, p), nre_usd=_num(entry, keys[2], src, p, "nonneg"))
+        nodes[str(name)] = ProcessNode(
+            name=str(name),
+            defect_density_per_cm2=_num(entry, keys[0], src, p, "nonneg"),
+            wafer_cost_usd=_num(entry, keys[1], src, p),
+            nre_usd=_num(entry, keys[2], src, p, "nonneg"),
+        )
     if not nodes:
         raise ProblemError("needs at least one process node", source=src, field="nodes")
     return wafer, nre, nodes
 
 
 PACKAGE_KINDS = ("organic", "interposer")
-TECH_KEYS = ("kind", "bonding_yield", "chip_bump_usd_per_mm2", "nre_usd_per_mm2", "nre_fixed_usd", "interposer_area_factor",
-             "interposer_wafer_cost_usd", "interposer_defect_density_per_cm2", "interposer_clustering", "bridge")
+TECH_KEYS = (
+    "kind",
+    "bonding_yield",
+    "chip_bump_usd_per_mm2",
+    "nre_usd_per_mm2",
+    "nre_fixed_usd",
+    "interposer_area_factor",
+    "interposer_wafer_cost_usd",
+    "interposer_defect_density_per_cm2",
+    "interposer_clustering",
+    "bridge",
+)
 INTERPOSER_KEYS = TECH_KEYS[5:9]
 BRIDGE_KEYS = ("area_mm2", "wafer_cost_usd", "defect_density_per_cm2", "clustering", "bonding_yield")
 
@@ -117,15 +144,33 @@ def _technology(name: str, entry, src: str) -> PackageTech:
         extra = {k: _num(entry, k, src, p, "nonneg" if "defect" in k else "positive") for k in INTERPOSER_KEYS}
         if "bridge" in entry:
             b = _mapping(entry["bridge"], src, p + "bridge.", BRIDGE_KEYS, BRIDGE_KEYS)
-            extra["bridge"] = Bridge(**{k: _num(b, k, src, p + "bridge.", "fraction" if k == "bonding_yield" else
-                                                "nonneg" if "defect" in k else "positive") for k in BRIDGE_KEYS})
+            extra["bridge"] = Bridge(
+                **{
+                    k: _num(
+                        b,
+                        k,
+                        src,
+                        p + "bridge.",
+                        "fraction" if k == "bonding_yield" else "nonneg" if "defect" in k else "positive",
+                    )
+                    for k in BRIDGE_KEYS
+                }
+            )
     elif set(entry) & set(INTERPOSER_KEYS + ("bridge",)):
-        raise ProblemError("an organic package has no interposer or bridge", source=src,
-                           field=p + sorted(set(entry) & set(INTERPOSER_KEYS + ("bridge",)))[0])
-    return PackageTech(name=name, kind=kind, bonding_yield=_num(entry, "bonding_yield", src, p, "fraction"),
-                       chip_bump_usd_per_mm2=_num(entry, "chip_bump_usd_per_mm2", src, p, "nonneg"),
-                       nre_usd_per_mm2=_num(entry, "nre_usd_per_mm2", src, p, "nonneg"),
-                       nre_fixed_usd=_num(entry, "nre_fixed_usd", src, p, "nonneg"), **extra)
+        raise ProblemError(
+            "an organic package has no interposer or bridge",
+            source=src,
+            field=p + sorted(set(entry) & set(INTERPOSER_KEYS + ("bridge",)))[0],
+        )
+    return PackageTech(
+        name=name,
+        kind=kind,
+        bonding_yield=_num(entry, "bonding_yield", src, p, "fraction"),
+        chip_bump_usd_per_mm2=_num(entry, "chip_bump_usd_per_mm2", src, p, "nonneg"),
+        nre_usd_per_mm2=_num(entry, "nre_usd_per_mm2", src, p, "nonneg"),
+        nre_fixed_usd=_num(entry, "nre_fixed_usd", src, p, "nonneg"),
+        **extra,
+    )
 
 
 def _packaging() -> tuple[Substrate, dict, float, float, float]:
@@ -136,17 +181,27 @@ def _packaging() -> tuple[Substrate, dict, float, float, float]:
     s = _mapping(data["substrate"], src, "substrate.", keys, keys)
     layer_keys = ("single_die", "side_17mm", "side_30mm", "larger")
     layers = _mapping(s["layer_factors"], src, "substrate.layer_factors.", layer_keys, layer_keys)
-    substrate = Substrate(area_factor=_num(s, "area_factor", src, "substrate."), usd_per_mm2=_num(s, "usd_per_mm2", src, "substrate.", "nonneg"),
-                          c4_bump_usd_per_mm2=_num(s, "c4_bump_usd_per_mm2", src, "substrate.", "nonneg"),
-                          bonding_yield=_num(s, "bonding_yield", src, "substrate.", "fraction"),
-                          layer_factors=tuple(_num(layers, k, src, "substrate.layer_factors.") for k in layer_keys))
-    t = _mapping(data["test"], src, "test.", ("wafer_probe_usd_per_mm2", "final_test_usd"), ("wafer_probe_usd_per_mm2", "final_test_usd"))
+    substrate = Substrate(
+        area_factor=_num(s, "area_factor", src, "substrate."),
+        usd_per_mm2=_num(s, "usd_per_mm2", src, "substrate.", "nonneg"),
+        c4_bump_usd_per_mm2=_num(s, "c4_bump_usd_per_mm2", src, "substrate.", "nonneg"),
+        bonding_yield=_num(s, "bonding_yield", src, "substrate.", "fraction"),
+        layer_factors=tuple(_num(layers, k, src, "substrate.layer_factors.") for k in layer_keys),
+    )
+    t = _mapping(
+        data["test"], src, "test.", ("wafer_probe_usd_per_mm2", "final_test_usd"), ("wafer_probe_usd_per_mm2", "final_test_usd")
+    )
     techs = _mapping(data["technologies"], src, "technologies.", tuple(map(str, data["technologies"] or ())))
     packages = {str(name): _technology(str(name), entry, src) for name, entry in techs.items()}
     if not packages:
         raise ProblemError("needs at least one packaging technology", source=src, field="technologies")
-    return (substrate, packages, _num(data, "d2d_area_fraction", src, "", "below_one"),
-            _num(t, "wafer_probe_usd_per_mm2", src, "test.", "nonneg"), _num(t, "final_test_usd", src, "test.", "nonneg"))
+    return (
+        substrate,
+        packages,
+        _num(data, "d2d_area_fraction", src, "", "below_one"),
+        _num(t, "wafer_probe_usd_per_mm2", src, "test.", "nonneg"),
+        _num(t, "final_test_usd", src, "test.", "nonneg"),
+    )
 
 
 def _memory() -> dict:
@@ -158,8 +213,9 @@ def _memory() -> dict:
     for name, entry in gens.items():
         p = f"generations.{name}."
         entry = _mapping(entry, src, p, keys, keys)
-        out[str(name)] = HbmGeneration(name=str(name), **{k: _num(entry, k, src, p, "nonneg" if k == "usd_per_gb" else "positive")
-                                                          for k in keys})
+        out[str(name)] = HbmGeneration(
+            name=str(name), **{k: _num(entry, k, src, p, "nonneg" if k == "usd_per_gb" else "positive") for k in keys}
+        )
     if not out:
         raise ProblemError("needs at least one HBM generation", source=src, field="generations")
     return out
@@ -170,8 +226,17 @@ def load_cost_parameters() -> CostParameters:
     """The chiplet cost parameters of problems/cost/."""
     wafer, nre, nodes = _process_nodes()
     substrate, packages, d2d, probe, final = _packaging()
-    return CostParameters(wafer=wafer, nodes=nodes, nre=nre, substrate=substrate, packages=packages, hbm=_memory(),
-                          wafer_probe_usd_per_mm2=probe, final_test_usd=final, d2d_area_fraction=d2d)
+    return CostParameters(
+        wafer=wafer,
+        nodes=nodes,
+        nre=nre,
+        substrate=substrate,
+        packages=packages,
+        hbm=_memory(),
+        wafer_probe_usd_per_mm2=probe,
+        final_test_usd=final,
+        d2d_area_fraction=d2d,
+    )
 
 
 # ------------------------------------------------------------------ a device's chiplets: section
@@ -188,19 +253,28 @@ def chiplets_from_dict(data, src: str, params: CostParameters, prefix: str = "ch
     def die(role: str) -> DieGroup:
         p = f"{prefix}{role}."
         d = _mapping(data[role], src, p, DIE_KEYS, DIE_KEYS)
-        return DieGroup(role=role, area_mm2=_num(d, "area_mm2", src, p), node=checks.choice(str(d["node"]), tuple(params.nodes), p + "node", src),
-                        count=_int(d, "count", src, p))
+        return DieGroup(
+            role=role,
+            area_mm2=_num(d, "area_mm2", src, p),
+            node=checks.choice(str(d["node"]), tuple(params.nodes), p + "node", src),
+            count=_int(d, "count", src, p),
+        )
 
     h = _mapping(data["hbm"], src, prefix + "hbm.", HBM_KEYS, HBM_KEYS)
     gen = checks.choice(h["generation"], tuple(params.hbm), prefix + "hbm.generation", src)
     return ChipletSpec(
-        compute=die("compute"), io=die("io") if "io" in data else None, hbm_generation=gen,
-        hbm_stacks=_int(h, "stacks", src, prefix + "hbm.", minimum=0), hbm_stack_gb=_num(h, "stack_gb", src, prefix + "hbm."),
+        compute=die("compute"),
+        io=die("io") if "io" in data else None,
+        hbm_generation=gen,
+        hbm_stacks=_int(h, "stacks", src, prefix + "hbm.", minimum=0),
+        hbm_stack_gb=_num(h, "stack_gb", src, prefix + "hbm."),
         packaging=checks.choice(data["packaging"], tuple(params.packages), prefix + "packaging", src),
         interposer_mm2=_num(data, "interposer_mm2", src, prefix, default=None),
         bridges=_int(data, "bridges", src, prefix, default=None, minimum=0),
         d2d_bytes_per_s=_num(data, "d2d_bytes_per_s", src, prefix, default=None),
-        volume_units=_num(data, "volume_units", src, prefix, default=None), source=src)
+        volume_units=_num(data, "volume_units", src, prefix, default=None),
+        source=src,
+    )
 
 
 def load_chiplets(device: DeviceSpec) -> ChipletSpec | None:
@@ -215,12 +289,34 @@ def load_chiplets(device: DeviceSpec) -> ChipletSpec | None:
 
 # ------------------------------------------------------------------ systems and prices
 
-PRICE_KEYS = ("host_usd_per_node", "nic_usd_per_gpu", "switch_usd", "switch_radix", "link_usd", "host_w_per_node", "switch_w",
-              "utilisation", "pue", "energy_usd_per_kwh", "lifetime_years")
+PRICE_KEYS = (
+    "host_usd_per_node",
+    "nic_usd_per_gpu",
+    "switch_usd",
+    "switch_radix",
+    "link_usd",
+    "host_w_per_node",
+    "switch_w",
+    "utilisation",
+    "pue",
+    "energy_usd_per_kwh",
+    "lifetime_years",
+)
 OVERRIDE_KEYS = PRICE_KEYS + ("node_usd", "device_usd", "gpu_hour_usd")
-_PRICE_CHECKS = {"utilisation": "fraction", "pue": "pue", "host_w_per_node": "nonneg", "switch_w": "nonneg",
-                 "energy_usd_per_kwh": "nonneg", "nic_usd_per_gpu": "nonneg", "link_usd": "nonneg", "switch_usd": "nonneg",
-                 "host_usd_per_node": "nonneg", "node_usd": "nonneg", "device_usd": "nonneg", "gpu_hour_usd": "nonneg"}
+_PRICE_CHECKS = {
+    "utilisation": "fraction",
+    "pue": "pue",
+    "host_w_per_node": "nonneg",
+    "switch_w": "nonneg",
+    "energy_usd_per_kwh": "nonneg",
+    "nic_usd_per_gpu": "nonneg",
+    "link_usd": "nonneg",
+    "switch_usd": "nonneg",
+    "host_usd_per_node": "nonneg",
+    "node_usd": "nonneg",
+    "device_usd": "nonneg",
+    "gpu_hour_usd": "nonneg",
+}
 
 
 def _price_values(data, src: str, prefix: str, keys: tuple, required: tuple = ()) -> dict:
@@ -265,8 +361,14 @@ def load_cost_system(name: str, num_gpus: int | None = None) -> tuple[SystemSpec
     return replace(system, num_gpus=num_gpus if num_gpus is not None else system.scale_up_domain), overrides
 
 
-def prices_for(system: SystemSpec, overrides: dict, device_name: str, model_device_usd: float | None,
-               gpu_hour_usd: float | None = None, price_scale: float = 1.0) -> tuple[Prices, str]:
+def prices_for(
+    system: SystemSpec,
+    overrides: dict,
+    device_name: str,
+    model_device_usd: float | None,
+    gpu_hour_usd: float | None = None,
+    price_scale: float = 1.0,
+) -> tuple[Prices, str]:
     """Prices of ``system``: prices.yaml defaults, then its ``systems:`` entry, then the system file's
     ``cost:`` section, then a rental ``gpu_hour_usd``. The device price is, in that order: ``device_usd``
     of an override, the price list's entry for the device (x ``price_scale``, the modelled cost ratio of a
@@ -283,8 +385,12 @@ def prices_for(system: SystemSpec, overrides: dict, device_name: str, model_devi
     elif model_device_usd is not None:
         values["device_usd"], origin = model_device_usd, "modelled device cost (no price in the price list)"
     elif values.get("node_usd") is None:
-        raise ProblemError(f"no chiplet data to model a cost and no price under devices: in {src}; add a chiplets: "
-                           "section (problems/README.md) or a price", source=system.device.source, field="chiplets")
+        raise ProblemError(
+            f"no chiplet data to model a cost and no price under devices: in {src}; add a chiplets: "
+            "section (problems/README.md) or a price",
+            source=system.device.source,
+            field="chiplets",
+        )
     else:
         values["device_usd"], origin = 0.0, "in node_usd"
     if values.get("node_usd") is not None:

@@ -59,8 +59,9 @@ def _priced_system(root, system_name: str, chiplets: int | None, gpu_hour_usd: f
     cost, price_scale = None, 1.0
     if spec is None:
         if chiplets is not None:
-            raise ProblemError("has no chiplets: section, so the chiplet count cannot rescale it", source=system.device.source,
-                               field="chiplets")
+            raise ProblemError(
+                "has no chiplets: section, so the chiplet count cannot rescale it", source=system.device.source, field="chiplets"
+            )
     else:
         count = chiplets if chiplets is not None else spec.compute.count
         scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
@@ -68,13 +69,15 @@ def _priced_system(root, system_name: str, chiplets: int | None, gpu_hour_usd: f
             price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
             system = replace(system, device=scale_device(system.device, spec, count))
         spec, cost = scaled, device_cost(scaled, params)
-    prices, origin = prices_for(system, overrides, library_device, None if cost is None else cost.device_cost_usd, gpu_hour_usd,
-                                price_scale)
+    prices, origin = prices_for(
+        system, overrides, library_device, None if cost is None else cost.device_cost_usd, gpu_hour_usd, price_scale
+    )
     return PricedSystem(system, spec, cost, prices, origin)
 
 
-def system_cost_lines(system_name: str, num_gpus: int, chiplets: int | None = None,
-                      gpu_hour_usd: float | None = None) -> SystemCost:
+def system_cost_lines(
+    system_name: str, num_gpus: int, chiplets: int | None = None, gpu_hour_usd: float | None = None
+) -> SystemCost:
     """Capex by item, power and hourly cost of the system with ``num_gpus`` devices (``model.system_cost``)."""
     ps = priced_system(system_name, chiplets, gpu_hour_usd)
     s = ps.system
@@ -106,8 +109,9 @@ def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) 
         return system
     spec = load_chiplets(system.device)
     if spec is None:
-        raise ProblemError("has no chiplets: section, so system.chiplets cannot rescale it", source=system.device.source,
-                           field="chiplets")
+        raise ProblemError(
+            "has no chiplets: section, so system.chiplets cannot rescale it", source=system.device.source, field="chiplets"
+        )
     return replace(system, device=scale_device(system.device, spec, chiplets))
 
 
@@ -133,8 +137,10 @@ def cost_limits_message(problem, rows: dict) -> str | None:
 def within_limits(problem, row: dict) -> bool:
     """Whether a system's capex and power meet the problem's limits."""
     limits = problem.constraints
-    return all(not (key in limits and row[metric] > limits[key])
-               for key, metric in (("max_capex_usd", "capex_usd"), ("max_power_w", "power_w")))
+    return all(
+        not (key in limits and row[metric] > limits[key])
+        for key, metric in (("max_capex_usd", "capex_usd"), ("max_power_w", "power_w"))
+    )
 
 
 def max_step_time_s(problem) -> float | None:

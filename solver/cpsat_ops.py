@@ -159,7 +159,9 @@ class CpSatOps:
             for c in rel.frame.columns:
                 seen = set(rel.frame[c].unique().tolist())
                 self.values[c] = sorted(seen if c not in self.values else seen & set(self.values[c]))
-        self.vars = {k: self.model.new_int_var_from_domain(cp_model.Domain.from_values(v), str(k)) for k, v in self.values.items()}
+        self.vars = {
+            k: self.model.new_int_var_from_domain(cp_model.Domain.from_values(v), str(k)) for k, v in self.values.items()
+        }
         self._decisions, self._indices, self._literals, self._rows, self._materialised = {}, {}, {}, {}, {}
         for rel in space.relations:
             if rel.compact is None:
@@ -173,8 +175,9 @@ class CpSatOps:
     def _table(self, frame) -> None:
         columns = list(frame.columns)
         if len(columns) > 1:  # one column: the variable's domain is the relation
-            self.model.add_allowed_assignments([self.vars[c] for c in columns],
-                                               [tuple(r) for r in frame.itertuples(index=False, name=None)])
+            self.model.add_allowed_assignments(
+                [self.vars[c] for c in columns], [tuple(r) for r in frame.itertuples(index=False, name=None)]
+            )
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -245,8 +248,9 @@ class CpSatOps:
             return self._indices[cache][0]
         index = self.var(0, max(0, len(rows) - 1), f"{name}_row")
         if live:
-            self.model.add_allowed_assignments([self.vars[k] for k in live] + [index],
-                                               [tuple(r) + (i,) for i, r in enumerate(table.tolist())])
+            self.model.add_allowed_assignments(
+                [self.vars[k] for k in live] + [index], [tuple(r) + (i,) for i, r in enumerate(table.tolist())]
+            )
         if shared:
             self._indices.setdefault(cache, (index, table))
         return index

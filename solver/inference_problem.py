@@ -22,9 +22,22 @@ from parasol.model.specs import DECODE_ATTENTION_KERNELS, InferenceWorkload, Poo
 
 from . import library
 
-INFERENCE_WORKLOAD_KEYS = ("kind", "input_len", "output_len", "batch", "precision", "kv_precision", "weight_precision",
-                           "serving", "slo", "kv_block_tokens", "max_prefill_tokens", "decode_attention",
-                           "kv_cache_memory_fraction", "engine")
+INFERENCE_WORKLOAD_KEYS = (
+    "kind",
+    "input_len",
+    "output_len",
+    "batch",
+    "precision",
+    "kv_precision",
+    "weight_precision",
+    "serving",
+    "slo",
+    "kv_block_tokens",
+    "max_prefill_tokens",
+    "decode_attention",
+    "kv_cache_memory_fraction",
+    "engine",
+)
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
 SERVING_MODES = tuple(m.value for m in ServingMode)
 POOL_KEYS = ("tp", "pp", "ep", "dp")
@@ -47,17 +60,29 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         batch=None if batch is None else checks.positive_int(batch, "workload.batch", src),
         precision=precision,
         kv_precision=checks.choice(data.get("kv_precision", precision), KV_PRECISIONS, "workload.kv_precision", src),
-        weight_precision=checks.choice(data.get("weight_precision", precision), WEIGHT_PRECISIONS, "workload.weight_precision", src),
+        weight_precision=checks.choice(
+            data.get("weight_precision", precision), WEIGHT_PRECISIONS, "workload.weight_precision", src
+        ),
         serving=checks.choice(data.get("serving", "static"), SERVING_MODES, "workload.serving", src),
-        ttft_slo_s=checks.positive_number(slo["ttft_s"], "workload.slo.ttft_s", src, "number of seconds") if "ttft_s" in slo else None,
-        tpot_slo_s=checks.positive_number(slo["tpot_s"], "workload.slo.tpot_s", src, "number of seconds") if "tpot_s" in slo else None,
+        ttft_slo_s=checks.positive_number(slo["ttft_s"], "workload.slo.ttft_s", src, "number of seconds")
+        if "ttft_s" in slo
+        else None,
+        tpot_slo_s=checks.positive_number(slo["tpot_s"], "workload.slo.tpot_s", src, "number of seconds")
+        if "tpot_s" in slo
+        else None,
         kv_block_tokens=checks.positive_int(data.get("kv_block_tokens", 16), "workload.kv_block_tokens", src),
         max_prefill_tokens=checks.positive_int(data.get("max_prefill_tokens", 8192), "workload.max_prefill_tokens", src),
-        decode_attention=checks.choice(data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS,
-                                       "workload.decode_attention", src),
-        kv_cache_memory_fraction=checks.fraction(data.get("kv_cache_memory_fraction", 0.9), "workload.kv_cache_memory_fraction", src),
-        engine=None if data.get("engine") is None else checks.choice(data["engine"], tuple(library.names("engines")), "workload.engine", src),
-        source=src)
+        decode_attention=checks.choice(
+            data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS, "workload.decode_attention", src
+        ),
+        kv_cache_memory_fraction=checks.fraction(
+            data.get("kv_cache_memory_fraction", 0.9), "workload.kv_cache_memory_fraction", src
+        ),
+        engine=None
+        if data.get("engine") is None
+        else checks.choice(data["engine"], tuple(library.names("engines")), "workload.engine", src),
+        source=src,
+    )
 
 
 def _values(value, src: str, fld: str) -> tuple:
@@ -78,10 +103,16 @@ def parse_inference_mapping(data, workload: InferenceWorkload, src: str) -> dict
     allowed = DISAGGREGATED_MAPPING_KEYS if disaggregated else COLOCATED_MAPPING_KEYS
     unknown = sorted(set(map(str, data)) - set(allowed))
     if unknown:
-        hint = ("; disaggregated serving takes a prefill and a decode pool" if disaggregated and unknown[0] in POOL_KEYS else
-                "; prefill and decode pools are for serving: disaggregated" if unknown[0] in ("prefill", "decode") else "")
-        raise ProblemError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}{hint}", source=src,
-                           field=f"mapping.{unknown[0]}")
+        hint = (
+            "; disaggregated serving takes a prefill and a decode pool"
+            if disaggregated and unknown[0] in POOL_KEYS
+            else "; prefill and decode pools are for serving: disaggregated"
+            if unknown[0] in ("prefill", "decode")
+            else ""
+        )
+        raise ProblemError(
+            f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}{hint}", source=src, field=f"mapping.{unknown[0]}"
+        )
     out = {}
     for key, value in data.items():
         if key in ("prefill", "decode"):
@@ -94,16 +125,22 @@ def parse_inference_mapping(data, workload: InferenceWorkload, src: str) -> dict
             out[key] = _values(value, src, f"mapping.{key}")
     if workload.batch is not None:
         if "batch" in out and workload.batch not in out["batch"]:
-            raise ProblemError(f"mapping.batch {list(out['batch'])} does not allow workload.batch {workload.batch}",
-                               source=src, field="mapping.batch")
+            raise ProblemError(
+                f"mapping.batch {list(out['batch'])} does not allow workload.batch {workload.batch}",
+                source=src,
+                field="mapping.batch",
+            )
         out["batch"] = (workload.batch,)
     return out
 
 
 def check_inference_objective(objective, src: str) -> str:
     if objective not in INFERENCE_OBJECTIVES:
-        raise ProblemError(f"{objective!r} is not allowed for inference; allowed: {', '.join(INFERENCE_OBJECTIVES)}",
-                           source=src, field="objective")
+        raise ProblemError(
+            f"{objective!r} is not allowed for inference; allowed: {', '.join(INFERENCE_OBJECTIVES)}",
+            source=src,
+            field="objective",
+        )
     return objective
 
 
@@ -128,13 +165,16 @@ def fixed_serving_mapping(problem) -> ServingMapping:
         raise ProblemError("evaluate needs the batch (requests per replica)", source=src, field="workload.batch")
     batch = one("batch")
     if problem.workload.serving == "disaggregated":
-        pools = [PoolMapping(tp=one(f"{p}.tp"), pp=one(f"{p}.pp", 1), ep=one(f"{p}.ep", 1), dp=one(f"{p}.dp"))
-                 for p in ("prefill", "decode")]
+        pools = [
+            PoolMapping(tp=one(f"{p}.tp"), pp=one(f"{p}.pp", 1), ep=one(f"{p}.ep", 1), dp=one(f"{p}.dp"))
+            for p in ("prefill", "decode")
+        ]
         mapping = ServingMapping(batch=batch, decode=pools[1], prefill=pools[0])
     else:
         tp, pp = one("tp"), one("pp", 1)
-        mapping = ServingMapping(batch=batch, decode=PoolMapping(tp=tp, pp=pp, ep=one("ep", 1),
-                                                                 dp=one("dp", max(1, problem.num_gpus[0] // (tp * pp)))))
+        mapping = ServingMapping(
+            batch=batch, decode=PoolMapping(tp=tp, pp=pp, ep=one("ep", 1), dp=one("dp", max(1, problem.num_gpus[0] // (tp * pp))))
+        )
     try:
         check_serving(problem.model, problem.system(), problem.workload, mapping)
     except ProblemError as exc:

@@ -77,8 +77,9 @@ def evaluate_run(entry: dict, system_override=None) -> InferenceRunResult:
         system = system_override(system)
     evaluation = evaluate_inference(problem.model, system, problem.workload, mapping)
     metric, measured = next(iter(entry["measured"].items()))
-    return InferenceRunResult(run_id=entry["id"], family=family(entry), metric=metric, problem=problem, evaluation=evaluation,
-                              measured=float(measured))
+    return InferenceRunResult(
+        run_id=entry["id"], family=family(entry), metric=metric, problem=problem, evaluation=evaluation, measured=float(measured)
+    )
 
 
 def evaluate_all(entries=None) -> list[InferenceRunResult]:
@@ -119,8 +120,14 @@ def evaluate_planned_run(entry: dict) -> InferenceRunResult:
     result = enumerate_space(problem, "throughput" if metric.startswith("tokens") else metric)
     if not result.plans:
         raise ValueError(f"validation run {entry['id']}: no plan fits ({result.status})")
-    return InferenceRunResult(run_id=entry["id"], family=family(entry), metric=metric, problem=problem,
-                              evaluation=result.plans[0].evaluation, measured=float(measured))
+    return InferenceRunResult(
+        run_id=entry["id"],
+        family=family(entry),
+        metric=metric,
+        problem=problem,
+        evaluation=result.plans[0].evaluation,
+        measured=float(measured),
+    )
 
 
 def evaluate_oos(entries=None) -> list[InferenceRunResult]:

@@ -80,11 +80,38 @@ def _build(cls, kwargs: dict, source: str | None, prefix: str, with_source: bool
         raise ProblemError(f"bad value: {exc}", source=source, field=prefix.rstrip(".")) from None
 
 
-MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "activation", "head_dim",
-              "tied_embeddings", "position_embedding", "max_seq_len", "norm", "bias", "dropout", "params_b",
-              "active_params_b", "moe", "mla")
-MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_expert_ffn", "first_dense_layers",
-            "capacity_factor", "load_imbalance", "max_nodes_per_token")
+MODEL_KEYS = (
+    "name",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "activation",
+    "head_dim",
+    "tied_embeddings",
+    "position_embedding",
+    "max_seq_len",
+    "norm",
+    "bias",
+    "dropout",
+    "params_b",
+    "active_params_b",
+    "moe",
+    "mla",
+)
+MOE_KEYS = (
+    "experts",
+    "top_k",
+    "expert_ffn",
+    "shared_experts",
+    "shared_expert_ffn",
+    "first_dense_layers",
+    "capacity_factor",
+    "load_imbalance",
+    "max_nodes_per_token",
+)
 MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank")
 MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
 
@@ -105,20 +132,29 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
         if kwargs.get(key) is not None:
             value = checks.as_float(kwargs[key])
             if value is None or value <= 0:
-                raise ProblemError(f"must be a positive number of billions, got {kwargs[key]!r}", source=source, field=prefix + key)
+                raise ProblemError(
+                    f"must be a positive number of billions, got {kwargs[key]!r}", source=source, field=prefix + key
+                )
             kwargs[key] = value
-    for key, spec, keys, required in (("moe", MoESpec, MOE_KEYS, ("experts", "top_k", "expert_ffn")),
-                                      ("mla", MLASpec, MLA_KEYS, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))):
+    for key, spec, keys, required in (
+        ("moe", MoESpec, MOE_KEYS, ("experts", "top_k", "expert_ffn")),
+        ("mla", MLASpec, MLA_KEYS, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")),
+    ):
         if kwargs.get(key) is not None:
             block = kwargs[key]
             if not isinstance(block, dict):
                 raise ProblemError("must be a mapping", source=source, field=prefix + key)
             checks.keys(block, keys, required, source, f"{prefix}{key}.")
             for name, value in block.items():
-                ok = value is None if name == "capacity_factor" and value is None else (
-                    isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+                ok = (
+                    value is None
+                    if name == "capacity_factor" and value is None
+                    else (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+                )
                 if not ok:
-                    raise ProblemError(f"must be a non-negative number, got {value!r}", source=source, field=f"{prefix}{key}.{name}")
+                    raise ProblemError(
+                        f"must be a non-negative number, got {value!r}", source=source, field=f"{prefix}{key}.{name}"
+                    )
             kwargs[key] = _build(spec, block, source, f"{prefix}{key}.", with_source=False)
     return _build(ModelSpec, kwargs, source, prefix)
 
@@ -132,34 +168,54 @@ def load_model(name: str) -> ModelSpec:
 
 def load_device(name: str) -> DeviceSpec:
     """A device from problems/systems/devices/."""
-    src, data = _read_library_entry("systems/devices", name, "device", ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency",
-                                                                        "chiplets"),
-                                    ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"))
+    src, data = _read_library_entry(
+        "systems/devices",
+        name,
+        "device",
+        ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency", "chiplets"),
+        ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"),
+    )
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
     peaks = {k: checks.non_negative_number(peaks.get(k), "peak_flops." + k, src) for k in peaks if peaks[k] is not None}
     eff = data["efficiency"]
-    checks.keys(eff, ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert",
-                     "moe_overlap"),
-               ("gemm", "attention", "memory"), src, "efficiency.")
+    checks.keys(
+        eff,
+        ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert", "moe_overlap"),
+        ("gemm", "attention", "memory"),
+        src,
+        "efficiency.",
+    )
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
     return DeviceSpec(
-        name=data.get("name", name), peak_flops=peaks, hbm_bytes=checks.non_negative_number(data.get("hbm_bytes"), "hbm_bytes", src),
-        hbm_bytes_per_s=checks.non_negative_number(data.get("hbm_bytes_per_s"), "hbm_bytes_per_s", src), gemm_efficiency_flops=xs, gemm_efficiency=ys,
+        name=data.get("name", name),
+        peak_flops=peaks,
+        hbm_bytes=checks.non_negative_number(data.get("hbm_bytes"), "hbm_bytes", src),
+        hbm_bytes_per_s=checks.non_negative_number(data.get("hbm_bytes_per_s"), "hbm_bytes_per_s", src),
+        gemm_efficiency_flops=xs,
+        gemm_efficiency=ys,
         attention_efficiency=checks.non_negative_number(eff.get("attention"), "efficiency.attention", src),
         memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
-        **{f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src) for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
-           if key in eff},
-        low_precision_gemm=low, source=src,
+        **{
+            f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
+            for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
+            if key in eff
+        },
+        low_precision_gemm=low,
+        source=src,
     )
 
 
 # a serving-engine profile's keys (problems/engines/*.yaml) and the DeviceSpec fields they replace
-ENGINE_EFFICIENCY_FIELDS = {"stream": "stream_efficiency", "kv_stream": "kv_stream_efficiency",
-                            "memory": "memory_efficiency", "attention": "attention_efficiency"}
+ENGINE_EFFICIENCY_FIELDS = {
+    "stream": "stream_efficiency",
+    "kv_stream": "kv_stream_efficiency",
+    "memory": "memory_efficiency",
+    "attention": "attention_efficiency",
+}
 
 
 @functools.cache
@@ -176,8 +232,11 @@ def load_engine(name: str) -> dict:
         if device not in known:
             raise ProblemError(f"unknown device {device!r}; allowed: {', '.join(known)}", source=src, field=f"devices.{device}")
         if not isinstance(block, dict) or not block:
-            raise ProblemError(f"must map efficiency keys ({', '.join(ENGINE_EFFICIENCY_FIELDS)}) to fractions", source=src,
-                               field=f"devices.{device}")
+            raise ProblemError(
+                f"must map efficiency keys ({', '.join(ENGINE_EFFICIENCY_FIELDS)}) to fractions",
+                source=src,
+                field=f"devices.{device}",
+            )
         checks.keys(block, tuple(ENGINE_EFFICIENCY_FIELDS), (), src, f"devices.{device}.")
         profile[device] = {key: checks.fraction(block.get(key), f"devices.{device}." + key, src) for key in block}
     return profile
@@ -188,8 +247,11 @@ def device_under_engine(device: DeviceSpec, engine: str, source: str | None = No
     a ProblemError on ``workload.engine`` when the profile does not cover the device."""
     profile = load_engine(engine)
     if device.name not in profile:
-        raise ProblemError(f"engine {engine!r} has no efficiencies for device {device.name!r}; it covers: "
-                           f"{', '.join(profile)}", source=source, field="workload.engine")
+        raise ProblemError(
+            f"engine {engine!r} has no efficiencies for device {device.name!r}; it covers: {', '.join(profile)}",
+            source=source,
+            field="workload.engine",
+        )
     return dataclasses.replace(device, **{ENGINE_EFFICIENCY_FIELDS[key]: value for key, value in profile[device.name].items()})
 
 
@@ -207,10 +269,19 @@ def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:
 def _tier(data, name: str, src: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field=name)
-    checks.keys(data, ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
-               ("bandwidth_bytes_per_s", "latency_s", "efficiency"), src, f"{name}.")
-    return NetworkTier(name=name, bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
-                       latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src), efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src))
+    checks.keys(
+        data,
+        ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
+        ("bandwidth_bytes_per_s", "latency_s", "efficiency"),
+        src,
+        f"{name}.",
+    )
+    return NetworkTier(
+        name=name,
+        bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
+        latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src),
+        efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src),
+    )
 
 
 SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost", "topology")
@@ -223,8 +294,16 @@ def _system_parts(src: str, data: dict) -> tuple:
     device = load_device(data["device"])
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     topology = topology_from_dict(data["topology"], src) if "topology" in data else None
-    return (src, device, int(data["gpus_per_node"]), int(domain or data["gpus_per_node"]), _tier(data["scale_up"], "scale_up", src),
-            _tier(data["scale_out"], "scale_out", src), float(data.get("memory_reserve_bytes", 0.0)), topology)
+    return (
+        src,
+        device,
+        int(data["gpus_per_node"]),
+        int(domain or data["gpus_per_node"]),
+        _tier(data["scale_up"], "scale_up", src),
+        _tier(data["scale_out"], "scale_out", src),
+        float(data.get("memory_reserve_bytes", 0.0)),
+        topology,
+    )
 
 
 @functools.cache
@@ -234,8 +313,18 @@ def _system_file(name: str) -> tuple:
 
 def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
     src, device, per_node, domain, up, out, reserve, topology = parts
-    return SystemSpec(name=name, device=device, num_gpus=num_gpus, gpus_per_node=per_node, scale_up_domain=domain,
-                      scale_up=up, scale_out=out, memory_reserve_bytes=reserve, source=src, topology=topology)
+    return SystemSpec(
+        name=name,
+        device=device,
+        num_gpus=num_gpus,
+        gpus_per_node=per_node,
+        scale_up_domain=domain,
+        scale_up=up,
+        scale_out=out,
+        memory_reserve_bytes=reserve,
+        source=src,
+        topology=topology,
+    )
 
 
 def load_system(name: str, num_gpus: int) -> SystemSpec:
@@ -250,8 +339,10 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
     checks.keys(data, SYSTEM_KEYS, SYSTEM_REQUIRED, src, "")
     if not isinstance(data["device"], str):
         raise ProblemError(f"must be a device name; allowed: {', '.join(names('systems/devices'))}", source=src, field="device")
-    for key, value in (("gpus_per_node", data["gpus_per_node"]),
-                       ("scale_up.domain_size", data["scale_up"].get("domain_size", 1) if isinstance(data["scale_up"], dict) else 1)):
+    for key, value in (
+        ("gpus_per_node", data["gpus_per_node"]),
+        ("scale_up.domain_size", data["scale_up"].get("domain_size", 1) if isinstance(data["scale_up"], dict) else 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProblemError(f"must be a positive integer, got {value!r}", source=src, field=key)
     if "memory_reserve_bytes" in data:
@@ -286,7 +377,11 @@ def _link(data, source: str, field: str) -> Link:
     bandwidth = checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{field}.bandwidth_bytes_per_s", source)
     if bandwidth <= 0:
         raise ProblemError("must be a positive number", source=source, field=f"{field}.bandwidth_bytes_per_s")
-    return Link(bandwidth, checks.non_negative_number(data.get("latency_s"), f"{field}.latency_s", source), checks.positive_int(data.get("count", 1), f"{field}.count", source))
+    return Link(
+        bandwidth,
+        checks.non_negative_number(data.get("latency_s"), f"{field}.latency_s", source),
+        checks.positive_int(data.get("count", 1), f"{field}.count", source),
+    )
 
 
 def _tiers(data, source: str, field: str) -> tuple:
@@ -297,11 +392,20 @@ def _tiers(data, source: str, field: str) -> tuple:
         checks.keys(tier, TIER_KEYS, ("name", "size"), source, where)
         oversub = checks.as_float(tier.get("oversubscription", 1.0))
         if oversub is None or oversub <= 0:
-            raise ProblemError(f"must be a positive ratio (injection : uplink, 7 for 1:7), got {tier.get('oversubscription')!r}",
-                               source=source, field=where + "oversubscription")
-        tiers.append(Tier(str(tier["name"]), checks.positive_int(tier.get("size"), where + "size", source), oversub,
-                          checks.positive_int(tier.get("radix", 1), where + "radix", source) if "radix" in tier else 0,
-                          checks.non_negative_number(tier.get("latency_s"), where + "latency_s", source) if "latency_s" in tier else 0.0))
+            raise ProblemError(
+                f"must be a positive ratio (injection : uplink, 7 for 1:7), got {tier.get('oversubscription')!r}",
+                source=source,
+                field=where + "oversubscription",
+            )
+        tiers.append(
+            Tier(
+                str(tier["name"]),
+                checks.positive_int(tier.get("size"), where + "size", source),
+                oversub,
+                checks.positive_int(tier.get("radix", 1), where + "radix", source) if "radix" in tier else 0,
+                checks.non_negative_number(tier.get("latency_s"), where + "latency_s", source) if "latency_s" in tier else 0.0,
+            )
+        )
     return tuple(tiers)
 
 
@@ -311,24 +415,36 @@ def _level(data, source: str, field: str) -> Level:
     if kind not in KINDS:
         raise ProblemError(f"{kind!r} is not a topology kind; allowed: {', '.join(KINDS)}", source=source, field=f"{field}.kind")
     where = f"{field}."
-    checks.keys(data, LEVEL_COMMON + LEVEL_KEYS[kind], ("name", "kind", "link", "efficiency") + (
-        ("size",) if kind in ("switch", "full_mesh", "ring") else ()), source, where)
-    kwargs = {"name": str(data["name"]), "kind": kind, "link": _link(data["link"], source, where + "link"),
-              "efficiency": checks.fraction(data.get("efficiency"), where + "efficiency", source)}
+    checks.keys(
+        data,
+        LEVEL_COMMON + LEVEL_KEYS[kind],
+        ("name", "kind", "link", "efficiency") + (("size",) if kind in ("switch", "full_mesh", "ring") else ()),
+        source,
+        where,
+    )
+    kwargs = {
+        "name": str(data["name"]),
+        "kind": kind,
+        "link": _link(data["link"], source, where + "link"),
+        "efficiency": checks.fraction(data.get("efficiency"), where + "efficiency", source),
+    }
     inn = data.get("in_network_reduction", False)
     if inn is not False:
         inn = checks.mapping(inn, where + "in_network_reduction", source)
         checks.keys(inn, ("efficiency", "latency_s"), ("efficiency", "latency_s"), source, where + "in_network_reduction.")
-        kwargs["in_network"] = InNetworkReduction(checks.fraction(inn.get("efficiency"), where + "in_network_reduction.efficiency", source),
-                                                  checks.non_negative_number(inn.get("latency_s"), where + "in_network_reduction.latency_s", source))
+        kwargs["in_network"] = InNetworkReduction(
+            checks.fraction(inn.get("efficiency"), where + "in_network_reduction.efficiency", source),
+            checks.non_negative_number(inn.get("latency_s"), where + "in_network_reduction.latency_s", source),
+        )
     if kind == "torus":
         dims = checks.nonempty_list(data.get("dims"), where + "dims", source)
         kwargs["dims"] = tuple(checks.positive_int(d, where + "dims", source) for d in dims)
         wrap = data.get("wrap", True)
         wrap = [wrap] * len(dims) if isinstance(wrap, bool) else wrap
         if not isinstance(wrap, list) or len(wrap) != len(dims) or not all(isinstance(w, bool) for w in wrap):
-            raise ProblemError(f"must be true/false or a list of {len(dims)} true/false (one per dimension)", source=source,
-                               field=where + "wrap")
+            raise ProblemError(
+                f"must be true/false or a list of {len(dims)} true/false (one per dimension)", source=source, field=where + "wrap"
+            )
         kwargs["wrap"] = tuple(wrap)
         if "wrap_multiple" in data:
             kwargs["wrap_multiple"] = checks.positive_int(data.get("wrap_multiple"), where + "wrap_multiple", source)
@@ -347,9 +463,11 @@ def _level(data, source: str, field: str) -> Level:
     if size is not None:
         kwargs["size"] = checks.positive_int(data.get("size"), where + "size", source)
     else:
-        kwargs["size"] = {"fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
-                          "torus": lambda: math.prod(kwargs["dims"]),
-                          "dragonfly": lambda: kwargs["groups"] * kwargs["routers_per_group"] * kwargs["units_per_router"]}[kind]()
+        kwargs["size"] = {
+            "fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
+            "torus": lambda: math.prod(kwargs["dims"]),
+            "dragonfly": lambda: kwargs["groups"] * kwargs["routers_per_group"] * kwargs["units_per_router"],
+        }[kind]()
     if kind == "fat_tree" and not kwargs["tiers"]:
         kwargs["tiers"] = (Tier("network", kwargs["size"]),)
     return _build(Level, kwargs, source, where, with_source=False)
@@ -360,12 +478,20 @@ def topology_from_dict(data, source: str, prefix: str = "topology") -> Topology:
     optionally ``algorithms`` ({op: algorithm} the system fixes). ProblemError naming the field."""
     data = checks.mapping(data, prefix, source)
     checks.keys(data, ("levels", "algorithms"), ("levels",), source, f"{prefix}.")
-    levels = tuple(_level(level, source, f"{prefix}.levels[{i}]") for i, level in enumerate(checks.nonempty_list(data["levels"], f"{prefix}.levels", source)))
+    levels = tuple(
+        _level(level, source, f"{prefix}.levels[{i}]")
+        for i, level in enumerate(checks.nonempty_list(data["levels"], f"{prefix}.levels", source))
+    )
     fixed = checks.mapping(data.get("algorithms", {}), f"{prefix}.algorithms", source)
     for op, name in fixed.items():
         if op not in ALGORITHMS:
-            raise ProblemError(f"unknown collective {op!r}; allowed: {', '.join(ALGORITHMS)}", source=source, field=f"{prefix}.algorithms")
+            raise ProblemError(
+                f"unknown collective {op!r}; allowed: {', '.join(ALGORITHMS)}", source=source, field=f"{prefix}.algorithms"
+            )
         if name not in ALGORITHMS[op]:
-            raise ProblemError(f"{name!r} is not an {op} algorithm; allowed: {', '.join(ALGORITHMS[op])}", source=source,
-                               field=f"{prefix}.algorithms.{op}")
+            raise ProblemError(
+                f"{name!r} is not an {op} algorithm; allowed: {', '.join(ALGORITHMS[op])}",
+                source=source,
+                field=f"{prefix}.algorithms.{op}",
+            )
     return Topology(levels, tuple(fixed.items()), source)

@@ -50,16 +50,18 @@ def check_metrics(planner, problem, objectives) -> tuple:
     objectives = tuple(objectives)
     allowed = ", ".join(planner.front_metrics)
     if len(objectives) not in (2, 3) or len(set(objectives)) != len(objectives):
-        raise ProblemError(f"give two or three different metrics, got {list(objectives)}; allowed: {allowed}",
-                           field="--objectives")
+        raise ProblemError(
+            f"give two or three different metrics, got {list(objectives)}; allowed: {allowed}", field="--objectives"
+        )
     for name in objectives:
         if name not in planner.front_metrics:
             raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {allowed}", field="--objectives")
     return objectives
 
 
-def pareto_front(problem, objectives, time_limit: float = 60.0, workers: int = 1, seed: int = 0,
-                 max_points: int = 1000) -> ParetoResult:
+def pareto_front(
+    problem, objectives, time_limit: float = 60.0, workers: int = 1, seed: int = 0, max_points: int = 1000
+) -> ParetoResult:
     """The exact front of ``objectives`` (two or three metric names) of ``problem``."""
     planner = planner_for(problem)
     objectives = check_metrics(planner, problem, objectives)
@@ -79,12 +81,16 @@ def pareto_front(problem, objectives, time_limit: float = 60.0, workers: int = 1
     plans = non_dominated([p for r in results for p in r.plans], keys, sense)
     statuses = {r.status for r in results}
     status = "PARTIAL" if "PARTIAL" in statuses else ("INFEASIBLE" if not plans else "COMPLETE")
-    return ParetoResult(objectives=objectives, status=status,
-                        plans=sorted(plans, key=lambda p: p.evaluation.metrics[keys[0]] * sense[keys[0]]),
-                        gap=max((r.gap or 0.0 for r in results), default=None) if status == "PARTIAL" else None,
-                        solve_time_s=time.perf_counter() - start, solves=sum(r.solves for r in results),
-                        space_size=sum(r.space_size for r in results),
-                        message="; ".join(r.message for r in results if r.message) or None)
+    return ParetoResult(
+        objectives=objectives,
+        status=status,
+        plans=sorted(plans, key=lambda p: p.evaluation.metrics[keys[0]] * sense[keys[0]]),
+        gap=max((r.gap or 0.0 for r in results), default=None) if status == "PARTIAL" else None,
+        solve_time_s=time.perf_counter() - start,
+        solves=sum(r.solves for r in results),
+        space_size=sum(r.space_size for r in results),
+        message="; ".join(r.message for r in results if r.message) or None,
+    )
 
 
 def _front(planner, problem, objectives, time_limit, workers, seed, max_points) -> ParetoResult:
@@ -98,9 +104,13 @@ def _front(planner, problem, objectives, time_limit, workers, seed, max_points) 
 
     deadline = time.perf_counter() + time_limit
     if len(objectives) == 3:
-        result = _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem))
+        result = _front_of_three(
+            new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem)
+        )
     else:
-        result = _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem))
+        result = _front_of_two(
+            new_search, unit, objectives, deadline, workers, seed, max_points, planner.search_settings(problem)
+        )
     result.space_size = space.size()
     if result.status == "INFEASIBLE" and result.message is None:
         result.message = explain(planner, problem, space, deadline, workers, seed)
@@ -122,8 +132,18 @@ def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_p
             out.status, out.gap = "PARTIAL", 1.0
             out.message = f"time limit reached after {len(found)} candidate points"
             break
-        step = _front_of_two(new_search, unit, (a, b), deadline, workers, seed, max_points, settings,
-                             bound=None if eps is None else (c, eps), extra=(c,))
+        step = _front_of_two(
+            new_search,
+            unit,
+            (a, b),
+            deadline,
+            workers,
+            seed,
+            max_points,
+            settings,
+            bound=None if eps is None else (c, eps),
+            extra=(c,),
+        )
         out.solves += step.solves
         found += step.plans
         if step.status == "PARTIAL":
@@ -145,8 +165,9 @@ def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_p
     return out
 
 
-def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_points, settings, bound=None,
-                  extra=()) -> ParetoResult:
+def _front_of_two(
+    new_search, unit, objectives, deadline, workers, seed, max_points, settings, bound=None, extra=()
+) -> ParetoResult:
     """The two-metric front; ``bound`` = (metric, max units) restricts the space; ``extra``: metrics
     whose integer values are recorded on each plan as well (``plan.units``)."""
     start = time.perf_counter()
@@ -180,7 +201,9 @@ def _front_of_two(new_search, unit, objectives, deadline, workers, seed, max_poi
             result.status = "PARTIAL"
             found = solver.objective_value if status == "FEASIBLE" else None
             result.gap = max(0.0, (found - solver.best_objective_bound) / found) if found else 1.0
-            result.message = f"time limit reached after {len(result.plans)} points; the solve in progress had gap {100 * result.gap:.2f} %"
+            result.message = (
+                f"time limit reached after {len(result.plans)} points; the solve in progress had gap {100 * result.gap:.2f} %"
+            )
             break
         best_first = solver.value(_expr(first))
         fixed = model.new_bool_var(f"pareto_first_at_{len(result.plans)}")
@@ -222,4 +245,6 @@ def non_dominated(points, objectives: tuple, sense: dict):
         rows = points.to_dict("records")
         keep = [i for i, r in enumerate(rows) if not any(dominates(q, r, objectives, sense) for q in rows)]
         return points.iloc[keep]
-    return [p for p in points if not any(dominates(q.evaluation.metrics, p.evaluation.metrics, objectives, sense) for q in points)]
+    return [
+        p for p in points if not any(dominates(q.evaluation.metrics, p.evaluation.metrics, objectives, sense) for q in points)
+    ]

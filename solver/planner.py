@@ -41,8 +41,13 @@ HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
 # points per numpy chunk: 2^17 keeps a chunk's arrays in cache; measured on GPT-3 175B / 1,024 A100 (6.4M
 # points, 2 cores): 0.92M points/s at 2^14, 1.40M at 2^16, 1.51M at 2^17, 1.47M at 2^18, 1.19M at 2^20
 CHUNK_ROWS = 1 << 17
-STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
-          cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+STATUS = {
+    cp_model.OPTIMAL: "OPTIMAL",
+    cp_model.FEASIBLE: "FEASIBLE",
+    cp_model.INFEASIBLE: "INFEASIBLE",
+    cp_model.UNKNOWN: "UNKNOWN",
+    cp_model.MODEL_INVALID: "MODEL_INVALID",
+}
 
 
 @dataclass
@@ -175,12 +180,14 @@ class Planner(ABC):
     def check_objective(self, problem, objective: str | None) -> str:
         objective = objective or problem.objective
         if objective not in self.objectives:
-            raise ProblemError(f"{objective!r} is not a {self.kind} objective; allowed: {', '.join(self.objectives)}",
-                               field="--objective")
+            raise ProblemError(
+                f"{objective!r} is not a {self.kind} objective; allowed: {', '.join(self.objectives)}", field="--objective"
+            )
         return objective
 
 
 # ---------------------------------------------------------------- the CP-SAT model of a space
+
 
 class Search:
     """The CP-SAT model of ``space``: the planner's composition on ``CpSatOps``, with the limits named
@@ -226,8 +233,14 @@ class Search:
 
 
 def _scale(planner: Planner, problem, tables: Tables) -> Scale:
-    times = [v for factor in planner.time_reference(problem) for j, out in enumerate(factor.outputs) if out.reference
-             for v in tables.table(factor).values[:, j] if v > 0]
+    times = [
+        v
+        for factor in planner.time_reference(problem)
+        for j, out in enumerate(factor.outputs)
+        if out.reference
+        for v in tables.table(factor).values[:, j]
+        if v > 0
+    ]
     prices = [v for factor in _price_factors(planner, problem, tables) for v in tables.table(factor).values[:, 0]]
     return Scale(min(times) if times else 1e-3, min(prices) if prices else 1.0)
 
@@ -275,6 +288,7 @@ def relative_gap(solver: cp_model.CpSolver) -> float:
 
 # ---------------------------------------------------------------- enumeration (numpy)
 
+
 def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: float | None = None, rows: int = CHUNK_ROWS):
     """The points of ``space`` on the numpy backend, chunk by chunk: yields (offset, cols, ops, out)."""
     ctx = planner.context(problem, names)
@@ -296,8 +310,16 @@ def feasible_mask(out, skip: str | None = None) -> np.ndarray | bool:
     return ok
 
 
-def best_points(planner: Planner, problem, space: Space, objective: str, top: int, time_limit: float | None = None,
-                keep_all: bool = False, names: tuple = ()):
+def best_points(
+    planner: Planner,
+    problem,
+    space: Space,
+    objective: str,
+    top: int,
+    time_limit: float | None = None,
+    keep_all: bool = False,
+    names: tuple = (),
+):
     """The ``top`` best feasible points (stored-value dicts, best first; ties in the space's order),
     the points evaluated, whether the scan completed, the explanation data and, with ``keep_all``,
     every point's table."""
@@ -349,21 +371,31 @@ def _frame(planner, problem, space, cols, ctx, o, out) -> pd.DataFrame:
         if key not in cols:
             continue
         domain = space.domains[key]
-        data[str(key)] = cols[key] if domain.numeric else np.asarray([domain.values[i] for i in range(len(domain.values))],
-                                                                     dtype=object)[cols[key]]
+        data[str(key)] = (
+            cols[key]
+            if domain.numeric
+            else np.asarray([domain.values[i] for i in range(len(domain.values))], dtype=object)[cols[key]]
+        )
     data.update(planner.frame(problem, ctx, o, out))
     n = o.size
     return pd.DataFrame({k: np.broadcast_to(v, (n,)) if np.ndim(v) == 0 else v for k, v in data.items()})
 
 
-def enumerate_space(problem, objective: str | None = None, top: int = 1, time_limit: float | None = None,
-                    keep_all: bool = False) -> PlanResult:
+def enumerate_space(
+    problem, objective: str | None = None, top: int = 1, time_limit: float | None = None, keep_all: bool = False
+) -> PlanResult:
     """Exhaustive baseline: every point of the problem's space evaluated by the model's composition
     on numpy arrays; the best ``top`` re-evaluated on floats."""
     planner = planner_for(problem)
     objective = planner.check_objective(problem, objective)
-    return _per_subproblem(planner, problem, objective, top, time_limit,
-                           lambda sub, left: _enumerate_one(planner, sub, objective, top, left, keep_all))
+    return _per_subproblem(
+        planner,
+        problem,
+        objective,
+        top,
+        time_limit,
+        lambda sub, left: _enumerate_one(planner, sub, objective, top, left, keep_all),
+    )
 
 
 def _enumerate_one(planner, problem, objective, top, time_limit, keep_all) -> PlanResult:
@@ -407,14 +439,22 @@ def _evaluated(planner, problem, space, stored) -> Plan:
 
 # ---------------------------------------------------------------- solve (CP-SAT)
 
-def solve(problem, objective: str | None = None, top: int = 1, time_limit: float = 60.0, workers: int = 1,
-          seed: int = 0) -> PlanResult:
+
+def solve(
+    problem, objective: str | None = None, top: int = 1, time_limit: float = 60.0, workers: int = 1, seed: int = 0
+) -> PlanResult:
     """The best plan (or the ``top`` best distinct ones) under the model, with proof status. One
     CP-SAT worker by default: deterministic for a given seed."""
     planner = planner_for(problem)
     objective = planner.check_objective(problem, objective)
-    return _per_subproblem(planner, problem, objective, top, time_limit,
-                           lambda sub, left: _solve_one(planner, sub, objective, top, left, workers, seed))
+    return _per_subproblem(
+        planner,
+        problem,
+        objective,
+        top,
+        time_limit,
+        lambda sub, left: _solve_one(planner, sub, objective, top, left, workers, seed),
+    )
 
 
 def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict | None:
@@ -510,6 +550,7 @@ def _least(search: Search, name: str, deadline, workers, seed, settings: SearchS
 
 # ---------------------------------------------------------------- decomposition
 
+
 def _per_subproblem(planner, problem, objective, top, time_limit, run) -> PlanResult:
     """``run(sub, seconds left)`` on each sub-problem (the time left shared by those still to run);
     the best ``top`` plans over all of them."""
@@ -532,9 +573,15 @@ def _combine(planner, problem, objective, top, results, start) -> PlanResult:
 
     def key(plan):
         return sense * planner.objective_value(problem, objective, plan.evaluation.metrics)
+
     parts = [r for _, r in results]
-    out = PlanResult(status="INFEASIBLE", objective=objective, space_size=sum(r.space_size for r in parts),
-                     workers=max(r.workers for r in parts), deterministic_time=sum(r.deterministic_time for r in parts))
+    out = PlanResult(
+        status="INFEASIBLE",
+        objective=objective,
+        space_size=sum(r.space_size for r in parts),
+        workers=max(r.workers for r in parts),
+        deterministic_time=sum(r.deterministic_time for r in parts),
+    )
     if any(r.points_evaluated is not None for r in parts):
         out.points_evaluated = sum(r.points_evaluated or 0 for r in parts)
     out.plans = sorted((p for r in parts for p in r.plans), key=key)[:top]
@@ -556,6 +603,7 @@ def _combine(planner, problem, objective, top, results, start) -> PlanResult:
 
 # ---------------------------------------------------------------- the planners
 
+
 def planner_for(problem) -> Planner:
     """The planner of the problem's workload kind."""
     if problem.is_inference:
@@ -571,4 +619,3 @@ def round_trip_errors(plan: Plan) -> dict:
     """Relative differences between the integer model's quantities and the model's own floats."""
     met = plan.evaluation.metrics
     return {k: abs(v - met[k]) / max(abs(met[k]), 1e-300) for k, v in plan.solver_values.items()}
-

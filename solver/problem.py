@@ -30,15 +30,46 @@ from .inference_problem import check_inference_objective, fixed_serving_mapping,
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
 OBJECTIVES = tuple(o.value for o in TrainingObjective)
-WORKLOAD_KEYS = ("kind", "seq_len", "global_batch", "precision", "attention", "grad_bytes", "overlap_dp",
-                 "moe_dispatcher", "moe_a2a_overlap", "train_tokens")
+WORKLOAD_KEYS = (
+    "kind",
+    "seq_len",
+    "global_batch",
+    "precision",
+    "attention",
+    "grad_bytes",
+    "overlap_dp",
+    "moe_dispatcher",
+    "moe_a2a_overlap",
+    "train_tokens",
+)
 MOE_DISPATCHERS = ("alltoall", "deepep")
-MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
-                "first_stage_layers", "last_stage_layers", "placement")
+MAPPING_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "vpp",
+    "sp",
+    "recompute",
+    "zero",
+    "first_stage_layers",
+    "last_stage_layers",
+    "placement",
+)
 ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
-MAPPING_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "recompute": "none", "zero": 1,
-                    "first_stage_layers": 0, "last_stage_layers": 0, "placement": DEFAULT_PLACEMENT}
+MAPPING_DEFAULTS = {
+    "cp": 1,
+    "ep": 1,
+    "vpp": 1,
+    "recompute": "none",
+    "zero": 1,
+    "first_stage_layers": 0,
+    "last_stage_layers": 0,
+    "placement": DEFAULT_PLACEMENT,
+}
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 ALLOWED_VALUES = {"recompute": tuple(r.value for r in Recompute), "zero": tuple(int(z) for z in ZeroStage), "sp": (False, True)}
 
@@ -86,9 +117,13 @@ class Problem:
     @property
     def needs_cost(self) -> bool:
         """Whether planning needs the system's cost (a cost objective, limit or run length)."""
-        return (self.objective in costing.COST_OBJECTIVES or bool(self.constraints)
-                or getattr(self.workload, "train_tokens", None) is not None
-                or self.gpu_hour_usd is not None or self.chiplets != (None,))
+        return (
+            self.objective in costing.COST_OBJECTIVES
+            or bool(self.constraints)
+            or getattr(self.workload, "train_tokens", None) is not None
+            or self.gpu_hour_usd is not None
+            or self.chiplets != (None,)
+        )
 
     def system_cost(self, num_gpus: int) -> dict:
         """{capex_usd, power_w, cost_per_hour_usd} of the system with ``num_gpus`` devices (a
@@ -142,16 +177,26 @@ def _parse_workload(data, src: str) -> Workload:
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
     grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
-    flags = {key: checks.flag(data.get(key, default), f"workload.{key}", src)
-             for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))}
+    flags = {
+        key: checks.flag(data.get(key, default), f"workload.{key}", src)
+        for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))
+    }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     train_tokens = data.get("train_tokens")
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
-    return Workload(kind="training", seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src),
-                    global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src),
-                    precision=precision, attention=attention, grad_bytes=float(grad_bytes), moe_dispatcher=dispatcher,
-                    train_tokens=train_tokens, source=src, **flags)
+    return Workload(
+        kind="training",
+        seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src),
+        global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src),
+        precision=precision,
+        attention=attention,
+        grad_bytes=float(grad_bytes),
+        moe_dispatcher=dispatcher,
+        train_tokens=train_tokens,
+        source=src,
+        **flags,
+    )
 
 
 def _parse_mapping(data, src: str) -> dict:
@@ -167,7 +212,11 @@ def _parse_mapping(data, src: str) -> dict:
             raise ProblemError("an empty list allows nothing", source=src, field=f"mapping.{key}")
         for v in values:
             if key in ALLOWED_VALUES:
-                if v not in ALLOWED_VALUES[key] or (key != "sp" and isinstance(v, bool)) or (key == "sp" and not isinstance(v, bool)):
+                if (
+                    v not in ALLOWED_VALUES[key]
+                    or (key != "sp" and isinstance(v, bool))
+                    or (key == "sp" and not isinstance(v, bool))
+                ):
                     allowed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in ALLOWED_VALUES[key])
                     raise ProblemError(f"{v!r} is not allowed; allowed: {allowed}", source=src, field=f"mapping.{key}")
             elif key == "placement":  # a rank order string, e.g. tp-cp-ep-dp-pp (model/placement.py)
@@ -205,7 +254,9 @@ def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
     checks.keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
     name = data["name"]
     if not isinstance(name, str):
-        raise ProblemError(f"must be a system name; allowed: {', '.join(library.names('systems'))}", source=src, field="system.name")
+        raise ProblemError(
+            f"must be a system name; allowed: {', '.join(library.names('systems'))}", source=src, field="system.name"
+        )
     try:
         library.load_system(name, 1)
     except ProblemError as exc:
@@ -222,11 +273,15 @@ def _parse_constraints(data, src: str, workload: Workload) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ProblemError(f"must be a mapping with keys among {', '.join(costing.CONSTRAINT_KEYS)}", source=src, field="constraints")
+        raise ProblemError(
+            f"must be a mapping with keys among {', '.join(costing.CONSTRAINT_KEYS)}", source=src, field="constraints"
+        )
     checks.keys(data, costing.CONSTRAINT_KEYS, (), src, "constraints.")
     out = {key: checks.positive_number(value, f"constraints.{key}", src) for key, value in data.items()}
     if "max_run_hours" in out and getattr(workload, "train_tokens", None) is None:
-        raise ProblemError("needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours")
+        raise ProblemError(
+            "needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours"
+        )
     return out
 
 
@@ -237,8 +292,12 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     if isinstance(model, dict):
         model_spec = library.model_from_dict(model, source)
     elif not isinstance(model, str):
-        raise ProblemError(f"must be a library name or a mapping of model fields, got {model!r}; allowed names: "
-                           f"{', '.join(library.names('models'))}", source=source, field="model")
+        raise ProblemError(
+            f"must be a library name or a mapping of model fields, got {model!r}; allowed names: "
+            f"{', '.join(library.names('models'))}",
+            source=source,
+            field="model",
+        )
     else:
         try:
             model_spec = library.load_model(model)
@@ -251,26 +310,45 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     constraints = _parse_constraints(data.get("constraints"), source, workload)
     device = library.load_system(system_name, 1).device
     if workload.precision not in device.peak_flops:
-        raise ProblemError(f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
-                           f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}", source=source, field="workload.precision")
+        raise ProblemError(
+            f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "
+            f"{', '.join(p for p in TRAINING_PRECISIONS if p in device.peak_flops)}",
+            source=source,
+            field="workload.precision",
+        )
     inference = workload.kind == "inference"
     if inference and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
-    mapping = parse_inference_mapping(data.get("mapping"), workload, source) if inference else _parse_mapping(data.get("mapping"), source)
+    mapping = (
+        parse_inference_mapping(data.get("mapping"), workload, source)
+        if inference
+        else _parse_mapping(data.get("mapping"), source)
+    )
     if "num_gpus" in mapping:
         # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
         allowed = tuple(n for n in counts if n in mapping.pop("num_gpus"))
         if not allowed:
-            raise ProblemError(f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus")
+            raise ProblemError(
+                f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus"
+            )
         counts = allowed
     objective = data.get("objective", "throughput")
     if inference:
         check_inference_objective(objective, source)
     else:
         checks.choice(objective, OBJECTIVES, "objective", source)
-    problem = Problem(model=model_spec, system_name=system_name, num_gpus=counts, workload=workload,
-                      mapping=mapping, objective=objective, source=source, chiplets=chiplets, gpu_hour_usd=gpu_hour_usd,
-                      constraints=constraints)
+    problem = Problem(
+        model=model_spec,
+        system_name=system_name,
+        num_gpus=counts,
+        workload=workload,
+        mapping=mapping,
+        objective=objective,
+        source=source,
+        chiplets=chiplets,
+        gpu_hour_usd=gpu_hour_usd,
+        constraints=constraints,
+    )
     try:
         costs = costing.resolve_costs(system_name, counts, chiplets, gpu_hour_usd, problem.needs_cost)
     except ProblemError as exc:

@@ -333,8 +333,11 @@ def _eliminate(frames: list, keep: tuple, domains: dict) -> pd.DataFrame:
     factors = []
     for frame in frames:
         cols = tuple(frame.columns)
-        codes = np.stack([domains[c].codes(frame[c].to_numpy(dtype=np.int64)) for c in cols], axis=1) if cols else \
-            np.zeros((1, 0), dtype=np.int64)
+        codes = (
+            np.stack([domains[c].codes(frame[c].to_numpy(dtype=np.int64)) for c in cols], axis=1)
+            if cols
+            else np.zeros((1, 0), dtype=np.int64)
+        )
         factors.append(_sum_out(_Factor(cols, codes, np.ones(len(codes), dtype=np.int64)), list(cols), radix))
     while True:
         names = sorted({c for f in factors for c in f.columns} - set(keep))

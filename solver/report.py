@@ -19,20 +19,36 @@ def rows_block(title: str, rows: list[tuple[str, str]]) -> list[str]:
 
 
 def plan_json(problem, plan) -> dict:
-    return {"mapping": mapping_dict(plan.mapping, plan.num_gpus), "metrics": plan.evaluation.metrics,
-            "breakdown": plan.evaluation.breakdown}
+    return {
+        "mapping": mapping_dict(plan.mapping, plan.num_gpus),
+        "metrics": plan.evaluation.metrics,
+        "breakdown": plan.evaluation.breakdown,
+    }
 
 
 def plan_result_json(problem, result, top: int) -> dict:
     """solve/enumerate --json: status, the best plan, its model metrics, objective, bound and gap."""
-    out = {"status": result.status, "objective_name": result.objective, "objective": result.objective_value,
-           "bound": result.bound, "gap": result.gap, "solve_time_s": result.solve_time_s,
-           "deterministic_time": result.deterministic_time, "workers": result.workers, "space_size": result.space_size}
+    out = {
+        "status": result.status,
+        "objective_name": result.objective,
+        "objective": result.objective_value,
+        "bound": result.bound,
+        "gap": result.gap,
+        "solve_time_s": result.solve_time_s,
+        "deterministic_time": result.deterministic_time,
+        "workers": result.workers,
+        "space_size": result.space_size,
+    }
     if result.points_evaluated is not None:
         out["points_evaluated"] = result.points_evaluated
     if result.plans:
-        out.update({"mapping": plan_json(problem, result.plans[0])["mapping"], "metrics": result.plans[0].evaluation.metrics,
-                    "breakdown": result.plans[0].evaluation.breakdown})
+        out.update(
+            {
+                "mapping": plan_json(problem, result.plans[0])["mapping"],
+                "metrics": result.plans[0].evaluation.metrics,
+                "breakdown": result.plans[0].evaluation.breakdown,
+            }
+        )
     else:
         out.update({"mapping": None, "metrics": None})
     if top > 1:
@@ -44,11 +60,17 @@ def plan_result_json(problem, result, top: int) -> dict:
 
 def plan_result_head(result, points: str = "mappings") -> str:
     """The first line of a solve or enumeration report: status, objective, bound, gap, time, space."""
-    return (f"status {result.status}  objective {result.objective} = "
-            + (f"{result.objective_value:,.4g}" if result.objective_value is not None else "n/a")
-            + (f"  bound {result.bound:,.4g}  gap {100 * result.gap:.3f} %" if result.bound is not None and result.gap is not None else "")
-            + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} {points}"
-            + (f"  evaluated {result.points_evaluated:,}" if result.points_evaluated is not None else ""))
+    return (
+        f"status {result.status}  objective {result.objective} = "
+        + (f"{result.objective_value:,.4g}" if result.objective_value is not None else "n/a")
+        + (
+            f"  bound {result.bound:,.4g}  gap {100 * result.gap:.3f} %"
+            if result.bound is not None and result.gap is not None
+            else ""
+        )
+        + f"  time {result.solve_time_s:.2f} s  space {result.space_size:,} {points}"
+        + (f"  evaluated {result.points_evaluated:,}" if result.points_evaluated is not None else "")
+    )
 
 
 def text_table(head: list, rows: list, markdown: bool) -> str:
@@ -75,17 +97,25 @@ def plan_result_table(planner, problem, result) -> str:
 
 def front_json(planner, problem, result) -> dict:
     """pareto --json: {objectives, status, gap, front: [{mapping, metrics}], ...}."""
-    return {"objectives": list(result.objectives), "status": result.status, "gap": result.gap,
-            "front": [{"mapping": mapping_dict(p.mapping, p.num_gpus), "metrics": p.evaluation.metrics} for p in result.plans],
-            "solve_time_s": result.solve_time_s,
-            "solves": result.solves, "space_size": result.space_size, **({"message": result.message} if result.message else {})}
+    return {
+        "objectives": list(result.objectives),
+        "status": result.status,
+        "gap": result.gap,
+        "front": [{"mapping": mapping_dict(p.mapping, p.num_gpus), "metrics": p.evaluation.metrics} for p in result.plans],
+        "solve_time_s": result.solve_time_s,
+        "solves": result.solves,
+        "space_size": result.space_size,
+        **({"message": result.message} if result.message else {}),
+    }
 
 
 def front_table(planner, problem, result) -> str:
     keys = [planner.front_metric(problem, n).metric for n in result.objectives]
-    head = (f"status {result.status}  {len(result.plans)} points on the front of {', '.join(result.objectives)}"
-            + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
-            + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} {planner.points_name}")
+    head = (
+        f"status {result.status}  {len(result.plans)} points on the front of {', '.join(result.objectives)}"
+        + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
+        + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} {planner.points_name}"
+    )
     lines = [head, "", f"   #  {'plan':<58}" + "".join(f"  {k:>22}" for k in keys)]
     for i, p in enumerate(result.plans, 1):
         met = p.evaluation.metrics
@@ -99,6 +129,7 @@ def plot_front(planner, problem, result, path: str) -> None:
     """Draw the front as a PNG (matplotlib, the optional `plot` extra) into a new file (``results.write_new_file``)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

@@ -34,8 +34,13 @@ class Scale:
 
     def unit(self, unit: Unit) -> float:
         """Model units (s, B, $/h, s·$/h) per integer unit."""
-        return {Unit.TIME: self.time_unit_s, Unit.MEMORY: self.memory_unit_bytes, Unit.COUNT: 1.0,
-                Unit.PRICE: self.price_unit, Unit.COST: self.time_unit_s * self.price_unit}[unit]
+        return {
+            Unit.TIME: self.time_unit_s,
+            Unit.MEMORY: self.memory_unit_bytes,
+            Unit.COUNT: 1.0,
+            Unit.PRICE: self.price_unit,
+            Unit.COST: self.time_unit_s * self.price_unit,
+        }[unit]
 
     def to_int(self, unit: Unit, value: float) -> int:
         """A table value in integer units: memory up, counts exact, the rest nearest."""

@@ -80,8 +80,9 @@ class ServingPlanner(Planner):
         if name in OBJECTIVE_METRICS:
             name = OBJECTIVE_METRICS[name]
         if name not in FRONT_METRICS:
-            raise ProblemError(f"{name!r} is not a metric the planner can optimise; allowed: {', '.join(FRONT_METRICS)}",
-                               field="--objectives")
+            raise ProblemError(
+                f"{name!r} is not a metric the planner can optimise; allowed: {', '.join(FRONT_METRICS)}", field="--objectives"
+            )
         return FRONT_METRICS[name]
 
     def frame(self, problem, ctx, o, out) -> dict:
@@ -97,8 +98,9 @@ class ServingPlanner(Planner):
         rows = space.project(keys)
         cols = {k: rows[k].to_numpy() for k in keys}
         o = NumpyOps(tables, cols)
-        peak = replica_memory(o, o.lookup(WEIGHTS), o.lookup(KV), o.decision(S.BATCH), o.lookup(ACTIVATIONS),
-                              o.decision(S.PP) == 1)
+        peak = replica_memory(
+            o, o.lookup(WEIGHTS), o.lookup(KV), o.decision(S.BATCH), o.lookup(ACTIVATIONS), o.decision(S.PP) == 1
+        )
         fits = np.asarray(peak) <= problem.system(problem.num_gpus[0]).usable_memory_bytes
         if fits.all() or not fits.any():
             return space
@@ -108,14 +110,18 @@ class ServingPlanner(Planner):
         met = plan.evaluation.metrics
         if limit.name in ("ttft_slo", "tpot_slo"):
             name = limit.name[:4]
-            return (f"the {name.upper()} SLO binds: {met[name + '_s']:.4g} s is the least any plan that fits reaches "
-                    f"(SLO {limit.bound:g} s)")
+            return (
+                f"the {name.upper()} SLO binds: {met[name + '_s']:.4g} s is the least any plan that fits reaches "
+                f"(SLO {limit.bound:g} s)"
+            )
         system = problem.system(plan.num_gpus)
         mem = plan.evaluation.breakdown["memory_gib"]
-        return (f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is the least any plan needs (weights "
-                f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB (+ {mem['kv_headroom']:.1f} GiB the engine "
-                f"leaves outside its KV pool) + activations {mem['activations']:.1f} GiB, at {plan.mapping.as_dict()}); the "
-                f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB")
+        return (
+            f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is the least any plan needs (weights "
+            f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB (+ {mem['kv_headroom']:.1f} GiB the engine "
+            f"leaves outside its KV pool) + activations {mem['activations']:.1f} GiB, at {plan.mapping.as_dict()}); the "
+            f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB"
+        )
 
     def together(self, problem, names: list) -> str:
         if len([n for n in names if n != "memory"]) >= 2:

@@ -7,14 +7,21 @@ from .report import mapping_dict, rows_block
 
 def evaluation_json(problem, mapping, evaluation) -> dict:
     """evaluate --json of an inference problem: metrics, breakdown, mapping."""
-    return {"model": problem.model.name, "system": problem.system_name, "metrics": evaluation.metrics,
-            "breakdown": evaluation.breakdown, "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"])}
+    return {
+        "model": problem.model.name,
+        "system": problem.system_name,
+        "metrics": evaluation.metrics,
+        "breakdown": evaluation.breakdown,
+        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
+    }
 
 
 def mapping_line(mapping) -> str:
     """tp 2  pp 1  ep 1  dp 4  batch 64, or both pools of a disaggregated plan."""
+
     def pool(p):
         return f"tp {p.tp}  pp {p.pp}  ep {p.ep}  dp {p.dp}"
+
     if mapping.prefill is None:
         return f"{pool(mapping.decode)}  batch {mapping.batch} per replica"
     return f"prefill {pool(mapping.prefill)} | decode {pool(mapping.decode)}  batch {mapping.batch} per decode replica"
@@ -27,34 +34,55 @@ def _slo(value: float, limit: float | None) -> str:
 def evaluation_table(problem, mapping, evaluation) -> str:
     """The readable report of one evaluated serving plan."""
     wl, met, bd = problem.workload, evaluation.metrics, evaluation.breakdown
-    lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} ({wl.serving} serving; {wl.precision} GEMMs, "
-             f"{wl.weight_precision} weights, {wl.kv_precision} KV cache; input {wl.input_len}, output {wl.output_len})",
-             f"mapping: {mapping_line(mapping)}", ""]
-    lines += rows_block("metrics", [
-        ("time to first token", f"{met['ttft_s']:.4f} s{_slo(met['ttft_s'], wl.ttft_slo_s)}"),
-        ("time per output token", f"{met['tpot_s'] * 1e3:.2f} ms{_slo(met['tpot_s'], wl.tpot_slo_s)}"),
-        ("end-to-end latency", f"{met['e2e_latency_s']:.3f} s"),
-        ("output tokens/s", f"{met['tokens_per_s']:,.0f}  ({met['tokens_per_s_per_gpu']:,.1f} per GPU, "
-                            f"{met['tokens_per_s_per_user']:,.1f} per user)"),
-        ("concurrent requests", f"{met['concurrent_requests']:,}"),
-        ("peak memory per GPU", f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
-                                + ("" if met["fits"] else "  ** DOES NOT FIT **") + f"  (largest batch that fits: {met['max_batch']:,})"),
-    ])
+    lines = [
+        f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} ({wl.serving} serving; {wl.precision} GEMMs, "
+        f"{wl.weight_precision} weights, {wl.kv_precision} KV cache; input {wl.input_len}, output {wl.output_len})",
+        f"mapping: {mapping_line(mapping)}",
+        "",
+    ]
+    lines += rows_block(
+        "metrics",
+        [
+            ("time to first token", f"{met['ttft_s']:.4f} s{_slo(met['ttft_s'], wl.ttft_slo_s)}"),
+            ("time per output token", f"{met['tpot_s'] * 1e3:.2f} ms{_slo(met['tpot_s'], wl.tpot_slo_s)}"),
+            ("end-to-end latency", f"{met['e2e_latency_s']:.3f} s"),
+            (
+                "output tokens/s",
+                f"{met['tokens_per_s']:,.0f}  ({met['tokens_per_s_per_gpu']:,.1f} per GPU, "
+                f"{met['tokens_per_s_per_user']:,.1f} per user)",
+            ),
+            ("concurrent requests", f"{met['concurrent_requests']:,}"),
+            (
+                "peak memory per GPU",
+                f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
+                + ("" if met["fits"] else "  ** DOES NOT FIT **")
+                + f"  (largest batch that fits: {met['max_batch']:,})",
+            ),
+        ],
+    )
     for key, title in (("tpot_s", "time per output token (one decode round)"), ("ttft_s", "time to first token")):
         total = sum(bd[key].values())
-        lines += [""] + rows_block(title, [(k, f"{v * 1e3:9.3f} ms  {100 * v / total:5.1f} %") for k, v in bd[key].items() if abs(v) > 1e-12])
-    lines += [""] + rows_block(f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
-                          [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()])
+        lines += [""] + rows_block(
+            title, [(k, f"{v * 1e3:9.3f} ms  {100 * v / total:5.1f} %") for k, v in bd[key].items() if abs(v) > 1e-12]
+        )
+    lines += [""] + rows_block(
+        f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
+        [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
+    )
     return "\n".join(lines)
 
 
 def plans_table(plans) -> list[str]:
     """The top-K lines of a solve or an enumeration."""
-    lines = ["   #  mapping                                                   TTFT s   TPOT ms   tokens/s   tok/s/GPU  memory GiB"]
+    lines = [
+        "   #  mapping                                                   TTFT s   TPOT ms   tokens/s   tok/s/GPU  memory GiB"
+    ]
     for i, p in enumerate(plans, 1):
         met = p.evaluation.metrics
-        lines.append(f"  {i:>2}  {mapping_line(p.mapping):<56}  {met['ttft_s']:7.3f}  {met['tpot_s'] * 1e3:8.2f}  "
-                     f"{met['tokens_per_s']:>9,.0f}  {met['tokens_per_s_per_gpu']:>10,.1f}  {met['peak_memory_gib']:6.1f}")
+        lines.append(
+            f"  {i:>2}  {mapping_line(p.mapping):<56}  {met['ttft_s']:7.3f}  {met['tpot_s'] * 1e3:8.2f}  "
+            f"{met['tokens_per_s']:>9,.0f}  {met['tokens_per_s_per_gpu']:>10,.1f}  {met['peak_memory_gib']:6.1f}"
+        )
     return lines
 
 

@@ -78,9 +78,12 @@ def build_space(problem) -> Space:
         prefill, split = [], []
     if not decode or (disaggregated and not prefill):
         fixed = {k: list(v) for k, v in problem.mapping.items() if k != "batch"}
-        raise ProblemError(f"no tp·pp·dp grid of num_gpus {list(problem.num_gpus)} serves {model.heads} heads, "
-                           f"{model.kv_heads} kv_heads and {model.layers} layers"
-                           + (f" under the restrictions {fixed}" if fixed else ""), source=problem.source, field="mapping")
+        raise ProblemError(
+            f"no tp·pp·dp grid of num_gpus {list(problem.num_gpus)} serves {model.heads} heads, "
+            f"{model.kv_heads} kv_heads and {model.layers} layers" + (f" under the restrictions {fixed}" if fixed else ""),
+            source=problem.source,
+            field="mapping",
+        )
     pps = sorted({r[3] for r in decode})
     if "batch" in problem.mapping:
         batches = [(pp, b // pp, b) for pp in pps for b in sorted(problem.mapping["batch"]) if b % pp == 0]
@@ -89,16 +92,30 @@ def build_space(problem) -> Space:
         largest = max(max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), MAX_DEFAULT_BATCH) // r[3] for r in decode)
         batches = [(pp, m, pp * m) for pp in pps for m in default_micro_batches(largest) if pp * m <= MAX_DEFAULT_BATCH]
     if not batches:
-        raise ProblemError(f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "
-                           "micro-batches of any allowed pool (batch must be a multiple of pp)", source=problem.source,
-                           field="mapping")
+        raise ProblemError(
+            f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "
+            "micro-batches of any allowed pool (batch must be a multiple of pp)",
+            source=problem.source,
+            field="mapping",
+        )
     pool_cols = [S.NUM_GPUS, S.POOL_GPUS, S.TP, S.PP, S.EP, S.DP, S.TP_GROUP, S.EP_GROUP, S.PP_GROUP]
-    frames = [("pool", pd.DataFrame(decode, columns=pool_cols).drop_duplicates()),
-              ("batch", pd.DataFrame(batches, columns=[S.PP, S.MICRO_BATCH, S.BATCH]))]
+    frames = [
+        ("pool", pd.DataFrame(decode, columns=pool_cols).drop_duplicates()),
+        ("batch", pd.DataFrame(batches, columns=[S.PP, S.MICRO_BATCH, S.BATCH])),
+    ]
     domains = {S(f"{g}_group"): categorical(tuple(layouts[g])) for g in GROUPS}
     if disaggregated:
-        pre_cols = [S.NUM_GPUS, S.PREFILL_GPUS, S.PREFILL_TP, S.PREFILL_PP, S.PREFILL_EP, S.PREFILL_DP,
-                    S.PREFILL_TP_GROUP, S.PREFILL_EP_GROUP, S.PREFILL_PP_GROUP]
+        pre_cols = [
+            S.NUM_GPUS,
+            S.PREFILL_GPUS,
+            S.PREFILL_TP,
+            S.PREFILL_PP,
+            S.PREFILL_EP,
+            S.PREFILL_DP,
+            S.PREFILL_TP_GROUP,
+            S.PREFILL_EP_GROUP,
+            S.PREFILL_PP_GROUP,
+        ]
         frames.insert(0, ("split", pd.DataFrame(split, columns=[S.NUM_GPUS, S.PREFILL_GPUS, S.POOL_GPUS, S.KV_LINK])))
         frames.insert(1, ("prefill", pd.DataFrame(prefill, columns=pre_cols).drop_duplicates()))
         domains.update({S(f"prefill.{g}_group"): categorical(tuple(pre_layouts[g])) for g in GROUPS})
@@ -111,16 +128,21 @@ def build_space(problem) -> Space:
                 domains[c] = numeric(set(domains[c].values) | set(frame[c]))
     space = Space(tuple(Relation(name, frame.astype("int64").reset_index(drop=True)) for name, frame in frames), domains)
     if not space.size():
-        raise ProblemError(f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "
-                           "micro-batches of any allowed pool (batch must be a multiple of pp)", source=problem.source,
-                           field="mapping")
+        raise ProblemError(
+            f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "
+            "micro-batches of any allowed pool (batch must be a multiple of pp)",
+            source=problem.source,
+            field="mapping",
+        )
     return space
 
 
 def plan_of(space: Space, stored: dict) -> tuple[int, ServingMapping]:
     """(num_gpus, ServingMapping) of one point given by its stored values."""
+
     def v(key):
         return space.domains[key].value(stored[key])
+
     pool = PoolMapping(v(S.TP), v(S.PP), v(S.EP), v(S.DP))
     prefill = None
     if S.PREFILL_TP in stored:

@@ -45,8 +45,10 @@ class Tables:
         if factor.name not in self._tables:
             keys = self.space.cover(factor.keys)
             domains = [self.space.domains[k] for k in factor.keys]
-            rows = [factor.evaluate(self.ctx, {k: d.value(v) for k, d, v in zip(factor.keys, domains, row)})
-                    for row in keys.itertuples(index=False, name=None)]
+            rows = [
+                factor.evaluate(self.ctx, {k: d.value(v) for k, d, v in zip(factor.keys, domains, row)})
+                for row in keys.itertuples(index=False, name=None)
+            ]
             values = np.array(rows, dtype=float).reshape(len(rows), len(factor.outputs))
             self._tables[factor.name] = FactorTable(factor, keys.reset_index(drop=True), values)
         return self._tables[factor.name]

@@ -61,8 +61,9 @@ class TrainingPlanner(Planner):
     def context(self, problem, names: tuple = ()) -> TrainingContext:
         priced = any(str(n) in COST_OBJECTIVES for n in names)
         hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus} if priced else None
-        return TrainingContext(problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly,
-                               costing.max_step_time_s(problem))
+        return TrainingContext(
+            problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly, costing.max_step_time_s(problem)
+        )
 
     def compose(self, o, ctx):
         return compose(o, ctx)
@@ -141,8 +142,12 @@ class TrainingPlanner(Planner):
             default = _default_split(problem, pp)
             match = splits[(splits[D.FIRST_STAGE_LAYERS] == default[0]) & (splits[D.LAST_STAGE_LAYERS] == default[1])]
             pick = match.iloc[0] if len(match) else splits.iloc[len(splits) // 2]
-            chosen.append(rows[(rows[D.FIRST_STAGE_LAYERS] == pick[D.FIRST_STAGE_LAYERS])
-                               & (rows[D.LAST_STAGE_LAYERS] == pick[D.LAST_STAGE_LAYERS])])
+            chosen.append(
+                rows[
+                    (rows[D.FIRST_STAGE_LAYERS] == pick[D.FIRST_STAGE_LAYERS])
+                    & (rows[D.LAST_STAGE_LAYERS] == pick[D.LAST_STAGE_LAYERS])
+                ]
+            )
         out = space.replace("grid", grid.reset_index(drop=True)).replace("micro", micro.reset_index(drop=True))
         return out.replace("pipeline", pd.concat(chosen, ignore_index=True))
 
@@ -162,18 +167,22 @@ class TrainingPlanner(Planner):
     def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
         met = plan.evaluation.metrics
         if limit.name == "run_length":
-            return (f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
-                    f"needs {met['run_hours']:,.0f} h, over the limit {problem.constraints['max_run_hours']:,.0f} h")
+            return (
+                f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
+                f"needs {met['run_hours']:,.0f} h, over the limit {problem.constraints['max_run_hours']:,.0f} h"
+            )
         system = problem.system(plan.num_gpus)
         device, m = system.device, plan.mapping
         mem = plan.evaluation.breakdown["memory_gib"]
         states = sum(v for k, v in mem.items() if k != "activations")
         how = "the least any allowed mapping needs" if proven else "the least found within the time limit"
-        return (f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is {how} "
-                f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB, "
-                f"at tp {m.tp}, pp {m.pp}, dp {m.dp}, zero {m.zero}, recompute {m.recompute}, micro_batch {m.micro_batch}); "
-                f"the {device.name} offers {system.usable_memory_bytes / GIB:.1f} GiB ({device.hbm_bytes / GIB:.1f} GiB minus "
-                f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved)")
+        return (
+            f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is {how} "
+            f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB, "
+            f"at tp {m.tp}, pp {m.pp}, dp {m.dp}, zero {m.zero}, recompute {m.recompute}, micro_batch {m.micro_batch}); "
+            f"the {device.name} offers {system.usable_memory_bytes / GIB:.1f} GiB ({device.hbm_bytes / GIB:.1f} GiB minus "
+            f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved)"
+        )
 
     def together(self, problem, names: list) -> str:
         if names == ["memory"]:

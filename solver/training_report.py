@@ -24,44 +24,65 @@ def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
 def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | None = None) -> str:
     """The readable report of one evaluated mapping."""
     m, met, bd = mapping, evaluation.metrics, evaluation.breakdown
-    lines = [f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
-             f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"]
-    lines.append(f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
-                 f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
-                 f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}")
+    lines = [
+        f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
+        f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"
+    ]
+    lines.append(
+        f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
+        f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
+        f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
+    )
     system = problem.system(met["num_gpus"])
-    groups = [f"{kind} {describe(where, system)}" for kind, where in group_layouts(system, m).items()
-              if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)]
+    groups = [
+        f"{kind} {describe(where, system)}"
+        for kind, where in group_layouts(system, m).items()
+        if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)
+    ]
     if groups:
         lines.append("groups: " + "  ".join(groups))
     lines.append("")
-    lines += rows_block("metrics", [
-        ("step time", f"{met['step_time_s']:.3f} s"),
-        ("tokens/s", f"{met['tokens_per_s']:,.0f}  ({met['tokens_per_s_per_gpu']:,.0f} per GPU)"),
-        ("MFU", f"{met['mfu'] * 100:.1f} %"),
-        ("model TFLOP/s per GPU", f"{met['tflops_per_gpu']:.1f}"),
-        ("peak memory per GPU", f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
-                                + ("" if met["fits"] else "  ** DOES NOT FIT **")),
-        ("micro-batches per step", str(met["microbatches"])),
-    ])
+    lines += rows_block(
+        "metrics",
+        [
+            ("step time", f"{met['step_time_s']:.3f} s"),
+            ("tokens/s", f"{met['tokens_per_s']:,.0f}  ({met['tokens_per_s_per_gpu']:,.0f} per GPU)"),
+            ("MFU", f"{met['mfu'] * 100:.1f} %"),
+            ("model TFLOP/s per GPU", f"{met['tflops_per_gpu']:.1f}"),
+            (
+                "peak memory per GPU",
+                f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
+                + ("" if met["fits"] else "  ** DOES NOT FIT **"),
+            ),
+            ("micro-batches per step", str(met["microbatches"])),
+        ],
+    )
     if "cost_per_hour_usd" in met:
-        cost_rows = [("system capex", f"${met['capex_usd']:,.0f}"), ("power", f"{met['power_w'] / 1e3:,.1f} kW"),
-                     ("cost per hour", f"${met['cost_per_hour_usd']:,.2f}"),
-                     ("$ per million tokens", f"${met['usd_per_million_tokens']:,.4f}")]
+        cost_rows = [
+            ("system capex", f"${met['capex_usd']:,.0f}"),
+            ("power", f"{met['power_w'] / 1e3:,.1f} kW"),
+            ("cost per hour", f"${met['cost_per_hour_usd']:,.2f}"),
+            ("$ per million tokens", f"${met['usd_per_million_tokens']:,.4f}"),
+        ]
         if "run_hours" in met:
-            cost_rows += [("run", f"{met['run_hours']:,.1f} h ({met['run_hours'] / 24:,.1f} days)"),
-                          ("run cost", f"${met['run_cost_usd']:,.0f}")]
+            cost_rows += [
+                ("run", f"{met['run_hours']:,.1f} h ({met['run_hours'] / 24:,.1f} days)"),
+                ("run cost", f"${met['run_cost_usd']:,.0f}"),
+            ]
         if "chiplets" in met:
             cost_rows.insert(0, ("chiplets per device", str(met["chiplets"])))
         lines.append("")
         lines += rows_block("cost", cost_rows)
     step = met["step_time_s"]
     lines.append("")
-    lines += rows_block(f"time (slowest stage {bd['critical_stage']}, whole step)",
-                   [(k, f"{v:9.3f} s  {100 * v / step:5.1f} %") for k, v in bd["time_s"].items() if abs(v) > 1e-9])
+    lines += rows_block(
+        f"time (slowest stage {bd['critical_stage']}, whole step)",
+        [(k, f"{v:9.3f} s  {100 * v / step:5.1f} %") for k, v in bd["time_s"].items() if abs(v) > 1e-9],
+    )
     lines.append("")
-    lines += rows_block(f"memory per GPU (stage {bd['peak_memory_stage']})",
-                   [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()])
+    lines += rows_block(
+        f"memory per GPU (stage {bd['peak_memory_stage']})", [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()]
+    )
     return "\n".join(lines)
 
 
@@ -70,9 +91,11 @@ def plans_table(plans) -> list[str]:
     lines = ["   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB  placement"]
     for i, p in enumerate(plans, 1):
         m, met = p.mapping, p.evaluation.metrics
-        lines.append(f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
-                     f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-                     f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}")
+        lines.append(
+            f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
+            f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
+            f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}"
+        )
     return lines
 
 

@@ -74,7 +74,9 @@ def context_parallel_degrees(problem, n: int) -> list[int]:
     if "cp" in problem.mapping:
         return list(problem.mapping["cp"])
     seq = problem.workload.seq_len
-    return [c for c in divisors(n) if c & (c - 1) == 0 and (c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))]
+    return [
+        c for c in divisors(n) if c & (c - 1) == 0 and (c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
+    ]
 
 
 def free_placements(systems) -> tuple:
@@ -152,7 +154,9 @@ def _grid(problem) -> list[tuple]:
         raise ProblemError(
             f"no tp·pp·dp·cp grid fits num_gpus {list(problem.num_gpus)} with {model.heads} heads, {model.kv_heads} kv_heads, "
             f"{model.layers} layers and global_batch {wl.global_batch}" + (f" under the restrictions {fixed}" if fixed else ""),
-            source=problem.source, field="mapping")
+            source=problem.source,
+            field="mapping",
+        )
     return grid
 
 
@@ -183,6 +187,7 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
         if (n, edge) not in splits:
             splits[(n, edge)] = {v for v in vpps if vpp_splits_stage(n, v, edge)}
         return splits[(n, edge)]
+
     rows = []
     for pp in pps:
         for f, la in pipeline_partitions(problem, pp):
@@ -202,14 +207,22 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     identity that the stages hold all the model's layers (``pipeline.layers_held``)."""
     f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
     vpps = sorted(set(pipeline[v]))
-    parts = [pipeline[[pp, D.SINGLE_STAGE]], pipeline[[pp, f]], pipeline[[pp, la]], pipeline[[pp, mid]], pipeline[[pp, v]],
-             pipeline[[v, i]]]
+    parts = [
+        pipeline[[pp, D.SINGLE_STAGE]],
+        pipeline[[pp, f]],
+        pipeline[[pp, la]],
+        pipeline[[pp, mid]],
+        pipeline[[pp, v]],
+        pipeline[[v, i]],
+    ]
     for column, edge in ((f, True), (la, True), (mid, False)):
         counts = sorted(set(pipeline[column]))
-        parts.append(pd.DataFrame([(n, x) for n in counts for x in vpps if n == 0 or vpp_splits_stage(n, x, edge)],
-                                  columns=[column, v]))
-    relations = tuple(Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64"))
-                      for j, part in enumerate(parts))
+        parts.append(
+            pd.DataFrame([(n, x) for n in counts for x in vpps if n == 0 or vpp_splits_stage(n, x, edge)], columns=[column, v])
+        )
+    relations = tuple(
+        Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64")) for j, part in enumerate(parts)
+    )
     layers = problem.model.layers
     held = Identity(lambda o: layers_held(o, o.decision(pp), o.decision(f), o.decision(la), o.decision(mid)), layers)
     return CompactForm(relations, (held,))
@@ -219,16 +232,23 @@ def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
     if model.moe is None and any(e != 1 for e in problem.mapping.get("ep", (1,))):
-        raise ProblemError("expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
-                           source=problem.source, field="mapping.ep")
+        raise ProblemError(
+            "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
+            source=problem.source,
+            field="mapping.ep",
+        )
     grid = _grid(problem)
     systems = {n: problem.system(n) for n in {g[0] for g in grid}}
     allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
     pipeline = _pipeline_rows(problem, sorted({g[2] for g in grid}))
     usable_pp = {r[0] for r in pipeline}
     if not usable_pp:
-        raise ProblemError(f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
-                           "(first_stage_layers, last_stage_layers, vpp)", source=problem.source, field="mapping")
+        raise ProblemError(
+            f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
+            "(first_stage_layers, last_stage_layers, vpp)",
+            source=problem.source,
+            field="mapping",
+        )
     rows = []
     layouts = defaultdict(dict)  # group kind -> {Layout: code}
     for point in grid:
@@ -240,9 +260,13 @@ def build_space(problem) -> Space:
             codes = tuple(layouts[kind].setdefault(where[kind], len(layouts[kind])) for kind in GROUP_KEYS)
             rows.append(point + (PLACEMENTS.index(placement),) + codes)
     if not rows:
-        raise ProblemError(f"no grid allows the placements {list(allowed)}: with experts, Megatron-Core needs pp last "
-                           "(or tp·cp = ep) and the same pipeline groups in the dense and expert grids; allowed: an order "
-                           "ending with pp", source=problem.source, field="mapping.placement")
+        raise ProblemError(
+            f"no grid allows the placements {list(allowed)}: with experts, Megatron-Core needs pp last "
+            "(or tp·cp = ep) and the same pipeline groups in the dense and expert grids; allowed: an order "
+            "ending with pp",
+            source=problem.source,
+            field="mapping.placement",
+        )
     grid_cols = [D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.PLACEMENT, *GROUP_KEYS.values()]
     gb = wl.global_batch
     dps = sorted({r[3] for r in rows})
@@ -261,8 +285,21 @@ def build_space(problem) -> Space:
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("zero", pd.DataFrame({D.ZERO: zero})),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
-        ("pipeline", pd.DataFrame(pipeline, columns=[D.PP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS,
-                                                     D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED])),
+        (
+            "pipeline",
+            pd.DataFrame(
+                pipeline,
+                columns=[
+                    D.PP,
+                    D.SINGLE_STAGE,
+                    D.FIRST_STAGE_LAYERS,
+                    D.LAST_STAGE_LAYERS,
+                    D.MIDDLE_STAGE_LAYERS,
+                    D.VPP,
+                    D.INTERLEAVED,
+                ],
+            ),
+        ),
     ]
     domains = {D.PLACEMENT: categorical(PLACEMENTS), D.SP: categorical((False, True)), D.RECOMPUTE: categorical(tuple(Recompute))}
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
@@ -279,20 +316,49 @@ def build_space(problem) -> Space:
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
-            "dp·micro_batch; sp needs tp > 1; vpp must split every stage)", source=problem.source, field="mapping")
+            "dp·micro_batch; sp needs tp > 1; vpp must split every stage)",
+            source=problem.source,
+            field="mapping",
+        )
     return space
 
 
 def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
     """(num_gpus, Mapping) of one point given by its stored values."""
-    value = {k: space.domains[k].value(stored[k]) for k in (D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.MICRO_BATCH, D.VPP,
-                                                              D.SP, D.RECOMPUTE, D.ZERO, D.FIRST_STAGE_LAYERS,
-                                                              D.LAST_STAGE_LAYERS, D.PLACEMENT)}
+    value = {
+        k: space.domains[k].value(stored[k])
+        for k in (
+            D.NUM_GPUS,
+            D.TP,
+            D.PP,
+            D.DP,
+            D.CP,
+            D.EP,
+            D.MICRO_BATCH,
+            D.VPP,
+            D.SP,
+            D.RECOMPUTE,
+            D.ZERO,
+            D.FIRST_STAGE_LAYERS,
+            D.LAST_STAGE_LAYERS,
+            D.PLACEMENT,
+        )
+    }
     return value[D.NUM_GPUS], Mapping(
-        tp=value[D.TP], pp=value[D.PP], dp=value[D.DP], cp=value[D.CP], ep=value[D.EP], micro_batch=value[D.MICRO_BATCH],
-        vpp=value[D.VPP], sp=bool(value[D.SP]), recompute=str(value[D.RECOMPUTE]), zero=int(value[D.ZERO]),
-        first_stage_layers=value[D.FIRST_STAGE_LAYERS], last_stage_layers=value[D.LAST_STAGE_LAYERS],
-        placement=value[D.PLACEMENT])
+        tp=value[D.TP],
+        pp=value[D.PP],
+        dp=value[D.DP],
+        cp=value[D.CP],
+        ep=value[D.EP],
+        micro_batch=value[D.MICRO_BATCH],
+        vpp=value[D.VPP],
+        sp=bool(value[D.SP]),
+        recompute=str(value[D.RECOMPUTE]),
+        zero=int(value[D.ZERO]),
+        first_stage_layers=value[D.FIRST_STAGE_LAYERS],
+        last_stage_layers=value[D.LAST_STAGE_LAYERS],
+        placement=value[D.PLACEMENT],
+    )
 
 
 def placements_by_point(space: Space) -> dict:

@@ -60,9 +60,15 @@ def family(run_id: str) -> str:
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):
         return "Llama 3 paper (out of sample)"
-    for prefix, name in (("megatron21-t1", "Megatron SC'21 Table 1"), ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
-                         ("megatron21-t2-zero", "Megatron SC'21 Table 2 ZeRO-3"), ("mtnlg", "MT-NLG"), ("bloom", "BLOOM"),
-                         ("nemo2407", "NeMo 24.07"), ("mbridge2509", "Megatron-Bridge 25.09")):
+    for prefix, name in (
+        ("megatron21-t1", "Megatron SC'21 Table 1"),
+        ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
+        ("megatron21-t2-zero", "Megatron SC'21 Table 2 ZeRO-3"),
+        ("mtnlg", "MT-NLG"),
+        ("bloom", "BLOOM"),
+        ("nemo2407", "NeMo 24.07"),
+        ("mbridge2509", "Megatron-Bridge 25.09"),
+    ):
         if run_id.startswith(prefix):
             return name
     return "other"
@@ -96,8 +102,15 @@ def evaluate_run(entry: dict, system_override=None) -> RunResult:
     if best is None:
         raise ProblemError("no listed mapping is valid", source=f"validation run {entry['id']}")
     measured = entry["measured"]
-    return RunResult(run_id=entry["id"], family=family(entry["id"]), problem=problem, mapping=best[1], evaluation=best[2],
-                     measured_step_s=float(measured["step_time_s"]), measured_memory_gib=measured.get("memory_gib"))
+    return RunResult(
+        run_id=entry["id"],
+        family=family(entry["id"]),
+        problem=problem,
+        mapping=best[1],
+        evaluation=best[2],
+        measured_step_s=float(measured["step_time_s"]),
+        measured_memory_gib=measured.get("memory_gib"),
+    )
 
 
 def evaluate_all(entries=None, system_override=None) -> list[RunResult]:

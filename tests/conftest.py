@@ -22,8 +22,21 @@ EXAMPLE = REPO / "problems" / "examples" / "gpt3-175b-a100.yaml"
 # Keys `evaluate --json` must always hold under "metrics" (issue 2, section 5).
 METRIC_KEYS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "fits")
 # Every mapping key of the problem-file contract (issue 2 section 2, issue 3 decision space).
-MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "sp", "recompute", "zero",
-                "first_stage_layers", "last_stage_layers", "placement")
+MAPPING_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "vpp",
+    "sp",
+    "recompute",
+    "zero",
+    "first_stage_layers",
+    "last_stage_layers",
+    "placement",
+)
 
 
 def rel_close(a: float, b: float, rel: float) -> bool:
@@ -63,8 +76,17 @@ def example_problem_dict() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
 
 
-def training_problem(model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32,
-                     precision="bf16", mapping=None, objective="throughput", **workload) -> dict:
+def training_problem(
+    model="llama2-7b",
+    system="dgx-h100",
+    num_gpus=8,
+    seq_len=4096,
+    global_batch=32,
+    precision="bf16",
+    mapping=None,
+    objective="throughput",
+    **workload,
+) -> dict:
     """A problem-file dict (the public YAML contract)."""
     wl = {"kind": "training", "seq_len": seq_len, "global_batch": global_batch, "precision": precision, **workload}
     out = {"model": model, "system": {"name": system, "num_gpus": num_gpus}, "workload": wl, "objective": objective}

@@ -27,6 +27,7 @@ def _run_all(jobs: dict) -> dict:
     def one(item):
         name, (args, entry) = item
         return name, run_cli(args, entry=entry)
+
     with ThreadPoolExecutor(max_workers=3) as pool:
         return dict(pool.map(one, jobs.items()))
 
@@ -45,16 +46,18 @@ def small_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(small_file):
     ex, sm = str(EXAMPLE), str(small_file)
-    return _run_all({
-        "evaluate_table": (["evaluate", ex], "script"),
-        "evaluate_json": (["evaluate", ex, "--json"], "script"),
-        "evaluate_json_module": (["evaluate", ex, "--json"], "module"),
-        "solve_json": (["solve", sm, "--json", *SOLVE], "script"),
-        "solve_top3": (["solve", sm, "--json", "--top", "3", *SOLVE], "module"),
-        "solve_table": (["solve", sm, *SOLVE], "script"),
-        "enumerate_json": (["enumerate", sm, "--json"], "script"),
-        "enumerate_top3": (["enumerate", sm, "--json", "--top", "3"], "module"),
-    })
+    return _run_all(
+        {
+            "evaluate_table": (["evaluate", ex], "script"),
+            "evaluate_json": (["evaluate", ex, "--json"], "script"),
+            "evaluate_json_module": (["evaluate", ex, "--json"], "module"),
+            "solve_json": (["solve", sm, "--json", *SOLVE], "script"),
+            "solve_top3": (["solve", sm, "--json", "--top", "3", *SOLVE], "module"),
+            "solve_table": (["solve", sm, *SOLVE], "script"),
+            "enumerate_json": (["enumerate", sm, "--json"], "script"),
+            "enumerate_top3": (["enumerate", sm, "--json", "--top", "3"], "module"),
+        }
+    )
 
 
 def _json(runs, name):
@@ -62,6 +65,7 @@ def _json(runs, name):
 
 
 # ---------------------------------------------------------------- evaluate
+
 
 def test_evaluate_json_contract(runs):
     doc = _json(runs, "evaluate_json")
@@ -192,6 +196,7 @@ def test_round_trip_literal_mapping_with_num_gpus(round_trip):
 
 # ---------------------------------------------------------------- tables and the import root
 
+
 def test_enumerate_all_is_a_data_frame_and_out_writes_csv_and_parquet(small_file, tmp_path):
     """enumerate --all is a pandas DataFrame in the Python API (one row per feasible point: mapping
     columns, then metrics) and --out writes it as CSV or Parquet with the same rows; --out never
@@ -242,12 +247,18 @@ def test_one_import_root(tmp_path):
 
     (tmp_path / "model.py").write_text("raise SystemExit('the user module was imported')\n")
     (tmp_path / "solver.py").write_text("raise SystemExit('the user module was imported')\n")
-    probe = ("import importlib.util, sys; sys.path.remove(sys.path[0]) if sys.path[0] in ('', '.') else None; "
-             "print(importlib.util.find_spec('model'), importlib.util.find_spec('solver'))")
+    probe = (
+        "import importlib.util, sys; sys.path.remove(sys.path[0]) if sys.path[0] in ('', '.') else None; "
+        "print(importlib.util.find_spec('model'), importlib.util.find_spec('solver'))"
+    )
     other = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True)
     assert other.stdout.split() == ["None", "None"], other.stdout + other.stderr
-    proc = subprocess.run([sys.executable, "-c", "import parasol.solver.cli, parasol.model.training_step; print('ok')"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import parasol.solver.cli, parasol.model.training_step; print('ok')"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
     help_ = subprocess.run([sys.executable, "-m", "parasol", "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert help_.returncode == 0 and "evaluate" in help_.stdout and "solve" in help_.stdout

@@ -38,8 +38,9 @@ B0, B1 = 100e9, 10e9  # their per-rank bandwidth after efficiency
 def two_level(in_network=None, sharp=None, oversubscription=1.0) -> Topology:
     """8 GPUs per switch (2 links x 100 GB/s x 0.5 = 100 GB/s), 4 nodes per leaf, 2 leaves (10 GB/s NIC)."""
     up = Level("nv", "switch", 8, Link(100e9, A0, 2), 0.5, in_network=in_network)
-    out = Level("net", "fat_tree", 8, Link(10e9, A1), 1.0, in_network=sharp,
-                tiers=(Tier("leaf", 4, oversubscription), Tier("spine", 2)))
+    out = Level(
+        "net", "fat_tree", 8, Link(10e9, A1), 1.0, in_network=sharp, tiers=(Tier("leaf", 4, oversubscription), Tier("spine", 2))
+    )
     return Topology((up, out))
 
 
@@ -48,6 +49,7 @@ def t(op, n, topo, algorithm, nbytes=S):
 
 
 # ---- hand-computed alpha-beta values ----------------------------------------------------------
+
 
 def test_ring_inside_one_switch():
     assert t("allreduce", 8, two_level(), "ring") == pytest.approx(14 * A0 + 2 * 7 / 8 * S / B0)
@@ -112,8 +114,9 @@ def test_alltoall_direct_pairwise_and_p2p():
 
 
 def torus(dims=(4, 4), wrap=(True, True), wrap_multiple=0) -> Topology:
-    return Topology((Level("ici", "torus", math.prod(dims), Link(10e9, 1e-6), 1.0, dims=dims, wrap=wrap,
-                           wrap_multiple=wrap_multiple),))
+    return Topology(
+        (Level("ici", "torus", math.prod(dims), Link(10e9, 1e-6), 1.0, dims=dims, wrap=wrap, wrap_multiple=wrap_multiple),)
+    )
 
 
 def test_torus_one_phase_per_dimension():
@@ -157,6 +160,7 @@ def test_full_mesh_rings_follow_tillson():
 
 # ---- the properties the issue names ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("system,line_rate", [("dgx-h100", 450e9), ("dgx-a100", 300e9), ("gb200-nvl72", 900e9)])
 def test_ring_busbw_tends_to_the_link_bandwidth(system, line_rate):
     topo = library.load_system(system, 8).network_topology()
@@ -199,7 +203,9 @@ def test_nvls_busbw_formula():
 def llama(oversubscription: float) -> Topology:
     topo = library.load_system("llama3-h100-cluster", 8).network_topology()
     net = topo.levels[1]
-    tiers = tuple(dataclasses.replace(tier, oversubscription=oversubscription) if tier.name == "pod" else tier for tier in net.tiers)
+    tiers = tuple(
+        dataclasses.replace(tier, oversubscription=oversubscription) if tier.name == "pod" else tier for tier in net.tiers
+    )
     return dataclasses.replace(topo, levels=(topo.levels[0], dataclasses.replace(net, tiers=tiers)))
 
 
@@ -237,7 +243,8 @@ def test_concurrent_groups_share_the_taper_but_rings_barely_load_it():
     assert ring_time_s("allreduce", S, topo, crowd) >= ring_time_s("allreduce", S, topo, one)
     expected_taper = 8 * volume / (3072 * 50e9 * 0.94 / 7)
     assert ring_time_s("allreduce", S, topo, crowd) == pytest.approx(
-        2 * 767 * (5e-6 + 1e-6 + 1e-6) + max(volume / (50e9 * 0.94), expected_taper))
+        2 * 767 * (5e-6 + 1e-6 + 1e-6) + max(volume / (50e9 * 0.94), expected_taper)
+    )
 
 
 def test_dragonfly_global_links_taper_all_to_all_across_groups():
@@ -256,6 +263,7 @@ def test_dragonfly_global_links_taper_all_to_all_across_groups():
 
 # ---- the topology derived from scale_up/scale_out is comm.py --------------------------------
 
+
 @pytest.mark.parametrize("system", library.names("systems"))
 def test_default_topology_gives_comm_py_numbers(system):
     spec = dataclasses.replace(library.load_system(system, 64), topology=None)
@@ -266,8 +274,12 @@ def test_default_topology_gives_comm_py_numbers(system):
         flat = "ring" if n <= domain else "hierarchical"
         for nbytes in (1e3, 1e6, 3e9):
             assert t("allreduce", n, topo, flat, nbytes) == pytest.approx(comm.allreduce_time_s(nbytes, n, 1, spec_n), rel=1e-12)
-            assert t("reducescatter", n, topo, flat, nbytes) == pytest.approx(comm.reduce_scatter_time_s(nbytes, n, 1, spec_n), rel=1e-12)
-            assert t("alltoall", n, topo, "direct", nbytes) == pytest.approx(comm.alltoall_time_s(nbytes, n, 1, spec_n), rel=1e-12)
+            assert t("reducescatter", n, topo, flat, nbytes) == pytest.approx(
+                comm.reduce_scatter_time_s(nbytes, n, 1, spec_n), rel=1e-12
+            )
+            assert t("alltoall", n, topo, "direct", nbytes) == pytest.approx(
+                comm.alltoall_time_s(nbytes, n, 1, spec_n), rel=1e-12
+            )
 
 
 def test_library_topologies_hold_the_validation_runs():
@@ -277,6 +289,7 @@ def test_library_topologies_hold_the_validation_runs():
 
 
 # ---- placement and selection --------------------------------------------------------------------
+
 
 def test_placement_is_compact_and_checked():
     topo = two_level()
@@ -303,6 +316,7 @@ def test_best_algorithm_unless_fixed():
 
 # ---- accuracy against published nccl-tests ---------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def measured():
     return compare_measurements()
@@ -310,8 +324,15 @@ def measured():
 
 def test_8gpu_allreduce_large_buffers_on_dgx_hgx_within_20_percent(measured):
     """The issue's target, on the validation points (calibration points are reported, not counted)."""
-    target = [r for r in measured if r["op"] == "allreduce" and r["gpus"] == 8 and r["bytes"] >= 2**30
-              and r["system"].startswith(("dgx-", "hgx-")) and r["role"] == "validation"]
+    target = [
+        r
+        for r in measured
+        if r["op"] == "allreduce"
+        and r["gpus"] == 8
+        and r["bytes"] >= 2**30
+        and r["system"].startswith(("dgx-", "hgx-"))
+        and r["role"] == "validation"
+    ]
     assert len(target) >= 10
     worst = max(target, key=lambda r: abs(r["error"]))
     assert abs(worst["error"]) <= 0.20, worst
@@ -332,37 +353,76 @@ def test_measurements_carry_sources_and_roles(measured):
 
 LINK = {"bandwidth_bytes_per_s": 25e9, "latency_s": 3e-6, "count": 18}
 SWITCH = {"name": "nv", "kind": "switch", "size": 8, "link": LINK, "efficiency": 0.8}
-FAT = {"name": "ib", "kind": "fat_tree", "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 5e-6}, "efficiency": 0.9,
-       "tiers": [{"name": "leaf", "size": 32, "radix": 64}, {"name": "spine", "size": 4}]}
+FAT = {
+    "name": "ib",
+    "kind": "fat_tree",
+    "link": {"bandwidth_bytes_per_s": 50e9, "latency_s": 5e-6},
+    "efficiency": 0.9,
+    "tiers": [{"name": "leaf", "size": 32, "radix": 64}, {"name": "spine", "size": 4}],
+}
 
 
 def bad(level=None, **top):
     return {"levels": [SWITCH, {**FAT, **(level or {})}], **top}
 
 
-@pytest.mark.parametrize("data,field,allowed", [
-    ({"levels": []}, "topology.levels", "non-empty list"),
-    ({"levels": [SWITCH], "extra": 1}, "topology.extra", "allowed: levels, algorithms"),
-    (bad({"kind": "hypercube"}), "topology.levels[1].kind", "allowed: switch, fat_tree, torus, ring, dragonfly, full_mesh"),
-    (bad({"efficiency": 1.5}), "topology.levels[1].efficiency", "(0, 1]"),
-    (bad({"link": {"latency_s": 1e-6}}), "topology.levels[1].link.bandwidth_bytes_per_s", "is required"),
-    (bad({"link": {**LINK, "count": 0}}), "topology.levels[1].link.count", "positive integer"),
-    (bad({"tiers": "leaf"}), "topology.levels[1].tiers", "non-empty list"),
-    (bad({"tiers": [{"name": "leaf", "size": 32, "oversubscription": -7}]}), "topology.levels[1].tiers[0].oversubscription", "1:7"),
-    (bad({"tiers": [{"name": "leaf", "size": 80, "radix": 64}]}), "topology.levels[1].tiers", "radix 64"),
-    (bad({"size": 100}), "topology.levels[1].size", "joins 128 units"),
-    (bad({"rail_optimized": "yes"}), "topology.levels[1].rail_optimized", "true or false"),
-    (bad({"dims": [4, 4]}), "topology.levels[1].dims", "allowed: name, kind, size, link, efficiency, tiers"),
-    ({"levels": [{**SWITCH, "kind": "torus", "size": None, "dims": [4, 0]}]}, "topology.levels[0].dims", "positive integer"),
-    ({"levels": [{**SWITCH, "kind": "torus", "size": 16, "dims": [4, 4], "wrap": [True]}]}, "topology.levels[0].wrap", "one per dimension"),
-    ({"levels": [{**SWITCH, "kind": "ring", "in_network_reduction": {"efficiency": 0.5, "latency_s": 1e-6}}]},
-     "topology.levels[0].in_network_reduction", "allowed: name, kind, size, link, efficiency"),
-    ({"levels": [{**SWITCH, "in_network_reduction": {"efficiency": 0.5}}]}, "topology.levels[0].in_network_reduction.latency_s", "is required"),
-    ({"levels": [{"name": "df", "kind": "dragonfly", "link": LINK, "efficiency": 0.9, "groups": 4, "routers_per_group": 8,
-                  "units_per_router": 4, "global_links_per_router": 4}]}, "topology.levels[0].global_link", "must be a mapping"),
-    ({"levels": [SWITCH], "algorithms": {"bcast": "ring"}}, "topology.algorithms", "allowed: allreduce"),
-    ({"levels": [SWITCH], "algorithms": {"allgather": "in_network"}}, "topology.algorithms.allgather", "allowed: ring"),
-])
+@pytest.mark.parametrize(
+    "data,field,allowed",
+    [
+        ({"levels": []}, "topology.levels", "non-empty list"),
+        ({"levels": [SWITCH], "extra": 1}, "topology.extra", "allowed: levels, algorithms"),
+        (bad({"kind": "hypercube"}), "topology.levels[1].kind", "allowed: switch, fat_tree, torus, ring, dragonfly, full_mesh"),
+        (bad({"efficiency": 1.5}), "topology.levels[1].efficiency", "(0, 1]"),
+        (bad({"link": {"latency_s": 1e-6}}), "topology.levels[1].link.bandwidth_bytes_per_s", "is required"),
+        (bad({"link": {**LINK, "count": 0}}), "topology.levels[1].link.count", "positive integer"),
+        (bad({"tiers": "leaf"}), "topology.levels[1].tiers", "non-empty list"),
+        (
+            bad({"tiers": [{"name": "leaf", "size": 32, "oversubscription": -7}]}),
+            "topology.levels[1].tiers[0].oversubscription",
+            "1:7",
+        ),
+        (bad({"tiers": [{"name": "leaf", "size": 80, "radix": 64}]}), "topology.levels[1].tiers", "radix 64"),
+        (bad({"size": 100}), "topology.levels[1].size", "joins 128 units"),
+        (bad({"rail_optimized": "yes"}), "topology.levels[1].rail_optimized", "true or false"),
+        (bad({"dims": [4, 4]}), "topology.levels[1].dims", "allowed: name, kind, size, link, efficiency, tiers"),
+        ({"levels": [{**SWITCH, "kind": "torus", "size": None, "dims": [4, 0]}]}, "topology.levels[0].dims", "positive integer"),
+        (
+            {"levels": [{**SWITCH, "kind": "torus", "size": 16, "dims": [4, 4], "wrap": [True]}]},
+            "topology.levels[0].wrap",
+            "one per dimension",
+        ),
+        (
+            {"levels": [{**SWITCH, "kind": "ring", "in_network_reduction": {"efficiency": 0.5, "latency_s": 1e-6}}]},
+            "topology.levels[0].in_network_reduction",
+            "allowed: name, kind, size, link, efficiency",
+        ),
+        (
+            {"levels": [{**SWITCH, "in_network_reduction": {"efficiency": 0.5}}]},
+            "topology.levels[0].in_network_reduction.latency_s",
+            "is required",
+        ),
+        (
+            {
+                "levels": [
+                    {
+                        "name": "df",
+                        "kind": "dragonfly",
+                        "link": LINK,
+                        "efficiency": 0.9,
+                        "groups": 4,
+                        "routers_per_group": 8,
+                        "units_per_router": 4,
+                        "global_links_per_router": 4,
+                    }
+                ]
+            },
+            "topology.levels[0].global_link",
+            "must be a mapping",
+        ),
+        ({"levels": [SWITCH], "algorithms": {"bcast": "ring"}}, "topology.algorithms", "allowed: allreduce"),
+        ({"levels": [SWITCH], "algorithms": {"allgather": "in_network"}}, "topology.algorithms.allgather", "allowed: ring"),
+    ],
+)
 def test_bad_topology_yaml(data, field, allowed):
     with pytest.raises(ProblemError) as info:
         topology_from_dict(data, "systems/x.yaml")
@@ -381,8 +441,10 @@ def test_good_topology_yaml_round_trip():
 
 # ---- the CLI contract ------------------------------------------------------------------------------
 
+
 def cli(args, capsys):
     from parasol.solver.cli import main
+
     try:
         code = main(["collective", *args])
     except SystemExit as exc:
@@ -402,8 +464,16 @@ def test_cli_json_has_exactly_the_contract_keys():
     assert data["algbw_gbps"] == pytest.approx(8589934592 / data["time_s"] / 1e9)
 
 
-@pytest.mark.parametrize("op,gpus,algorithm", [("allgather", 16, "ring"), ("reducescatter", 64, None), ("alltoall", 64, "pairwise"),
-                                               ("p2p", 2, None), ("allreduce", 72, "in_network")])
+@pytest.mark.parametrize(
+    "op,gpus,algorithm",
+    [
+        ("allgather", 16, "ring"),
+        ("reducescatter", 64, None),
+        ("alltoall", 64, "pairwise"),
+        ("p2p", 2, None),
+        ("allreduce", 72, "in_network"),
+    ],
+)
 def test_cli_json_every_op(op, gpus, algorithm, capsys):
     args = ["--system", "gb200-nvl72", "--op", op, "--bytes", "1G", "--gpus", str(gpus), "--json"]
     code, out, err = cli(args + (["--algorithm", algorithm] if algorithm else []), capsys)
@@ -420,21 +490,36 @@ def test_cli_table(capsys):
     assert "<-" in out and "busbw GB/s" in out and "6144 GPUs" in out and "1e9 B/s" in out
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--system", "dgx-z9", "--op", "allreduce", "--bytes", "1G", "--gpus", "8"], "--system: unknown name 'dgx-z9'; allowed: dgx-a100"),
-    (["--system", "dgx-h100", "--op", "bcast", "--bytes", "1G", "--gpus", "8"], "--op"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "8", "--algorithm", "magic"], "--algorithm"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "8", "--algorithm", "torus"], "--algorithm: 'torus' cannot run"),
-    (["--system", "dgx-h100", "--op", "alltoall", "--bytes", "1G", "--gpus", "8", "--algorithm", "ring"], "allowed: direct, pairwise"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "9999"], "--gpus: 9999 GPUs exceed the 4608 GPUs"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "12"], "--gpus: 12 GPUs are not placeable"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "1"], "at least 2 GPUs"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "0", "--gpus", "8"], "--bytes"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "-5", "--gpus", "8"], "--bytes"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "lots", "--gpus", "8"], "--bytes"),
-    (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "0"], "--gpus"),
-    (["--system", "tpu-v5p-torus", "--op", "allreduce", "--bytes", "1G", "--gpus", "31"], "not placeable"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["--system", "dgx-z9", "--op", "allreduce", "--bytes", "1G", "--gpus", "8"],
+            "--system: unknown name 'dgx-z9'; allowed: dgx-a100",
+        ),
+        (["--system", "dgx-h100", "--op", "bcast", "--bytes", "1G", "--gpus", "8"], "--op"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "8", "--algorithm", "magic"], "--algorithm"),
+        (
+            ["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "8", "--algorithm", "torus"],
+            "--algorithm: 'torus' cannot run",
+        ),
+        (
+            ["--system", "dgx-h100", "--op", "alltoall", "--bytes", "1G", "--gpus", "8", "--algorithm", "ring"],
+            "allowed: direct, pairwise",
+        ),
+        (
+            ["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "9999"],
+            "--gpus: 9999 GPUs exceed the 4608 GPUs",
+        ),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "12"], "--gpus: 12 GPUs are not placeable"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "1"], "at least 2 GPUs"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "0", "--gpus", "8"], "--bytes"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "-5", "--gpus", "8"], "--bytes"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "lots", "--gpus", "8"], "--bytes"),
+        (["--system", "dgx-h100", "--op", "allreduce", "--bytes", "1G", "--gpus", "0"], "--gpus"),
+        (["--system", "tpu-v5p-torus", "--op", "allreduce", "--bytes", "1G", "--gpus", "31"], "not placeable"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     code, out, err = cli(args, capsys)
     assert code == 2 and out == ""

@@ -29,11 +29,33 @@ from parasol.solver.tables import Tables
 WORKERS, TIME_LIMIT = 2, 60
 SYSTEMS = library.names("systems")
 TOPOLOGY_SYSTEMS = [s for s in SYSTEMS if topology_decides(library.load_system(s, 1).topology)]
-TINY_MOE = {"name": "tiny-moe", "layers": 6, "hidden": 512, "heads": 8, "kv_heads": 4, "ffn": 1536, "vocab": 8000,
-            "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False,
-            "moe": {"experts": 8, "top_k": 2, "expert_ffn": 512, "shared_experts": 1, "first_dense_layers": 1}}
-TINY = {"name": "tiny-gqa", "layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2816, "vocab": 32000,
-        "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False}
+TINY_MOE = {
+    "name": "tiny-moe",
+    "layers": 6,
+    "hidden": 512,
+    "heads": 8,
+    "kv_heads": 4,
+    "ffn": 1536,
+    "vocab": 8000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+    "moe": {"experts": 8, "top_k": 2, "expert_ffn": 512, "shared_experts": 1, "first_dense_layers": 1},
+}
+TINY = {
+    "name": "tiny-gqa",
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 2816,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+}
 
 
 def _gpus(system: str, rng) -> int:
@@ -57,23 +79,48 @@ def _placeable(system: str, n: int) -> bool:
 def random_training(seed: int, system: str) -> dict:
     rng = random.Random(seed)
     model = rng.choice([TINY, "megatron-gpt-1.7b", TINY_MOE])
-    wl = {"kind": "training", "seq_len": rng.choice([2048, 4096]), "global_batch": rng.choice([16, 32]),
-          "overlap_dp": rng.random() < 0.5, "precision": "bf16"}
-    mapping = {"vpp": [1, 2], "recompute": rng.sample(["none", "selective", "full"], 2), "zero": rng.sample([0, 1, 2, 3], 2),
-               "micro_batch": [1, 2], "cp": [1]}
+    wl = {
+        "kind": "training",
+        "seq_len": rng.choice([2048, 4096]),
+        "global_batch": rng.choice([16, 32]),
+        "overlap_dp": rng.random() < 0.5,
+        "precision": "bf16",
+    }
+    mapping = {
+        "vpp": [1, 2],
+        "recompute": rng.sample(["none", "selective", "full"], 2),
+        "zero": rng.sample([0, 1, 2, 3], 2),
+        "micro_batch": [1, 2],
+        "cp": [1],
+    }
     if rng.random() < 0.5:
         mapping.update(first_stage_layers=0, last_stage_layers=0)
-    return {"model": model, "system": {"name": system, "num_gpus": _gpus(system, rng)}, "workload": wl, "mapping": mapping,
-            "objective": rng.choice(["throughput", "memory"])}
+    return {
+        "model": model,
+        "system": {"name": system, "num_gpus": _gpus(system, rng)},
+        "workload": wl,
+        "mapping": mapping,
+        "objective": rng.choice(["throughput", "memory"]),
+    }
 
 
 def random_serving(seed: int, system: str) -> dict:
     rng = random.Random(seed)
-    wl = {"kind": "inference", "input_len": rng.choice([256, 1024]), "output_len": rng.choice([32, 128]),
-          "serving": ("static", "continuous", "disaggregated")[seed % 3], "precision": "bf16"}
+    wl = {
+        "kind": "inference",
+        "input_len": rng.choice([256, 1024]),
+        "output_len": rng.choice([32, 128]),
+        "serving": ("static", "continuous", "disaggregated")[seed % 3],
+        "precision": "bf16",
+    }
     n = _gpus(system, rng)
-    return {"model": rng.choice(["llama3.1-8b", TINY, TINY_MOE]), "system": {"name": system, "num_gpus": max(n, 2)},
-            "workload": wl, "mapping": {"batch": [1, 4, 16, 64]}, "objective": rng.choice(["throughput", "tpot", "latency"])}
+    return {
+        "model": rng.choice(["llama3.1-8b", TINY, TINY_MOE]),
+        "system": {"name": system, "num_gpus": max(n, 2)},
+        "workload": wl,
+        "mapping": {"batch": [1, 4, 16, 64]},
+        "objective": rng.choice(["throughput", "tpot", "latency"]),
+    }
 
 
 def differential(data: dict, source: str):
@@ -127,15 +174,19 @@ def test_the_random_problems_cover_what_they_should():
             return planner_for(problem).space(problem).size() > 0
         except ProblemError:
             return False
+
     # the differential test skips a problem whose space the planner rejects; nearly none is
     assert sum(map(valid, train)) >= 0.9 * len(train) and sum(map(valid, serve)) >= 0.9 * len(serve)
 
 
 # ---------------------------------------------------------------- the issue's regression problem
 
-ISSUE = {"model": "llama2-7b", "system": {"name": "llama3-h100-cluster", "num_gpus": 4096},
-         "workload": {"kind": "training", "seq_len": 4096, "global_batch": 4096, "overlap_dp": False},
-         "mapping": {"tp": 2, "pp": 1, "cp": 1, "zero": 1, "vpp": 1, "recompute": "none", "micro_batch": 1}}
+ISSUE = {
+    "model": "llama2-7b",
+    "system": {"name": "llama3-h100-cluster", "num_gpus": 4096},
+    "workload": {"kind": "training", "seq_len": 4096, "global_batch": 4096, "overlap_dp": False},
+    "mapping": {"tp": 2, "pp": 1, "cp": 1, "zero": 1, "vpp": 1, "recompute": "none", "micro_batch": 1},
+}
 
 
 @pytest.mark.parametrize("system", TOPOLOGY_SYSTEMS)
@@ -153,18 +204,29 @@ def test_stage_dp_time_on_topology_systems_solves_to_the_enumerators_step(system
 # ---------------------------------------------------------------- one composition, three backends
 
 BACKEND_CASES = {
-    "dense-free-split": {"model": "llama2-7b", "system": {"name": "dgx-h100", "num_gpus": 16},
-                         "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32},
-                         "mapping": {"pp": [2, 4], "vpp": [1, 2], "zero": [1, 3], "micro_batch": [1, 2]}},
-    "moe-torus": {"model": TINY_MOE, "system": {"name": "tpu-v5p-torus", "num_gpus": 16},
-                  "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "overlap_dp": False},
-                  "mapping": {"vpp": [1], "micro_batch": [1, 2], "recompute": ["none", "full"]}},
-    "serving-disaggregated": {"model": "llama3.1-8b", "system": {"name": "dgx-h100", "num_gpus": 8},
-                              "workload": {"kind": "inference", "input_len": 512, "output_len": 64,
-                                           "serving": "disaggregated"}, "mapping": {"batch": [1, 8, 32]}},
-    "serving-continuous-dragonfly": {"model": TINY_MOE, "system": {"name": "slingshot-a100-dragonfly", "num_gpus": 8},
-                                     "workload": {"kind": "inference", "input_len": 512, "output_len": 64,
-                                                  "serving": "continuous", "slo": {"tpot_s": 0.01}}},
+    "dense-free-split": {
+        "model": "llama2-7b",
+        "system": {"name": "dgx-h100", "num_gpus": 16},
+        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32},
+        "mapping": {"pp": [2, 4], "vpp": [1, 2], "zero": [1, 3], "micro_batch": [1, 2]},
+    },
+    "moe-torus": {
+        "model": TINY_MOE,
+        "system": {"name": "tpu-v5p-torus", "num_gpus": 16},
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "overlap_dp": False},
+        "mapping": {"vpp": [1], "micro_batch": [1, 2], "recompute": ["none", "full"]},
+    },
+    "serving-disaggregated": {
+        "model": "llama3.1-8b",
+        "system": {"name": "dgx-h100", "num_gpus": 8},
+        "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "serving": "disaggregated"},
+        "mapping": {"batch": [1, 8, 32]},
+    },
+    "serving-continuous-dragonfly": {
+        "model": TINY_MOE,
+        "system": {"name": "slingshot-a100-dragonfly", "num_gpus": 8},
+        "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "serving": "continuous", "slo": {"tpot_s": 0.01}},
+    },
 }
 
 
@@ -207,10 +269,18 @@ def test_solver_round_trip_on_backend_cases(case):
     differential(BACKEND_CASES[case], case)
 
 
-@pytest.mark.parametrize("data", [BACKEND_CASES["dense-free-split"],
-                                  {"model": "gpt3-20b", "system": {"name": "dgx-a100", "num_gpus": 32},
-                                   "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
-                                   "mapping": {"vpp": [1, 2, 3, 4], "cp": [1]}}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        BACKEND_CASES["dense-free-split"],
+        {
+            "model": "gpt3-20b",
+            "system": {"name": "dgx-a100", "num_gpus": 32},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
+            "mapping": {"vpp": [1, 2, 3, 4], "cp": [1]},
+        },
+    ],
+)
 def test_the_pipelines_cp_sat_form_holds_the_same_partitions(data):
     """The pipeline relation's compact form (small tables and the identity that the stages hold all
     layers) holds exactly the relation's rows."""

@@ -54,6 +54,7 @@ N5 = PARAMS.nodes["5nm"]
 
 # ------------------------------------------------------------------ die terms, hand-computed
 
+
 def test_dies_per_wafer_textbook_100mm2():
     # pi 150^2 / 100 - pi 300 / sqrt(200) = 706.858 - 66.643 = 640.215 (no scribe lane, no edge loss)
     assert rel_close(dies_per_wafer(100, BARE), 640.215103, 1e-6)
@@ -91,7 +92,7 @@ def test_raw_and_known_good_die_cost():
     assert rel_close(raw_die_cost_usd(100, N5, PARAMS.wafer), 29.7142391, 1e-6)
     assert rel_close(kgd_cost_usd(100, N5, PARAMS.wafer, 0.0), 33.1494380, 1e-6)
     # the probe cost is paid for every die tested: (raw + 0.02 x 100) / yield
-    assert rel_close(kgd_cost_usd(100, N5, PARAMS.wafer, 0.02), (29.7142391 + 2.0) / 1.011 ** -10, 1e-6)
+    assert rel_close(kgd_cost_usd(100, N5, PARAMS.wafer, 0.02), (29.7142391 + 2.0) / 1.011**-10, 1e-6)
 
 
 def test_kgd_cost_per_mm2_grows_with_area_and_node():
@@ -117,22 +118,23 @@ def test_split_die_area():
 
 # ------------------------------------------------------------------ package terms
 
+
 def test_chip_last_losses():
     # interposer $100, substrate $50, chips $1,000; y1 0.5, y2 0.9, y3 0.99
     defect, wasted = chip_last_losses_usd(100, 50, 1000, 0.5, 0.9, 0.99)
     assert rel_close(defect, 100 * (1 / (0.5 * 0.9 * 0.99) - 1) + 50 * (1 / 0.99 - 1), 1e-12)
     assert rel_close(defect, 124.9719416, 1e-8) and rel_close(wasted, 122.3344557, 1e-8)
     assert chip_last_losses_usd(100, 50, 1000, 1.0, 1.0, 1.0) == (0.0, 0.0)
-    defect, wasted = organic_losses_usd(40, 1000, 0.99 ** 2)
+    defect, wasted = organic_losses_usd(40, 1000, 0.99**2)
     assert rel_close(wasted, 1000 * (1 / 0.9801 - 1), 1e-12) and rel_close(defect, 40 * (1 / 0.9801 - 1), 1e-12)
 
 
 def test_organic_layer_factor():
     sub = PARAMS.substrate
     assert organic_layer_factor(5000, 1, sub) == 1.0
-    assert organic_layer_factor(17 ** 2, 2, sub) == 1.5
-    assert organic_layer_factor(30 ** 2, 2, sub) == 1.75
-    assert organic_layer_factor(30 ** 2 + 1, 3, sub) == 2.0
+    assert organic_layer_factor(17**2, 2, sub) == 1.5
+    assert organic_layer_factor(30**2, 2, sub) == 1.75
+    assert organic_layer_factor(30**2 + 1, 3, sub) == 2.0
 
 
 def test_hbm_stack_cost():
@@ -140,8 +142,13 @@ def test_hbm_stack_cost():
 
 
 def _design(area, count, node="5nm", packaging="organic", stacks=0):
-    return ChipletSpec(compute=DieGroup("compute", split_die_area_mm2(area, count, PARAMS.d2d_area_fraction), node, count),
-                       hbm_generation="hbm3", hbm_stacks=stacks, hbm_stack_gb=16, packaging=packaging)
+    return ChipletSpec(
+        compute=DieGroup("compute", split_die_area_mm2(area, count, PARAMS.d2d_area_fraction), node, count),
+        hbm_generation="hbm3",
+        hbm_stacks=stacks,
+        hbm_stack_gb=16,
+        packaging=packaging,
+    )
 
 
 def _re_cost(spec):
@@ -173,10 +180,17 @@ def test_device_cost_adds_up():
     assert rel_close(c.manufacturing_cost_usd, c.kgd_cost_usd + c.hbm_cost_usd + c.packaging_cost_usd + c.test_cost_usd, 1e-12)
     assert rel_close(c.device_cost_usd, c.manufacturing_cost_usd + c.nre_share_usd, 1e-12)
     pk = c.packaging
-    parts = pk["interposer_usd"] + pk["bridges_usd"] + pk["substrate_usd"] + pk["chip_bumps_usd"] + pk["defect_package_usd"] + pk["wasted_chips_usd"]
+    parts = (
+        pk["interposer_usd"]
+        + pk["bridges_usd"]
+        + pk["substrate_usd"]
+        + pk["chip_bumps_usd"]
+        + pk["defect_package_usd"]
+        + pk["wasted_chips_usd"]
+    )
     assert rel_close(parts, c.packaging_cost_usd, 1e-12)
     assert c.hbm_cost_usd == 1250.0 and pk["interposer_mm2"] == 2500
-    assert rel_close(pk["bonding_yield"], 0.95 ** 6, 1e-12)  # one die + five HBM stacks bonded
+    assert rel_close(pk["bonding_yield"], 0.95**6, 1e-12)  # one die + five HBM stacks bonded
 
 
 def test_bridges_default_rule_and_override():
@@ -187,6 +201,7 @@ def test_bridges_default_rule_and_override():
 
 
 # ------------------------------------------------------------------ chiplet-count scaling
+
 
 def test_scale_device_h100_two_dies():
     dev = library.load_device("h100-sxm-80gb")
@@ -220,7 +235,9 @@ def test_cost_scales_with_chiplet_count():
     assert costs[3].packaging_cost_usd > 4 * costs[0].packaging_cost_usd
     # the die design is the same whatever the count: only the package NRE grows
     assert costs[3].dies[0].nre_usd == costs[0].dies[0].nre_usd
-    assert costs[3].nre_usd - costs[0].nre_usd == costs[3].packaging["nre_package_usd"] - costs[0].packaging["nre_package_usd"] > 0
+    assert (
+        costs[3].nre_usd - costs[0].nre_usd == costs[3].packaging["nre_package_usd"] - costs[0].packaging["nre_package_usd"] > 0
+    )
 
 
 def test_scale_rejects_bad_counts():
@@ -232,6 +249,7 @@ def test_scale_rejects_bad_counts():
 
 # ------------------------------------------------------------------ system terms
 
+
 def test_fat_tree_counts():
     assert [fat_tree_tiers(n, 64) for n in (0, 8, 64, 65, 2048, 2049, 65536, 65537)] == [0, 1, 1, 2, 2, 3, 3, 4]
     assert fat_tree_switches(1024, 64, 2) == 32 + 16  # 32 leaves + 16 spines
@@ -242,9 +260,20 @@ def test_fat_tree_counts():
     assert fat_tree_tiers(4096, 8) == 6  # radix 8: 2 x 4^5 = 2,048 < 4,096 <= 2 x 4^6 = 8,192
 
 
-PRICES = Prices(device_usd=28000, host_usd_per_node=50000, nic_usd_per_gpu=2000, switch_usd=13500, switch_radix=64,
-                link_usd=700, host_w_per_node=2000, switch_w=1000, utilisation=0.8, pue=1.58, energy_usd_per_kwh=0.0806,
-                lifetime_years=4)
+PRICES = Prices(
+    device_usd=28000,
+    host_usd_per_node=50000,
+    nic_usd_per_gpu=2000,
+    switch_usd=13500,
+    switch_radix=64,
+    link_usd=700,
+    host_w_per_node=2000,
+    switch_w=1000,
+    utilisation=0.8,
+    pue=1.58,
+    energy_usd_per_kwh=0.0806,
+    lifetime_years=4,
+)
 
 
 def test_power_and_hourly_terms():
@@ -292,7 +321,9 @@ def test_every_device_file_loads_and_has_chiplets():
 
 def test_every_cost_number_has_a_source_comment():
     """architecture.md: every number in problems/ carries its source in a comment."""
-    files = sorted((REPO / "problems" / "cost").glob("*.yaml")) + sorted((REPO / "problems" / "systems" / "devices").glob("*.yaml"))
+    files = sorted((REPO / "problems" / "cost").glob("*.yaml")) + sorted(
+        (REPO / "problems" / "systems" / "devices").glob("*.yaml")
+    )
     for path in files:
         lines = path.read_text().splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith("chiplets:")), None) if "devices" in str(path) else 0
@@ -307,8 +338,16 @@ def test_every_cost_number_has_a_source_comment():
 
 # ------------------------------------------------------------------ parasol cost
 
-COST_KEYS = ("die_area_mm2", "dies_per_wafer", "die_yield", "kgd_cost_usd", "packaging_cost_usd", "hbm_cost_usd",
-             "nre_share_usd", "device_cost_usd")
+COST_KEYS = (
+    "die_area_mm2",
+    "dies_per_wafer",
+    "die_yield",
+    "kgd_cost_usd",
+    "packaging_cost_usd",
+    "hbm_cost_usd",
+    "nre_share_usd",
+    "device_cost_usd",
+)
 
 
 def _cli(args, capsys):
@@ -325,8 +364,11 @@ def test_cost_json_contract_subprocess():
     for key in COST_KEYS:
         assert isinstance(doc[key], float) and doc[key] > 0, key
     assert doc["die_area_mm2"] == 814.0 and 0 < doc["die_yield"] < 1
-    assert rel_close(doc["device_cost_usd"], doc["kgd_cost_usd"] + doc["packaging_cost_usd"] + doc["hbm_cost_usd"]
-                     + doc["test_cost_usd"] + doc["nre_share_usd"], 1e-12)
+    assert rel_close(
+        doc["device_cost_usd"],
+        doc["kgd_cost_usd"] + doc["packaging_cost_usd"] + doc["hbm_cost_usd"] + doc["test_cost_usd"] + doc["nre_share_usd"],
+        1e-12,
+    )
     for key in ("capex_usd", "power_w", "cost_per_hour_usd"):
         assert isinstance(doc["system"][key], float) and doc["system"][key] > 0, key
     assert doc["num_gpus"] == 8 and doc["system_name"] == "dgx-h100"
@@ -335,8 +377,19 @@ def test_cost_json_contract_subprocess():
 def test_cost_table(capsys):
     code, out, err = _cli(["cost", "--system", "dgx-b200"], capsys)
     assert code == 0 and err == ""
-    for text in ("dies per wafer", "die yield", "KGD cost", "packaging", "HBM", "NRE share", "device cost", "capex",
-                 "power", "cost per hour", "cowos-l"):
+    for text in (
+        "dies per wafer",
+        "die yield",
+        "KGD cost",
+        "packaging",
+        "HBM",
+        "NRE share",
+        "device cost",
+        "capex",
+        "power",
+        "cost per hour",
+        "cowos-l",
+    ):
         assert text in out, text
     assert "{" not in out
 
@@ -384,7 +437,9 @@ def _one_line_error(code, out, err, *needles):
 @pytest.mark.slow
 def test_cost_unknown_system_subprocess():
     proc = run_cli(["cost", "--system", "dgx-z900"])
-    _one_line_error(proc.returncode, proc.stdout, proc.stderr, "parasol: dgx-z900: system: unknown; allowed: ", "dgx-h100", "mi300x")
+    _one_line_error(
+        proc.returncode, proc.stdout, proc.stderr, "parasol: dgx-z900: system: unknown; allowed: ", "dgx-h100", "mi300x"
+    )
 
 
 BAD_SYSTEM_FILES = [
@@ -416,6 +471,7 @@ def test_cost_without_chiplet_data(monkeypatch, tmp_path, capsys):
     """A device without chiplets: is priced from the price list (device fields null); with no price
     either, one line naming the device file and `chiplets`, exit 2."""
     from parasol.solver import costing
+
     monkeypatch.setattr(costing, "load_chiplets", lambda device: None)
     costing._priced_system.cache_clear()
     monkeypatch.setattr(costing, "_priced_system", functools.lru_cache(maxsize=None)(costing._priced_system.__wrapped__))
@@ -433,8 +489,11 @@ def test_cost_without_chiplet_data(monkeypatch, tmp_path, capsys):
 
 # ------------------------------------------------------------------ bad chiplets: sections and cost files
 
-GOOD_CHIPLETS = {"compute": {"area_mm2": 800, "node": "5nm", "count": 2}, "hbm": {"generation": "hbm3e", "stacks": 8, "stack_gb": 24},
-                 "packaging": "cowos-l"}
+GOOD_CHIPLETS = {
+    "compute": {"area_mm2": 800, "node": "5nm", "count": 2},
+    "hbm": {"generation": "hbm3e", "stacks": 8, "stack_gb": 24},
+    "packaging": "cowos-l",
+}
 BAD_CHIPLETS = [
     ({"compute": {"area_mm2": 800, "node": "4nm", "count": 2}}, "chiplets.compute.node", "5nm"),
     ({"compute": {"area_mm2": -1, "node": "5nm", "count": 2}}, "chiplets.compute.area_mm2", None),
@@ -474,14 +533,17 @@ def cost_copy(tmp_path, monkeypatch):
     cost_library.load_price_list.cache_clear()
 
 
-@pytest.mark.parametrize("file,old,new,field", [
-    ("packaging.yaml", "bonding_yield: 0.95 ", "bonding_yield: 1.95 ", "technologies.cowos-s.bonding_yield"),
-    ("packaging.yaml", "kind: organic", "kind: flipchip", "technologies.organic.kind"),
-    ("process_nodes.yaml", "wafer_cost_usd: 16988", "wafer_cost_usd: lots", "nodes.5nm.wafer_cost_usd"),
-    ("memory.yaml", "usd_per_gb: 12.5", "usd_per_gb: -1", "generations.hbm2e.usd_per_gb"),
-    ("prices.yaml", "pue: 1.58", "pue: 0.9", "defaults.pue"),
-    ("prices.yaml", "  b200: 35000", "  b200: [35000]", "devices.b200"),
-])
+@pytest.mark.parametrize(
+    "file,old,new,field",
+    [
+        ("packaging.yaml", "bonding_yield: 0.95 ", "bonding_yield: 1.95 ", "technologies.cowos-s.bonding_yield"),
+        ("packaging.yaml", "kind: organic", "kind: flipchip", "technologies.organic.kind"),
+        ("process_nodes.yaml", "wafer_cost_usd: 16988", "wafer_cost_usd: lots", "nodes.5nm.wafer_cost_usd"),
+        ("memory.yaml", "usd_per_gb: 12.5", "usd_per_gb: -1", "generations.hbm2e.usd_per_gb"),
+        ("prices.yaml", "pue: 1.58", "pue: 0.9", "defaults.pue"),
+        ("prices.yaml", "  b200: 35000", "  b200: [35000]", "devices.b200"),
+    ],
+)
 def test_bad_cost_files(cost_copy, file, old, new, field, capsys):
     path = cost_copy / file
     text = path.read_text()

@@ -15,16 +15,28 @@ from parasol.solver.problem import parse_problem
 SMALL = {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1], "recompute": ["none", "full"]}
 
 
-def _problem(objective="cost", num_gpus=(8, 16, 32), constraints=None, chiplets=None, train_tokens=1.0e9,
-             system="dgx-h100", model="megatron-gpt-1.7b", price=None):
+def _problem(
+    objective="cost",
+    num_gpus=(8, 16, 32),
+    constraints=None,
+    chiplets=None,
+    train_tokens=1.0e9,
+    system="dgx-h100",
+    model="megatron-gpt-1.7b",
+    price=None,
+):
     sys_ = {"name": system, "num_gpus": list(num_gpus) if isinstance(num_gpus, tuple) else num_gpus}
     if chiplets is not None:
         sys_["chiplets"] = chiplets
     if price is not None:
         sys_["gpu_hour_usd"] = price
-    data = {"model": model, "system": sys_,
-            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16", "train_tokens": train_tokens},
-            "mapping": SMALL, "objective": objective}
+    data = {
+        "model": model,
+        "system": sys_,
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16", "train_tokens": train_tokens},
+        "mapping": SMALL,
+        "objective": objective,
+    }
     if constraints:
         data["constraints"] = constraints
     return parse_problem(data, source="t")
@@ -68,7 +80,9 @@ def test_run_length_limit_is_a_step_time_bound():
     assert sol.status == enum.status
     if enum.plans:
         assert sol.plans[0].evaluation.metrics["run_hours"] <= hours * (1 + 1e-3)
-        assert sol.objective_value == pytest.approx(enum.objective_value, rel=2e-3) and sol.objective_value >= base["run_cost_usd"]
+        assert (
+            sol.objective_value == pytest.approx(enum.objective_value, rel=2e-3) and sol.objective_value >= base["run_cost_usd"]
+        )
 
 
 def test_rental_price_sets_the_hourly_cost():
@@ -96,15 +110,26 @@ def test_cost_metrics_formula():
 
 
 def test_num_gpus_range(tmp_path):
-    p = parse_problem({"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": {"min": 8, "max": 32, "step": 8}},
-                       "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64}}, source="t")
+    p = parse_problem(
+        {
+            "model": "megatron-gpt-1.7b",
+            "system": {"name": "dgx-h100", "num_gpus": {"min": 8, "max": 32, "step": 8}},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
+        },
+        source="t",
+    )
     assert p.num_gpus == (8, 16, 24, 32)
 
 
 @pytest.mark.slow
 def test_enumerate_all_lists_every_feasible_point(tmp_path):
-    data = {"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
-            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64}, "mapping": SMALL, "objective": "cost"}
+    data = {
+        "model": "megatron-gpt-1.7b",
+        "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
+        "mapping": SMALL,
+        "objective": "cost",
+    }
     path = write_yaml(tmp_path / "p.yaml", data)
     proc = run_cli(["enumerate", str(path), "--all", "--json"])
     assert proc.returncode == 0, proc.stderr
@@ -164,11 +189,18 @@ def test_training_front_over_chiplet_counts_and_plot(tmp_path):
 def test_review_regressions_end_in_one_line_errors(tmp_path):
     """Inference objectives on a training problem, a non-string system name and a --plot folder that
     does not exist are user mistakes: one line, exit 2."""
-    base = {"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": 8},
-            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64}, "mapping": SMALL}
+    base = {
+        "model": "megatron-gpt-1.7b",
+        "system": {"name": "dgx-h100", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
+        "mapping": SMALL,
+    }
     path = write_yaml(tmp_path / "p.yaml", base)
-    for args in (["solve", str(path), "--objective", "ttft"], ["enumerate", str(path), "--objective", "latency"],
-                 ["pareto", str(path), "--objectives", "throughput,memory", "--plot", str(tmp_path / "no" / "f.png")]):
+    for args in (
+        ["solve", str(path), "--objective", "ttft"],
+        ["enumerate", str(path), "--objective", "latency"],
+        ["pareto", str(path), "--objectives", "throughput,memory", "--plot", str(tmp_path / "no" / "f.png")],
+    ):
         proc = run_cli(args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
     bad = write_yaml(tmp_path / "b.yaml", {**base, "system": {"name": ["dgx-h100"], "num_gpus": 8}})

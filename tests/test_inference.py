@@ -46,6 +46,7 @@ def _eval(model="llama3.1-8b", system="dgx-h100", n=1, tp=1, pp=1, ep=1, batch=3
 
 # ---------------------------------------------------------------- KV cache
 
+
 def test_kv_bytes_per_token_for_mha_gqa_mqa_and_mla():
     gptj, llama, deepseek = load_model("gpt-j-6b"), load_model("llama3.1-8b"), load_model("deepseek-v3")
     assert kv_cache.kv_bytes_per_token(gptj, "bf16") == 2 * 16 * 256 * 2  # MHA: K and V of 16 heads of 256
@@ -68,6 +69,7 @@ def test_paged_allocation_rounds_each_sequence_up_to_whole_blocks():
 
 # ---------------------------------------------------------------- rooflines and precisions
 
+
 def test_decode_is_memory_bound_at_small_batch_and_compute_bound_at_large():
     """The crossover falls out of the per-operation rooflines: a decode step costs the same at
     batch 1 and 8 (weights streamed once), and twice as much at 4096 as at 2048."""
@@ -76,6 +78,7 @@ def test_decode_is_memory_bound_at_small_batch_and_compute_bound_at_large():
 
     def step(b):
         return inference.layer_time(m, system, wl, 1, 1, inference.Pass(decode_seqs=b, context_len=129)).gemm
+
     assert step(8) / step(1) < 1.1
     assert step(4096) / step(2048) > 1.8
     device = system.device
@@ -89,8 +92,14 @@ def test_decode_gemm_roofline_against_the_h100_microbenchmark():
     measured)."""
     data = yaml.safe_load((library_root() / "measurements" / "decode-microbench.yaml").read_text())["h100"]["gemm"]
     device = load_system("dgx-h100", 1).device
-    errors = [abs(compute.gemm_time_s(device, r["m"], r["n"], r["k"], r["precision"], None, device.weight_streaming_efficiency)
-                  / r["seconds"] - 1) for r in data]
+    errors = [
+        abs(
+            compute.gemm_time_s(device, r["m"], r["n"], r["k"], r["precision"], None, device.weight_streaming_efficiency)
+            / r["seconds"]
+            - 1
+        )
+        for r in data
+    ]
     assert len(errors) == 78 and statistics.fmean(errors) <= 0.10
 
 
@@ -133,14 +142,24 @@ def test_pipeline_needs_the_batch_in_pp_micro_batches():
 
 # ---------------------------------------------------------------- serving modes
 
+
 def test_static_serving_identities():
     met = _eval(n=4, tp=2, batch=48).metrics
     assert met["e2e_latency_s"] == pytest.approx(met["ttft_s"] + 127 * met["tpot_s"], rel=1e-12)
     assert met["tokens_per_s"] == pytest.approx(2 * 48 * 128 / met["e2e_latency_s"], rel=1e-12)
     assert met["tokens_per_s_per_gpu"] == pytest.approx(met["tokens_per_s"] / 4, rel=1e-12)
     assert met["tokens_per_s_per_user"] == pytest.approx(1 / met["tpot_s"], rel=1e-12)
-    for key in ("ttft_s", "tpot_s", "e2e_latency_s", "tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "batch",
-                "peak_memory_gib", "fits"):
+    for key in (
+        "ttft_s",
+        "tpot_s",
+        "e2e_latency_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "tokens_per_s_per_user",
+        "batch",
+        "peak_memory_gib",
+        "fits",
+    ):
         assert key in met
 
 
@@ -186,7 +205,9 @@ def test_kv_pool_takes_its_share_of_free_memory():
     b = ev.metrics["max_batch"]
     full = _eval(model="llama3.3-70b", n=2, tp=2, batch=b, input_len=2048, output_len=2048)
     kv_share = full.breakdown["memory_gib"]["kv_cache"]
-    free = full.metrics["usable_memory_gib"] - full.breakdown["memory_gib"]["weights"] - full.breakdown["memory_gib"]["activations"]
+    free = (
+        full.metrics["usable_memory_gib"] - full.breakdown["memory_gib"]["weights"] - full.breakdown["memory_gib"]["activations"]
+    )
     assert kv_share <= 0.9 * free
     whole = _eval(model="llama3.3-70b", n=2, tp=2, batch=8, input_len=2048, output_len=2048, kv_cache_memory_fraction=1.0)
     assert whole.metrics["max_batch"] > b
@@ -196,8 +217,9 @@ def test_kv_pool_takes_its_share_of_free_memory():
         parse_problem(data, source="test")
 
 
-@pytest.mark.parametrize("model,n,tp,ep", [("mixtral-8x7b", 2, 2, 2), ("qwen3-30b-a3b", 1, 1, 1), ("gpt-oss-120b", 2, 1, 2),
-                                           ("deepseek-v3", 8, 8, 8)])
+@pytest.mark.parametrize(
+    "model,n,tp,ep", [("mixtral-8x7b", 2, 2, 2), ("qwen3-30b-a3b", 1, 1, 1), ("gpt-oss-120b", 2, 1, 2), ("deepseek-v3", 8, 8, 8)]
+)
 def test_moe_models_are_servable(model, n, tp, ep):
     ev = _eval(model=model, system="hgx-h200", n=n, tp=tp, ep=ep, batch=16)
     assert ev.metrics["fits"] and ev.metrics["tokens_per_s"] > 0
@@ -205,6 +227,7 @@ def test_moe_models_are_servable(model, n, tp, ep):
 
 
 # ---------------------------------------------------------------- accuracy against published runs
+
 
 @pytest.fixture(scope="module")
 def runs():
@@ -239,13 +262,17 @@ def test_first_token_latency_error_within_fifteen_percent(runs):
 def test_first_token_latency_without_the_engine_profile_misses(runs):
     """The profile is what closes the gap: with the device files' efficiencies (today's kernels)
     the H100 FP8 first-token latencies are 34 % too fast on average, all of them too fast."""
-    entries = [{**e, "workload": {k: v for k, v in e["workload"].items() if k != "engine"}}
-               for e in load_runs() if e["id"].startswith("trtllm05-ftl-h100")]
+    entries = [
+        {**e, "workload": {k: v for k, v in e["workload"].items() if k != "engine"}}
+        for e in load_runs()
+        if e["id"].startswith("trtllm05-ftl-h100")
+    ]
     plain = evaluate_all(entries)
     assert all(r.error < 0 for r in plain) and statistics.fmean(abs(r.error) for r in plain) > 0.3
 
 
 # ---------------------------------------------------------------- serving-engine profiles
+
 
 @pytest.mark.slow
 def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
@@ -272,7 +299,9 @@ def test_engine_replaces_the_device_efficiency_and_slows_decode():
     assert old.workload.engine == "trtllm-0.5" and plain.workload.engine is None
     assert old.system().device.stream_efficiency == 0.40
     assert plain.system().device.stream_efficiency == load_system("dgx-h100", 1).device.stream_efficiency == 0.746
-    tpot = [evaluate_inference(p.model, p.system(), p.workload, p.fixed_serving_mapping()).metrics["tpot_s"] for p in (plain, old)]
+    tpot = [
+        evaluate_inference(p.model, p.system(), p.workload, p.fixed_serving_mapping()).metrics["tpot_s"] for p in (plain, old)
+    ]
     assert 1.5 < tpot[1] / tpot[0] <= 0.746 / 0.40
 
 
@@ -290,13 +319,16 @@ def test_solver_matches_the_enumerator_under_an_engine_profile():
 def test_engine_file_errors_name_the_file_and_field(tmp_path, monkeypatch):
     """A malformed profile is a one-line ProblemError naming its file and field."""
     from parasol.solver import library
+
     (tmp_path / "engines").mkdir()
     (tmp_path / "systems").symlink_to(library_root() / "systems")
     monkeypatch.setattr(library, "library_root", lambda: tmp_path)
-    for name, body, field in (("unknown-device", {"devices": {"h900": {"stream": 0.5}}}, "devices.h900"),
-                              ("bad-key", {"devices": {"h100-sxm-80gb": {"gemm": 0.5}}}, "devices.h100-sxm-80gb.gemm"),
-                              ("over-one", {"devices": {"h100-sxm-80gb": {"stream": 1.5}}}, "devices.h100-sxm-80gb.stream"),
-                              ("no-devices", {"name": "x"}, "devices")):
+    for name, body, field in (
+        ("unknown-device", {"devices": {"h900": {"stream": 0.5}}}, "devices.h900"),
+        ("bad-key", {"devices": {"h100-sxm-80gb": {"gemm": 0.5}}}, "devices.h100-sxm-80gb.gemm"),
+        ("over-one", {"devices": {"h100-sxm-80gb": {"stream": 1.5}}}, "devices.h100-sxm-80gb.stream"),
+        ("no-devices", {"name": "x"}, "devices"),
+    ):
         write_yaml(tmp_path / "engines" / f"{name}.yaml", body)
         library.load_engine.cache_clear()
         with pytest.raises(ProblemError, match=field.replace(".", r"\.")) as err:
@@ -361,23 +393,56 @@ def test_out_of_sample_batch_is_the_solvers_choice_too():
 
 # ---------------------------------------------------------------- planner against the oracle
 
-def _problem(serving="static", objective="throughput", model="llama3.1-8b", system="dgx-h100", num_gpus=4, batch=None,
-             slo=None, mapping=None, precision="fp8", input_len=512, output_len=64):
+
+def _problem(
+    serving="static",
+    objective="throughput",
+    model="llama3.1-8b",
+    system="dgx-h100",
+    num_gpus=4,
+    batch=None,
+    slo=None,
+    mapping=None,
+    precision="fp8",
+    input_len=512,
+    output_len=64,
+):
     wl = {"kind": "inference", "input_len": input_len, "output_len": output_len, "precision": precision, "serving": serving}
     if slo:
         wl["slo"] = slo
     mp = dict(mapping or {})
     mp.setdefault("batch", batch or [1, 4, 8, 16, 32, 64])
-    return {"model": model, "system": {"name": system, "num_gpus": num_gpus}, "workload": wl, "mapping": mp, "objective": objective}
+    return {
+        "model": model,
+        "system": {"name": system, "num_gpus": num_gpus},
+        "workload": wl,
+        "mapping": mp,
+        "objective": objective,
+    }
 
 
 DIFF_CASES = [
-    ("static", "throughput", {}), ("static", "ttft", {}), ("static", "latency", {"model": "mixtral-8x7b"}),
-    ("continuous", "throughput", {"slo": {"tpot_s": 0.004}}), ("continuous", "tpot", {"num_gpus": [2, 4]}),
-    ("continuous", "ttft", {"model": "qwen3-30b-a3b"}), ("disaggregated", "throughput", {}),
+    ("static", "throughput", {}),
+    ("static", "ttft", {}),
+    ("static", "latency", {"model": "mixtral-8x7b"}),
+    ("continuous", "throughput", {"slo": {"tpot_s": 0.004}}),
+    ("continuous", "tpot", {"num_gpus": [2, 4]}),
+    ("continuous", "ttft", {"model": "qwen3-30b-a3b"}),
+    ("disaggregated", "throughput", {}),
     ("disaggregated", "latency", {"system": "dgx-a100", "precision": "bf16", "model": "llama2-7b"}),
-    ("static", "throughput", {"model": "llama3.3-70b", "system": "dgx-a100", "precision": "bf16", "num_gpus": 8,
-                              "slo": {"ttft_s": 2.0}, "input_len": 1024, "output_len": 256}),
+    (
+        "static",
+        "throughput",
+        {
+            "model": "llama3.3-70b",
+            "system": "dgx-a100",
+            "precision": "bf16",
+            "num_gpus": 8,
+            "slo": {"ttft_s": 2.0},
+            "input_len": 1024,
+            "output_len": 256,
+        },
+    ),
 ]
 
 
@@ -391,7 +456,9 @@ def _check_against_oracle(data):
         assert sol.message
         return problem, enum, sol
     assert sol.status == "OPTIMAL" and rel_close(sol.objective_value, enum.objective_value, 1e-3), (
-        sol.plans[0].mapping, enum.plans[0].mapping)
+        sol.plans[0].mapping,
+        enum.plans[0].mapping,
+    )
     plan = sol.plans[0]
     met = plan.evaluation.metrics
     assert met["fits"]  # the SLOs are checked on the floats by the solver's round trip (within its resolution)
@@ -433,9 +500,11 @@ def test_free_batch_domain_is_the_engine_batch_sizes_up_to_what_fits():
 
 # ---------------------------------------------------------------- Pareto front
 
-PARETO_CASES = [(_problem("continuous", "throughput", num_gpus=4), ("tokens_per_s_per_gpu", "tokens_per_s_per_user")),
-                (_problem("static", "throughput", num_gpus=4), ("ttft_s", "tokens_per_s")),
-                (_problem("disaggregated", "throughput", num_gpus=4), ("e2e_latency_s", "tokens_per_s_per_gpu"))]
+PARETO_CASES = [
+    (_problem("continuous", "throughput", num_gpus=4), ("tokens_per_s_per_gpu", "tokens_per_s_per_user")),
+    (_problem("static", "throughput", num_gpus=4), ("ttft_s", "tokens_per_s")),
+    (_problem("disaggregated", "throughput", num_gpus=4), ("e2e_latency_s", "tokens_per_s_per_gpu")),
+]
 
 
 @pytest.mark.parametrize("data,objectives", PARETO_CASES, ids=["continuous", "static", "disaggregated"])
@@ -461,6 +530,7 @@ def test_pareto_reports_partial_when_time_runs_out(monkeypatch):
         s = real(time_limit, workers, seed, presolve)
         s.parameters.max_deterministic_time = 0.0
         return s
+
     monkeypatch.setattr(pareto, "cp_solver", starved)
     problem = parse_problem(PARETO_CASES[0][0], source="t")
     result = pareto.pareto_front(problem, PARETO_CASES[0][1], time_limit=5)
@@ -475,8 +545,10 @@ def test_pareto_rejects_unknown_metrics():
 
 # ---------------------------------------------------------------- CLI contract
 
+
 def _cli(args, capsys):
     from parasol.solver.cli import main
+
     code = main(args)
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -489,8 +561,17 @@ def test_cli_evaluate_solve_and_pareto(tmp_path, capsys):
     data["mapping"].pop("batch")
     path = write_yaml(tmp_path / "serve.yaml", data)
     doc = json.loads(_cli(["evaluate", str(path), "--json"], capsys))
-    for key in ("ttft_s", "tpot_s", "e2e_latency_s", "tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "batch",
-                "peak_memory_gib", "fits"):
+    for key in (
+        "ttft_s",
+        "tpot_s",
+        "e2e_latency_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "tokens_per_s_per_user",
+        "batch",
+        "peak_memory_gib",
+        "fits",
+    ):
         assert key in doc["metrics"], key
     assert doc["mapping"] == {"tp": 2, "pp": 1, "ep": 1, "dp": 1, "batch": 32, "num_gpus": 2}
     assert "time to first token" in _cli(["evaluate", str(path)], capsys)
@@ -501,7 +582,9 @@ def test_cli_evaluate_solve_and_pareto(tmp_path, capsys):
     pasted = {**_problem("continuous", "throughput", num_gpus=2), "mapping": solved["mapping"]}
     again = json.loads(_cli(["evaluate", str(write_yaml(tmp_path / "pasted.yaml", pasted)), "--json"], capsys))
     assert again["metrics"]["tokens_per_s"] == pytest.approx(solved["metrics"]["tokens_per_s"], rel=1e-12)
-    front = json.loads(_cli(["pareto", str(free), "--objectives", "tokens_per_s_per_gpu,tokens_per_s_per_user", "--json"], capsys))
+    front = json.loads(
+        _cli(["pareto", str(free), "--objectives", "tokens_per_s_per_gpu,tokens_per_s_per_user", "--json"], capsys)
+    )
     assert front["status"] == "COMPLETE" and front["front"]
     assert set(front["front"][0]) == {"mapping", "metrics"}
     enumerated = json.loads(_cli(["enumerate", str(free), "--json"], capsys))

@@ -123,6 +123,7 @@ def test_activations_linear_in_micro_batch():
 
 # ---------------------------------------------------------------- ZeRO model states
 
+
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_state_bytes_mixed_precision_adam_fp32_grads(d):
     """bf16 weights (2 B), fp32 main gradients (4 B), fp32 master + m + v (12 B)."""
@@ -151,6 +152,7 @@ def test_state_bytes_monotone_in_zero_stage():
 
 
 # ---------------------------------------------------------------- in-flight micro-batches
+
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8])
 @pytest.mark.parametrize("m", [1, 3, 8, 64])

@@ -23,6 +23,7 @@ TIER = NetworkTier(name="t", bandwidth_bytes_per_s=100e9, latency_s=2e-6, effici
 
 # ---------------------------------------------------------------- communication (alpha-beta)
 
+
 @pytest.mark.parametrize("n", [2, 4, 8, 64])
 @pytest.mark.parametrize("nbytes", [1e3, 1e6, 1e9])
 def test_ring_allreduce(n, nbytes):
@@ -92,6 +93,7 @@ def test_p2p(a100):
 
 # ---------------------------------------------------------------- pipeline
 
+
 def test_stage_layer_counts_llama405b_default():
     """Megatron-Bridge's Llama 3.1 405B split: 126 layers on 8 stages = 15, 16 x 6, 15."""
     assert pipeline.stage_layer_counts(126, 8) == [15] + [16] * 6 + [15]
@@ -111,15 +113,18 @@ def test_stage_layer_counts_explicit_edges():
     assert pipeline.stage_layer_counts(32, 1) == [32]
 
 
-@pytest.mark.parametrize("layers,pp,first,last", [
-    (32, 4, 7, 8),    # 17 middle layers for 2 stages
-    (32, 2, 15, 15),  # pp 2 must use every layer
-    (32, 4, 0, 8),    # only one edge given
-    (32, 4, 8, 0),
-    (32, 1, 16, 16),  # pp 1 holds all layers
-    (32, 4, 16, 16),  # nothing left for the middle stages
-    (32, 4, 31, 1),
-])
+@pytest.mark.parametrize(
+    "layers,pp,first,last",
+    [
+        (32, 4, 7, 8),  # 17 middle layers for 2 stages
+        (32, 2, 15, 15),  # pp 2 must use every layer
+        (32, 4, 0, 8),  # only one edge given
+        (32, 4, 8, 0),
+        (32, 1, 16, 16),  # pp 1 holds all layers
+        (32, 4, 16, 16),  # nothing left for the middle stages
+        (32, 4, 31, 1),
+    ],
+)
 def test_stage_layer_counts_bad_splits_raise(layers, pp, first, last):
     with pytest.raises(ProblemError):
         pipeline.stage_layer_counts(layers, pp, first, last)
@@ -145,6 +150,7 @@ def test_pipeline_time_slowest_stage_dominates():
 
 
 # ---------------------------------------------------------------- GEMM roofline (independent of the code's curve)
+
 
 def _device_yaml(name: str) -> dict:
     return yaml.safe_load((REPO / "problems" / "systems" / "devices" / f"{name}.yaml").read_text())
@@ -214,6 +220,7 @@ def test_device_without_fp8_rejects_it():
 
 # ---------------------------------------------------------------- evaluations
 
+
 @pytest.fixture(scope="module")
 def example():
     problem = load_problem(EXAMPLE)
@@ -255,13 +262,15 @@ def test_megatron_sc21_gpt3_run_within_15_percent():
     """Narayanan SC'21 Table 2, PTD-P GPT-3 174.6B on 1,536 A100s (t 8, p 12): the model's step time
     is within 15 % of the measured one (validation set, problems/validation/training_runs.yaml)."""
     from parasol.solver import validation
+
     entry = next(e for e in validation.load_runs() if e["id"] == "megatron21-t2-ptd-p-174.6b-1536gpu")
     run = validation.evaluate_run(entry)
     assert abs(run.error) < 0.15, f"predicted {run.predicted_step_s:.2f} s vs measured {run.measured_step_s:.2f} s"
 
 
-@pytest.mark.parametrize("changes", [{}, {"recompute": "none", "vpp": 2}, {"pp": 1, "dp": 128, "zero": 3},
-                                     {"tp": 4, "dp": 16, "sp": False, "zero": 0}])
+@pytest.mark.parametrize(
+    "changes", [{}, {"recompute": "none", "vpp": 2}, {"pp": 1, "dp": 128, "zero": 3}, {"tp": 4, "dp": 16, "sp": False, "zero": 0}]
+)
 def test_breakdowns_on_variants(example, changes):
     problem, _, _ = example
     ev = _eval(problem, **changes)
@@ -290,8 +299,17 @@ def test_full_recompute_slower_and_smaller(example):
 def test_full_recompute_adds_a_forward():
     """Full recomputation reruns each layer's forward once: the layer part of a step grows by
     about forward/(forward+backward) ≈ 1/3 (Korthikanti Sec. 5; Megatron eq. 3's 4/3)."""
-    p = parse_problem(training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=64, seq_len=2048, global_batch=64,
-                                       mapping={"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1}), source="t")
+    p = parse_problem(
+        training_problem(
+            model="gpt3-175b",
+            system="dgx-a100",
+            num_gpus=64,
+            seq_len=2048,
+            global_batch=64,
+            mapping={"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1},
+        ),
+        source="t",
+    )
     base = p.fixed_mapping()
     none = evaluate_training(p.model, p.system(), p.workload, dataclasses.replace(base, recompute="none"))
     full = evaluate_training(p.model, p.system(), p.workload, dataclasses.replace(base, recompute="full"))
@@ -308,8 +326,17 @@ def test_sequence_parallel_reduces_memory(example):
 
 
 def test_larger_tp_reduces_weights_per_gpu():
-    p = parse_problem(training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=64, seq_len=2048, global_batch=64,
-                                       mapping={"tp": 2, "pp": 8, "dp": 4, "micro_batch": 1}), source="t")
+    p = parse_problem(
+        training_problem(
+            model="gpt3-175b",
+            system="dgx-a100",
+            num_gpus=64,
+            seq_len=2048,
+            global_batch=64,
+            mapping={"tp": 2, "pp": 8, "dp": 4, "micro_batch": 1},
+        ),
+        source="t",
+    )
     weights = []
     for tp, dp in ((2, 4), (4, 2), (8, 1)):
         m = dataclasses.replace(p.fixed_mapping(), tp=tp, dp=dp, sp=True)
@@ -321,8 +348,9 @@ def test_larger_tp_reduces_weights_per_gpu():
 
 def test_weights_per_gpu_hand_count():
     """pp 1, tp 8, zero 1: every GPU holds 1/8 of all parameters as 2-byte weights."""
-    p = parse_problem(training_problem(model="llama2-7b", num_gpus=8, mapping={"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1}),
-                      source="t")
+    p = parse_problem(
+        training_problem(model="llama2-7b", num_gpus=8, mapping={"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1}), source="t"
+    )
     ev = evaluate_training(p.model, p.system(), p.workload, p.fixed_mapping())
     assert rel_close(ev.breakdown["memory_gib"]["weights"] * 2**30, params.total_params(p.model) / 8 * 2, 1e-9)
 
@@ -334,8 +362,17 @@ def test_zero_stages_reduce_state_memory(example):
 
 
 def test_more_microbatches_amortise_bubble():
-    p = parse_problem(training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=64, seq_len=2048, global_batch=64,
-                                       mapping={"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1}), source="t")
+    p = parse_problem(
+        training_problem(
+            model="gpt3-175b",
+            system="dgx-a100",
+            num_gpus=64,
+            seq_len=2048,
+            global_batch=64,
+            mapping={"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1},
+        ),
+        source="t",
+    )
     small = dataclasses.replace(p, workload=dataclasses.replace(p.workload, global_batch=16))
     m = p.fixed_mapping()
     ev_big = evaluate_training(p.model, p.system(), p.workload, m)

@@ -12,9 +12,14 @@ from parasol.solver.problem import parse_problem
 
 
 def _workload(seq=4096, batch=256, precision="bf16"):
-    return parse_problem({"model": "mixtral-8x7b", "system": {"name": "dgx-h100", "num_gpus": 64},
-                          "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision}},
-                         source="t").workload
+    return parse_problem(
+        {
+            "model": "mixtral-8x7b",
+            "system": {"name": "dgx-h100", "num_gpus": 64},
+            "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision},
+        },
+        source="t",
+    ).workload
 
 
 def _mixtral(ep, tp=2, pp=4, dp=8, **kw):
@@ -45,7 +50,7 @@ def test_expert_parallelism_divides_expert_memory_and_adds_all_to_all():
 
 def test_all_to_all_is_slower_across_nodes():
     model, system, wl, _ = _mixtral(ep=8)
-    inside = ep_comm_forward_time_s(model, system, wl, tp=1, cp=1, micro_batch=1, ep=8)    # 8 consecutive ranks: one node
+    inside = ep_comm_forward_time_s(model, system, wl, tp=1, cp=1, micro_batch=1, ep=8)  # 8 consecutive ranks: one node
     across = ep_comm_forward_time_s(model, system, wl, tp=1, cp=1, micro_batch=1, ep=64)  # 8 nodes
     assert 0 < inside < across
 
@@ -65,6 +70,7 @@ def test_routed_experts_add_to_the_layer_and_load_imbalance_slows_it():
     moe_times = layer_times(model, system, wl, 2, 1, 1, True, "none", 8, True)
     assert moe_times.gemm_fwd > compute.layer_gemm_forward_time_s(model, system.device, "bf16", 4096, 2, True)
     import dataclasses
+
     skewed = dataclasses.replace(model, moe=dataclasses.replace(model.moe, load_imbalance=1.5))
     assert layer_times(skewed, system, wl, 2, 1, 1, True, "none", 8, True).gemm_fwd > moe_times.gemm_fwd
 
@@ -87,33 +93,61 @@ def test_mla_attention_uses_its_head_dims():
 
 def test_deepseek_v3_dense_leading_layers_sit_on_the_first_stage():
     model, system = load_model("deepseek-v3"), load_system("dgx-h100", 1024)
-    wl = parse_problem({"model": "deepseek-v3", "system": {"name": "dgx-h100", "num_gpus": 1024},
-                        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 8192, "precision": "fp8"}},
-                       source="t").workload
-    ev = evaluate_training(model, system, wl, Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True,
-                                                      first_stage_layers=7, last_stage_layers=6))
+    wl = parse_problem(
+        {
+            "model": "deepseek-v3",
+            "system": {"name": "dgx-h100", "num_gpus": 1024},
+            "workload": {"kind": "training", "seq_len": 4096, "global_batch": 8192, "precision": "fp8"},
+        },
+        source="t",
+    ).workload
+    ev = evaluate_training(
+        model, system, wl, Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=7, last_stage_layers=6)
+    )
     assert [s["moe_layers"] for s in ev.stages] == [4, 8, 8, 8, 8, 8, 8, 6]  # layers 0-2 are dense
     assert 0.0 < ev.metrics["mfu"] < 1.0
 
 
 # ---------------------------------------------------------------- planning MoE models
-TINY_MOE = {"name": "tiny-moe", "layers": 6, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 4096, "vocab": 32000,
-            "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False, "dropout": False,
-            "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1, "first_dense_layers": 1}}
+TINY_MOE = {
+    "name": "tiny-moe",
+    "layers": 6,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 4096,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+    "dropout": False,
+    "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1, "first_dense_layers": 1},
+}
 
 
 def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=2048):
-    return parse_problem({"model": model, "system": {"name": "dgx-h100", "num_gpus": num_gpus},
-                          "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": "bf16"},
-                          "mapping": mapping, "objective": objective}, source="moe-test")
+    return parse_problem(
+        {
+            "model": model,
+            "system": {"name": "dgx-h100", "num_gpus": num_gpus},
+            "workload": {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": "bf16"},
+            "mapping": mapping,
+            "objective": objective,
+        },
+        source="moe-test",
+    )
 
 
 @pytest.mark.parametrize("objective", ["throughput", "memory"])
-@pytest.mark.parametrize("case", [
-    ("tiny", 16, 32, {"vpp": [1, 2]}),                                   # ep, tp, pp, dp, stage split all free
-    ("tiny", 32, 64, {"recompute": ["none", "full"], "zero": [1, 3], "vpp": [1]}),
-    ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("tiny", 16, 32, {"vpp": [1, 2]}),  # ep, tp, pp, dp, stage split all free
+        ("tiny", 32, 64, {"recompute": ["none", "full"], "zero": [1, 3], "vpp": [1]}),
+        ("mixtral-8x7b", 16, 32, {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]}),
+    ],
+)
 @pytest.mark.slow
 def test_planner_matches_enumerator_on_moe(case, objective):
     from parasol.solver.planner import enumerate_space, solve
@@ -136,8 +170,9 @@ def test_planner_chooses_expert_parallelism_for_a_moe_model():
 
     # ZeRO-1 without tp or pp: 46.7B parameters' weights and gradients on every GPU (~280 GB) do not
     # fit, so the plan must shard the experts over ep ranks
-    p = _moe_problem("mixtral-8x7b", 64, 256, {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1],
-                                               "tp": 1, "pp": 1, "zero": 1})
+    p = _moe_problem(
+        "mixtral-8x7b", 64, 256, {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1], "tp": 1, "pp": 1, "zero": 1}
+    )
     result = solve(p, time_limit=60)
     assert result.status == "OPTIMAL"
     assert result.plans[0].mapping.ep > 1
@@ -173,6 +208,7 @@ def test_deepep_sends_each_token_once_per_remote_node_and_respects_node_limited_
     # 8 nodes: unlimited, 8 x P(node hit) ~ 5.3 distinct nodes; the limit caps them at 4, 7/8 of them remote
     assert dedup == pytest.approx(4 * 7 / 8, rel=1e-9)
     import dataclasses
+
     free = dataclasses.replace(model, moe=dataclasses.replace(model.moe, max_nodes_per_token=0))
     _, unlimited = expert_parallel.dispatch_copies_per_token(free, ep=64, local=8, dispatcher="deepep")
     assert unlimited == pytest.approx(7 * expert_parallel.expert_set_hit_probability(256, 8, 32))
@@ -188,6 +224,7 @@ def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
 
 def test_overlapped_all_to_all_shows_only_what_compute_cannot_hide():
     from parasol.model.training import ep_exposed_times_s
+
     device = load_system("dgx-h100", 8).device
     on = Workload(kind="training", seq_len=4096, global_batch=64, moe_a2a_overlap=True)
     off = Workload(kind="training", seq_len=4096, global_batch=64)
@@ -201,11 +238,13 @@ def test_overlapped_all_to_all_shows_only_what_compute_cannot_hide():
 
 def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
     import dataclasses
+
     model, system = load_model("deepseek-v3"), load_system("dgx-h100", 1024)
     base = Workload(kind="training", seq_len=4096, global_batch=8192, precision="fp8")
     mapping = Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=4, last_stage_layers=9)
     plain = evaluate_training(model, system, base, mapping).metrics["step_time_s"]
     deepep = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher="deepep"), mapping).metrics["step_time_s"]
-    both = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher="deepep", moe_a2a_overlap=True),
-                             mapping).metrics["step_time_s"]
+    both = evaluate_training(
+        model, system, dataclasses.replace(base, moe_dispatcher="deepep", moe_a2a_overlap=True), mapping
+    ).metrics["step_time_s"]
     assert both < deepep < plain

@@ -22,21 +22,28 @@ from parasol.solver import library
 
 # Published total parameter counts (independent of the library files), billions.
 PUBLISHED_B = {
-    "gpt3-175b": 175.0,            # Brown et al. 2020, Table 2.1
-    "opt-175b": 175.0,             # Zhang et al. 2022
-    "bloom-176b": 176.247271424,   # BigScience BLOOM model card
-    "mt-nlg-530b": 530.0,          # Smith et al. 2022
-    "gpt-j-6b": 6.053381344,       # EleutherAI model card
-    "llama2-7b": 6.738415616,      # Hugging Face meta-llama/Llama-2-7b-hf
-    "llama2-13b": 13.015864320,    # meta-llama/Llama-2-13b-hf
-    "llama2-70b": 68.976648192,    # meta-llama/Llama-2-70b-hf
-    "llama3-8b": 8.030261248,      # meta-llama/Meta-Llama-3-8B
-    "llama3-70b": 70.553706496,    # meta-llama/Meta-Llama-3-70B
+    "gpt3-175b": 175.0,  # Brown et al. 2020, Table 2.1
+    "opt-175b": 175.0,  # Zhang et al. 2022
+    "bloom-176b": 176.247271424,  # BigScience BLOOM model card
+    "mt-nlg-530b": 530.0,  # Smith et al. 2022
+    "gpt-j-6b": 6.053381344,  # EleutherAI model card
+    "llama2-7b": 6.738415616,  # Hugging Face meta-llama/Llama-2-7b-hf
+    "llama2-13b": 13.015864320,  # meta-llama/Llama-2-13b-hf
+    "llama2-70b": 68.976648192,  # meta-llama/Llama-2-70b-hf
+    "llama3-8b": 8.030261248,  # meta-llama/Meta-Llama-3-8B
+    "llama3-70b": 70.553706496,  # meta-llama/Meta-Llama-3-70B
     "llama3.1-405b": 405.853388800,  # meta-llama/Llama-3.1-405B
     # Megatron-LM SC'21 Table 1 (the paper's own rounding of eq. 2)
-    "megatron-gpt-1.7b": 1.7, "megatron-gpt-3.6b": 3.6, "megatron-gpt-7.5b": 7.5, "megatron-gpt-18.4b": 18.4,
-    "megatron-gpt-39.1b": 39.1, "megatron-gpt-76.1b": 76.1, "megatron-gpt-145.6b": 145.6,
-    "megatron-gpt-310.1b": 310.1, "megatron-gpt-529.6b": 529.6, "megatron-gpt-1t": 1008.0,
+    "megatron-gpt-1.7b": 1.7,
+    "megatron-gpt-3.6b": 3.6,
+    "megatron-gpt-7.5b": 7.5,
+    "megatron-gpt-18.4b": 18.4,
+    "megatron-gpt-39.1b": 39.1,
+    "megatron-gpt-76.1b": 76.1,
+    "megatron-gpt-145.6b": 145.6,
+    "megatron-gpt-310.1b": 310.1,
+    "megatron-gpt-529.6b": 529.6,
+    "megatron-gpt-1t": 1008.0,
 }
 
 MEGATRON_FAMILY = sorted(n for n in PUBLISHED_B if n.startswith("megatron-gpt-")) + ["gpt3-175b"]
@@ -59,8 +66,9 @@ def test_library_params_b_within_3_percent(name):
     assert rel_close(got, model.params_b, 0.03), f"{name}: {got:.3f} B vs params_b {model.params_b}"
 
 
-@pytest.mark.parametrize("name", ["llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
-                                  "bloom-176b", "gpt-j-6b"])
+@pytest.mark.parametrize(
+    "name", ["llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b", "bloom-176b", "gpt-j-6b"]
+)
 def test_exact_checkpoint_counts_within_0_1_percent(name):
     """Checkpoints with an exact published count are matched much more tightly than 3 %."""
     got = params.total_params(library.load_model(name)) / 1e9
@@ -74,9 +82,21 @@ def megatron_eq2(layers: int, hidden: int, vocab: int, seq: int) -> int:
 
 
 def gpt_shape(layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, tied=True) -> ModelSpec:
-    return ModelSpec(name="gpt-shape", layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn=4 * hidden,
-                     vocab=vocab, activation="gelu", tied_embeddings=tied, position_embedding="learned",
-                     max_seq_len=seq, norm="layernorm", bias=True)
+    return ModelSpec(
+        name="gpt-shape",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=heads,
+        ffn=4 * hidden,
+        vocab=vocab,
+        activation="gelu",
+        tied_embeddings=tied,
+        position_embedding="learned",
+        max_seq_len=seq,
+        norm="layernorm",
+        bias=True,
+    )
 
 
 @pytest.mark.parametrize("name", MEGATRON_FAMILY)
@@ -84,7 +104,13 @@ def test_megatron_eq2_closed_form(name):
     """eq. 2 counts the shared embedding once and omits the final LayerNorm (2h parameters)."""
     m = library.load_model(name)
     assert (m.activation, m.norm, m.bias, m.position_embedding, m.ffn, m.kv_heads) == (
-        "gelu", "layernorm", True, "learned", 4 * m.hidden, m.heads), "not a Megatron GPT shape"
+        "gelu",
+        "layernorm",
+        True,
+        "learned",
+        4 * m.hidden,
+        m.heads,
+    ), "not a Megatron GPT shape"
     closed = megatron_eq2(m.layers, m.hidden, m.vocab, m.max_seq_len)
     total = params.total_params(m)
     assert rel_close(total, closed, 1e-3)
@@ -105,10 +131,11 @@ def test_megatron_eq2_gpt3_shape_tied_and_untied(tied):
 def test_param_components_sum_to_total():
     for name in ("gpt3-175b", "llama3.1-405b", "falcon-180b"):
         m = library.load_model(name)
-        total = (m.layers * params.layer_params(m) + params.input_embedding_params(m) + params.output_layer_params(m))
+        total = m.layers * params.layer_params(m) + params.input_embedding_params(m) + params.output_layer_params(m)
         assert total == params.total_params(m)
-        assert params.layer_params(m) == (params.attention_params_per_layer(m) + params.mlp_params_per_layer(m)
-                                          + params.norm_params_per_layer(m))
+        assert params.layer_params(m) == (
+            params.attention_params_per_layer(m) + params.mlp_params_per_layer(m) + params.norm_params_per_layer(m)
+        )
 
 
 def test_gqa_and_swiglu_counts():
@@ -172,12 +199,12 @@ def test_palm_model_flops_per_token_from_published_count():
 # (name, published total B, published active B, whether the active figure leaves out the input
 # embedding table: the gpt-oss model card counts 5.1B "active" without the 0.58B embedding lookup)
 MOE_PUBLISHED = [
-    ("deepseek-v3", 671.0, 37.0, False),      # arXiv 2412.19437 abstract (main model, MTP excluded)
-    ("qwen3-30b-a3b", 30.5, 3.3, False),      # Qwen3 model card
+    ("deepseek-v3", 671.0, 37.0, False),  # arXiv 2412.19437 abstract (main model, MTP excluded)
+    ("qwen3-30b-a3b", 30.5, 3.3, False),  # Qwen3 model card
     ("qwen3-235b-a22b", 235.0, 22.0, False),  # Qwen3 model card
-    ("mixtral-8x7b", 46.7, 12.9, False),      # arXiv 2401.04088 / model card
-    ("mixtral-8x22b", 141.0, 39.0, False),    # Mistral AI announcement
-    ("gpt-oss-120b", 116.8, 5.1, True),       # OpenAI gpt-oss model card
+    ("mixtral-8x7b", 46.7, 12.9, False),  # arXiv 2401.04088 / model card
+    ("mixtral-8x22b", 141.0, 39.0, False),  # Mistral AI announcement
+    ("gpt-oss-120b", 116.8, 5.1, True),  # OpenAI gpt-oss model card
 ]
 
 

@@ -18,11 +18,23 @@ def front_keys(problem, objectives) -> tuple:
 
 @pytest.mark.slow
 def test_three_objective_training_front_equals_the_non_dominated_enumerated_points():
-    p = parse_problem({"model": "megatron-gpt-1.7b", "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
-                       "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "train_tokens": 1.0e9},
-                       "mapping": {"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [0, 1],
-                                   "recompute": ["none", "full"], "micro_batch": [1, 2]},
-                       "objective": "cost"}, source="t")
+    p = parse_problem(
+        {
+            "model": "megatron-gpt-1.7b",
+            "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "train_tokens": 1.0e9},
+            "mapping": {
+                "vpp": [1],
+                "first_stage_layers": 0,
+                "last_stage_layers": 0,
+                "zero": [0, 1],
+                "recompute": ["none", "full"],
+                "micro_batch": [1, 2],
+            },
+            "objective": "cost",
+        },
+        source="t",
+    )
     objectives = ("throughput", "cost", "memory")
     front = pareto_front(p, objectives, time_limit=240)
     assert front.status == "COMPLETE" and front.plans
@@ -36,8 +48,11 @@ def test_three_objective_training_front_equals_the_non_dominated_enumerated_poin
         assert all(x == pytest.approx(y, rel=2e-3) for x, y in zip(g, w))
 
 
-INFEASIBLE_GPT3 = {"model": "gpt3-175b", "system": {"name": "dgx-a100", "num_gpus": 8},
-                   "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"}}
+INFEASIBLE_GPT3 = {
+    "model": "gpt3-175b",
+    "system": {"name": "dgx-a100", "num_gpus": 8},
+    "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"},
+}
 
 
 @pytest.mark.parametrize("objectives", [("throughput", "memory"), ("throughput", "memory", "step_time")])
@@ -53,9 +68,14 @@ def test_infeasible_training_front_names_the_binding_constraint(objectives):
 
 def test_infeasible_serving_front_names_the_binding_slo():
     """A serving front under a TPOT SLO no plan reaches names that SLO and the least TPOT reachable."""
-    p = parse_problem({"model": "llama3.1-8b", "system": {"name": "dgx-h100", "num_gpus": 1},
-                       "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "precision": "fp8",
-                                    "slo": {"tpot_s": 1.0e-4}}}, source="t")
+    p = parse_problem(
+        {
+            "model": "llama3.1-8b",
+            "system": {"name": "dgx-h100", "num_gpus": 1},
+            "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "precision": "fp8", "slo": {"tpot_s": 1.0e-4}},
+        },
+        source="t",
+    )
     front = pareto_front(p, ("tokens_per_s_per_gpu", "tokens_per_s_per_user"), time_limit=30)
     assert front.status == "INFEASIBLE" and front.message.startswith("the TPOT SLO binds:")
 
@@ -63,6 +83,7 @@ def test_infeasible_serving_front_names_the_binding_slo():
 def test_front_objective_names_are_all_checked_before_solving():
     """A bad third metric is a one-line error, even when the problem has no plan at all."""
     from parasol.model.errors import ProblemError
+
     p = parse_problem(INFEASIBLE_GPT3, source="t")
     with pytest.raises(ProblemError, match="'tokens_per_gpu' is not a metric"):
         pareto_front(p, ("throughput", "memory", "tokens_per_gpu"), time_limit=30)

@@ -39,12 +39,24 @@ from parasol.solver.training_space import build_space, placements_by_point
 
 S = 1.0e8  # bytes
 EXAMPLE = REPO / "problems" / "examples" / "torus-placement.yaml"
-TINY_MOE = {"name": "tiny-moe", "layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2816, "vocab": 32000,
-            "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False,
-            "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1408}}
+TINY_MOE = {
+    "name": "tiny-moe",
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 2816,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+    "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1408},
+}
 
 
 # ---- the placement string and the groups it builds ---------------------------------------------
+
 
 def test_placements_are_megatron_orders_with_ep_next_to_dp():
     assert len(PLACEMENTS) == 48 == len(set(PLACEMENTS))  # 4! orders of (tp, cp, pp, [ep dp]) x 2 orders of the pair
@@ -87,9 +99,20 @@ def test_expert_grid_rules_of_megatron_core():
 
 # ---- where the groups sit, and what it costs -----------------------------------------------------
 
-@pytest.mark.parametrize("system,decides", [("dgx-a100", False), ("dgx-h100", False), ("gb200-nvl72", False),
-                                            ("jean-zay-a100", False), ("tpu-v5p-torus", True), ("llama3-h100-cluster", True),
-                                            ("slingshot-a100-dragonfly", True), ("mi300x", True)])
+
+@pytest.mark.parametrize(
+    "system,decides",
+    [
+        ("dgx-a100", False),
+        ("dgx-h100", False),
+        ("gb200-nvl72", False),
+        ("jean-zay-a100", False),
+        ("tpu-v5p-torus", True),
+        ("llama3-h100-cluster", True),
+        ("slingshot-a100-dragonfly", True),
+        ("mi300x", True),
+    ],
+)
 def test_which_systems_the_topology_decides(system, decides):
     assert topology_decides(library.load_system(system, 8).topology) == decides
 
@@ -105,13 +128,26 @@ def test_two_tier_layout_is_comm_py():
     moved = group_layouts(a100, Mapping(tp=8, pp=2, dp=4, micro_batch=1, placement="cp-ep-dp-tp-pp"))
     assert moved["tp"].local == 2 and moved["dp"].local == 4  # dp innermost: 4 per node; tp at stride 4: 2 per node
     assert collective_time_s("allreduce", S, moved["tp"], a100) == comm.allreduce_time_s(S, 8, 4, a100)
-    p = parse_problem(training_problem(model="gpt3-20b", system="dgx-a100", num_gpus=64, seq_len=2048, global_batch=64,
-                                       mapping={"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1}), "t")
+    p = parse_problem(
+        training_problem(
+            model="gpt3-20b",
+            system="dgx-a100",
+            num_gpus=64,
+            seq_len=2048,
+            global_batch=64,
+            mapping={"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1},
+        ),
+        "t",
+    )
     base = evaluate_training(p.model, p.system(), p.workload, p.fixed_mapping())
     worse = evaluate_training(p.model, p.system(), p.workload, dataclasses.replace(p.fixed_mapping(), placement="cp-ep-dp-tp-pp"))
     assert worse.breakdown["time_s"]["comm/tp"] > 2 * base.breakdown["time_s"]["comm/tp"]
-    assert base.metrics == evaluate_training(p.model, p.system(), p.workload,
-                                             dataclasses.replace(p.fixed_mapping(), placement=DEFAULT_PLACEMENT)).metrics
+    assert (
+        base.metrics
+        == evaluate_training(
+            p.model, p.system(), p.workload, dataclasses.replace(p.fixed_mapping(), placement=DEFAULT_PLACEMENT)
+        ).metrics
+    )
 
 
 def test_training_topology_takes_the_calibrated_efficiencies():
@@ -121,7 +157,8 @@ def test_training_topology_takes_the_calibrated_efficiencies():
     assert topo.levels[0].efficiency == system.scale_up.efficiency
     assert topo.levels[1].efficiency == system.scale_out.efficiency
     assert topo.levels[0].in_network.efficiency == pytest.approx(
-        nvswitch.in_network.efficiency * system.scale_up.efficiency / nvswitch.efficiency)
+        nvswitch.in_network.efficiency * system.scale_up.efficiency / nvswitch.efficiency
+    )
 
 
 def tpu(n):
@@ -180,26 +217,76 @@ def test_fat_tree_taper_depends_on_where_a_group_sits():
 
 # ---- the planner decides it ----------------------------------------------------------------------
 
+
 def _data(model, system, n, seq, gb, mapping, objective="throughput"):
-    return training_problem(model=model, system=system, num_gpus=n, seq_len=seq, global_batch=gb, mapping=mapping,
-                            objective=objective)
+    return training_problem(
+        model=model, system=system, num_gpus=n, seq_len=seq, global_batch=gb, mapping=mapping, objective=objective
+    )
 
 
 SPLIT = {"first_stage_layers": 0, "last_stage_layers": 0}
 FREE = [  # placement absent: a decision on these systems (their topology decides)
     ("torus-16", _data("llama2-7b", "tpu-v5p-torus", 16, 4096, 32, {"vpp": [1], "recompute": ["full"], "zero": [1], **SPLIT})),
-    ("torus-32-placement-wins", _data("llama3-70b", "tpu-v5p-torus", 32, 8192, 64,
-                                      {"zero": [3], "cp": [1], "recompute": ["none", "selective"], "vpp": [1], "micro_batch": [1], **SPLIT})),
-    ("torus-moe", _data(TINY_MOE, "tpu-v5p-torus", 16, 4096, 32, {"vpp": [1], "recompute": ["selective"], "zero": [1],
-                                                                   "micro_batch": [1, 2], **SPLIT})),
-    ("torus-memory", _data("llama2-7b", "tpu-v5p-torus", 16, 4096, 32, {"vpp": [1], "recompute": ["full"], "zero": [0, 1],
-                                                                        "micro_batch": [1, 2], **SPLIT}, objective="memory")),
-    ("dragonfly", _data("gpt-j-6b", "slingshot-a100-dragonfly", 16, 2048, 32, {"vpp": [1, 2], "recompute": ["selective"],
-                                                                               "zero": [1], **SPLIT})),
-    ("dgx-listed", _data("llama2-7b", "dgx-h100", 32, 4096, 32, {"vpp": [1], "recompute": ["selective"], "zero": [1],
-                                                                 "micro_batch": [1, 2], "placement": list(PLACEMENTS), **SPLIT})),
-    ("torus-infeasible", _data("gpt3-175b", "tpu-v5p-torus", 8, 2048, 16, {"vpp": [1], "recompute": ["full"], "zero": [1, 3],
-                                                                          **SPLIT})),
+    (
+        "torus-32-placement-wins",
+        _data(
+            "llama3-70b",
+            "tpu-v5p-torus",
+            32,
+            8192,
+            64,
+            {"zero": [3], "cp": [1], "recompute": ["none", "selective"], "vpp": [1], "micro_batch": [1], **SPLIT},
+        ),
+    ),
+    (
+        "torus-moe",
+        _data(
+            TINY_MOE,
+            "tpu-v5p-torus",
+            16,
+            4096,
+            32,
+            {"vpp": [1], "recompute": ["selective"], "zero": [1], "micro_batch": [1, 2], **SPLIT},
+        ),
+    ),
+    (
+        "torus-memory",
+        _data(
+            "llama2-7b",
+            "tpu-v5p-torus",
+            16,
+            4096,
+            32,
+            {"vpp": [1], "recompute": ["full"], "zero": [0, 1], "micro_batch": [1, 2], **SPLIT},
+            objective="memory",
+        ),
+    ),
+    (
+        "dragonfly",
+        _data(
+            "gpt-j-6b",
+            "slingshot-a100-dragonfly",
+            16,
+            2048,
+            32,
+            {"vpp": [1, 2], "recompute": ["selective"], "zero": [1], **SPLIT},
+        ),
+    ),
+    (
+        "dgx-listed",
+        _data(
+            "llama2-7b",
+            "dgx-h100",
+            32,
+            4096,
+            32,
+            {"vpp": [1], "recompute": ["selective"], "zero": [1], "micro_batch": [1, 2], "placement": list(PLACEMENTS), **SPLIT},
+        ),
+    ),
+    (
+        "torus-infeasible",
+        _data("gpt3-175b", "tpu-v5p-torus", 8, 2048, 16, {"vpp": [1], "recompute": ["full"], "zero": [1, 3], **SPLIT}),
+    ),
 ]
 
 
@@ -216,9 +303,16 @@ def test_differential_placement_free(case):
         assert enum.status == sol.status == "INFEASIBLE"
     if name == "torus-32-placement-wins":
         assert enum.plans[0].mapping.placement != DEFAULT_PLACEMENT
-        assert sol.plans[0].evaluation.metrics["step_time_s"] < 0.95 * evaluate_training(
-            problem.model, problem.system(), problem.workload,
-            dataclasses.replace(sol.plans[0].mapping, placement=DEFAULT_PLACEMENT)).metrics["step_time_s"]
+        assert (
+            sol.plans[0].evaluation.metrics["step_time_s"]
+            < 0.95
+            * evaluate_training(
+                problem.model,
+                problem.system(),
+                problem.workload,
+                dataclasses.replace(sol.plans[0].mapping, placement=DEFAULT_PLACEMENT),
+            ).metrics["step_time_s"]
+        )
 
 
 TOPOLOGY_SYSTEMS = ["tpu-v5p-torus", "slingshot-a100-dragonfly", "mi300x", "llama3-h100-cluster"]
@@ -253,9 +347,25 @@ def test_two_tier_systems_keep_the_default_unless_listed():
 
 
 def test_fixing_a_placement_returns_it():
-    data = _data("llama3-70b", "tpu-v5p-torus", 32, 8192, 64, {"tp": 4, "pp": 1, "dp": 8, "micro_batch": 1, "zero": 3,
-                                                               "recompute": "none", "vpp": 1, "sp": True,
-                                                               "placement": "pp-tp-cp-ep-dp", **SPLIT})
+    data = _data(
+        "llama3-70b",
+        "tpu-v5p-torus",
+        32,
+        8192,
+        64,
+        {
+            "tp": 4,
+            "pp": 1,
+            "dp": 8,
+            "micro_batch": 1,
+            "zero": 3,
+            "recompute": "none",
+            "vpp": 1,
+            "sp": True,
+            "placement": "pp-tp-cp-ep-dp",
+            **SPLIT,
+        },
+    )
     p = parse_problem(data, "t")
     sol = solve(p, workers=WORKERS, time_limit=TIME_LIMIT)
     assert sol.status == "OPTIMAL" and sol.space_size == 1 and sol.plans[0].mapping.placement == "pp-tp-cp-ep-dp"
@@ -263,6 +373,7 @@ def test_fixing_a_placement_returns_it():
 
 
 # ---- the example and the command line --------------------------------------------------------------
+
 
 def _cli_json(args) -> dict:
     """The command line run in-process (solver.cli.main, what `parasol` calls): exit 0 and its JSON."""
@@ -276,9 +387,17 @@ def _cli_json(args) -> dict:
 def example_round_trip(tmp_path_factory):
     doc = _cli_json(["solve", str(EXAMPLE), "--json", "--time-limit", "60"])
     problem = load_problem(EXAMPLE)
-    data = {"model": problem.model.name, "system": {"name": problem.system_name, "num_gpus": doc["mapping"]["num_gpus"]},
-            "workload": {"kind": "training", "seq_len": problem.workload.seq_len, "global_batch": problem.workload.global_batch,
-                         "precision": problem.workload.precision}, "mapping": doc["mapping"]}
+    data = {
+        "model": problem.model.name,
+        "system": {"name": problem.system_name, "num_gpus": doc["mapping"]["num_gpus"]},
+        "workload": {
+            "kind": "training",
+            "seq_len": problem.workload.seq_len,
+            "global_batch": problem.workload.global_batch,
+            "precision": problem.workload.precision,
+        },
+        "mapping": doc["mapping"],
+    }
     plan = write_yaml(tmp_path_factory.mktemp("torus") / "plan.yaml", data)
     evaluated = _cli_json(["evaluate", str(plan), "--json"])
     naive = _cli_json(["evaluate", str(REPO / "problems" / "examples" / "torus-placement-naive.yaml"), "--json"])
@@ -297,19 +416,51 @@ def test_example_naive_placement_is_slower(example_round_trip):
     """The README's two numbers: the plan, and the same mapping with Megatron's default order (both
     commands as the README gives them; test_cli.py runs the command line in subprocesses)."""
     doc, _, slow = example_round_trip
-    assert {k: v for k, v in slow["mapping"].items() if k != "placement"} == {k: v for k, v in doc["mapping"].items()
-                                                                               if k != "placement"}
+    assert {k: v for k, v in slow["mapping"].items() if k != "placement"} == {
+        k: v for k, v in doc["mapping"].items() if k != "placement"
+    }
     assert slow["mapping"]["placement"] == DEFAULT_PLACEMENT
     assert slow["metrics"]["step_time_s"] > 1.05 * doc["metrics"]["step_time_s"]
 
 
 PARTITIONS = [  # the first stage's layer count a decision, off the default split, on topology systems
-    ("torus-first-stage", _data("llama2-7b", "tpu-v5p-torus", 16, 4096, 32,
-                                {"vpp": [1], "recompute": ["full"], "zero": [0, 1, 3], "micro_batch": [1], "pp": [2, 4],
-                                 "placement": "tp-cp-ep-dp-pp", "first_stage_layers": [6, 10, 12]})),
-    ("dragonfly-first-stage", _data("gpt-j-6b", "slingshot-a100-dragonfly", 16, 2048, 32,
-                                    {"vpp": [1], "recompute": ["selective"], "zero": [0, 1], "micro_batch": [1], "pp": [2, 4],
-                                     "first_stage_layers": [5, 9, 11]})),
+    (
+        "torus-first-stage",
+        _data(
+            "llama2-7b",
+            "tpu-v5p-torus",
+            16,
+            4096,
+            32,
+            {
+                "vpp": [1],
+                "recompute": ["full"],
+                "zero": [0, 1, 3],
+                "micro_batch": [1],
+                "pp": [2, 4],
+                "placement": "tp-cp-ep-dp-pp",
+                "first_stage_layers": [6, 10, 12],
+            },
+        ),
+    ),
+    (
+        "dragonfly-first-stage",
+        _data(
+            "gpt-j-6b",
+            "slingshot-a100-dragonfly",
+            16,
+            2048,
+            32,
+            {
+                "vpp": [1],
+                "recompute": ["selective"],
+                "zero": [0, 1],
+                "micro_batch": [1],
+                "pp": [2, 4],
+                "first_stage_layers": [5, 9, 11],
+            },
+        ),
+    ),
 ]
 
 

@@ -43,7 +43,6 @@ def edit(*changes, delete=()):
     return d
 
 
-
 INF = {  # an inference problem (issue 6) that evaluates
     "model": "llama3.1-8b",
     "system": {"name": "dgx-h100", "num_gpus": 4},
@@ -62,8 +61,11 @@ def inf(*changes, delete=()):
         BASE = saved
 
 
-DISAGG = {**INF, "workload": {**INF["workload"], "serving": "disaggregated"},
-          "mapping": {"prefill": {"tp": 1, "dp": 2}, "decode": {"tp": 2, "dp": 1}}}
+DISAGG = {
+    **INF,
+    "workload": {**INF["workload"], "serving": "disaggregated"},
+    "mapping": {"prefill": {"tp": 1, "dp": 2}, "decode": {"tp": 2, "dp": 1}},
+}
 
 # (id, file content: dict or raw text or None for a missing file, field the message must name or None)
 CASES = [
@@ -127,12 +129,18 @@ CASES = [
     ("objective-unknown", {**BASE, "objective": "fastest"}, "objective"),
     # divisibility and grid rules
     ("tp-not-dividing-heads", edit(("system.num_gpus", 80), ("mapping.tp", 5), ("mapping.pp", 16)), "mapping.tp"),
-    ("tp-not-dividing-kv-heads", edit(("model", "llama2-70b"), ("system.num_gpus", 16), ("mapping.tp", 16), ("mapping.pp", 1)),
-     "mapping.tp"),
+    (
+        "tp-not-dividing-kv-heads",
+        edit(("model", "llama2-70b"), ("system.num_gpus", 16), ("mapping.tp", 16), ("mapping.pp", 1)),
+        "mapping.tp",
+    ),
     ("grid-product", edit(("mapping.dp", 2)), "mapping"),
     ("global-batch-not-divisible-by-dp", edit(("workload.global_batch", 60), ("mapping.pp", 1), ("mapping.dp", 8)), "mapping.dp"),
-    ("global-batch-not-divisible-by-dp-mb", edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.micro_batch", 3)),
-     "mapping.micro_batch"),
+    (
+        "global-batch-not-divisible-by-dp-mb",
+        edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.micro_batch", 3)),
+        "mapping.micro_batch",
+    ),
     ("pp-exceeds-layers", edit(("model", "llama2-7b"), ("mapping.tp", 1), ("mapping.pp", 64)), "mapping.pp"),
     ("vpp-without-pp", edit(("mapping.pp", 1), ("mapping.dp", 8), ("mapping.vpp", 2)), "mapping.vpp"),
     ("vpp-exceeds-stage", edit(("mapping.vpp", 13)), "mapping.vpp"),
@@ -146,10 +154,29 @@ CASES = [
     ("placement-int", edit(("mapping.placement", 5)), "mapping.placement"),
     ("placement-as-list-of-names", edit(("mapping.placement", ["tp", "cp", "ep", "dp", "pp"])), "mapping.placement"),
     ("placement-list-to-evaluate", edit(("mapping.placement", ["tp-cp-ep-dp-pp", "cp-tp-ep-dp-pp"])), "mapping.placement"),
-    ("placement-moe-pp-not-last", edit(("model", "mixtral-8x7b"), ("mapping.tp", 2), ("mapping.pp", 4), ("mapping.dp", 8),
-                                       ("mapping.ep", 8), ("mapping.placement", "tp-cp-pp-ep-dp")), "mapping.placement"),
-    ("num-gpus-not-a-torus-slice", edit(("system", {"name": "tpu-v5p-torus", "num_gpus": 31}), ("workload.global_batch", 62),
-                                        ("mapping.tp", 1), ("mapping.pp", 1), ("mapping.dp", 31)), "system.num_gpus"),
+    (
+        "placement-moe-pp-not-last",
+        edit(
+            ("model", "mixtral-8x7b"),
+            ("mapping.tp", 2),
+            ("mapping.pp", 4),
+            ("mapping.dp", 8),
+            ("mapping.ep", 8),
+            ("mapping.placement", "tp-cp-pp-ep-dp"),
+        ),
+        "mapping.placement",
+    ),
+    (
+        "num-gpus-not-a-torus-slice",
+        edit(
+            ("system", {"name": "tpu-v5p-torus", "num_gpus": 31}),
+            ("workload.global_batch", 62),
+            ("mapping.tp", 1),
+            ("mapping.pp", 1),
+            ("mapping.dp", 31),
+        ),
+        "system.num_gpus",
+    ),
     # evaluate needs one concrete mapping
     ("list-to-evaluate", edit(("mapping.tp", [4, 8])), "mapping.tp"),
     ("num-gpus-list-to-evaluate", edit(("system.num_gpus", [64, 128])), "system.num_gpus"),
@@ -195,17 +222,38 @@ CASES = [
     ("inf-pools-without-disaggregation", inf(("mapping", {"prefill": {"tp": 1}, "decode": {"tp": 1}})), "mapping.decode"),
     ("inf-disagg-top-level-tp", {**DISAGG, "mapping": {"tp": 2, "dp": 2}}, "mapping.dp"),
     ("inf-disagg-pool-not-mapping", {**DISAGG, "mapping": {"prefill": 2, "decode": {"tp": 2, "dp": 1}}}, "mapping.prefill"),
-    ("inf-disagg-pool-key", {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 2, "cp": 2}, "decode": {"tp": 2, "dp": 1}}},
-     "mapping.prefill.cp"),
+    (
+        "inf-disagg-pool-key",
+        {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 2, "cp": 2}, "decode": {"tp": 2, "dp": 1}}},
+        "mapping.prefill.cp",
+    ),
     ("inf-disagg-split", {**DISAGG, "mapping": {"prefill": {"tp": 1, "dp": 3}, "decode": {"tp": 2, "dp": 1}}}, "mapping"),
 ]
 
 # cases also run as real subprocesses: `python -m parasol evaluate`, the `parasol` script, `solve`
-MODULE_SUBSET = ["malformed-yaml", "top-level-list", "missing-file", "unknown-model", "tp-bool", "tp-not-dividing-heads",
-                 "list-to-evaluate", "unknown-precision", "recompute-unknown", "grid-product"]
+MODULE_SUBSET = [
+    "malformed-yaml",
+    "top-level-list",
+    "missing-file",
+    "unknown-model",
+    "tp-bool",
+    "tp-not-dividing-heads",
+    "list-to-evaluate",
+    "unknown-precision",
+    "recompute-unknown",
+    "grid-product",
+]
 PARASOL_SUBSET = ["malformed-yaml", "unknown-model", "tp-string", "list-to-evaluate"]
-SOLVE_SUBSET = ["unknown-system", "tp-negative", "inline-missing-hidden", "objective-unknown", "inf-unknown-serving",
-                "inf-slo-negative", "placement-missing-dimension", "num-gpus-not-a-torus-slice"]
+SOLVE_SUBSET = [
+    "unknown-system",
+    "tp-negative",
+    "inline-missing-hidden",
+    "objective-unknown",
+    "inf-unknown-serving",
+    "inf-slo-negative",
+    "placement-missing-dimension",
+    "num-gpus-not-a-torus-slice",
+]
 
 
 def _case_id(case) -> str:
@@ -268,6 +316,7 @@ def test_evaluate_bad_input(cid, content, field, bad_files, capsys):
     """Every case through the CLI entry point in-process (parasol.solver.cli.main, what both
     `parasol` and `python -m parasol` call): an exception escaping main() would be a traceback."""
     from parasol.solver.cli import main
+
     path = bad_files[cid]
     try:
         code = main(["evaluate", str(path)])
@@ -332,12 +381,23 @@ def test_messages_say_what_is_allowed(bad_files, capsys):
     assert "ending with pp" in e
 
 
-@pytest.mark.parametrize("args", [["solve", "x.yaml", "--top", "0"], ["frobnicate"], ["solve", "x.yaml", "--time-limit", "-1"],
-                                  ["enumerate", "x.yaml", "--objective", "fastest"], [], ["cost"],
-                                  ["cost", "--system", "dgx-h100", "--chiplets", "0"], ["cost", "--system", "dgx-h100", "--num-gpus", "x"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["solve", "x.yaml", "--top", "0"],
+        ["frobnicate"],
+        ["solve", "x.yaml", "--time-limit", "-1"],
+        ["enumerate", "x.yaml", "--objective", "fastest"],
+        [],
+        ["cost"],
+        ["cost", "--system", "dgx-h100", "--chiplets", "0"],
+        ["cost", "--system", "dgx-h100", "--num-gpus", "x"],
+    ],
+)
 def test_bad_command_line_arguments(args, capsys):
     """argparse mistakes are one line and exit 2 as well."""
     from parasol.solver.cli import main
+
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 2
@@ -348,6 +408,7 @@ def test_bad_command_line_arguments(args, capsys):
 def test_located_error_keeps_the_bare_message():
     """Re-placing an error in a file or field keeps its message whole, even one holding ': '."""
     from parasol.model.errors import ProblemError
+
     inner = ProblemError("ring: needs 2 ranks, got 1", field="topology.levels")
     moved = inner.located(source="p.yaml")
     assert str(moved) == "p.yaml: topology.levels: ring: needs 2 ranks, got 1"

@@ -23,8 +23,19 @@ from parasol.solver.training_space import build_space
 WORKERS, TIME_LIMIT = 2, 30
 REL = 1e-3  # the time unit makes the integer step agree with the float model within 1e-4; memory rounds up by 16 KiB
 
-TINY = {"name": "tiny-gqa", "layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2816, "vocab": 32000,
-        "activation": "swiglu", "position_embedding": "rope", "norm": "rmsnorm", "bias": False}
+TINY = {
+    "name": "tiny-gqa",
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 2816,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+}
 MODELS = ["megatron-gpt-1.7b", "llama2-7b", "gpt-j-6b", TINY]
 
 
@@ -45,14 +56,23 @@ def random_problem(seed: int) -> dict:
     if heavy:
         model = rng.choice(["gpt3-20b", "llama2-7b", "gpt-j-6b"])
         n = rng.choice([4, 8])
-        mapping = {"vpp": [1], "recompute": _subset(rng, ["none", "selective"]), "zero": _subset(rng, [0, 1]),
-                   "micro_batch": _subset(rng, [2, 4, 8]), "first_stage_layers": 0, "last_stage_layers": 0}
+        mapping = {
+            "vpp": [1],
+            "recompute": _subset(rng, ["none", "selective"]),
+            "zero": _subset(rng, [0, 1]),
+            "micro_batch": _subset(rng, [2, 4, 8]),
+            "first_stage_layers": 0,
+            "last_stage_layers": 0,
+        }
         seq = 4096
     else:
         model = rng.choice(MODELS)
         n = rng.choice([4, 8, 16, 32])
-        mapping = {"vpp": _subset(rng, [1, 2]), "recompute": _subset(rng, ["none", "selective", "full"]),
-                   "zero": _subset(rng, [0, 1, 2, 3])}
+        mapping = {
+            "vpp": _subset(rng, [1, 2]),
+            "recompute": _subset(rng, ["none", "selective", "full"]),
+            "zero": _subset(rng, [0, 1, 2, 3]),
+        }
         if rng.random() < 0.4:
             mapping["micro_batch"] = _subset(rng, [1, 2, 4])
         if rng.random() < 0.5:
@@ -66,16 +86,23 @@ def random_problem(seed: int) -> dict:
         seq = rng.choice([2048, 4096])
     if objective == "tokens_per_gpu":
         n = rng.choice([[4, 8], [8, 16], [16, 32]])  # the device count is a decision too
-    return {"model": model, "system": {"name": rng.choice(["dgx-a100", "dgx-h100"]), "num_gpus": n},
-            "workload": {"kind": "training", "seq_len": seq, "global_batch": rng.choice([16, 32, 64]), "precision": "bf16"},
-            "mapping": mapping, "objective": objective}
+    return {
+        "model": model,
+        "system": {"name": rng.choice(["dgx-a100", "dgx-h100"]), "num_gpus": n},
+        "workload": {"kind": "training", "seq_len": seq, "global_batch": rng.choice([16, 32, 64]), "precision": "bf16"},
+        "mapping": mapping,
+        "objective": objective,
+    }
 
 
 def minimised(objective: str, metrics: dict) -> float:
     """What both searches minimise, from the model's metrics (independent of solver.plan)."""
-    return {"throughput": metrics["step_time_s"], "step_time": metrics["step_time_s"],
-            "memory": metrics["peak_memory_gib"],
-            "tokens_per_gpu": metrics["step_time_s"] * metrics["num_gpus"]}[objective]
+    return {
+        "throughput": metrics["step_time_s"],
+        "step_time": metrics["step_time_s"],
+        "memory": metrics["peak_memory_gib"],
+        "tokens_per_gpu": metrics["step_time_s"] * metrics["num_gpus"],
+    }[objective]
 
 
 def check_plans(problem, result):
@@ -134,11 +161,23 @@ def test_differential_random(seed):
 
 FREE_SPLIT = [  # pp forced above 1, first/last stage layers free: the uneven-partition encoding decides
     ("gpt-j-6b", "dgx-a100", 8, 2048, 32, {"pp": [2, 4], "recompute": ["selective"], "zero": [1], "vpp": [1, 2]}),
-    ("llama2-7b", "dgx-h100", 16, 4096, 32, {"pp": [4, 8], "recompute": ["selective", "full"], "zero": [1], "vpp": [1, 2],
-                                            "micro_batch": [1, 2]}),
+    (
+        "llama2-7b",
+        "dgx-h100",
+        16,
+        4096,
+        32,
+        {"pp": [4, 8], "recompute": ["selective", "full"], "zero": [1], "vpp": [1, 2], "micro_batch": [1, 2]},
+    ),
     ("megatron-gpt-1.7b", "dgx-a100", 16, 2048, 64, {"pp": [2, 4], "recompute": ["none", "full"], "zero": [1, 3], "vpp": [1]}),
-    ("gpt3-20b", "dgx-a100", 16, 2048, 32, {"pp": [4], "recompute": ["selective", "full"], "zero": [1], "vpp": [1, 2],
-                                           "micro_batch": [1]}),
+    (
+        "gpt3-20b",
+        "dgx-a100",
+        16,
+        2048,
+        32,
+        {"pp": [4], "recompute": ["selective", "full"], "zero": [1], "vpp": [1, 2], "micro_batch": [1]},
+    ),
     ("llama2-7b", "dgx-a100", 4, 4096, 16, {"pp": [4], "recompute": ["none", "selective"], "zero": [0, 1], "vpp": [1]}),
 ]
 
@@ -148,8 +187,9 @@ FREE_SPLIT = [  # pp forced above 1, first/last stage layers free: the uneven-pa
 @pytest.mark.slow
 def test_differential_free_stage_split(case, objective):
     model, system, n, seq, gb, mapping = case
-    data = training_problem(model=model, system=system, num_gpus=n, seq_len=seq, global_batch=gb, mapping=mapping,
-                            objective=objective)
+    data = training_problem(
+        model=model, system=system, num_gpus=n, seq_len=seq, global_batch=gb, mapping=mapping, objective=objective
+    )
     p = parse_problem(data, source="t")
     assert 1000 < build_space(p).size() <= 25_000
     differential(data, source=f"free split {model}")
@@ -175,9 +215,21 @@ def test_random_set_covers_what_it_should():
 @pytest.mark.slow
 def test_differential_objectives_with_gpu_count_list(objective):
     """num_gpus [8, 16] makes the device count a decision; every objective matches the oracle."""
-    data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=[8, 16], seq_len=4096, global_batch=32,
-                            mapping={"vpp": [1, 2], "recompute": ["selective", "full"], "zero": [1, 3],
-                                     "first_stage_layers": 0, "last_stage_layers": 0}, objective=objective)
+    data = training_problem(
+        model="llama2-7b",
+        system="dgx-h100",
+        num_gpus=[8, 16],
+        seq_len=4096,
+        global_batch=32,
+        mapping={
+            "vpp": [1, 2],
+            "recompute": ["selective", "full"],
+            "zero": [1, 3],
+            "first_stage_layers": 0,
+            "last_stage_layers": 0,
+        },
+        objective=objective,
+    )
     enum, sol = differential(data, source=f"objective {objective}")
     met = sol.plans[0].evaluation.metrics
     if objective == "tokens_per_gpu":
@@ -213,16 +265,29 @@ def test_differential_workload_variants(variant, objective):
     """Precision, attention kernel, DP overlap, gradient bytes and a cp choice change the tables;
     the optimum still matches the oracle."""
     workload, mapping = WORKLOAD_VARIANTS[variant]
-    data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32,
-                            mapping={"vpp": [1, 2], "recompute": ["selective", "full"], "first_stage_layers": 0,
-                                     "last_stage_layers": 0, **mapping}, objective=objective, **workload)
+    data = training_problem(
+        model="llama2-7b",
+        system="dgx-h100",
+        num_gpus=8,
+        seq_len=4096,
+        global_batch=32,
+        mapping={"vpp": [1, 2], "recompute": ["selective", "full"], "first_stage_layers": 0, "last_stage_layers": 0, **mapping},
+        objective=objective,
+        **workload,
+    )
     differential(data, source=f"variant {variant}")
 
 
 @pytest.mark.slow
 def test_throughput_and_step_time_agree():
-    data = training_problem(model="gpt-j-6b", system="dgx-a100", num_gpus=16, seq_len=2048, global_batch=64,
-                            mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]})
+    data = training_problem(
+        model="gpt-j-6b",
+        system="dgx-a100",
+        num_gpus=16,
+        seq_len=2048,
+        global_batch=64,
+        mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1]},
+    )
     p = parse_problem(data, source="t")
     a = solve(p, objective="throughput", workers=WORKERS, time_limit=TIME_LIMIT)
     b = solve(p, objective="step_time", workers=WORKERS, time_limit=TIME_LIMIT)
@@ -233,8 +298,14 @@ def test_throughput_and_step_time_agree():
 
 @pytest.mark.slow
 def test_top_k_matches_enumerator_top_k():
-    data = training_problem(model="megatron-gpt-1.7b", system="dgx-a100", num_gpus=8, seq_len=2048, global_batch=32,
-                            mapping={"vpp": [1, 2], "first_stage_layers": 0, "last_stage_layers": 0})
+    data = training_problem(
+        model="megatron-gpt-1.7b",
+        system="dgx-a100",
+        num_gpus=8,
+        seq_len=2048,
+        global_batch=32,
+        mapping={"vpp": [1, 2], "first_stage_layers": 0, "last_stage_layers": 0},
+    )
     p = parse_problem(data, source="t")
     sol = solve(p, top=4, workers=WORKERS, time_limit=TIME_LIMIT)
     enum = enumerate_space(p, top=4)
@@ -249,6 +320,7 @@ def test_top_k_matches_enumerator_top_k():
 
 
 # ---------------------------------------------------------------- (c) determinism
+
 
 @pytest.mark.slow
 def test_determinism_same_seed_same_answer():
@@ -273,8 +345,14 @@ def test_infeasible_memory_names_memory_and_numbers():
     """GPT-3 175B cannot train on 8 A100-80GB: its weights and Adam states alone are ~366 GiB per GPU
     at the best split of 8 GPUs. The message names memory, the least memory any mapping needs and
     what the device offers."""
-    data = training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=8, seq_len=2048, global_batch=64,
-                            mapping={"first_stage_layers": 0, "last_stage_layers": 0})
+    data = training_problem(
+        model="gpt3-175b",
+        system="dgx-a100",
+        num_gpus=8,
+        seq_len=2048,
+        global_batch=64,
+        mapping={"first_stage_layers": 0, "last_stage_layers": 0},
+    )
     p = parse_problem(data, source="t")
     sol = solve(p, workers=WORKERS, time_limit=TIME_LIMIT)
     enum = enumerate_space(p, keep_all=True)
@@ -292,8 +370,14 @@ def test_infeasible_memory_names_memory_and_numbers():
 
 @pytest.mark.slow
 def test_infeasible_via_cli(tmp_path):
-    data = training_problem(model="gpt3-175b", system="dgx-a100", num_gpus=8, seq_len=2048, global_batch=64,
-                            mapping={"first_stage_layers": 0, "last_stage_layers": 0, "zero": [1], "recompute": ["full"]})
+    data = training_problem(
+        model="gpt3-175b",
+        system="dgx-a100",
+        num_gpus=8,
+        seq_len=2048,
+        global_batch=64,
+        mapping={"first_stage_layers": 0, "last_stage_layers": 0, "zero": [1], "recompute": ["full"]},
+    )
     path = write_yaml(tmp_path / "too big.yaml", data)
     proc = run_cli(["solve", str(path), "--json", "--workers", "2", "--time-limit", "30"])
     assert proc.returncode == 0, proc.stderr  # infeasible is an answer, not an error
@@ -327,13 +411,27 @@ def test_restriction_lists_leave_no_value():
 
 # ---------------------------------------------------------------- (e) fixing variables
 
-KNOWN_GOOD = {"tp": 2, "pp": 2, "dp": 2, "cp": 1, "ep": 1, "micro_batch": 2, "vpp": 2, "sp": True, "recompute": "selective",
-              "zero": 1, "first_stage_layers": 15, "last_stage_layers": 17, "placement": "tp-cp-ep-dp-pp"}
+KNOWN_GOOD = {
+    "tp": 2,
+    "pp": 2,
+    "dp": 2,
+    "cp": 1,
+    "ep": 1,
+    "micro_batch": 2,
+    "vpp": 2,
+    "sp": True,
+    "recompute": "selective",
+    "zero": 1,
+    "first_stage_layers": 15,
+    "last_stage_layers": 17,
+    "placement": "tp-cp-ep-dp-pp",
+}
 
 
 def test_fixing_a_known_good_mapping_returns_it():
-    data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32,
-                            mapping=dict(KNOWN_GOOD))
+    data = training_problem(
+        model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32, mapping=dict(KNOWN_GOOD)
+    )
     p = parse_problem(data, source="t")
     ev = evaluate_training(p.model, p.system(), p.workload, p.fixed_mapping())
     assert ev.metrics["fits"]
@@ -347,8 +445,19 @@ def test_fixing_a_known_good_mapping_returns_it():
 
 
 def test_fixing_a_mapping_that_does_not_fit_is_infeasible():
-    bad = {**KNOWN_GOOD, "tp": 1, "pp": 1, "dp": 8, "sp": False, "vpp": 1, "recompute": "none", "zero": 0,
-           "micro_batch": 4, "first_stage_layers": 32, "last_stage_layers": 32}
+    bad = {
+        **KNOWN_GOOD,
+        "tp": 1,
+        "pp": 1,
+        "dp": 8,
+        "sp": False,
+        "vpp": 1,
+        "recompute": "none",
+        "zero": 0,
+        "micro_batch": 4,
+        "first_stage_layers": 32,
+        "last_stage_layers": 32,
+    }
     data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=8, seq_len=4096, global_batch=32, mapping=bad)
     p = parse_problem(data, source="t")
     ev = evaluate_training(p.model, p.system(), p.workload, p.fixed_mapping())
@@ -377,8 +486,14 @@ def test_freeing_one_variable_picks_the_oracles_best(free):
 def test_tied_embeddings_pp1_fits_near_the_cap():
     """A tied model (megatron-gpt-1.7b) on one A100 at 76.1 GiB of the 78 GiB usable: the model says
     it fits, the enumerator finds it, so the solver must not report INFEASIBLE."""
-    data = training_problem(model="megatron-gpt-1.7b", system="dgx-a100", num_gpus=1, seq_len=8192, global_batch=64,
-                            mapping={"tp": 1, "pp": 1, "dp": 1, "micro_batch": 16, "recompute": "full", "zero": 0})
+    data = training_problem(
+        model="megatron-gpt-1.7b",
+        system="dgx-a100",
+        num_gpus=1,
+        seq_len=8192,
+        global_batch=64,
+        mapping={"tp": 1, "pp": 1, "dp": 1, "micro_batch": 16, "recompute": "full", "zero": 0},
+    )
     p = parse_problem(data, source="t")
     assert enumerate_space(p).status == "OPTIMAL"
     assert solve(p, workers=WORKERS, time_limit=TIME_LIMIT).status == "OPTIMAL"
@@ -387,10 +502,23 @@ def test_tied_embeddings_pp1_fits_near_the_cap():
 def test_tied_embeddings_memory_objective_finds_pp1_optimum():
     """Memory objective where the true optimum is pp 1 (tp 8, dp 2, zero 3: 4.30 GiB); the
     over-count makes CP-SAT prove pp 4 (4.40 GiB) 'optimal'."""
-    data = training_problem(model="megatron-gpt-1.7b", system="dgx-a100", num_gpus=16, seq_len=4096, global_batch=32,
-                            mapping={"vpp": [1], "recompute": ["full"], "zero": [0, 1, 2, 3], "micro_batch": [4],
-                                     "first_stage_layers": [5, 6], "last_stage_layers": [1, 6], "sp": False},
-                            objective="memory")
+    data = training_problem(
+        model="megatron-gpt-1.7b",
+        system="dgx-a100",
+        num_gpus=16,
+        seq_len=4096,
+        global_batch=32,
+        mapping={
+            "vpp": [1],
+            "recompute": ["full"],
+            "zero": [0, 1, 2, 3],
+            "micro_batch": [4],
+            "first_stage_layers": [5, 6],
+            "last_stage_layers": [1, 6],
+            "sp": False,
+        },
+        objective="memory",
+    )
     differential(data, source="tied pp1 memory")
 
 
@@ -413,8 +541,7 @@ def test_empty_space_is_a_problem_error_for_solve(case, tmp_path):
 @pytest.mark.parametrize("case", sorted(EMPTY_SPACES))
 def test_empty_space_enumerate_agrees_with_solve(case):
     """Same space, same answer: a ProblemError from both (not a memory verdict from the enumerator)."""
-    p = parse_problem(training_problem(model="llama2-7b", num_gpus=8, global_batch=32, mapping=EMPTY_SPACES[case]),
-                      source="t")
+    p = parse_problem(training_problem(model="llama2-7b", num_gpus=8, global_batch=32, mapping=EMPTY_SPACES[case]), source="t")
     with pytest.raises(ProblemError):
         enumerate_space(p)
 
@@ -422,9 +549,14 @@ def test_empty_space_enumerate_agrees_with_solve(case):
 def test_interleaving_needs_microbatches_in_groups_of_pp():
     """Megatron's interleaved schedule runs micro-batches in groups of pp: with 2 micro-batches on 4
     stages only vpp 1 is valid, for evaluate, the enumerator and the solver alike."""
-    data = training_problem(model="llama2-7b", system="dgx-h100", num_gpus=16, seq_len=4096, global_batch=16,
-                            mapping={"tp": 1, "pp": 4, "dp": 4, "micro_batch": 2, "vpp": [1, 2, 4],
-                                     "first_stage_layers": 0, "last_stage_layers": 0})
+    data = training_problem(
+        model="llama2-7b",
+        system="dgx-h100",
+        num_gpus=16,
+        seq_len=4096,
+        global_batch=16,
+        mapping={"tp": 1, "pp": 4, "dp": 4, "micro_batch": 2, "vpp": [1, 2, 4], "first_stage_layers": 0, "last_stage_layers": 0},
+    )
     p = parse_problem(data, source="t")
     enumerated = enumerate_space(p, top=10)
     assert enumerated.plans and all(plan.mapping.vpp == 1 for plan in enumerated.plans)
@@ -441,9 +573,22 @@ def test_interleaving_needs_microbatches_in_groups_of_pp():
 def test_context_parallelism_is_a_free_decision(model, objective):
     """Long sequences: cp absent ranges over {1, 2, 4, 8} (>= 2K tokens per rank), and the optimum
     agrees with the enumerator's over the same space."""
-    data = training_problem(model, "dgx-h100", 16, seq_len=16384, global_batch=16, objective=objective,
-                            mapping={"vpp": [1], "first_stage_layers": 0, "last_stage_layers": 0, "zero": [1, 3],
-                                     "recompute": ["selective", "full"], "micro_batch": [1]})
+    data = training_problem(
+        model,
+        "dgx-h100",
+        16,
+        seq_len=16384,
+        global_batch=16,
+        objective=objective,
+        mapping={
+            "vpp": [1],
+            "first_stage_layers": 0,
+            "last_stage_layers": 0,
+            "zero": [1, 3],
+            "recompute": ["selective", "full"],
+            "micro_batch": [1],
+        },
+    )
     problem = parse_problem(data, source="cp")
     assert set(build_space(problem).relation("grid")["cp"]) == {1, 2, 4, 8}
     enum, sol = differential(data, source="cp")
