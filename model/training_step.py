@@ -282,6 +282,15 @@ def stage_time(o, lead_count: int, body_count, lead, body, extra, sends):
     return t + lead_count * lead.total if lead_count else t
 
 
+def least_peak_memory(body):
+    """A floor on the peak memory per GPU of every mapping whose body layers have these per-layer
+    terms (``body``: a ``LAYER_OUTPUTS`` row of floats or of arrays), bytes: some stage holds a body
+    layer, keeps its activations for at least one in-flight chunk (a chunk holds at least one layer)
+    and needs its recomputation working set (``stage_memory``). The planner drops the layer shapes
+    this floor already puts over the device's memory."""
+    return body.activation + body.working
+
+
 def stage_memory(
     o, lead_count: int, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations
 ):

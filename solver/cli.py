@@ -18,7 +18,7 @@ from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .pareto import pareto_front
 from .planner import enumerate_space, planner_for, solve
-from .problem import load_problem
+from .problem import MAPPING_KEYS, load_problem
 from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
 from .results import plans_frame, write_table
 
@@ -32,7 +32,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="parasol", description="Plan LLM training on large machines.")
+    parser = _ArgumentParser(prog="parasol", description="Plan LLM training and serving on large machines.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
@@ -71,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="also write the plans (enumerate --all: every point) as a table: .csv, .parquet or .json",
         )
-    pa = sub.add_parser("pareto", help="the exact Pareto front of two metrics (epsilon-constraint, CP-SAT)")
+    pa = sub.add_parser("pareto", help="the exact Pareto front of two or three metrics (epsilon-constraint, CP-SAT)")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
     pa.add_argument(
         "--objectives",
@@ -208,27 +208,8 @@ def points_json(table) -> list:
     return out
 
 
-MAPPING_COLUMNS = (
-    "num_gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "micro_batch",
-    "vpp",
-    "sp",
-    "recompute",
-    "zero",
-    "first_stage_layers",
-    "last_stage_layers",
-    "placement",
-    "batch",
-    "prefill.tp",
-    "prefill.pp",
-    "prefill.ep",
-    "prefill.dp",
-)
+# a front table's mapping columns: the device count, a training mapping's keys, a serving plan's
+MAPPING_COLUMNS = ("num_gpus", *MAPPING_KEYS, "batch", "prefill.tp", "prefill.pp", "prefill.ep", "prefill.dp")
 
 
 def _plain(value):

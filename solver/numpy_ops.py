@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasol.model.ops import Factor, Rounding
+from parasol.model.ops import Factor, FloatOps
 
 from .tables import Tables
 
@@ -29,9 +29,10 @@ class _LazyRow:
         return value
 
 
-class NumpyOps:
+class NumpyOps(FloatOps):
     """Operations over the points ``cols`` (stored-value arrays, one per decision) of a space, with
-    its factor ``tables`` (or the space alone, for compositions without lookups)."""
+    its factor ``tables`` (or the space alone, for compositions without lookups). Products,
+    quotients and comparisons are ``FloatOps``'s, elementwise as written; the rest is here."""
 
     def __init__(self, tables, cols: dict):
         self.tables, self.cols = tables, cols
@@ -50,14 +51,6 @@ class NumpyOps:
         return self._rows[factor.name]
 
     @staticmethod
-    def product(a, b):
-        return a * b
-
-    @staticmethod
-    def quotient(a, d, rounding: Rounding, fine: bool = False):
-        return a / d
-
-    @staticmethod
     def maximum(*xs):
         out = xs[0]
         for x in xs[1:]:
@@ -74,15 +67,3 @@ class NumpyOps:
     @staticmethod
     def where(cond, a, b):
         return np.where(cond, a, b)
-
-    @staticmethod
-    def equals(x, c):
-        return x == c
-
-    @staticmethod
-    def at_least(x, c):
-        return x >= c
-
-    @staticmethod
-    def implied_at_least(q, bound) -> None:
-        return None

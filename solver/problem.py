@@ -19,6 +19,7 @@ from pathlib import Path
 
 from parasol.model import checks
 from parasol.model.choices import Recompute, TrainingObjective, ZeroStage
+from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS
@@ -43,21 +44,7 @@ WORKLOAD_KEYS = (
     "train_tokens",
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
-MAPPING_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "micro_batch",
-    "vpp",
-    "sp",
-    "recompute",
-    "zero",
-    "first_stage_layers",
-    "last_stage_layers",
-    "placement",
-)
+MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
 ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
 MAPPING_DEFAULTS = {

@@ -13,6 +13,17 @@ def mapping_dict(mapping, num_gpus: int) -> dict:
     return {**mapping.as_dict(), "num_gpus": num_gpus}
 
 
+def evaluation_json(problem, mapping, evaluation) -> dict:
+    """evaluate --json: the model and system, metrics, breakdown and mapping (training adds its stages)."""
+    return {
+        "model": problem.model.name,
+        "system": problem.system_name,
+        "metrics": evaluation.metrics,
+        "breakdown": evaluation.breakdown,
+        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
+    }
+
+
 def rows_block(title: str, rows: list[tuple[str, str]]) -> list[str]:
     width = max(len(k) for k, _ in rows)
     return [title] + [f"  {k:<{width}}  {v}" for k, v in rows]

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from .report import mapping_dict, rows_block
+from . import report
+from .report import rows_block
 
 
 def evaluation_json(problem, mapping, evaluation) -> dict:
     """evaluate --json of an inference problem: metrics, breakdown, mapping."""
-    return {
-        "model": problem.model.name,
-        "system": problem.system_name,
-        "metrics": evaluation.metrics,
-        "breakdown": evaluation.breakdown,
-        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
-    }
+    return report.evaluation_json(problem, mapping, evaluation)
 
 
 def mapping_line(mapping) -> str:

@@ -25,7 +25,15 @@ from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import GIB, Evaluation
-from parasol.model.training_step import HOURLY_PRICE, TrainingContext, compose, evaluate_step, layer_factors, training_metrics
+from parasol.model.training_step import (
+    HOURLY_PRICE,
+    TrainingContext,
+    compose,
+    evaluate_step,
+    layer_factors,
+    least_peak_memory,
+    training_metrics,
+)
 
 from . import costing, training_report
 from .planner import FrontMetric, Plan, Planner, SearchSettings
@@ -123,7 +131,7 @@ class TrainingPlanner(Planner):
         table = tables.table(body)
         usable = min(problem.system(n).usable_memory_bytes for n in problem.num_gpus)
         keys = [k for k in (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP) if k in body.keys]
-        fits = table.column("activation") + table.column("working") <= usable
+        fits = least_peak_memory(body.row(*table.columns)) <= usable
         if fits.all() or not fits.any():
             return space
         return space.extend("one_layer_fits", table.keys.loc[fits, keys].drop_duplicates().reset_index(drop=True))

@@ -5,20 +5,14 @@ from __future__ import annotations
 from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
 
-from .report import mapping_dict, rows_block
+from . import report
+from .report import rows_block
 
 
 def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
     """evaluate --json: metrics, breakdown, mapping and per-stage detail."""
     stages = [{k: v for k, v in s.items() if k != "state"} | {"state_bytes": s["state"]} for s in evaluation.stages]
-    return {
-        "model": problem.model.name,
-        "system": problem.system_name,
-        "metrics": evaluation.metrics,
-        "breakdown": evaluation.breakdown,
-        "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
-        "stages": stages,
-    }
+    return {**report.evaluation_json(problem, mapping, evaluation), "stages": stages}
 
 
 def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | None = None) -> str:
