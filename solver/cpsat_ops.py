@@ -25,6 +25,7 @@ Every variable's domain is the range its inputs allow (never widened to 0), so t
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -108,12 +109,21 @@ def _product_unit(a: IntQ, b: IntQ) -> tuple[Unit, float]:
     raise TypeError(f"a product of {a.unit} and {b.unit}: a composition bug")
 
 
+class Piece(NamedTuple):
+    """A run of a factor table on which every output is affine in one decision x."""
+
+    others: tuple  # the other decisions' stored values
+    first: int  # the first and last value of x
+    last: int
+    start: np.ndarray  # the outputs at x = first
+    slope: np.ndarray  # their slopes per unit of x
+
+
 def affine_pieces(table, space) -> tuple | None:
     """(decision x, pieces) of a factor table: per combination of its other decisions, the maximal runs
     of x's values over which every output lies on the line through the run's first two points (within
-    ``AFFINE_TOLERANCE``), each as (other decisions' stored values, first x, last x, outputs at the
-    first x, slopes per unit of x); over the numeric decision giving the fewest pieces. None when no
-    decision has 3+ values."""
+    ``AFFINE_TOLERANCE``), each a ``Piece``; over the numeric decision giving the fewest pieces. None
+    when no decision has 3+ values."""
     keys, values = table.keys, table.values
     candidates = [k for k in table.factor.keys if space.domains[k].numeric and keys[k].nunique() >= 3]
     if not candidates:
@@ -134,13 +144,13 @@ def affine_pieces(table, space) -> tuple | None:
             i = a
             while i < b:
                 if i + 1 >= b:
-                    pieces.append((tuple(int(v) for v in gs[i]), int(xs[i]), int(xs[i]), ys[i], np.zeros(ys.shape[1])))
+                    pieces.append(Piece(tuple(int(v) for v in gs[i]), int(xs[i]), int(xs[i]), ys[i], np.zeros(ys.shape[1])))
                     break
                 slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
                 predicted = ys[i] + slope * (xs[i:b, None] - xs[i])
                 off = np.any(np.abs(predicted - ys[i:b]) > AFFINE_TOLERANCE * np.maximum(np.abs(ys[i:b]), 1e-300), axis=1)
                 j = i + (int(np.argmax(off)) if off.any() else b - i)  # the first point off the line
-                pieces.append((tuple(int(v) for v in gs[i]), int(xs[i]), int(xs[j - 1]), ys[i], slope))
+                pieces.append(Piece(tuple(int(v) for v in gs[i]), int(xs[i]), int(xs[j - 1]), ys[i], slope))
                 i = j
         if best is None or len(pieces) < len(best[1]):
             best = (x, pieces)
@@ -262,21 +272,22 @@ class CpSatOps:
         starts round to the output's unit (memory up), so the integers stay within x/2 units of the
         table's values (at or above them for memory)."""
         others = [k for k in factor.keys if k != x]
-        index = self._index(others, pd.DataFrame([p[0] for p in pieces], columns=others), f"{factor.name}_piece", shared=False)
+        index = self._index(
+            others, pd.DataFrame([p.others for p in pieces], columns=others), f"{factor.name}_piece", shared=False
+        )
         xq = self.decision(x)
-        starts = [p[1] for p in pieces]
-        start = self._element(index, starts, Unit.COUNT, f"{factor.name}_{x}_start")
-        end = self._element(index, [p[2] for p in pieces], Unit.COUNT, f"{factor.name}_{x}_end")
+        start = self._element(index, [p.first for p in pieces], Unit.COUNT, f"{factor.name}_{x}_start")
+        end = self._element(index, [p.last for p in pieces], Unit.COUNT, f"{factor.name}_{x}_end")
         self.model.add(xq.expr >= start.expr)
         self.model.add(xq.expr <= end.expr)
         offset = xq - start
-        offset.lo, offset.hi = 0, max(p[2] - p[1] for p in pieces)
+        offset.lo, offset.hi = 0, max(p.last - p.first for p in pieces)
         outputs = []
         for j, out in enumerate(factor.outputs):
             unit = self.scale.unit(out.unit)
             up = out.unit is Unit.MEMORY
-            base = [self.scale.to_int(out.unit, p[3][j]) for p in pieces]
-            slope = [math.ceil(p[4][j] / unit - 1e-9) if up else int(round(p[4][j] / unit)) for p in pieces]
+            base = [self.scale.to_int(out.unit, p.start[j]) for p in pieces]
+            slope = [math.ceil(p.slope[j] / unit - 1e-9) if up else int(round(p.slope[j] / unit)) for p in pieces]
             value = self._element(index, base, out.unit, f"{factor.name}_{out.name}_start")
             step = self._element(index, slope, out.unit, f"{factor.name}_{out.name}_slope")
             outputs.append(value + self.product(offset, step))

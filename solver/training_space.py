@@ -19,6 +19,7 @@ relations, in the order rows are materialised:
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -123,8 +124,19 @@ def placement_classes(problem, system, point: tuple, allowed: tuple) -> tuple:
     return tuple(layouts.values())
 
 
-def _grid(problem) -> list[tuple]:
-    """(n, tp, pp, dp, cp, ep) of every device count, with the divisibility rules and restrictions."""
+class GridPoint(NamedTuple):
+    """A device count and its parallel degrees: tp·pp·dp·cp = num_gpus, ep within tp·dp·cp."""
+
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+
+
+def _grid(problem) -> list[GridPoint]:
+    """Every grid point of every device count, with the divisibility rules and restrictions."""
     model, wl = problem.model, problem.workload
     grid, unplaceable = [], None
     for n in problem.num_gpus:
@@ -146,7 +158,7 @@ def _grid(problem) -> list[tuple]:
                         check_grid(model, system, wl, tp, pp, dp, cp)
                     except ProblemError:
                         continue
-                    grid.extend((n, tp, pp, dp, cp, ep) for ep in expert_parallel_degrees(problem, tp * dp * cp))
+                    grid.extend(GridPoint(n, tp, pp, dp, cp, ep) for ep in expert_parallel_degrees(problem, tp * dp * cp))
     if not grid and unplaceable is not None:
         raise unplaceable
     if not grid:
@@ -238,10 +250,10 @@ def build_space(problem) -> Space:
             field="mapping.ep",
         )
     grid = _grid(problem)
-    systems = {n: problem.system(n) for n in {g[0] for g in grid}}
+    systems = {n: problem.system(n) for n in {g.num_gpus for g in grid}}
     allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
-    pipeline = _pipeline_rows(problem, sorted({g[2] for g in grid}))
-    usable_pp = {r[0] for r in pipeline}
+    pipeline = _pipeline_rows(problem, sorted({g.pp for g in grid}))
+    usable_pp = {partition[0] for partition in pipeline}  # its rows start with pp
     if not usable_pp:
         raise ProblemError(
             f"no pipeline depth allowed here splits the {model.layers} layers as the mapping asks "
@@ -249,7 +261,7 @@ def build_space(problem) -> Space:
             source=problem.source,
             field="mapping",
         )
-    rows = []
+    rows, used = [], set()
     layouts = defaultdict(dict)  # group kind -> {Layout: code}
     for point in grid:
         n, tp, pp, dp, cp, ep = point
@@ -258,7 +270,8 @@ def build_space(problem) -> Space:
         for placement in placement_classes(problem, systems[n], point, allowed):
             where = group_layouts(systems[n], Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=1, placement=placement))
             codes = tuple(layouts[kind].setdefault(where[kind], len(layouts[kind])) for kind in GROUP_KEYS)
-            rows.append(point + (PLACEMENTS.index(placement),) + codes)
+            rows.append((*point, PLACEMENTS.index(placement), *codes))
+            used.add(point)
     if not rows:
         raise ProblemError(
             f"no grid allows the placements {list(allowed)}: with experts, Megatron-Core needs pp last "
@@ -269,10 +282,10 @@ def build_space(problem) -> Space:
         )
     grid_cols = [D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.PLACEMENT, *GROUP_KEYS.values()]
     gb = wl.global_batch
-    dps = sorted({r[3] for r in rows})
+    dps = sorted({point.dp for point in used})
     micro_batches = allowed_values(problem, "micro_batch", divisors(gb))
     micro = [(dp, mb, gb // (dp * mb)) for dp in dps for mb in micro_batches if gb % (dp * mb) == 0]
-    tps = sorted({r[1] for r in rows})
+    tps = sorted({point.tp for point in used})
     sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
