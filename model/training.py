@@ -322,12 +322,11 @@ def expert_dp_group_size(mapping: Mapping) -> int:
     return mapping.tp * mapping.dp * mapping.cp // mapping.ep
 
 
-def optimizer_owned_params(mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0) -> float:
-    """Parameters whose Adam step this GPU runs: all it holds with ZeRO-0, its 1/dp·cp shard (and
-    1/(tp·dp·cp/ep) of the experts) with ZeRO-1 and above (Rajbhandari et al. SC'20)."""
-    if mapping.zero == 0:
-        return params_on_gpu + expert_params_on_gpu
-    return params_on_gpu / dp_group_size(mapping) + expert_params_on_gpu / expert_dp_group_size(mapping)
+def optimizer_owned_params(zero: int, params_on_gpu: float, group_size: int) -> float:
+    """Parameters whose Adam step this GPU runs, of ``params_on_gpu`` it holds that a data-parallel
+    group of ``group_size`` ranks shares (dp·cp; tp·dp·cp/ep for routed experts): all of them with
+    ZeRO-0, its 1/group_size shard with ZeRO-1 and above (Rajbhandari et al. SC'20)."""
+    return params_on_gpu if zero == 0 else params_on_gpu / group_size
 
 
 def grad_bytes(workload: Workload) -> float:

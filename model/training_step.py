@@ -188,49 +188,37 @@ def _first_stage_moe_layers(model: ModelSpec, first_stage_layers: int) -> int:
     return first_stage_layers - lead_layers(model) if model.moe is not None else 0
 
 
+def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group) -> tuple:
+    """(gradient reduction, parameter gather, optimizer step) seconds of one data-parallel group's
+    share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
+    parameters this rank owns). The optimizer streams each owned parameter's bytes once, so the
+    step over a stage's dense and expert parameters is the sum of the two."""
+    grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group)
+    owned = optimizer_owned_params(zero, params_on_gpu, group.n)
+    return grads, gather, compute.optimizer_step_time_s(ctx.system.device, owned, ctx.workload.grad_bytes)
+
+
 def _first_stage_dp(ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group) -> tuple:
-    """Stage 0's data-parallel gradient reduction and parameter gather over the dp·cp group
-    (``training.dp_comm_times_s``), seconds, for the parameters it holds besides routed experts (the
-    output layer too when it is the only stage)."""
+    """Stage 0's data-parallel traffic and optimizer step over the dp·cp group, seconds, for the
+    parameters it holds besides routed experts (the output layer too when it is the only stage)."""
     model = ctx.model
     p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, _first_stage_moe_layers(model, first_stage_layers))
-    return dp_comm_times_s(ctx.system, ctx.workload, zero, p, dp_group)
+    return _dp_group_step(ctx, zero, p, dp_group)
 
 
 def _first_stage_expert_dp(ctx: TrainingContext, zero, ep, first_stage_layers, edp_group) -> tuple:
-    """The same for stage 0's routed experts, over the expert data-parallel group, seconds."""
+    """The same for stage 0's routed experts, over the expert data-parallel group (tp·dp·cp/ep), seconds."""
     pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep)
-    return dp_comm_times_s(ctx.system, ctx.workload, zero, pe, edp_group)
-
-
-def _first_stage_optimizer(ctx: TrainingContext, tp, zero, dp, cp, ep, single_stage, first_stage_layers) -> tuple:
-    """Stage 0's optimizer step (``compute.optimizer_step_time_s``) on the parameters it owns, seconds."""
-    model = ctx.model
-    body = _first_stage_moe_layers(model, first_stage_layers)
-    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
-    p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, body)
-    owned = optimizer_owned_params(m, p, stage_expert_params(model, body, ep))
-    return (compute.optimizer_step_time_s(ctx.system.device, owned, ctx.workload.grad_bytes),)
+    return _dp_group_step(ctx, zero, pe, edp_group)
 
 
 # Each factor on the decisions its term reads: the dense traffic does not see ep, the experts' not tp.
+DP_STEP_OUTPUTS = (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME))
 FIRST_STAGE_DP = Factor(
-    "first_stage_dp",
-    (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP),
-    (Output("grads", TIME), Output("gather", TIME)),
-    _first_stage_dp,
+    "first_stage_dp", (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP), DP_STEP_OUTPUTS, _first_stage_dp
 )
 FIRST_STAGE_EXPERT_DP = Factor(
-    "first_stage_expert_dp",
-    (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP),
-    (Output("grads", TIME), Output("gather", TIME)),
-    _first_stage_expert_dp,
-)
-FIRST_STAGE_OPTIMIZER = Factor(
-    "first_stage_optimizer",
-    (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS),
-    (Output("time", TIME),),
-    _first_stage_optimizer,
+    "first_stage_expert_dp", (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP), DP_STEP_OUTPUTS, _first_stage_expert_dp
 )
 CHUNK_LIMITS = Factor(
     "chunk_limits",
@@ -353,11 +341,10 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     if k:
         fwd0, bwd0 = fwd0 + k * lead.fwd, bwd0 + k * lead.bwd
     dp = o.lookup(FIRST_STAGE_DP)
-    grads, gather = dp.grads, dp.gather
-    if model.moe is not None:  # routed experts reduce over the expert data-parallel group as well
+    grads, gather, optimizer = dp.grads, dp.gather, dp.optimizer
+    if model.moe is not None:  # routed experts reduce (and step) over the expert data-parallel group as well
         edp = o.lookup(FIRST_STAGE_EXPERT_DP)
-        grads, gather = grads + edp.grads, gather + edp.gather
-    optimizer = o.lookup(FIRST_STAGE_OPTIMIZER).time
+        grads, gather, optimizer = grads + edp.grads, gather + edp.gather, optimizer + edp.optimizer
     hidden_gather = o.maximum(0, gather - fwd0)
     if wl.overlap_dp:
         per_step = hidden_gather + o.maximum(0, grads - bwd0)
