@@ -94,7 +94,7 @@ def family_table(results, markdown: bool = True) -> str:
     for f in dict.fromkeys(MOE + OUT_OF_SAMPLE):
         rs = [r for r in results if r.family == f]
         if rs:
-            row(f"*out of sample:* {f}" if f in OUT_OF_SAMPLE else f, rs)
+            row(f, rs)
     return text_table(head, rows, markdown)
 
 
