@@ -26,7 +26,7 @@ import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
 from docs_block import write_block
 
 from parasol.solver.report import text_table
-from parasol.solver.validation import evaluate_all
+from parasol.solver.validation import evaluate_all, load_runs
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).
@@ -34,6 +34,9 @@ OUTSIDE_MODEL = ("Megatron SC'21 Table 2 ZeRO-3",)
 MOE = ("Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)")  # reported on their own (calibrate.py --moe)
 # published runs outside ../shared/reference, never used for fitting: reported on their own
 OUT_OF_SAMPLE = ("MoE Model Zoo (out of sample)", "Llama 3 paper (out of sample)")
+# in the reference (Megatron-Bridge 25.11: H100, B200, GB200, GB300) but not used by any fit yet: on their own
+NOT_FITTED = ("Megatron-Bridge 25.11", "Megatron-Bridge 25.11 MoE")
+APART = MOE + OUT_OF_SAMPLE + NOT_FITTED
 
 
 def summarise(results) -> dict:
@@ -84,14 +87,14 @@ def family_table(results, markdown: bool = True) -> str:
         rows.append([f"**{c}**" if bold and i in (0, 2) else c for i, c in enumerate(cells)])
 
     families = list(dict.fromkeys(r.family for r in results))
-    covered = [f for f in families if f not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
+    covered = [f for f in families if f not in OUTSIDE_MODEL + APART]
     for f in covered:
         row(f, [r for r in results if r.family == f])
     row(f"dense runs above ({len(covered)} families)", [r for r in results if r.family in covered], bold=True)
     for f in OUTSIDE_MODEL:
         row(f, [r for r in results if r.family == f])
-    row("all dense runs", [r for r in results if r.family not in MOE + OUT_OF_SAMPLE], bold=True)
-    for f in dict.fromkeys(MOE + OUT_OF_SAMPLE):
+    row("all dense runs", [r for r in results if r.family not in APART], bold=True)
+    for f in dict.fromkeys(APART):
         rs = [r for r in results if r.family == f]
         if rs:
             row(f, rs)
@@ -124,7 +127,7 @@ def write_docs(results, serving, serving_oos) -> None:
             ]
         ),
     )
-    dense = [r for r in results if r.family not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
+    dense = [r for r in results if r.family not in OUTSIDE_MODEL + APART]
     oos = [r for r in results if r.family in OUT_OF_SAMPLE]
     s = inference_accuracy.summarise(serving)["by_metric"]
     o = inference_accuracy.summarise(serving_oos)["by_metric"]["tokens_per_s_per_gpu"]
@@ -181,7 +184,7 @@ def main() -> int:
         f"{summary['runs']} runs: mean |error| {100 * summary['mean_abs_error']:.1f} %, "
         f"max {100 * summary['max_abs_error']:.1f} % ({summary['worst_run']})"
     )
-    dense = [r for r in results if r.family not in OUTSIDE_MODEL + MOE + OUT_OF_SAMPLE]
+    dense = [r for r in results if r.family not in OUTSIDE_MODEL + APART]
     if len(dense) < len(results):
         errors = [abs(r.error) for r in dense]
         worst = max(dense, key=lambda r: abs(r.error))
@@ -189,7 +192,7 @@ def main() -> int:
             f"{len(dense)} dense runs without {', '.join(OUTSIDE_MODEL)}: mean |error| {100 * statistics.fmean(errors):.1f} %, "
             f"max {100 * max(errors):.1f} % ({worst.run_id})"
         )
-    for name in MOE + OUT_OF_SAMPLE[1:]:
+    for name in MOE + OUT_OF_SAMPLE[1:] + NOT_FITTED:
         errors = [abs(r.error) for r in results if r.family == name]
         if errors:
             print(
@@ -205,6 +208,8 @@ def main() -> int:
     unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
     if unfit:
         print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
+    for entry in load_runs(expressible=False):
+        print(f"published run the model cannot express yet: {entry['id']}: {entry['not_expressible']}")
     for name, s in summary["by_family"].items():
         print(f"  {name:<32} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
     print()
