@@ -140,6 +140,9 @@ def write_docs(results, serving, serving_oos) -> None:
         f"{mean([r for r in results if r.family == MOE[0]]):.1f} % |",
         f"| training step time, out of sample | {len(oos)} | {mean(oos):.1f} % |",
     ]
+    for name in NOT_FITTED:
+        rs = [r for r in results if r.family == name]
+        lines.append(f"| training step time, {name} (H100 to GB300; no fit uses them yet) | {len(rs)} | {mean(rs):.1f} % |")
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
