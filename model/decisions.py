@@ -26,6 +26,7 @@ class TrainingDecision(StrEnum):
     FIRST_STAGE_LAYERS = "first_stage_layers"
     LAST_STAGE_LAYERS = "last_stage_layers"
     PLACEMENT = "placement"
+    UNEVEN_CHUNKS = "uneven_chunks"  # interleaved chunks of unequal size allowed (a pipeline layout)
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -54,6 +55,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.FIRST_STAGE_LAYERS,
     TrainingDecision.LAST_STAGE_LAYERS,
     TrainingDecision.PLACEMENT,
+    TrainingDecision.UNEVEN_CHUNKS,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

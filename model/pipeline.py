@@ -86,19 +86,34 @@ def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> l
     return counts
 
 
-def vpp_splits_stage(layers: int, vpp: int, edge: bool) -> bool:
-    """Whether ``vpp`` model chunks split a stage of ``layers`` layers evenly, Megatron-Core's rule
-    for the interleaved schedule. The first and last stage (``edge``) may count the embedding and
-    the loss as one extra layer (--account-for-embedding-in-pipeline-split /
-    --account-for-loss-in-pipeline-split; Megatron-Bridge runs Llama 3.1 405B as 15, 16 x 6, 15
-    layers with vpp 8)."""
-    return vpp == 1 or (layers % vpp == 0 and layers >= vpp) or (edge and (layers + 1) % vpp == 0)
+def vpp_splits_stage(layers: int, vpp: int, slots: int, uneven: bool = False) -> bool:
+    """Whether ``vpp`` model chunks can split a stage of ``layers`` transformer layers.
+
+    Megatron-Core's default rule for the interleaved schedule: equal chunks. ``slots`` are the
+    modules besides transformer layers that the stage may count as layers: the embedding on the
+    first stage, the loss and the multi-token-prediction layers on the last
+    (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split; Megatron-Bridge
+    runs Llama 3.1 405B as 15, 16 x 6, 15 layers with vpp 8). With ``uneven`` (an explicit
+    --pipeline-model-parallel-layout, as Megatron-Bridge's DeepSeek-V3 recipes set: 61 layers as
+    ``Et*3|(t*4|)*14ttL``) the chunks may differ in size; each holds at least one layer or module.
+    The pipeline's bubble is then that of the mean chunk (``pipeline_parts``): with chunks as even as
+    possible the largest holds at most one layer more."""
+    if vpp == 1:
+        return True
+    even = (layers % vpp == 0 and layers >= vpp) or (slots > 0 and (layers + slots) % vpp == 0)
+    return even or (uneven and layers >= 1 and layers + slots >= vpp)
 
 
-def vpp_divides_stages(stage_layers: list[int], vpp: int) -> bool:
-    """Whether ``vpp`` model chunks split every stage evenly (``vpp_splits_stage``)."""
-    last = len(stage_layers) - 1
-    return all(vpp_splits_stage(n, vpp, i in (0, last)) for i, n in enumerate(stage_layers))
+def stage_slots(stage: int, pp: int, mtp_layers: int) -> int:
+    """Modules besides transformer layers that stage ``stage`` of ``pp`` may count in its chunk split
+    (``vpp_splits_stage``): the embedding on the first, the loss and the MTP layers on the last."""
+    return (1 if stage == 0 else 0) + (1 + mtp_layers if stage == pp - 1 else 0)
+
+
+def vpp_divides_stages(stage_layers: list[int], vpp: int, mtp_layers: int = 0, uneven: bool = False) -> bool:
+    """Whether ``vpp`` model chunks split every stage (``vpp_splits_stage``)."""
+    pp = len(stage_layers)
+    return all(vpp_splits_stage(n, vpp, stage_slots(i, pp, mtp_layers), uneven) for i, n in enumerate(stage_layers))
 
 
 def layers_held(o, pp, first, last, middle):

@@ -247,6 +247,7 @@ class Workload:
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
+    mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     source: str | None = field(default=None, compare=False)
 
@@ -268,6 +269,7 @@ class Mapping:
     first_stage_layers: int = 0  # 0 means an even split
     last_stage_layers: int = 0
     placement: str = DEFAULT_PLACEMENT  # rank order of the parallel dimensions, innermost first (model/placement.py)
+    uneven_chunks: bool = False  # interleaved chunks may differ in size (Megatron-Core pipeline_model_parallel_layout)
 
     @property
     def num_gpus(self) -> int:
@@ -288,6 +290,7 @@ class Mapping:
             "first_stage_layers": self.first_stage_layers,
             "last_stage_layers": self.last_stage_layers,
             "placement": self.placement,
+            "uneven_chunks": self.uneven_chunks,
         }
 
 

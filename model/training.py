@@ -479,9 +479,13 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "which all sit on it; set mapping.first_stage_layers to at least that",
             field="mapping.first_stage_layers",
         )
-    if not vpp_divides_stages(layers, m.vpp):
+    if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
+        hint = (
+            "each chunk needs at least one layer"
+            if m.uneven_chunks
+            else "the first and last stage may count the embedding or loss as a layer; "
+            "mapping.uneven_chunks: true allows chunks of unequal size (a pipeline layout)"
+        )
         raise ProblemError(
-            f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks "
-            "(the first and last stage may count the embedding or loss as a layer)",
-            field="mapping.vpp",
+            f"vpp {m.vpp} does not split the stages' layers {layers} into equal chunks ({hint})", field="mapping.vpp"
         )

@@ -325,7 +325,10 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     edge = o.lookup(EDGES)
     b1 = n1 - k  # body layers of the first stage
     sends = o.product(vpp, o.lookup(P2P).time)
-    last_extra = edge.last_fwd + edge.last_bwd
+    mtp = wl.mtp_layers
+    # the output layer and loss, and each multi-token-prediction module: one more layer of the body's
+    # kind with its own pass through the (shared) output layer and loss (DeepSeek-V3 Sec. 2.2)
+    last_extra = (edge.last_fwd + edge.last_bwd) * (1 + mtp) + mtp * body.total
 
     s_first = stage_time(o, k, b1, lead, body, edge.first_fwd + edge.first_bwd, o.where(single, last_extra, sends))
     s_last = o.where(single, s_first, stage_time(o, 0, n_last, lead, body, last_extra, sends))
@@ -357,6 +360,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
+    # the last stage's MTP modules: their layers' states, one micro-batch of their activations and logits
+    mtp_states = mtp * states.body
+    last_act = edge.logits_activation * (1 + mtp) + mtp * body.activation
     mem_first = stage_memory(
         o,
         k,
@@ -364,16 +370,16 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         lead,
         body,
         states,
-        states.embedding + o.where(single, states.output_first, 0),
+        states.embedding + o.where(single, states.output_first + mtp_states, 0),
         limits.first,
         chunks,
         vpp,
-        embedding_act + o.where(single, edge.logits_activation, 0),
+        embedding_act + o.where(single, last_act, 0),
     )
     mem_last = o.where(
         single,
         mem_first,
-        stage_memory(o, 0, n_last, lead, body, states, states.output_last, limits.last, chunks, vpp, edge.logits_activation),
+        stage_memory(o, 0, n_last, lead, body, states, states.output_last + mtp_states, limits.last, chunks, vpp, last_act),
     )
     mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
@@ -501,24 +507,31 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
     lead, body, edge, states = o.lookup(lead_f), o.lookup(body_f), o.lookup(EDGES), o.lookup(STATES)
     sends = m.vpp * o.lookup(P2P).time if m.pp > 1 else 0.0
     microbatches = decisions[D.MICROBATCHES]
+    mtp = wl.mtp_layers
     out = []
     for i, n in enumerate(layers):
         first, last = i == 0, i == m.pp - 1
         lead_count = k if first else 0
-        extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
-        extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
+        mtp_here = mtp if last else 0  # the MTP modules: time and memory as in ``compose``
+        extra_fwd = (edge.first_fwd if first else 0.0) + ((edge.last_fwd * (1 + mtp) + mtp * body.fwd) if last else 0.0)
+        extra_bwd = (edge.first_bwd if first else 0.0) + ((edge.last_bwd * (1 + mtp) + mtp * body.bwd) if last else 0.0)
+        extra_bwd += mtp_here * (body.total - body.fwd - body.bwd)  # the MTP layer's recomputation, as in body.total
         edge_states = (
             (states.embedding if first else 0.0)
             + (states.output_first if first and last else 0.0)
             + (states.output_last if last and not first else 0.0)
+            + mtp_here * states.body
         )
-        edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (edge.logits_activation if last else 0.0)
+        edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
+            edge.logits_activation * (1 + mtp) + mtp * body.activation if last else 0.0
+        )
         limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
         total = stage_memory(
             o, lead_count, n - lead_count, lead, body, states, edge_states, limit, microbatches * m.vpp, m.vpp, edge_act
         )
-        p = stage_params(model, n, first, last, m.tp, n - lead_count if model.moe is not None else 0)
-        pe = stage_expert_params(model, n - lead_count if model.moe is not None else 0, m.ep)
+        moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
+        p = stage_params(model, n + mtp_here, first, last, m.tp, moe_layers)
+        pe = stage_expert_params(model, moe_layers, m.ep)
         state = stage_state_bytes(model, wl, m, p, pe)
         activations = total - sum(state.values())
         out.append(

@@ -41,6 +41,7 @@ WORKLOAD_KEYS = (
     "overlap_dp",
     "moe_dispatcher",
     "moe_a2a_overlap",
+    "mtp_layers",
     "train_tokens",
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
@@ -56,9 +57,15 @@ MAPPING_DEFAULTS = {
     "first_stage_layers": 0,
     "last_stage_layers": 0,
     "placement": DEFAULT_PLACEMENT,
+    "uneven_chunks": False,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-ALLOWED_VALUES = {"recompute": tuple(r.value for r in Recompute), "zero": tuple(int(z) for z in ZeroStage), "sp": (False, True)}
+FLAG_KEYS = ("sp", "uneven_chunks")  # true/false mapping keys
+ALLOWED_VALUES = {
+    "recompute": tuple(r.value for r in Recompute),
+    "zero": tuple(int(z) for z in ZeroStage),
+    **{key: (False, True) for key in FLAG_KEYS},
+}
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,7 @@ def _parse_workload(data, src: str) -> Workload:
         for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))
     }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
+    mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)
     train_tokens = data.get("train_tokens")
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
@@ -180,6 +188,7 @@ def _parse_workload(data, src: str) -> Workload:
         attention=attention,
         grad_bytes=float(grad_bytes),
         moe_dispatcher=dispatcher,
+        mtp_layers=mtp_layers,
         train_tokens=train_tokens,
         source=src,
         **flags,
@@ -201,8 +210,8 @@ def _parse_mapping(data, src: str) -> dict:
             if key in ALLOWED_VALUES:
                 if (
                     v not in ALLOWED_VALUES[key]
-                    or (key != "sp" and isinstance(v, bool))
-                    or (key == "sp" and not isinstance(v, bool))
+                    or (key not in FLAG_KEYS and isinstance(v, bool))
+                    or (key in FLAG_KEYS and not isinstance(v, bool))
                 ):
                     allowed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in ALLOWED_VALUES[key])
                     raise ProblemError(f"{v!r} is not allowed; allowed: {allowed}", source=src, field=f"mapping.{key}")

@@ -188,28 +188,43 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
     return [(f, la) for f in firsts for la in lasts if split_stages(L, pp, f, la)[0] and f >= lead]
 
 
+def stage_slot_counts(problem) -> tuple[int, int]:
+    """(first, last) stage's modules besides transformer layers that count in its chunk split
+    (``pipeline.stage_slots``): the embedding; the loss and the MTP layers."""
+    return 1, 1 + problem.workload.mtp_layers
+
+
 def _pipeline_rows(problem, pps) -> list[tuple]:
-    """(pp, single stage, first, last, middle, vpp, interleaved) of every partition and interleaving depth allowed
-    (``pipeline.split_stages``; vpp splitting each stage, ``pipeline.vpp_splits_stage``)."""
+    """(pp, single stage, first, last, middle, vpp, interleaved, uneven chunks) of every partition and
+    interleaving depth allowed (``pipeline.split_stages``; vpp splitting each stage,
+    ``pipeline.vpp_splits_stage``, with chunks of equal size or, where ``mapping.uneven_chunks`` allows,
+    of unequal size)."""
     L = problem.model.layers
     vpps = tuple(problem.mapping.get("vpp", range(1, L + 1)))
+    unevens = problem.mapping.get("uneven_chunks", (False,))
+    first_slots, last_slots = stage_slot_counts(problem)
     splits = {}
 
-    def splitting(n: int, edge: bool) -> set:
-        if (n, edge) not in splits:
-            splits[(n, edge)] = {v for v in vpps if vpp_splits_stage(n, v, edge)}
-        return splits[(n, edge)]
+    def splitting(n: int, slots: int, uneven: bool) -> set:
+        if (n, slots, uneven) not in splits:
+            splits[(n, slots, uneven)] = {v for v in vpps if vpp_splits_stage(n, v, slots, uneven)}
+        return splits[(n, slots, uneven)]
 
     rows = []
     for pp in pps:
         for f, la in pipeline_partitions(problem, pp):
-            if pp == 1:
-                allowed = {v for v in vpps if v == 1}
-                middle = 0
-            else:
-                middle = split_stages(L, pp, f, la)[0][1] if pp >= 3 else 0
-                allowed = splitting(f, True) & splitting(la, True) & (splitting(middle, False) if pp >= 3 else set(vpps))
-            rows.extend((pp, int(pp == 1), f, la, middle, v, int(v > 1)) for v in sorted(allowed))
+            for u in unevens:
+                if pp == 1:
+                    allowed = {v for v in vpps if v == 1}
+                    middle = 0
+                else:
+                    middle = split_stages(L, pp, f, la)[0][1] if pp >= 3 else 0
+                    allowed = (
+                        splitting(f, first_slots, u)
+                        & splitting(la, last_slots, u)
+                        & (splitting(middle, 0, u) if pp >= 3 else set(vpps))
+                    )
+                rows.extend((pp, int(pp == 1), f, la, middle, v, int(v > 1), int(u)) for v in sorted(allowed))
     return rows
 
 
@@ -218,7 +233,9 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     allows, the interleaving depths each stage's layer count allows (``vpp_splits_stage``), and the
     identity that the stages hold all the model's layers (``pipeline.layers_held``)."""
     f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
-    vpps = sorted(set(pipeline[v]))
+    u = D.UNEVEN_CHUNKS
+    vpps, unevens = sorted(set(pipeline[v])), sorted(set(pipeline[u]))
+    first_slots, last_slots = stage_slot_counts(problem)
     parts = [
         pipeline[[pp, D.SINGLE_STAGE]],
         pipeline[[pp, f]],
@@ -227,10 +244,13 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
         pipeline[[pp, v]],
         pipeline[[v, i]],
     ]
-    for column, edge in ((f, True), (la, True), (mid, False)):
+    for column, slots in ((f, first_slots), (la, last_slots), (mid, 0)):
         counts = sorted(set(pipeline[column]))
         parts.append(
-            pd.DataFrame([(n, x) for n in counts for x in vpps if n == 0 or vpp_splits_stage(n, x, edge)], columns=[column, v])
+            pd.DataFrame(
+                [(n, x, y) for n in counts for x in vpps for y in unevens if n == 0 or vpp_splits_stage(n, x, slots, bool(y))],
+                columns=[column, v, u],
+            )
         )
     relations = tuple(
         Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64")) for j, part in enumerate(parts)
@@ -310,11 +330,17 @@ def build_space(problem) -> Space:
                     D.MIDDLE_STAGE_LAYERS,
                     D.VPP,
                     D.INTERLEAVED,
+                    D.UNEVEN_CHUNKS,
                 ],
             ),
         ),
     ]
-    domains = {D.PLACEMENT: categorical(PLACEMENTS), D.SP: categorical((False, True)), D.RECOMPUTE: categorical(tuple(Recompute))}
+    domains = {
+        D.PLACEMENT: categorical(PLACEMENTS),
+        D.SP: categorical((False, True)),
+        D.UNEVEN_CHUNKS: categorical((False, True)),
+        D.RECOMPUTE: categorical(tuple(Recompute)),
+    }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
         for c in frame.columns:
@@ -355,6 +381,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
             D.FIRST_STAGE_LAYERS,
             D.LAST_STAGE_LAYERS,
             D.PLACEMENT,
+            D.UNEVEN_CHUNKS,
         )
     }
     return value[D.NUM_GPUS], Mapping(
@@ -371,6 +398,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
         first_stage_layers=value[D.FIRST_STAGE_LAYERS],
         last_stage_layers=value[D.LAST_STAGE_LAYERS],
         placement=value[D.PLACEMENT],
+        uneven_chunks=bool(value[D.UNEVEN_CHUNKS]),
     )
 
 

@@ -36,6 +36,7 @@ MAPPING_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
     "placement",
+    "uneven_chunks",  # issue 13: interleaved chunks of unequal size (a pipeline layout)
 )
 
 

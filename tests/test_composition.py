@@ -85,9 +85,11 @@ def random_training(seed: int, system: str) -> dict:
         "global_batch": rng.choice([16, 32]),
         "overlap_dp": rng.random() < 0.5,
         "precision": "bf16",
+        "mtp_layers": rng.choice([0, 1]),
     }
     mapping = {
-        "vpp": [1, 2],
+        "vpp": [1, 2, 3],
+        "uneven_chunks": rng.choice([[False], [True], [False, True]]),
         "recompute": rng.sample(["none", "selective", "full"], 2),
         "zero": rng.sample([0, 1, 2, 3], 2),
         "micro_batch": [1, 2],
@@ -164,6 +166,8 @@ def test_the_random_problems_cover_what_they_should():
     train = [random_training(s * 101 + i, sys_) for i, sys_ in enumerate(SYSTEMS) for s in (1, 2)]
     serve = [random_serving(7 + i, sys_) for i, sys_ in enumerate(SYSTEMS)]
     assert {d["workload"]["overlap_dp"] for d in train} == {True, False}
+    assert {d["workload"]["mtp_layers"] for d in train} == {0, 1}
+    assert {tuple(d["mapping"]["uneven_chunks"]) for d in train} == {(False,), (True,), (False, True)}
     assert any(d["model"] == TINY_MOE for d in train) and any(d["model"] != TINY_MOE for d in train)
     assert {d["workload"]["serving"] for d in serve} == {"static", "continuous", "disaggregated"}
     assert set(TOPOLOGY_SYSTEMS) == {"llama3-h100-cluster", "mi300x", "slingshot-a100-dragonfly", "tpu-v5p-torus"}
@@ -269,6 +273,28 @@ def test_solver_round_trip_on_backend_cases(case):
     differential(BACKEND_CASES[case], case)
 
 
+# DeepSeek-V3's pipeline in small: 7 layers (the first dense), an MTP module on the last stage, and
+# interleaving over chunks of unequal size allowed (issue 13)
+UNEVEN = {
+    "model": {**TINY_MOE, "layers": 7},
+    "system": {"name": "dgx-h100", "num_gpus": 8},
+    "workload": {"kind": "training", "seq_len": 2048, "global_batch": 16, "mtp_layers": 1},
+    "mapping": {"vpp": [1, 2, 3], "uneven_chunks": [False, True], "cp": [1], "micro_batch": [1, 2], "zero": [1]},
+}
+
+
+def test_uneven_chunks_and_mtp_solve_to_the_enumerators_optimum():
+    """Chunks of unequal size widen the space (7 layers on 2 stages split only with them at vpp 3),
+    the MTP module weighs on the last stage, and the solver still finds the enumerator's optimum."""
+    problem = parse_problem(UNEVEN, source="t")
+    space = planner_for(problem).space(problem)
+    pipeline = next(r for r in space.relations if r.name == "pipeline").frame
+    uneven = pipeline[pipeline["uneven_chunks"] == 1]
+    assert len(uneven) > 0 and set(pipeline["vpp"]) == {1, 2, 3}
+    enum, sol = differential(UNEVEN, "uneven")
+    assert enum is not None and sol.status == "OPTIMAL"
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -279,6 +305,7 @@ def test_solver_round_trip_on_backend_cases(case):
             "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
             "mapping": {"vpp": [1, 2, 3, 4], "cp": [1]},
         },
+        UNEVEN,
     ],
 )
 def test_the_pipelines_cp_sat_form_holds_the_same_partitions(data):

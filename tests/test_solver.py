@@ -425,6 +425,7 @@ KNOWN_GOOD = {
     "first_stage_layers": 15,
     "last_stage_layers": 17,
     "placement": "tp-cp-ep-dp-pp",
+    "uneven_chunks": False,
 }
 
 

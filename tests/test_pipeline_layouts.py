@@ -1,0 +1,61 @@
+"""Pipeline layouts beyond equal chunks and the multi-token-prediction module (issue 13).
+
+Megatron-Core's --pipeline-model-parallel-layout lets interleaved chunks differ in size, as
+Megatron-Bridge's DeepSeek-V3 recipes set (61 layers as ``Et*3|(t*4|)*14ttL``: stages of 15, 16,
+16, 14 layers with vpp 4); ``mapping.uneven_chunks`` allows it. DeepSeek-V3's MTP module
+(``workload.mtp_layers``) sits on the last stage with its own pass through the output layer.
+"""
+
+import dataclasses
+
+import pytest
+
+from parasol.model.errors import ProblemError
+from parasol.model.pipeline import vpp_splits_stage
+from parasol.model.specs import Mapping, Workload
+from parasol.model.training_step import evaluate_training
+from parasol.solver import library
+
+DSV3_GB200 = Mapping(tp=1, pp=4, dp=64, micro_batch=1, ep=64, vpp=4, first_stage_layers=15, last_stage_layers=14)
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    model = library.load_model("deepseek-v3")
+    system = library.load_system("gb200-nvl72", 256)
+    workload = Workload(kind="training", seq_len=4096, global_batch=4096, precision="bf16", moe_dispatcher="deepep")
+    return model, system, workload
+
+
+def test_equal_chunks_rule():
+    assert vpp_splits_stage(16, 4, 0) and vpp_splits_stage(15, 4, 1)  # 15 layers + the embedding
+    assert not vpp_splits_stage(14, 4, 1) and not vpp_splits_stage(14, 4, 0)
+    assert vpp_splits_stage(14, 4, 2)  # 14 layers + the loss + one MTP layer
+    assert vpp_splits_stage(14, 4, 1, uneven=True) and vpp_splits_stage(3, 4, 1, uneven=True)
+    assert not vpp_splits_stage(2, 4, 1, uneven=True)  # four chunks need four layers or modules
+
+
+def test_the_recipes_layout_needs_uneven_chunks(deepseek):
+    model, system, workload = deepseek
+    with pytest.raises(ProblemError) as info:
+        evaluate_training(model, system, workload, DSV3_GB200)
+    assert info.value.field == "mapping.vpp" and "uneven_chunks" in str(info.value)
+    ev = evaluate_training(model, system, workload, dataclasses.replace(DSV3_GB200, uneven_chunks=True))
+    assert [s["layers"] for s in ev.stages] == [15, 16, 16, 14]
+
+
+def test_the_mtp_module_costs_one_layer_and_one_output_pass_on_the_last_stage(deepseek):
+    model, system, workload = deepseek
+    mapping = dataclasses.replace(DSV3_GB200, uneven_chunks=True)
+    base = evaluate_training(model, system, workload, mapping)
+    mtp = evaluate_training(model, system, dataclasses.replace(workload, mtp_layers=1), mapping)
+    last, last_mtp = base.stages[-1], mtp.stages[-1]
+    middle = base.stages[1]
+    added = last_mtp["time_per_microbatch_s"] - last["time_per_microbatch_s"]
+    # one MoE layer (a middle stage's time per layer, its sends aside) and one more output layer + loss
+    layer = (middle["time_fwd_s"] + middle["time_bwd_s"]) / middle["layers"]
+    assert added == pytest.approx(layer + last["extra_s"], rel=0.02)
+    assert [s["time_per_microbatch_s"] for s in mtp.stages[:-1]] == [s["time_per_microbatch_s"] for s in base.stages[:-1]]
+    assert last_mtp["memory_bytes"] > last["memory_bytes"]
+    assert last_mtp["params"] > last["params"]
+    assert mtp.metrics["step_time_s"] >= base.metrics["step_time_s"]
