@@ -76,47 +76,46 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB300"): {
-        "not_expressible": (
-            "61 layers do not split into equal interleaved chunks on these stages; the recipe's layout has chunks of "
-            "unequal size, which mapping.vpp cannot describe yet"
-        ),
         "workload": HYBRIDEP,
-        "mapping": {"recompute": SELECTIVE, "first_stage_layers": list(range(26, 36)), "last_stage_layers": list(range(26, 36))},
+        "mapping": {
+            "recompute": SELECTIVE,
+            "uneven_chunks": True,
+            "first_stage_layers": list(range(26, 36)),
+            "last_stage_layers": list(range(26, 36)),
+        },
         "assumptions": [
             f"{CONFIGS}/deepseek (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules mlp and moe_act, "
             "TE CUDA graphs on the router, no MTP; its layout string has 16 chunks, which pp 2 x vpp 4 cannot hold: "
-            "the layout run is not published, the best valid split of the listed values is taken"
+            "the layout run is not published, the best split of the listed values (chunks of unequal size) is taken"
         ],
     },
     ("deepseek-v3", "GB200", "BF16"): {
-        "not_expressible": (
-            "61 layers do not split into equal interleaved chunks on these stages; the recipe's layout has chunks of "
-            "unequal size, which mapping.vpp cannot describe yet"
-        ),
         "workload": HYBRIDEP,
-        "mapping": {"recompute": SELECTIVE, "first_stage_layers": 15, "last_stage_layers": 14},
+        "mapping": {"recompute": SELECTIVE, "uneven_chunks": True, "first_stage_layers": 15, "last_stage_layers": 14},
         "assumptions": [
             f"{CONFIGS}/deepseek (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules mla_up_proj, "
             "layout Et*3|(t*4|)*14ttL (stages of 15, 16, 16, 14 layers), no MTP"
         ],
     },
     ("deepseek-v3", "GB200", "FP8-MX"): {
-        "not_expressible": (
-            "61 layers do not split into equal interleaved chunks on these stages; the recipe's layout has chunks of "
-            "unequal size, which mapping.vpp cannot describe yet"
-        ),
         "workload": HYBRIDEP,
-        "mapping": {"recompute": SELECTIVE, "first_stage_layers": list(range(4, 10)), "last_stage_layers": list(range(4, 10))},
+        "mapping": {
+            "recompute": SELECTIVE,
+            "uneven_chunks": True,
+            "first_stage_layers": list(range(4, 10)),
+            "last_stage_layers": list(range(4, 10)),
+        },
         "assumptions": [
             f"{CONFIGS}/deepseek: no configuration with pp 8 x vpp 4 found; the GB200 BF16 settings (hybridep, "
             "recompute mla_up_proj, no MTP) are assumed and the best valid split of the listed values is taken"
         ],
     },
     ("deepseek-v3", "B200"): {
+        "workload": {"mtp_layers": 1},
         "mapping": {"recompute": SELECTIVE, "first_stage_layers": 4, "last_stage_layers": 1},
         "assumptions": [
             f"{CONFIGS}/deepseek (r0.2.0): alltoall dispatcher, recompute_modules mla_up_proj, layout "
-            "[E + 4 layers] + 14 x [4 layers] + [1 layer + MTP + loss]; the MTP layer is not modelled"
+            "[E + 4 layers] + 14 x [4 layers] + [1 layer + MTP + loss], mtp_num_layers 1"
         ],
     },
     ("gpt-oss-120b", "GB300"): {
@@ -192,8 +191,10 @@ def entry(run: dict) -> dict:
         "global_batch": par["global_batch"],
         "precision": PRECISIONS[par["precision"]],
         "attention": "flash",
+        # every recipe: DistributedDataParallelConfig(grad_reduce_in_fp32=False), gradients held and reduced in bf16
+        "grad_bytes": 2,
     }
-    assumptions = [RECIPE_NOTE[par["precision"]]]
+    assumptions = [RECIPE_NOTE[par["precision"]], "gradients held and reduced in bf16 (grad_reduce_in_fp32 False)"]
     settings = recipe(model, gpu, par["precision"])
     workload.update(settings.get("workload", {}))
     mapping.update(settings.get("mapping", {}))

@@ -49,12 +49,24 @@ MOE_WORKLOAD = {"moe_dispatcher": "deepep", "moe_a2a_overlap": True}
 RESTRICTED = {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1, 2]}
 
 # Runs one problem with an earlier checkout's planner (its own package layout: top-level solver/model
-# before parasol had one import root, parasol.* after) and prints its best wall time and result.
+# before parasol had one import root; after it, the checkout's root is the package parasol, loaded
+# from there rather than from the installed copy) and prints its best wall time and result.
 BASELINE_SNIPPET = """
 import json, os, sys, time
 root, data, limit, workers, repeat = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 sys.path.insert(0, root)
-if os.path.isdir(os.path.join(root, "parasol")) or not os.path.isdir(os.path.join(root, "solver")):
+if os.path.isfile(os.path.join(root, "__init__.py")):  # one import root: the checkout itself is the package parasol
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("parasol", os.path.join(root, "__init__.py"), submodule_search_locations=[root])
+    sys.modules["parasol"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["parasol"])
+    data_dir = os.path.join(root, "problems")  # the library, installed as parasol.data
+    spec = importlib.util.spec_from_file_location("parasol.data", os.path.join(data_dir, "__init__.py"), submodule_search_locations=[data_dir])
+    sys.modules["parasol.data"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["parasol.data"])
+    from parasol.solver.problem import parse_problem
+    from parasol.solver.planner import solve
+elif os.path.isdir(os.path.join(root, "parasol")) or not os.path.isdir(os.path.join(root, "solver")):
     from parasol.solver.problem import parse_problem
     from parasol.solver.planner import solve
 else:
