@@ -249,6 +249,7 @@ class Workload:
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
+    goodput: float | None = None  # share of a run's wall-clock time that trains; None: model/goodput.py's estimate
     source: str | None = field(default=None, compare=False)
 
 

@@ -150,17 +150,21 @@ def system_cost(num_gpus: int, gpus_per_node: int, scale_up_domain: int, tdp_w: 
     return SystemCost(capex_usd=capex, power_w=watts, cost_per_hour_usd=hourly, breakdown=breakdown)
 
 
-def run_cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None) -> dict:
-    """A plan's cost metrics from its system's {capex_usd, power_w, cost_per_hour_usd} and its
-    throughput: ``usd_per_million_tokens`` = $/hour / (tokens/s x 3600) x 1e6, ``tokens_per_usd``
-    its inverse per token, and with a run length of ``train_tokens``: ``run_hours`` = train_tokens /
-    tokens/s / 3600 and ``run_cost_usd`` = run_hours x $/hour. Units as named."""
+def run_cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None, goodput: float = 1.0) -> dict:
+    """A plan's cost metrics from its system's {capex_usd, power_w, cost_per_hour_usd}, its
+    throughput and the run's ``goodput`` (the share of wall-clock time that trains, model/goodput.py):
+    the run trains at tokens/s x goodput over its wall-clock time, so ``usd_per_million_tokens`` =
+    $/hour / (tokens/s x goodput x 3600) x 1e6, ``tokens_per_usd`` its inverse per token, and with a
+    run length of ``train_tokens``: ``run_hours`` = train_tokens / (tokens/s x goodput) / 3600 and
+    ``run_cost_usd`` = run_hours x $/hour. Units as named."""
     hourly = system_cost_row["cost_per_hour_usd"]
+    useful = tokens_per_s * goodput
     out = dict(system_cost_row)
-    out["usd_per_million_tokens"] = hourly / (tokens_per_s * 3600.0) * 1e6
-    out["tokens_per_usd"] = tokens_per_s * 3600.0 / hourly
+    out["goodput"] = goodput
+    out["usd_per_million_tokens"] = hourly / (useful * 3600.0) * 1e6
+    out["tokens_per_usd"] = useful * 3600.0 / hourly
     if train_tokens is not None:
-        out["run_hours"] = train_tokens / tokens_per_s / 3600.0
+        out["run_hours"] = train_tokens / useful / 3600.0
         out["run_cost_usd"] = out["run_hours"] * hourly
     return out
 

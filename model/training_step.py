@@ -50,14 +50,16 @@ from .training import (
 class TrainingContext:
     """What the factors of a training problem read besides the decisions: the model, the system
     (its device and network; one device count's, every count shares them), the workload, the
-    hourly price of each device count when a cost is asked (``problem.costs``), the step time
-    ``max_run_hours`` allows."""
+    hourly price of each device count per hour of training (its price over the run's goodput) when a
+    cost is asked, the step time ``max_run_hours`` allows if the run trained all the time, and the
+    wall-clock seconds per 10^4 s of training on each device count (``goodput.stretch_basis_points``)."""
 
     model: ModelSpec
     system: SystemSpec
     workload: Workload
     hourly_usd: dict | None = field(default=None, compare=False)
     max_step_s: float | None = None
+    run_stretch: dict | None = field(default=None, compare=False)
 
 
 def lead_layers(model: ModelSpec) -> int:
@@ -230,6 +232,9 @@ CHUNK_LIMITS = Factor(
         memory.in_flight_chunk_limit(pp - 1, pp, vpp),
     ),
 )
+RUN_STRETCH = Factor(
+    "run_stretch", (D.NUM_GPUS,), (Output("basis_points", COUNT),), lambda ctx, num_gpus: ctx.run_stretch[num_gpus]
+)
 HOURLY_PRICE = Factor(
     "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
 )
@@ -394,8 +399,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         cost = o.product(step, o.lookup(HOURLY_PRICE).usd_per_hour)
         minimised[TrainingObjective.COST] = minimised[TrainingObjective.TOKENS_PER_USD] = cost
     out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
-    if ctx.max_step_s is not None:
-        out_limits.append(Limit("run_length", step, ctx.max_step_s, TIME))
+    if ctx.max_step_s is not None:  # the step stretched by the run's goodput: wall-clock per step, x 10^4
+        wall = o.product(step, o.lookup(RUN_STRETCH).basis_points)
+        out_limits.append(Limit("run_length", wall, ctx.max_step_s * 1e4, TIME))
     return TrainingStep(
         step=step,
         peak_memory=peak,

@@ -22,6 +22,7 @@ from parasol.model.chiplet_cost import (
     Wafer,
 )
 from parasol.model.errors import ProblemError
+from parasol.model.goodput import Reliability
 from parasol.model.specs import DeviceSpec, SystemSpec
 from parasol.model.system_cost import Prices
 
@@ -397,3 +398,18 @@ def prices_for(
         origin = "node_usd (devices, host and NICs)"
     values["switch_radix"] = int(values["switch_radix"])
     return Prices(**values), origin
+
+
+@functools.cache
+def load_reliability() -> Reliability:
+    """The training cluster's reliability (problems/cost/reliability.yaml, written by
+    benchmarks/goodput.py from the Llama 3 report) for the goodput of whole runs."""
+    src, data = _file("reliability.yaml")
+    keys = ("failures_per_gpu_hour", "checkpoint_stall_s", "restart_s")
+    _mapping(data, src, "", keys, keys)
+    return Reliability(
+        failures_per_gpu_hour=_num(data, "failures_per_gpu_hour", src, ""),
+        checkpoint_stall_s=_num(data, "checkpoint_stall_s", src, "", "nonneg"),
+        restart_s=_num(data, "restart_s", src, "", "nonneg"),
+        source=src,
+    )

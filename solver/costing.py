@@ -17,12 +17,13 @@ from dataclasses import dataclass, replace
 
 from parasol.model.chiplet_cost import ChipletSpec, DeviceCost, device_cost, scale_chiplets, scale_device
 from parasol.model.errors import ProblemError
+from parasol.model.goodput import run_goodput
 from parasol.model.specs import SystemSpec
 from parasol.model.system_cost import Prices, SystemCost, run_cost_metrics, step_time_limit_s
 from parasol.model.system_cost import system_cost as system_lines
 
 from . import library
-from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, prices_for
+from .cost_library import load_chiplets, load_cost_parameters, load_cost_system, load_reliability, prices_for
 
 CONSTRAINT_KEYS = ("max_capex_usd", "max_power_w", "max_run_hours")
 COST_OBJECTIVES = ("cost", "tokens_per_usd")
@@ -115,9 +116,20 @@ def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) 
     return replace(system, device=scale_device(system.device, spec, chiplets))
 
 
-def cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None) -> dict:
+def cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None, goodput=1.0) -> dict:
     """The plan's cost metrics (model.system_cost.run_cost_metrics)."""
-    return run_cost_metrics(system_cost_row, tokens_per_s, train_tokens)
+    return run_cost_metrics(system_cost_row, tokens_per_s, train_tokens, goodput)
+
+
+def goodput(problem, num_gpus: int) -> float:
+    """The share of a run's wall-clock time that trains on ``num_gpus`` GPUs: the problem's
+    workload.goodput, else model.goodput.run_goodput on the library's reliability numbers."""
+    if problem.workload.goodput is not None:
+        return problem.workload.goodput
+    try:
+        return run_goodput(num_gpus, load_reliability())
+    except ProblemError as exc:
+        raise exc.located(source=problem.source) from None
 
 
 def cost_limits_message(problem, rows: dict) -> str | None:

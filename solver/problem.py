@@ -43,6 +43,7 @@ WORKLOAD_KEYS = (
     "moe_a2a_overlap",
     "mtp_layers",
     "train_tokens",
+    "goodput",
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
@@ -177,6 +178,8 @@ def _parse_workload(data, src: str) -> Workload:
     }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)
+    goodput = data.get("goodput", "auto")
+    goodput = None if goodput == "auto" else checks.fraction(goodput, "workload.goodput", src)
     train_tokens = data.get("train_tokens")
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
@@ -190,6 +193,7 @@ def _parse_workload(data, src: str) -> Workload:
         moe_dispatcher=dispatcher,
         mtp_layers=mtp_layers,
         train_tokens=train_tokens,
+        goodput=goodput,
         source=src,
         **flags,
     )

@@ -25,6 +25,7 @@ from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import GIB, Evaluation
+from parasol.model.goodput import stretch_basis_points
 from parasol.model.training_step import (
     HOURLY_PRICE,
     TrainingContext,
@@ -68,9 +69,12 @@ class TrainingPlanner(Planner):
 
     def context(self, problem, names: tuple = ()) -> TrainingContext:
         priced = any(str(n) in COST_OBJECTIVES for n in names)
-        hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus} if priced else None
+        max_step = costing.max_step_time_s(problem)
+        goodput = {n: costing.goodput(problem, n) for n in problem.num_gpus} if priced or max_step is not None else {}
+        hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] / goodput[n] for n in problem.num_gpus} if priced else None
+        stretch = {n: stretch_basis_points(g) for n, g in goodput.items()} if max_step is not None else None
         return TrainingContext(
-            problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly, costing.max_step_time_s(problem)
+            problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly, max_step, run_stretch=stretch
         )
 
     def compose(self, o, ctx):
@@ -106,7 +110,8 @@ class TrainingPlanner(Planner):
         if problem.needs_cost:
             rows = {m: problem.system_cost(m) for m in problem.num_gpus}
             by_n = {key: _per_gpu_count(n, {m: r[key] for m, r in rows.items()}) for key in next(iter(rows.values()))}
-            columns.update(costing.cost_metrics(by_n, columns["tokens_per_s"], problem.workload.train_tokens))
+            goodput = _per_gpu_count(n, {m: costing.goodput(problem, m) for m in problem.num_gpus})
+            columns.update(costing.cost_metrics(by_n, columns["tokens_per_s"], problem.workload.train_tokens, goodput))
             if problem.chiplets != (None,):
                 columns["chiplets"] = problem.chiplets[0]
         return columns
@@ -226,7 +231,9 @@ def evaluate_plan(problem, num_gpus: int, mapping) -> Evaluation:
         if problem.needs_cost:
             raise
         return ev
-    ev.metrics.update(costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens))
+    ev.metrics.update(
+        costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens, costing.goodput(problem, num_gpus))
+    )
     if problem.chiplets != (None,):
         ev.metrics["chiplets"] = problem.chiplets[0]
     return ev

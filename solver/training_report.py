@@ -60,6 +60,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         ]
         if "run_hours" in met:
             cost_rows += [
+                ("goodput", f"{100 * met['goodput']:.1f} % of wall-clock time trains"),
                 ("run", f"{met['run_hours']:,.1f} h ({met['run_hours'] / 24:,.1f} days)"),
                 ("run cost", f"${met['run_cost_usd']:,.0f}"),
             ]

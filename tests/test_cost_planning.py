@@ -51,7 +51,9 @@ def test_cost_objectives_match_the_enumerator_over_device_counts(objective):
     assert sol.objective_value == pytest.approx(enum.objective_value, rel=2e-3)
     met = sol.plans[0].evaluation.metrics
     assert met["run_cost_usd"] == pytest.approx(met["run_hours"] * met["cost_per_hour_usd"], rel=1e-12)
-    assert met["run_hours"] == pytest.approx(1.0e9 / met["tokens_per_s"] / 3600, rel=1e-12)
+    # wall-clock hours: the training time over the run's goodput (issue 13, model/goodput.py)
+    assert 0.9 < met["goodput"] < 1.0
+    assert met["run_hours"] == pytest.approx(1.0e9 / (met["tokens_per_s"] * met["goodput"]) / 3600, rel=1e-12)
 
 
 def test_cheapest_and_fastest_differ_when_more_gpus_cost_more_per_token():
