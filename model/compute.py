@@ -144,10 +144,11 @@ def attention_core_flops(model: ModelSpec, micro_batch: int, seq_len: int, cp: i
     (= 4·b·s_q·s_kv·(a/t)·d when both head dims are d).
 
     Each context-parallel rank holds s/cp queries against all s keys. Flash attention skips the
-    masked half of a causal score matrix (``causal_skip``); a materialised score matrix does not.
+    masked half of a causal score matrix (``causal_skip``) and, in local-attention layers, the blocks
+    outside the window (``ModelSpec.attended_share``); a materialised score matrix does neither.
     """
     flops = attention_score_flops(model, micro_batch, seq_len / cp, seq_len, tp)
-    return flops * (0.5 if causal_skip else 1.0)
+    return flops * 0.5 * model.attended_share(seq_len) if causal_skip else flops
 
 
 def attention_score_flops(model: ModelSpec, sequences: float, q_len: float, kv_len: float, tp: int) -> float:

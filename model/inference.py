@@ -196,6 +196,7 @@ def decode_attention_time_s(
     FLOPs, reading only the latent cache. ``reads`` multiplies the cache bytes (``kv_reads_per_step``)."""
     if seqs <= 0:
         return 0.0
+    context_len = model.attended_context(context_len)  # local layers read at most their window
     if model.mla is not None:
         r, d_rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
         flops = 2.0 * seqs * context_len * (model.heads / tp) * (2 * r + d_rope)

@@ -49,8 +49,14 @@ def paged_tokens(tokens: float, block_tokens: int) -> int:
 
 def kv_bytes_per_sequence(model: ModelSpec, kv_precision: str, tp: int, layers: int, tokens: float, block_tokens: int) -> float:
     """KV cache one sequence of ``tokens`` holds on one GPU that runs ``layers`` layers with
-    tensor parallelism ``tp``, paged in blocks, bytes."""
-    return paged_tokens(tokens, block_tokens) * layers * kv_bytes_per_token(model, kv_precision, tp)
+    tensor parallelism ``tp``, paged in blocks, bytes. A local-attention layer keeps only its window
+    (plus the block being filled: vLLM's sliding-window manager frees the blocks behind it,
+    TensorRT-LLM's cyclic cache reuses them)."""
+    held = paged_tokens(tokens, block_tokens)
+    if model.sliding_window:
+        local = paged_tokens(min(tokens, model.sliding_window + block_tokens), block_tokens)
+        held = (1.0 - model.sliding_window_share) * held + model.sliding_window_share * local
+    return held * layers * kv_bytes_per_token(model, kv_precision, tp)
 
 
 def kv_pool_bytes(kv_bytes: float, free_memory_fraction: float) -> float:

@@ -93,12 +93,16 @@ class ModelSpec:
     active_params_b: float | None = None  # published parameters used per token (MoE)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    sliding_window: int = 0  # tokens a query of a local-attention layer attends (0: every layer attends all)
+    sliding_window_share: float = 1.0  # share of the layers that attend the window (GPT-OSS: every other one)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
         src = self.source
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len"):
             checks.positive_int(getattr(self, name), name, src)
+        checks.non_negative_int(self.sliding_window, "sliding_window", src)
+        checks.fraction(self.sliding_window_share, "sliding_window_share", src)
         checks.choice(self.activation, ACTIVATIONS, "activation", src)
         checks.choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding", src)
         checks.choice(self.norm, NORMS, "norm", src)
@@ -113,6 +117,25 @@ class ModelSpec:
         checks.positive_int(self.head_dim, "head_dim", src)
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
             raise ProblemError(f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads")
+
+    def attended_share(self, context: float) -> float:
+        """Share of a causal context of ``context`` tokens that a layer's queries attend, averaged
+        over the layers, against full causal attention (context²/2 query-key pairs): a local layer's
+        queries attend at most the ``sliding_window`` tokens before them, c·w - w²/2 pairs when c > w
+        (Beltagy et al., Longformer, 2020; Mistral 7B; GPT-OSS alternates local and full layers).
+        Dimensionless, 1 without a window."""
+        w = self.sliding_window
+        if w == 0 or context <= w:
+            return 1.0
+        local = (context * w - w * w / 2.0) / (context * context / 2.0)
+        return 1.0 - self.sliding_window_share + self.sliding_window_share * local
+
+    def attended_context(self, context: float) -> float:
+        """Cached tokens one decoding query reads, averaged over the layers: ``context``, or at most
+        ``sliding_window`` in a local layer (tokens)."""
+        if self.sliding_window == 0:
+            return context
+        return (1.0 - self.sliding_window_share) * context + self.sliding_window_share * min(context, self.sliding_window)
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) has a mixture-of-experts FFN."""

@@ -100,6 +100,8 @@ MODEL_KEYS = (
     "active_params_b",
     "moe",
     "mla",
+    "sliding_window",
+    "sliding_window_share",
 )
 MOE_KEYS = (
     "experts",
