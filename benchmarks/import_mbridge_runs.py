@@ -64,10 +64,12 @@ RECIPES: dict[tuple, dict] = {
         "assumptions": [f"{CONFIGS}/llama: recompute_num_layers 5 (full, block) is not modelled: no recomputation"],
     },
     ("llama3-70b", "GB300"): {
-        "assumptions": [f"{CONFIGS}/llama (main e940d997d, _V2): Megatron FSDP with cpu_offloading_num_layers 20 (not modelled)"],
+        "mapping": {"offload_layers": 20},
+        "assumptions": [f"{CONFIGS}/llama (main e940d997d, _V2): Megatron FSDP with cpu_offloading_num_layers 20 (activations)"],
     },
     ("llama3-70b", "GB200"): {
-        "assumptions": [f"{CONFIGS}/llama (main e940d997d, _V2): Megatron FSDP with cpu_offloading_num_layers 40 (not modelled)"],
+        "mapping": {"offload_layers": 40},
+        "assumptions": [f"{CONFIGS}/llama (main e940d997d, _V2): Megatron FSDP with cpu_offloading_num_layers 40 (activations)"],
     },
     ("llama3-70b", "H100"): {"assumptions": [f"{CONFIGS}/llama: tp_comm_overlap on (userbuffers, not modelled)"]},
     ("llama3.1-405b",): {

@@ -27,6 +27,7 @@ class TrainingDecision(StrEnum):
     LAST_STAGE_LAYERS = "last_stage_layers"
     PLACEMENT = "placement"
     UNEVEN_CHUNKS = "uneven_chunks"  # interleaved chunks of unequal size allowed (a pipeline layout)
+    OFFLOAD_LAYERS = "offload_layers"  # layers per stage whose activations are offloaded to host memory
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -56,6 +57,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.LAST_STAGE_LAYERS,
     TrainingDecision.PLACEMENT,
     TrainingDecision.UNEVEN_CHUNKS,
+    TrainingDecision.OFFLOAD_LAYERS,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

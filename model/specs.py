@@ -191,6 +191,7 @@ class DeviceSpec:
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
     stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
+    host_bytes_per_s: float = 0.0  # GPU <-> host memory, each direction (PCIe, NVLink-C2C); 0 = unknown
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -294,6 +295,7 @@ class Mapping:
     last_stage_layers: int = 0
     placement: str = DEFAULT_PLACEMENT  # rank order of the parallel dimensions, innermost first (model/placement.py)
     uneven_chunks: bool = False  # interleaved chunks may differ in size (Megatron-Core pipeline_model_parallel_layout)
+    offload_layers: int = 0  # layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
 
     @property
     def num_gpus(self) -> int:
@@ -315,6 +317,7 @@ class Mapping:
             "last_stage_layers": self.last_stage_layers,
             "placement": self.placement,
             "uneven_chunks": self.uneven_chunks,
+            "offload_layers": self.offload_layers,
         }
 
 

@@ -170,6 +170,18 @@ def ep_exposed_times_s(
     return ep_fwd * shown, ep_bwd * shown
 
 
+def activation_offload_exposed_s(device: DeviceSpec, activation_bytes: float, layer_fwd_s: float, layer_bwd_s: float) -> float:
+    """Seconds per micro-batch that offloading one layer's saved activations to host memory leaves
+    exposed: they leave during the forward and return for the backward, each way at the device's
+    host link (``host_bytes_per_s``), on a copy stream behind the next layer's compute (Rhu et al.,
+    vDNN, MICRO 2016; Megatron-Core's --cpu-offloading). Zero for a device without a host link,
+    which cannot offload (``check_mapping`` says so)."""
+    if device.host_bytes_per_s <= 0:
+        return 0.0
+    copy = activation_bytes / device.host_bytes_per_s
+    return max(0.0, copy - layer_fwd_s) + max(0.0, copy - layer_bwd_s)
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def layer_compute_times_s(
     model: ModelSpec,
@@ -479,6 +491,18 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "which all sit on it; set mapping.first_stage_layers to at least that",
             field="mapping.first_stage_layers",
         )
+    if m.offload_layers:
+        if system.device.host_bytes_per_s <= 0:
+            raise ProblemError(
+                f"device {system.device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs",
+                field="mapping.offload_layers",
+            )
+        fewest = min([layers[0] - lead] + layers[1:])
+        if m.offload_layers > fewest:
+            raise ProblemError(
+                f"offload_layers {m.offload_layers} is more than the {fewest} layers of the smallest stage {layers}",
+                field="mapping.offload_layers",
+            )
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
         hint = (
             "each chunk needs at least one layer"

@@ -34,6 +34,7 @@ from .pipeline import pipeline_parts, stage_layer_counts
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
+    activation_offload_exposed_s,
     check_mapping,
     dp_comm_times_s,
     edge_stage_times,
@@ -76,12 +77,14 @@ LAYER_OUTPUTS = (
     Output("bwd", TIME),
     Output("activation", MEMORY),
     Output("working", MEMORY),
+    Output("offload", TIME),
 )
 
 
 def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
-    the activation bytes it keeps and the recomputation working set (``memory``)."""
+    the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
+    offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
     lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts)
     args = (
@@ -96,7 +99,9 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
         memory.saved_gemm_input_bytes(wl.precision),
         moe_layer,
     )
-    return lt.total, lt.forward, lt.backward, memory.activation_bytes_per_layer(*args), memory.recompute_working_bytes(*args)
+    act = memory.activation_bytes_per_layer(*args)
+    offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
+    return lt.total, lt.forward, lt.backward, act, memory.recompute_working_bytes(*args), offload
 
 
 LEAD_LAYER = Factor(
@@ -285,12 +290,27 @@ def least_peak_memory(body):
 
 
 def stage_memory(
-    o, lead_count: int, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations
+    o,
+    lead_count: int,
+    body_count,
+    lead,
+    body,
+    states,
+    extra_states,
+    chunk_limit,
+    microbatch_chunks,
+    vpp,
+    extra_activations,
+    offload=0,
 ):
     """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
     in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
-    working set of the widest layer kind it holds, and edge buffers (``extra_activations``)."""
+    working set of the widest layer kind it holds, and edge buffers (``extra_activations``). The
+    activations of ``offload`` body layers wait in host memory; one layer's stay as the copy buffer."""
     layers_act = o.product(body_count, body.activation)
+    if not (isinstance(offload, int) and offload == 0):
+        layers_act = layers_act - o.product(offload, body.activation)
+        extra_activations = extra_activations + o.where(o.at_least(offload, 1), body.activation, 0)
     layers_state = o.product(body_count, states.body)
     if lead_count:
         layers_act = layers_act + lead_count * lead.activation
@@ -335,9 +355,11 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     # kind with its own pass through the (shared) output layer and loss (DeepSeek-V3 Sec. 2.2)
     last_extra = (edge.last_fwd + edge.last_bwd) * (1 + mtp) + mtp * body.total
 
-    s_first = stage_time(o, k, b1, lead, body, edge.first_fwd + edge.first_bwd, o.where(single, last_extra, sends))
-    s_last = o.where(single, s_first, stage_time(o, 0, n_last, lead, body, last_extra, sends))
-    s_mid = o.where(has_middle, stage_time(o, 0, n_mid, lead, body, 0, sends), 0)
+    off = o.decision(D.OFFLOAD_LAYERS)
+    offload_t = o.product(off, body.offload)  # every stage offloads as many layers
+    s_first = stage_time(o, k, b1, lead, body, edge.first_fwd + edge.first_bwd + offload_t, o.where(single, last_extra, sends))
+    s_last = o.where(single, s_first, stage_time(o, 0, n_last, lead, body, last_extra + offload_t, sends))
+    s_mid = o.where(has_middle, stage_time(o, 0, n_mid, lead, body, offload_t, sends), 0)
     slowest = o.maximum(s_first, s_last, s_mid)
     stages_sum = o.where(single, s_first, s_first + s_last + o.product(pp - 2, s_mid))
     busy, bubble = pipeline_parts(o, m, slowest, stages_sum, vpp)
@@ -380,13 +402,14 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         chunks,
         vpp,
         embedding_act + o.where(single, last_act, 0),
+        off,
     )
     mem_last = o.where(
         single,
         mem_first,
-        stage_memory(o, 0, n_last, lead, body, states, states.output_last + mtp_states, limits.last, chunks, vpp, last_act),
+        stage_memory(o, 0, n_last, lead, body, states, states.output_last + mtp_states, limits.last, chunks, vpp, last_act, off),
     )
-    mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0), 0)
+    mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0, off), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
 
     minimised = {
@@ -438,6 +461,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.FIRST_STAGE_LAYERS: layers[0],
         D.LAST_STAGE_LAYERS: layers[-1],
         D.PLACEMENT: m.placement,
+        D.OFFLOAD_LAYERS: m.offload_layers,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -532,8 +556,20 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge.logits_activation * (1 + mtp) + mtp * body.activation if last else 0.0
         )
         limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
+        offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
         total = stage_memory(
-            o, lead_count, n - lead_count, lead, body, states, edge_states, limit, microbatches * m.vpp, m.vpp, edge_act
+            o,
+            lead_count,
+            n - lead_count,
+            lead,
+            body,
+            states,
+            edge_states,
+            limit,
+            microbatches * m.vpp,
+            m.vpp,
+            edge_act,
+            m.offload_layers,
         )
         moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
         p = stage_params(model, n + mtp_here, first, last, m.tp, moe_layers)
@@ -545,15 +581,18 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "stage": i,
                 "layers": n,
                 "moe_layers": n - lead_count if model.moe is not None else 0,
-                "time_per_microbatch_s": stage_time(o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd, sends),
+                "time_per_microbatch_s": stage_time(
+                    o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd + offload_s, sends
+                ),
                 "params": p,
                 "expert_params": pe,
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd,
-                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd,
+                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + offload_s,
                 "memory_bytes": total,
                 "state": state,
                 "activations_bytes": activations,
                 "extra_s": extra_fwd + extra_bwd,
+                "offload_s": offload_s,
                 "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
             }
         )
@@ -582,6 +621,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
         "compute/elementwise": layers_sum("elementwise_fwd", "elementwise_bwd"),
         "compute/recompute": layers_sum("recompute"),
         "compute/embedding_logits": critical["extra_s"] * mb,
+        "memory/offload": critical["offload_s"] * mb,
         "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
         "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
         "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),

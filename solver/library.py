@@ -174,7 +174,7 @@ def load_device(name: str) -> DeviceSpec:
         "systems/devices",
         name,
         "device",
-        ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "tdp_w", "efficiency", "chiplets"),
+        ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "host_bytes_per_s", "tdp_w", "efficiency", "chiplets"),
         ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"),
     )
     peaks = data["peak_flops"]
@@ -201,6 +201,7 @@ def load_device(name: str) -> DeviceSpec:
         attention_efficiency=checks.non_negative_number(eff.get("attention"), "efficiency.attention", src),
         memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
+        host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")

@@ -59,6 +59,7 @@ MAPPING_DEFAULTS = {
     "last_stage_layers": 0,
     "placement": DEFAULT_PLACEMENT,
     "uneven_chunks": False,
+    "offload_layers": 0,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 FLAG_KEYS = ("sp", "uneven_chunks")  # true/false mapping keys
@@ -224,7 +225,7 @@ def _parse_mapping(data, src: str) -> dict:
                     placement_order(v)
                 except ProblemError as exc:
                     raise exc.located(source=src, field=f"mapping.{key}") from None
-            elif key in ("first_stage_layers", "last_stage_layers"):
+            elif key in ("first_stage_layers", "last_stage_layers", "offload_layers"):
                 checks.non_negative_int(v, f"mapping.{key}", src)
             else:
                 checks.positive_int(v, f"mapping.{key}", src)

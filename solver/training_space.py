@@ -202,6 +202,8 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
     L = problem.model.layers
     vpps = tuple(problem.mapping.get("vpp", range(1, L + 1)))
     unevens = problem.mapping.get("uneven_chunks", (False,))
+    offloads = problem.mapping.get("offload_layers", (0,))
+    lead = lead_layers(problem.model)
     first_slots, last_slots = stage_slot_counts(problem)
     splits = {}
 
@@ -224,7 +226,13 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
                         & splitting(la, last_slots, u)
                         & (splitting(middle, 0, u) if pp >= 3 else set(vpps))
                     )
-                rows.extend((pp, int(pp == 1), f, la, middle, v, int(v > 1), int(u)) for v in sorted(allowed))
+                fewest = min(f - lead, la, middle) if pp >= 3 else min(f - lead, la)  # body layers of the smallest stage
+                rows.extend(
+                    (pp, int(pp == 1), f, la, middle, v, int(v > 1), int(u), x)
+                    for v in sorted(allowed)
+                    for x in offloads
+                    if x <= fewest
+                )
     return rows
 
 
@@ -233,8 +241,9 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     allows, the interleaving depths each stage's layer count allows (``vpp_splits_stage``), and the
     identity that the stages hold all the model's layers (``pipeline.layers_held``)."""
     f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
-    u = D.UNEVEN_CHUNKS
+    u, off = D.UNEVEN_CHUNKS, D.OFFLOAD_LAYERS
     vpps, unevens = sorted(set(pipeline[v])), sorted(set(pipeline[u]))
+    offloads, lead = sorted(set(pipeline[off])), lead_layers(problem.model)
     first_slots, last_slots = stage_slot_counts(problem)
     parts = [
         pipeline[[pp, D.SINGLE_STAGE]],
@@ -252,6 +261,11 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
                 columns=[column, v, u],
             )
         )
+    # every stage offloads as many body layers as it holds at most (the first's lead layers aside)
+    for column, skip in ((f, lead), (la, 0), (mid, 0)):
+        counts = sorted(set(pipeline[column]))
+        pairs = [(n, x) for n in counts for x in offloads if (column == mid and n == 0) or x <= n - skip]
+        parts.append(pd.DataFrame(pairs, columns=[column, off]))
     relations = tuple(
         Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64")) for j, part in enumerate(parts)
     )
@@ -271,6 +285,13 @@ def build_space(problem) -> Space:
         )
     grid = _grid(problem)
     systems = {n: problem.system(n) for n in {g.num_gpus for g in grid}}
+    device = next(iter(systems.values())).device
+    if any(problem.mapping.get("offload_layers", (0,))) and device.host_bytes_per_s <= 0:
+        raise ProblemError(
+            f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs",
+            source=problem.source,
+            field="mapping.offload_layers",
+        )
     allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
     pipeline = _pipeline_rows(problem, sorted({g.pp for g in grid}))
     usable_pp = {partition[0] for partition in pipeline}  # its rows start with pp
@@ -331,6 +352,7 @@ def build_space(problem) -> Space:
                     D.VPP,
                     D.INTERLEAVED,
                     D.UNEVEN_CHUNKS,
+                    D.OFFLOAD_LAYERS,
                 ],
             ),
         ),
@@ -382,6 +404,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
             D.LAST_STAGE_LAYERS,
             D.PLACEMENT,
             D.UNEVEN_CHUNKS,
+            D.OFFLOAD_LAYERS,
         )
     }
     return value[D.NUM_GPUS], Mapping(
@@ -399,6 +422,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
         last_stage_layers=value[D.LAST_STAGE_LAYERS],
         placement=value[D.PLACEMENT],
         uneven_chunks=bool(value[D.UNEVEN_CHUNKS]),
+        offload_layers=int(value[D.OFFLOAD_LAYERS]),
     )
 
 

@@ -37,6 +37,7 @@ MAPPING_KEYS = (
     "last_stage_layers",
     "placement",
     "uneven_chunks",  # issue 13: interleaved chunks of unequal size (a pipeline layout)
+    "offload_layers",  # issue 13: layers per stage whose activations wait in host memory
 )
 
 

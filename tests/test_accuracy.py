@@ -100,3 +100,17 @@ def test_runs_marked_not_expressible_are_still_rejected():
     for entry in marked:
         with pytest.raises(ProblemError):
             evaluate_run(entry)
+
+
+def test_megatron_bridge_2511_runs_fit_but_three(results):
+    """Every published run ran, so each must fit. With the recipes' bf16 gradients and the Llama 3 70B
+    runs' activation offloading (40 and 20 layers on GB200 and GB300), all of Megatron-Bridge 25.11's
+    fit but three. These three are tracked in issue 13: DeepSeek-V3 in BF16 on GB200 (202 GiB
+    predicted), and GPT-OSS on B200 and H100, whose table settings (ep 8, micro-batch 4) differ from
+    the release's recipes."""
+    unfit = {r.run_id for r in results if r.family in (BRIDGE_2511, BRIDGE_2511_MOE) and not r.evaluation.metrics["fits"]}
+    assert unfit <= {
+        "mbridge2511-deepseekv3-dgx-gb200-256gpu-bf16",
+        "mbridge2511-gpt_oss_120b-dgx-b200-64gpu-bf16",
+        "mbridge2511-gpt_oss_120b-dgx-h100-64gpu-bf16",
+    }

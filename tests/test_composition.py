@@ -97,6 +97,8 @@ def random_training(seed: int, system: str) -> dict:
     }
     if rng.random() < 0.5:
         mapping.update(first_stage_layers=0, last_stage_layers=0)
+    if library.load_system(system, 1).device.host_bytes_per_s > 0:
+        mapping["offload_layers"] = rng.choice([[0], [0, 1], [1, 2]])
     return {
         "model": model,
         "system": {"name": system, "num_gpus": _gpus(system, rng)},
@@ -168,6 +170,7 @@ def test_the_random_problems_cover_what_they_should():
     assert {d["workload"]["overlap_dp"] for d in train} == {True, False}
     assert {d["workload"]["mtp_layers"] for d in train} == {0, 1}
     assert {tuple(d["mapping"]["uneven_chunks"]) for d in train} == {(False,), (True,), (False, True)}
+    assert {tuple(d["mapping"].get("offload_layers", [0])) for d in train} == {(0,), (0, 1), (1, 2)}
     assert any(d["model"] == TINY_MOE for d in train) and any(d["model"] != TINY_MOE for d in train)
     assert {d["workload"]["serving"] for d in serve} == {"static", "continuous", "disaggregated"}
     assert set(TOPOLOGY_SYSTEMS) == {"llama3-h100-cluster", "mi300x", "slingshot-a100-dragonfly", "tpu-v5p-torus"}
@@ -279,13 +282,21 @@ UNEVEN = {
     "model": {**TINY_MOE, "layers": 7},
     "system": {"name": "dgx-h100", "num_gpus": 8},
     "workload": {"kind": "training", "seq_len": 2048, "global_batch": 16, "mtp_layers": 1},
-    "mapping": {"vpp": [1, 2, 3], "uneven_chunks": [False, True], "cp": [1], "micro_batch": [1, 2], "zero": [1]},
+    "mapping": {
+        "vpp": [1, 2, 3],
+        "uneven_chunks": [False, True],
+        "offload_layers": [0, 1, 2],
+        "cp": [1],
+        "micro_batch": [1, 2],
+        "zero": [1],
+    },
 }
 
 
 def test_uneven_chunks_and_mtp_solve_to_the_enumerators_optimum():
     """Chunks of unequal size widen the space (7 layers on 2 stages split only with them at vpp 3),
-    the MTP module weighs on the last stage, and the solver still finds the enumerator's optimum."""
+    the MTP module weighs on the last stage, activations of up to two layers per stage may wait in
+    host memory, and the solver still finds the enumerator's optimum."""
     problem = parse_problem(UNEVEN, source="t")
     space = planner_for(problem).space(problem)
     pipeline = next(r for r in space.relations if r.name == "pipeline").frame

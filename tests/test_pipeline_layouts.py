@@ -1,4 +1,5 @@
-"""Pipeline layouts beyond equal chunks and the multi-token-prediction module (issue 13).
+"""Pipeline layouts beyond equal chunks, the multi-token-prediction module and activation offloading
+(issue 13).
 
 Megatron-Core's --pipeline-model-parallel-layout lets interleaved chunks differ in size, as
 Megatron-Bridge's DeepSeek-V3 recipes set (61 layers as ``Et*3|(t*4|)*14ttL``: stages of 15, 16,
@@ -59,3 +60,34 @@ def test_the_mtp_module_costs_one_layer_and_one_output_pass_on_the_last_stage(de
     assert last_mtp["memory_bytes"] > last["memory_bytes"]
     assert last_mtp["params"] > last["params"]
     assert mtp.metrics["step_time_s"] >= base.metrics["step_time_s"]
+
+
+def test_offloading_moves_activations_to_the_host_at_the_cost_of_the_exposed_copies():
+    """Llama 3 70B on 64 GB200 as Megatron-Bridge 25.11 runs it (FSDP, 40 layers offloaded): without
+    offloading it does not fit; each offloaded layer frees one layer's activations (one stays as the
+    copy buffer) and adds the copies' exposed seconds (``training.activation_offload_exposed_s``)."""
+    model, system = library.load_model("llama3-70b"), library.load_system("gb200-nvl72", 64)
+    workload = Workload(kind="training", seq_len=8192, global_batch=256, precision="fp8", grad_bytes=2)
+    mapping = Mapping(tp=1, pp=1, dp=64, micro_batch=2, zero=3)
+    base = evaluate_training(model, system, workload, mapping)
+    off = evaluate_training(model, system, workload, dataclasses.replace(mapping, offload_layers=40))
+    assert not base.metrics["fits"] and off.metrics["fits"]
+    per_layer = (base.stages[0]["activations_bytes"] - off.stages[0]["activations_bytes"]) / 39
+    assert per_layer == pytest.approx(base.stages[0]["activations_bytes"] / 80, rel=0.05)
+    assert off.stages[0]["offload_s"] > 0
+    assert off.metrics["step_time_s"] == pytest.approx(
+        base.metrics["step_time_s"] + off.stages[0]["offload_s"] * off.metrics["microbatches"], rel=1e-6
+    )
+
+
+def test_offloading_needs_a_host_link_and_layers_to_offload():
+    model, workload = library.load_model("llama3-8b"), Workload(kind="training", seq_len=4096, global_batch=64)
+    mapping = Mapping(tp=1, pp=2, dp=4, micro_batch=1, offload_layers=17)
+    with pytest.raises(ProblemError) as info:
+        evaluate_training(model, library.load_system("dgx-h100", 8), workload, mapping)
+    assert info.value.field == "mapping.offload_layers" and "16" in str(info.value)
+    with pytest.raises(ProblemError) as info:
+        evaluate_training(
+            model, library.load_system("tpu-v5p-torus", 8), workload, dataclasses.replace(mapping, offload_layers=1)
+        )
+    assert info.value.field == "mapping.offload_layers" and "host_bytes_per_s" in str(info.value)

@@ -426,6 +426,7 @@ KNOWN_GOOD = {
     "last_stage_layers": 17,
     "placement": "tp-cp-ep-dp-pp",
     "uneven_chunks": False,
+    "offload_layers": 0,
 }
 
 
