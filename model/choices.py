@@ -29,6 +29,16 @@ class ZeroStage(IntEnum):
     WEIGHTS = 3
 
 
+class CpComm(StrEnum):
+    """How context parallelism exchanges attention's inputs (Megatron-Core --cp-comm-type): ``ring``
+    passes K/V blocks around the group behind the attention compute (p2p; Liu et al., Ring Attention,
+    2023); ``a2a`` trades sequence shards for head shards with all-to-alls before and after the
+    attention (Jacobs et al., DeepSpeed-Ulysses, 2023)."""
+
+    RING = "ring"
+    A2A = "a2a"
+
+
 class WorkloadKind(StrEnum):
     TRAINING = "training"
     INFERENCE = "inference"

@@ -17,6 +17,7 @@ class TrainingDecision(StrEnum):
     PP = "pp"
     DP = "dp"
     CP = "cp"
+    CP_COMM = "cp_comm"  # ring (p2p K/V blocks) or a2a (Ulysses): choices.CpComm
     EP = "ep"
     MICRO_BATCH = "micro_batch"
     VPP = "vpp"
@@ -58,6 +59,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.PLACEMENT,
     TrainingDecision.UNEVEN_CHUNKS,
     TrainingDecision.OFFLOAD_LAYERS,
+    TrainingDecision.CP_COMM,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

@@ -296,6 +296,7 @@ class Mapping:
     placement: str = DEFAULT_PLACEMENT  # rank order of the parallel dimensions, innermost first (model/placement.py)
     uneven_chunks: bool = False  # interleaved chunks may differ in size (Megatron-Core pipeline_model_parallel_layout)
     offload_layers: int = 0  # layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
+    cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
 
     @property
     def num_gpus(self) -> int:
@@ -318,6 +319,7 @@ class Mapping:
             "placement": self.placement,
             "uneven_chunks": self.uneven_chunks,
             "offload_layers": self.offload_layers,
+            "cp_comm": self.cp_comm,
         }
 
 

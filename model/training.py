@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, memory, params
-from .choices import Recompute, ZeroStage, allowed
+from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .pipeline import stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
@@ -113,6 +113,31 @@ def cp_exposed_forward_time_s(
     block = 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
     transfer = (cp - 1) * collective_time_s("p2p", block, cp_layout or layout(system, Group.of((cp, tp))), system)
     return max(0.0, transfer - attention_fwd_s)
+
+
+def cp_a2a_forward_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    cp_layout: Layout | None = None,
+) -> float:
+    """All-to-all (Ulysses) context parallelism in one layer's forward, seconds (Jacobs et al.,
+    DeepSpeed-Ulysses, 2023; Megatron-Core --cp-comm-type a2a). Before the attention each rank trades
+    its s/cp tokens of all its heads for all s tokens of 1/cp of them: Q, K and V, (q + 2·kv)/tp wide;
+    after it the output, q/tp wide, goes back. Each all-to-all sends (cp-1)/cp of the rank's buffer
+    over the CP group at ``cp_layout``; the attention waits for it, so none is hidden. The backward
+    sends the gradients of the same tensors back the same way."""
+    if cp == 1:
+        return 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    tokens = micro_batch * workload.seq_len / cp
+    where = cp_layout or layout(system, Group.of((cp, tp)))
+    qkv = tokens * (model.q_width + 2 * model.kv_width) / tp * e
+    out = tokens * model.q_width / tp * e
+    return collective_time_s("alltoall", qkv, where, system) + collective_time_s("alltoall", out, where, system)
 
 
 def ep_comm_time_s(
@@ -221,6 +246,7 @@ def layer_times(
     ep: int = 1,
     moe_layer: bool = False,
     layouts: dict | None = None,
+    cp_comm: str = CpComm.RING,
 ) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
     one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep': Layout}, ``placement.group_layouts``)
@@ -233,10 +259,13 @@ def layer_times(
     ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) if moe_layer else 0.0
     ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) if moe_layer else 0.0
     tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
-    cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
-    # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
-    cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0, layouts.get("cp")) * 2.0
+    if cp_comm == CpComm.A2A:
+        cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+    else:
+        cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
+        # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
+        cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0, layouts.get("cp")) * 2.0
     ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(
         device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd + elem_fwd + elem_bwd
     )
@@ -423,6 +452,19 @@ def stage_state_bytes(
     return out
 
 
+def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> None:
+    """ProblemError unless ``cp_comm`` is a CpComm that the model's heads allow: the all-to-all gives
+    each of the tp·cp ranks whole query and key/value heads (Megatron-Core asserts it)."""
+    if cp_comm not in tuple(CpComm):
+        raise ProblemError(f"{cp_comm!r} is not allowed; allowed: {allowed(CpComm)}", field="mapping.cp_comm")
+    if cp_comm == CpComm.A2A and cp > 1 and (model.heads % (tp * cp) or model.kv_heads % (tp * cp)):
+        raise ProblemError(
+            f"a2a context parallelism needs tp·cp = {tp * cp} to divide the {model.heads} heads and the "
+            f"{model.kv_heads} kv_heads; use cp_comm ring",
+            field="mapping.cp_comm",
+        )
+
+
 def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, pp: int, dp: int, cp: int) -> None:
     """Divisibility rules of the parallel grid alone (Megatron-Core's): ProblemError if broken."""
     if tp * pp * dp * cp != system.num_gpus:
@@ -491,6 +533,7 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "which all sit on it; set mapping.first_stage_layers to at least that",
             field="mapping.first_stage_layers",
         )
+    check_cp_comm(model, m.tp, m.cp, m.cp_comm)
     if m.offload_layers:
         if system.device.host_bytes_per_s <= 0:
             raise ProblemError(

@@ -81,12 +81,12 @@ LAYER_OUTPUTS = (
 )
 
 
-def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts) -> tuple:
+def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
-    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts)
+    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm)
     args = (
         model,
         micro_batch,
@@ -106,18 +106,18 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
 
 LEAD_LAYER = Factor(
     "lead_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP),
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group: _layer(
-        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}
+    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm: _layer(
+        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}, cp_comm
     ),
 )
 MOE_LAYER = Factor(
     "moe_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP),
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group: _layer(
-        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}
+    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm: _layer(
+        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}, cp_comm
     ),
 )
 
@@ -462,6 +462,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.LAST_STAGE_LAYERS: layers[-1],
         D.PLACEMENT: m.placement,
         D.OFFLOAD_LAYERS: m.offload_layers,
+        D.CP_COMM: m.cp_comm,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -604,9 +605,11 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
     model, wl, m = ctx.model, ctx.workload, mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
-    lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts)
+    lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts, cp_comm=m.cp_comm)
     lt_moe = (
-        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts) if model.moe else lt
+        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts, m.cp_comm)
+        if model.moe
+        else lt
     )
     mb = decisions[D.MICROBATCHES]
     n_moe, n_dense = critical["moe_layers"] * mb, (critical["layers"] - critical["moe_layers"]) * mb

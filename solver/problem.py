@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parasol.model import checks
-from parasol.model.choices import Recompute, TrainingObjective, ZeroStage
+from parasol.model.choices import CpComm, Recompute, TrainingObjective, ZeroStage
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.placement import placement_order
@@ -60,6 +60,7 @@ MAPPING_DEFAULTS = {
     "placement": DEFAULT_PLACEMENT,
     "uneven_chunks": False,
     "offload_layers": 0,
+    "cp_comm": "ring",
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 FLAG_KEYS = ("sp", "uneven_chunks")  # true/false mapping keys
@@ -67,6 +68,7 @@ ALLOWED_VALUES = {
     "recompute": tuple(r.value for r in Recompute),
     "zero": tuple(int(z) for z in ZeroStage),
     **{key: (False, True) for key in FLAG_KEYS},
+    "cp_comm": tuple(c.value for c in CpComm),
 }
 
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from parasol.model.choices import Recompute, ZeroStage
+from parasol.model.choices import CpComm, Recompute, ZeroStage
 from parasol.model.decisions import GROUP_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
@@ -39,7 +39,7 @@ from parasol.model.placement import (
     topology_decides,
 )
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
-from parasol.model.training import check_grid
+from parasol.model.training import check_cp_comm, check_grid
 from parasol.model.training_step import lead_layers
 
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
@@ -274,6 +274,22 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     return CompactForm(relations, (held,))
 
 
+def cp_comm_rows(problem, tp_cp: list) -> list[tuple]:
+    """(tp, cp, cp_comm code) allowed: the exchanges ``mapping.cp_comm`` lists (default ring) that the
+    model's heads allow (``training.check_cp_comm``); without context parallelism there is nothing to
+    exchange, so cp 1 keeps one of them."""
+    listed = [c for c in CpComm if c in problem.mapping.get("cp_comm", (CpComm.RING,))]
+    rows = []
+    for tp, cp in tp_cp:
+        for c in listed[:1] if cp == 1 else listed:
+            try:
+                check_cp_comm(problem.model, tp, cp, c)
+            except ProblemError:
+                continue
+            rows.append((tp, cp, tuple(CpComm).index(c)))
+    return rows
+
+
 def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
@@ -329,6 +345,7 @@ def build_space(problem) -> Space:
     tps = sorted({point.tp for point in used})
     sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
+    cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
@@ -337,6 +354,7 @@ def build_space(problem) -> Space:
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP])),
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
+        ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("zero", pd.DataFrame({D.ZERO: zero})),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
         (
@@ -362,6 +380,7 @@ def build_space(problem) -> Space:
         D.SP: categorical((False, True)),
         D.UNEVEN_CHUNKS: categorical((False, True)),
         D.RECOMPUTE: categorical(tuple(Recompute)),
+        D.CP_COMM: categorical(tuple(CpComm)),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -405,6 +424,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
             D.PLACEMENT,
             D.UNEVEN_CHUNKS,
             D.OFFLOAD_LAYERS,
+            D.CP_COMM,
         )
     }
     return value[D.NUM_GPUS], Mapping(
@@ -423,6 +443,7 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
         placement=value[D.PLACEMENT],
         uneven_chunks=bool(value[D.UNEVEN_CHUNKS]),
         offload_layers=int(value[D.OFFLOAD_LAYERS]),
+        cp_comm=str(value[D.CP_COMM]),
     )
 
 

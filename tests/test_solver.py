@@ -427,6 +427,7 @@ KNOWN_GOOD = {
     "placement": "tp-cp-ep-dp-pp",
     "uneven_chunks": False,
     "offload_layers": 0,
+    "cp_comm": "ring",
 }
 
 
