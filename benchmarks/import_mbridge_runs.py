@@ -54,6 +54,8 @@ def recipe(model: str, gpu: str, precision: str) -> dict:
 SELECTIVE = "selective"  # the nearest of the model's choices to Megatron-Core's module recompute (recompute_modules)
 HYBRIDEP = {"moe_dispatcher": "deepep"}  # flex dispatcher, HybridEP backend: node-deduplicated like DeepEP
 A2A_OVERLAP = {"moe_a2a_overlap": True}  # overlap_moe_expert_parallel_comm with delay_wgrad_compute
+# recipes/deepseek/deepseek_v3.py: use_precision_aware_optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16
+BF16_MOMENTS = {"adam_moment_bytes": 2}
 CONFIGS = "Megatron-Bridge scripts/performance/configs"
 
 # (model[, gpu[, precision]]) -> settings read from Megatron-Bridge's performance recipes (branch r0.2.0,
@@ -78,7 +80,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB300"): {
-        "workload": HYBRIDEP,
+        "workload": {**HYBRIDEP, **BF16_MOMENTS},
         "mapping": {
             "recompute": SELECTIVE,
             "uneven_chunks": True,
@@ -92,7 +94,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB200", "BF16"): {
-        "workload": HYBRIDEP,
+        "workload": {**HYBRIDEP, **BF16_MOMENTS},
         "mapping": {"recompute": SELECTIVE, "uneven_chunks": True, "first_stage_layers": 15, "last_stage_layers": 14},
         "assumptions": [
             f"{CONFIGS}/deepseek (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules mla_up_proj, "
@@ -100,7 +102,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB200", "FP8-MX"): {
-        "workload": HYBRIDEP,
+        "workload": {**HYBRIDEP, **BF16_MOMENTS},
         "mapping": {
             "recompute": SELECTIVE,
             "uneven_chunks": True,
@@ -113,7 +115,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "B200"): {
-        "workload": {"mtp_layers": 1},
+        "workload": {"mtp_layers": 1, **BF16_MOMENTS},
         "mapping": {"recompute": SELECTIVE, "first_stage_layers": 4, "last_stage_layers": 1},
         "assumptions": [
             f"{CONFIGS}/deepseek (r0.2.0): alltoall dispatcher, recompute_modules mla_up_proj, layout "

@@ -238,11 +238,11 @@ def embedding_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: st
     return memory_bound_time_s(device, 3 * tokens * model.hidden * e)
 
 
-def optimizer_step_time_s(device: DeviceSpec, params_owned: float, grad_bytes: float) -> float:
-    """Adam step over the parameters this rank owns: read/write fp32 master, m, v (24 B),
-    read the gradient, write the half-precision weight (Kingma & Ba 2015; mixed precision per
-    Micikevicius et al. 2018)."""
-    return memory_bound_time_s(device, params_owned * (24.0 + grad_bytes + 2.0))
+def optimizer_step_time_s(device: DeviceSpec, params_owned: float, grad_bytes: float, moment_bytes: float = 4.0) -> float:
+    """Adam step over the parameters this rank owns: read and write the fp32 master copy and the two
+    moments (24 B in fp32, 16 B with bf16 moments), read the gradient, write the half-precision
+    weight (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018)."""
+    return memory_bound_time_s(device, params_owned * (2.0 * (4.0 + 2.0 * moment_bytes) + grad_bytes + 2.0))
 
 
 def low_precision_cast_bytes(

@@ -155,13 +155,22 @@ def logits_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp
     return 4.0 * micro_batch * seq_len / cp * model.vocab / tp
 
 
-def state_bytes_per_param(zero: int, dp: int, weight_bytes: float, grad_bytes: float) -> float:
+def adam_state_bytes(moment_bytes: float = 4.0) -> float:
+    """Bytes of Adam's states per parameter: an fp32 master copy and the two moments, 12 B in fp32
+    (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018), 8 B with bf16 moments
+    (Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as
+    the DeepSeek-V3 recipes run)."""
+    return 4.0 + 2.0 * moment_bytes
+
+
+def state_bytes_per_param(zero: int, dp: int, weight_bytes: float, grad_bytes: float, moment_bytes: float = 4.0) -> float:
     """Bytes per parameter for weights, gradients and Adam states (Rajbhandari et al., ZeRO, SC'20).
 
-    Adam keeps an fp32 master copy, momentum and variance: 12 bytes. ZeRO-1 (= Megatron's
-    distributed optimizer) shards those over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+    Adam keeps an fp32 master copy, momentum and variance (``adam_state_bytes``). ZeRO-1 (=
+    Megatron's distributed optimizer) shards those over dp, ZeRO-2 also the gradients, ZeRO-3 also
+    the weights.
     """
-    optimizer = 12.0
+    optimizer = adam_state_bytes(moment_bytes)
     if zero == 0:
         return weight_bytes + grad_bytes + optimizer
     if zero == 1:

@@ -268,6 +268,7 @@ class Workload:
     precision: str = "bf16"
     attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
+    adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute

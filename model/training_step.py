@@ -202,7 +202,8 @@ def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group) -> t
     step over a stage's dense and expert parameters is the sum of the two."""
     grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group)
     owned = optimizer_owned_params(zero, params_on_gpu, group.n)
-    return grads, gather, compute.optimizer_step_time_s(ctx.system.device, owned, ctx.workload.grad_bytes)
+    wl = ctx.workload
+    return grads, gather, compute.optimizer_step_time_s(ctx.system.device, owned, wl.grad_bytes, wl.adam_moment_bytes)
 
 
 def _first_stage_dp(ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group) -> tuple:

@@ -38,6 +38,7 @@ WORKLOAD_KEYS = (
     "precision",
     "attention",
     "grad_bytes",
+    "adam_moment_bytes",
     "overlap_dp",
     "moe_dispatcher",
     "moe_a2a_overlap",
@@ -175,6 +176,7 @@ def _parse_workload(data, src: str) -> Workload:
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
     grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
+    moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
         for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))
@@ -193,6 +195,7 @@ def _parse_workload(data, src: str) -> Workload:
         precision=precision,
         attention=attention,
         grad_bytes=float(grad_bytes),
+        adam_moment_bytes=float(moment_bytes),
         moe_dispatcher=dispatcher,
         mtp_layers=mtp_layers,
         train_tokens=train_tokens,

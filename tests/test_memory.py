@@ -194,3 +194,17 @@ def test_edge_buffers():
     4sbV/t on the last."""
     assert rel_close(memory.embedding_activation_bytes(GPT3, B, S, T, 1, 16), S * B * H * 16 / T, 1e-12)
     assert rel_close(memory.logits_activation_bytes(GPT3, B, S, T, 1), 4 * S * B * GPT3.vocab / T, 1e-12)
+
+
+def test_bf16_adam_moments_save_four_bytes_per_parameter_and_stream_fewer_bytes():
+    """Megatron-Core's precision-aware optimizer with bf16 moments (DeepSeek-V3's recipes): Adam keeps
+    an fp32 master copy and two bf16 moments, 8 B instead of 12; the step reads and writes them."""
+    assert memory.adam_state_bytes(4.0) == 12.0 and memory.adam_state_bytes(2.0) == 8.0
+    assert memory.state_bytes_per_param(0, 8, 2.0, 2.0, 2.0) == memory.state_bytes_per_param(0, 8, 2.0, 2.0) - 4.0
+    assert memory.state_bytes_per_param(1, 8, 2.0, 2.0, 2.0) == pytest.approx(2.0 + 2.0 + 8.0 / 8)
+    from parasol.model.compute import optimizer_step_time_s
+    from parasol.solver import library
+
+    device = library.load_device("h100-sxm-80gb")
+    full, half = optimizer_step_time_s(device, 1e9, 4.0), optimizer_step_time_s(device, 1e9, 4.0, 2.0)
+    assert half / full == pytest.approx((16 + 4 + 2) / (24 + 4 + 2))
