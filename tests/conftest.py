@@ -21,6 +21,20 @@ EXAMPLE = REPO / "problems" / "examples" / "gpt3-175b-a100.yaml"
 
 # Keys `evaluate --json` must always hold under "metrics" (issue 2, section 5).
 METRIC_KEYS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "fits")
+# A small GQA model for planner tests (8 layers, 16 heads, 4 KV heads), inline as a problem file gives it.
+TINY_GQA = {
+    "name": "tiny-gqa",
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 2816,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+}
 # Every mapping key of the problem-file contract (issue 2 section 2, issue 3 decision space).
 MAPPING_KEYS = (
     "tp",

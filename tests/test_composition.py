@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import rel_close
+from conftest import TINY_GQA, rel_close
 
 from parasol.model.errors import ProblemError
 from parasol.model.ops import FloatOps
@@ -43,19 +43,7 @@ TINY_MOE = {
     "bias": False,
     "moe": {"experts": 8, "top_k": 2, "expert_ffn": 512, "shared_experts": 1, "first_dense_layers": 1},
 }
-TINY = {
-    "name": "tiny-gqa",
-    "layers": 8,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 2816,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-}
+TINY = TINY_GQA
 
 
 def _gpus(system: str, rng) -> int:

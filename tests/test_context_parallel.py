@@ -6,7 +6,7 @@ tp·cp to divide the heads and the kv heads, and hides nothing.
 """
 
 import pytest
-from conftest import rel_close
+from conftest import TINY_GQA, rel_close
 
 from parasol.model.errors import ProblemError
 from parasol.model.placement import Group, collective_time_s, layout
@@ -17,19 +17,7 @@ from parasol.solver import library
 from parasol.solver.planner import enumerate_space, planner_for, solve
 from parasol.solver.problem import parse_problem
 
-TINY = {
-    "name": "tiny-gqa",
-    "layers": 8,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 2816,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-}
+TINY = TINY_GQA
 
 
 def test_the_all_to_alls_carry_q_k_v_and_the_output_and_hide_nothing():

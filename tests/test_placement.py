@@ -12,7 +12,7 @@ import json
 import random
 
 import pytest
-from conftest import REPO, rel_close, training_problem, write_yaml
+from conftest import REPO, TINY_GQA, rel_close, training_problem, write_yaml
 from test_solver import TIME_LIMIT, WORKERS, differential, random_problem
 
 from parasol.model import comm
@@ -39,20 +39,7 @@ from parasol.solver.training_space import build_space, placements_by_point
 
 S = 1.0e8  # bytes
 EXAMPLE = REPO / "problems" / "examples" / "torus-placement.yaml"
-TINY_MOE = {
-    "name": "tiny-moe",
-    "layers": 8,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 2816,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-    "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1408},
-}
+TINY_MOE = {**TINY_GQA, "name": "tiny-moe", "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1408}}
 
 
 # ---- the placement string and the groups it builds ---------------------------------------------

@@ -12,7 +12,7 @@ import random
 import re
 
 import pytest
-from conftest import MAPPING_KEYS, rel_close, run_cli, training_problem, write_yaml
+from conftest import MAPPING_KEYS, TINY_GQA, rel_close, run_cli, training_problem, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.model.training_step import evaluate_training
@@ -23,19 +23,7 @@ from parasol.solver.training_space import build_space
 WORKERS, TIME_LIMIT = 2, 30
 REL = 1e-3  # the time unit makes the integer step agree with the float model within 1e-4; memory rounds up by 16 KiB
 
-TINY = {
-    "name": "tiny-gqa",
-    "layers": 8,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 2816,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-}
+TINY = TINY_GQA
 MODELS = ["megatron-gpt-1.7b", "llama2-7b", "gpt-j-6b", TINY]
 
 
