@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from .errors import ProblemError
 
+MIN_GOODPUT = 0.05  # below it a run is not a plan (and its stretch would overflow the integer backend)
+
 
 @dataclass(frozen=True)
 class Reliability:
@@ -47,10 +49,10 @@ def run_goodput(num_gpus: int, reliability: Reliability) -> float:
     mtbf = job_mtbf_s(num_gpus, reliability)
     tau = checkpoint_interval_s(num_gpus, reliability)
     lost = reliability.checkpoint_stall_s / tau + (tau / 2.0 + reliability.restart_s) / mtbf
-    if lost >= 1.0:
+    if 1.0 - lost < MIN_GOODPUT:
         raise ProblemError(
             f"on {num_gpus} GPUs a failure every {mtbf:,.0f} s (reliability: {reliability.failures_per_gpu_hour:g} per GPU-hour) "
-            "leaves no time to train; give workload.goodput",
+            f"leaves less than {MIN_GOODPUT:.0%} of the time to train; give workload.goodput",
             field="workload.goodput",
         )
     return 1.0 - lost

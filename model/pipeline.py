@@ -90,7 +90,8 @@ def vpp_splits_stage(layers: int, vpp: int, slots: int, uneven: bool = False) ->
     """Whether ``vpp`` model chunks can split a stage of ``layers`` transformer layers.
 
     Megatron-Core's default rule for the interleaved schedule: equal chunks. ``slots`` are the
-    modules besides transformer layers that the stage may count as layers: the embedding on the
+    modules besides transformer layers that the stage may count as layers (any number of them, in
+    order): the embedding on the
     first stage, the loss and the multi-token-prediction layers on the last
     (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split; Megatron-Bridge
     runs Llama 3.1 405B as 15, 16 x 6, 15 layers with vpp 8). With ``uneven`` (an explicit
@@ -100,7 +101,7 @@ def vpp_splits_stage(layers: int, vpp: int, slots: int, uneven: bool = False) ->
     possible the largest holds at most one layer more."""
     if vpp == 1:
         return True
-    even = (layers % vpp == 0 and layers >= vpp) or (slots > 0 and (layers + slots) % vpp == 0)
+    even = (layers % vpp == 0 and layers >= vpp) or any((layers + s) % vpp == 0 for s in range(1, slots + 1))
     return even or (uneven and layers >= 1 and layers + slots >= vpp)
 
 

@@ -452,6 +452,30 @@ def stage_state_bytes(
     return out
 
 
+def check_offload(model: ModelSpec, mapping: Mapping) -> None:
+    """ProblemError unless Megatron-Core can offload ``mapping.offload_layers`` layers' activations:
+    without pipeline parallelism, without recomputation, and fewer layers than the model's
+    (TransformerConfig rejects the rest)."""
+    m = mapping
+    if not m.offload_layers:
+        return
+    if m.pp > 1:
+        raise ProblemError(
+            "activation offloading needs pp 1 (Megatron-Core has no pipelined CPU offloading)", field="mapping.offload_layers"
+        )
+    if m.recompute != Recompute.NONE:
+        raise ProblemError(
+            "activation offloading needs recompute none (Megatron-Core rejects both)", field="mapping.offload_layers"
+        )
+    body = model.layers - (model.moe.first_dense_layers if model.moe is not None else 0)
+    if m.offload_layers >= min(body + 1, model.layers):
+        raise ProblemError(
+            f"offload_layers {m.offload_layers} must be below the model's {model.layers} layers (and at most its {body} "
+            "layers after the leading dense ones)",
+            field="mapping.offload_layers",
+        )
+
+
 def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> None:
     """ProblemError unless ``cp_comm`` is a CpComm that the model's heads allow: the all-to-all gives
     each of the tp·cp ranks whole query and key/value heads (Megatron-Core asserts it)."""
@@ -540,12 +564,7 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
                 f"device {system.device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs",
                 field="mapping.offload_layers",
             )
-        fewest = min([layers[0] - lead] + layers[1:])
-        if m.offload_layers > fewest:
-            raise ProblemError(
-                f"offload_layers {m.offload_layers} is more than the {fewest} layers of the smallest stage {layers}",
-                field="mapping.offload_layers",
-            )
+        check_offload(model, m)
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
         hint = (
             "each chunk needs at least one layer"

@@ -388,8 +388,11 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
-    # the last stage's MTP modules: their layers' states, one micro-batch of their activations and logits
+    # the last stage's MTP modules: their layers' states, one micro-batch of their activations and logits;
+    # apart from the first stage, it also holds a copy of the embedding for them (Megatron-Core builds
+    # the embedding where pre_process or mtp_process)
     mtp_states = mtp * states.body
+    mtp_embedding = states.embedding if mtp else 0
     last_act = edge.logits_activation * (1 + mtp) + mtp * body.activation
     mem_first = stage_memory(
         o,
@@ -408,7 +411,20 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     mem_last = o.where(
         single,
         mem_first,
-        stage_memory(o, 0, n_last, lead, body, states, states.output_last + mtp_states, limits.last, chunks, vpp, last_act, off),
+        stage_memory(
+            o,
+            0,
+            n_last,
+            lead,
+            body,
+            states,
+            states.output_last + mtp_states + mtp_embedding,
+            limits.last,
+            chunks,
+            vpp,
+            last_act,
+            off,
+        ),
     )
     mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0, off), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
@@ -545,14 +561,16 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         first, last = i == 0, i == m.pp - 1
         lead_count = k if first else 0
         mtp_here = mtp if last else 0  # the MTP modules: time and memory as in ``compose``
-        extra_fwd = (edge.first_fwd if first else 0.0) + ((edge.last_fwd * (1 + mtp) + mtp * body.fwd) if last else 0.0)
-        extra_bwd = (edge.first_bwd if first else 0.0) + ((edge.last_bwd * (1 + mtp) + mtp * body.bwd) if last else 0.0)
-        extra_bwd += mtp_here * (body.total - body.fwd - body.bwd)  # the MTP layer's recomputation, as in body.total
+        extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
+        extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
+        mtp_fwd = mtp_here * (edge.last_fwd + body.fwd)
+        mtp_bwd = mtp_here * (edge.last_bwd + body.total - body.fwd)  # its layer's recomputation too, as in body.total
         edge_states = (
             (states.embedding if first else 0.0)
             + (states.output_first if first and last else 0.0)
             + (states.output_last if last and not first else 0.0)
             + mtp_here * states.body
+            + (states.embedding if mtp_here and not first else 0.0)
         )
         edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
             edge.logits_activation * (1 + mtp) + mtp * body.activation if last else 0.0
@@ -574,7 +592,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             m.offload_layers,
         )
         moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
-        p = stage_params(model, n + mtp_here, first, last, m.tp, moe_layers)
+        p = stage_params(model, n + mtp_here, first or bool(mtp_here), last, m.tp, moe_layers)
         pe = stage_expert_params(model, moe_layers, m.ep)
         state = stage_state_bytes(model, wl, m, p, pe)
         activations = total - sum(state.values())
@@ -584,17 +602,18 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "layers": n,
                 "moe_layers": n - lead_count if model.moe is not None else 0,
                 "time_per_microbatch_s": stage_time(
-                    o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd + offload_s, sends
+                    o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd + mtp_fwd + mtp_bwd + offload_s, sends
                 ),
                 "params": p,
                 "expert_params": pe,
-                "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd,
-                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + offload_s,
+                "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp_fwd,
+                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp_bwd + offload_s,
                 "memory_bytes": total,
                 "state": state,
                 "activations_bytes": activations,
                 "extra_s": extra_fwd + extra_bwd,
                 "offload_s": offload_s,
+                "mtp_s": mtp_fwd + mtp_bwd,
                 "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
             }
         )
@@ -626,6 +645,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
         "compute/recompute": layers_sum("recompute"),
         "compute/embedding_logits": critical["extra_s"] * mb,
         "memory/offload": critical["offload_s"] * mb,
+        "compute/mtp": critical["mtp_s"] * mb,
         "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
         "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
         "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),

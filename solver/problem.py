@@ -21,6 +21,7 @@ from parasol.model import checks
 from parasol.model.choices import CpComm, Recompute, TrainingObjective, ZeroStage
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
+from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
@@ -184,7 +185,13 @@ def _parse_workload(data, src: str) -> Workload:
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)
     goodput = data.get("goodput", "auto")
-    goodput = None if goodput == "auto" else checks.fraction(goodput, "workload.goodput", src)
+    if goodput != "auto":
+        goodput = checks.fraction(goodput, "workload.goodput", src)
+        if goodput < MIN_GOODPUT:
+            raise ProblemError(
+                f"must be 'auto' or a fraction in [{MIN_GOODPUT}, 1], got {goodput!r}", source=src, field="workload.goodput"
+            )
+    goodput = None if goodput == "auto" else goodput
     train_tokens = data.get("train_tokens")
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")

@@ -227,13 +227,12 @@ def evaluate_plan(problem, num_gpus: int, mapping) -> Evaluation:
     ev = evaluate_step(TrainingContext(problem.model, problem.system(num_gpus), problem.workload), mapping)
     try:
         row = problem.system_cost(num_gpus)
+        goodput = costing.goodput(problem, num_gpus)
     except ProblemError:
         if problem.needs_cost:
             raise
-        return ev
-    ev.metrics.update(
-        costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens, costing.goodput(problem, num_gpus))
-    )
+        return ev  # the costs are extras here: a system without a price, or failures that leave no time to train
+    ev.metrics.update(costing.cost_metrics(row, ev.metrics["tokens_per_s"], problem.workload.train_tokens, goodput))
     if problem.chiplets != (None,):
         ev.metrics["chiplets"] = problem.chiplets[0]
     return ev

@@ -26,6 +26,9 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
         f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
         f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
+        + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
+        + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
+        + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [

@@ -202,6 +202,7 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
     L = problem.model.layers
     vpps = tuple(problem.mapping.get("vpp", range(1, L + 1)))
     unevens = problem.mapping.get("uneven_chunks", (False,))
+    plain_u = unevens[0] if len(unevens) == 1 else False  # the value a stage without interleaving carries
     offloads = problem.mapping.get("offload_layers", (0,))
     lead = lead_layers(problem.model)
     first_slots, last_slots = stage_slot_counts(problem)
@@ -231,7 +232,8 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
                     (pp, int(pp == 1), f, la, middle, v, int(v > 1), int(u), x)
                     for v in sorted(allowed)
                     for x in offloads
-                    if x <= fewest
+                    if (x == 0 or (pp == 1 and x <= fewest and x < L))  # training.check_offload
+                    and (v > 1 or u == plain_u)  # without interleaving chunks are stages: one row
                 )
     return rows
 
@@ -252,6 +254,7 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
         pipeline[[pp, mid]],
         pipeline[[pp, v]],
         pipeline[[v, i]],
+        pipeline[[v, u]],
     ]
     for column, slots in ((f, first_slots), (la, last_slots), (mid, 0)):
         counts = sorted(set(pipeline[column]))
@@ -261,15 +264,17 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
                 columns=[column, v, u],
             )
         )
-    # every stage offloads as many body layers as it holds at most (the first's lead layers aside)
-    for column, skip in ((f, lead), (la, 0), (mid, 0)):
-        counts = sorted(set(pipeline[column]))
-        pairs = [(n, x) for n in counts for x in offloads if (column == mid and n == 0) or x <= n - skip]
-        parts.append(pd.DataFrame(pairs, columns=[column, off]))
+    # offloading (training.check_offload): only without pipelining, fewer layers than the model's and
+    # at most its body layers
+    parts.append(pipeline[[pp, off]])
+    layers = problem.model.layers
+    counts = sorted(set(pipeline[f]))
+    parts.append(
+        pd.DataFrame([(n, x) for n in counts for x in offloads if x == 0 or (x <= n - lead and x < layers)], columns=[f, off])
+    )
     relations = tuple(
         Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64")) for j, part in enumerate(parts)
     )
-    layers = problem.model.layers
     held = Identity(lambda o: layers_held(o, o.decision(pp), o.decision(f), o.decision(la), o.decision(mid)), layers)
     return CompactForm(relations, (held,))
 
@@ -346,6 +351,9 @@ def build_space(problem) -> Space:
     sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
+    offloads = sorted({row[-1] for row in pipeline})
+    none = tuple(Recompute).index(Recompute.NONE)
+    offload_recompute = [(x, r) for x in offloads for r in recompute if x == 0 or r == none]  # training.check_offload
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
@@ -355,6 +363,7 @@ def build_space(problem) -> Space:
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP])),
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
+        ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
         ("zero", pd.DataFrame({D.ZERO: zero})),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
         (
@@ -396,7 +405,8 @@ def build_space(problem) -> Space:
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
-            "dp·micro_batch; sp needs tp > 1; vpp must split every stage)",
+            "dp·micro_batch; sp needs tp > 1; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
+            "kv_heads; offload_layers needs pp 1 and recompute none)",
             source=problem.source,
             field="mapping",
         )

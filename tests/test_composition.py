@@ -290,6 +290,8 @@ def test_uneven_chunks_and_mtp_solve_to_the_enumerators_optimum():
     pipeline = next(r for r in space.relations if r.name == "pipeline").frame
     uneven = pipeline[pipeline["uneven_chunks"] == 1]
     assert len(uneven) > 0 and set(pipeline["vpp"]) == {1, 2, 3}
+    assert set(uneven["vpp"]) == {2, 3}  # without interleaving there is no layout to choose: one row
+    assert set(pipeline[pipeline["offload_layers"] > 0]["pp"]) == {1}  # Megatron-Core offloads only without pp
     enum, sol = differential(UNEVEN, "uneven")
     assert enum is not None and sol.status == "OPTIMAL"
 

@@ -65,7 +65,7 @@ def test_run_hours_count_the_lost_time():
     assert rel_close(f["run_cost_usd"], 2 * ideal_hours * f["cost_per_hour_usd"], 1e-9)
 
 
-@pytest.mark.parametrize("value", [0, 1.5, "most", True])
+@pytest.mark.parametrize("value", [0, 1.5, "most", True, 1e-7])
 def test_a_bad_goodput_is_one_line_and_exit_2(tmp_path, value):
     data = training_problem(train_tokens=1e12, goodput=value)
     out = run_cli(
@@ -102,3 +102,17 @@ def test_sizing_with_goodput_solves_to_the_enumerators_optimum(hours):
     assert enum.plans[0].num_gpus == sol.plans[0].num_gpus
     if hours:
         assert sol.plans[0].evaluation.metrics["run_hours"] <= hours
+
+
+def test_a_throughput_problem_past_the_failure_limit_still_evaluates():
+    """Goodput is a cost extra: a throughput problem without train_tokens on more GPUs than the
+    failures allow still evaluates (without its cost metrics), while a cost asked there says why not."""
+    mapping = {"tp": 8, "pp": 1, "dp": 32768, "micro_batch": 1}
+    data = training_problem(num_gpus=262_144, global_batch=32768) | {"mapping": mapping}
+    problem = parse_problem(data, source="t")
+    ev = evaluate_plan(problem, 262_144, problem.fixed_mapping())
+    assert ev.metrics["step_time_s"] > 0 and "goodput" not in ev.metrics
+    costly = parse_problem(data | {"objective": "cost"}, source="t")
+    with pytest.raises(ProblemError) as info:
+        evaluate_plan(costly, 262_144, costly.fixed_mapping())
+    assert info.value.field == "workload.goodput"

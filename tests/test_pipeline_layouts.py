@@ -80,14 +80,25 @@ def test_offloading_moves_activations_to_the_host_at_the_cost_of_the_exposed_cop
     )
 
 
-def test_offloading_needs_a_host_link_and_layers_to_offload():
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"pp": 2, "dp": 4}, "pp 1"),  # Megatron-Core: no pipelined CPU offloading
+        ({"recompute": "full"}, "recompute none"),  # nor with recomputation
+        ({"offload_layers": 32}, "below the model's 32 layers"),  # fewer layers than the model's
+    ],
+)
+def test_offloading_follows_megatron_cores_rules(change, says):
     model, workload = library.load_model("llama3-8b"), Workload(kind="training", seq_len=4096, global_batch=64)
-    mapping = Mapping(tp=1, pp=2, dp=4, micro_batch=1, offload_layers=17)
+    mapping = dataclasses.replace(Mapping(tp=1, pp=1, dp=8, micro_batch=1, offload_layers=4), **change)
     with pytest.raises(ProblemError) as info:
         evaluate_training(model, library.load_system("dgx-h100", 8), workload, mapping)
-    assert info.value.field == "mapping.offload_layers" and "16" in str(info.value)
+    assert info.value.field == "mapping.offload_layers" and says in str(info.value)
+
+
+def test_offloading_needs_a_host_link():
+    model, workload = library.load_model("llama3-8b"), Workload(kind="training", seq_len=4096, global_batch=64)
+    mapping = Mapping(tp=1, pp=1, dp=8, micro_batch=1, offload_layers=4)
     with pytest.raises(ProblemError) as info:
-        evaluate_training(
-            model, library.load_system("tpu-v5p-torus", 8), workload, dataclasses.replace(mapping, offload_layers=1)
-        )
+        evaluate_training(model, library.load_system("tpu-v5p-torus", 8), workload, mapping)
     assert info.value.field == "mapping.offload_layers" and "host_bytes_per_s" in str(info.value)
