@@ -12,11 +12,13 @@ implementation's overheads) and reported like every other run.
 
 --holdout refits leaving out one publication family at a time and prints the error on it.
 
---moe fits the two mixture-of-experts numbers of the H100 device (efficiency.moe_expert: the rate of
-the routed-expert block against the dense GEMM roofline; efficiency.moe_overlap: the share of a
-layer's compute that can hide an overlapped all-to-all) on the three Megatron-Bridge 25.09 MoE runs
-of the calibration set, by grid search of the mean absolute step-time error, and prints the error
-on the published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
+--moe first prints the H100's measured FP8 grouped-GEMM efficiency (efficiency.grouped_fp8: the
+scaled grouped kernels against the FP8 dense curve, from problems/measurements/h100-kernel-microbench.yaml),
+then fits the two mixture-of-experts numbers of the H100 device (efficiency.moe_expert: the rate of
+the routed-expert block against the GEMM roofline; efficiency.moe_overlap: the share of a layer's
+compute that can hide an overlapped all-to-all) on the three Megatron-Bridge 25.09 MoE runs of the
+calibration set, by grid search of the mean absolute step-time error, and prints the error on the
+published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
 covers, the one efficiency it sets (``stream``, the HBM fraction weight GEMMs reach) by grid search
@@ -74,8 +76,34 @@ def moe_override(expert: float, overlap: float):
     return apply
 
 
+GROUPED_MEASUREMENT = "measurements/h100-kernel-microbench.yaml"
+GROUPED_MIN_ROWS = 512  # the regime of the training runs (2,048+ rows per expert); fewer rows are launch-bound
+
+
+def grouped_fp8_efficiency() -> float:
+    """FP8 grouped expert GEMMs' rate against the device's FP8 dense curve, measured on H100
+    (problems/measurements/h100-kernel-microbench.yaml: torch._scaled_grouped_mm, row-wise scales):
+    the median over the measured shapes with at least GROUPED_MIN_ROWS rows per expert of the model's
+    per-expert FP8 roofline time over the measured time (``compute.moe_routed_forward_time_s``)."""
+    import yaml  # noqa: PLC0415
+
+    from parasol.model.compute import gemm_time_s  # noqa: PLC0415
+    from parasol.solver import library  # noqa: PLC0415
+
+    device = library.load_device("h100-sxm-80gb")
+    entries = yaml.safe_load((library.library_root() / GROUPED_MEASUREMENT).read_text())["grouped_gemm"]["entries"]
+    ratios = [
+        e["experts"] * gemm_time_s(device, e["rows_per_expert"], e["n"], e["k"], "fp8") / e["fp8_seconds"]
+        for e in entries
+        if e.get("fp8_seconds") and e["rows_per_expert"] >= GROUPED_MIN_ROWS
+    ]
+    return statistics.median(ratios)
+
+
 def fit_moe(entries) -> None:
-    """Grid search of (moe_expert, moe_overlap) on the MoE calibration runs; prints both errors."""
+    """The measured FP8 grouped-GEMM efficiency, then a grid search of (moe_expert, moe_overlap) on
+    the MoE calibration runs (with the stored grouped_fp8); prints both errors."""
+    print(f"grouped_fp8 (H100 measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency():.2f}")
     calibration = [e for e in entries if family(e["id"]) == MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) == MOE_CHECK]
     grid = [(x / 20, y / 10) for x in range(4, 21) for y in range(1, 11)]

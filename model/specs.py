@@ -192,6 +192,7 @@ class DeviceSpec:
     stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
     host_bytes_per_s: float = 0.0  # GPU <-> host memory, each direction (PCIe, NVLink-C2C); 0 = unknown
+    grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:

@@ -184,7 +184,18 @@ def load_device(name: str) -> DeviceSpec:
     eff = data["efficiency"]
     checks.keys(
         eff,
-        ("gemm", "gemm_fp8", "gemm_fp4", "attention", "memory", "stream", "kv_stream", "moe_expert", "moe_overlap"),
+        (
+            "gemm",
+            "gemm_fp8",
+            "gemm_fp4",
+            "attention",
+            "memory",
+            "stream",
+            "kv_stream",
+            "moe_expert",
+            "moe_overlap",
+            "grouped_fp8",
+        ),
         ("gemm", "attention", "memory"),
         src,
         "efficiency.",
@@ -204,7 +215,7 @@ def load_device(name: str) -> DeviceSpec:
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
-            for key in ("moe_expert", "moe_overlap", "stream", "kv_stream")
+            for key in ("moe_expert", "moe_overlap", "stream", "kv_stream", "grouped_fp8")
             if key in eff
         },
         low_precision_gemm=low,
