@@ -98,7 +98,13 @@ def plans_table(plans) -> list[str]:
 
 
 def plan_label(plan) -> str:
-    """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp."""
+    """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
+    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP)."""
     m, met = plan.mapping, plan.evaluation.metrics
     chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
-    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}"
+    extras = (
+        (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
+        + (f", offload {m.offload_layers}" if m.offload_layers else "")
+        + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
+    )
+    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

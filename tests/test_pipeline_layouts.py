@@ -102,3 +102,21 @@ def test_offloading_needs_a_host_link():
     with pytest.raises(ProblemError) as info:
         evaluate_training(model, library.load_system("tpu-v5p-torus", 8), workload, mapping)
     assert info.value.field == "mapping.offload_layers" and "host_bytes_per_s" in str(info.value)
+
+
+def test_a_plans_short_label_names_the_choices_beyond_the_defaults():
+    """Pareto tables and top-n lists tell plans apart that differ only in the new choices."""
+    from types import SimpleNamespace
+
+    from parasol.solver.training_report import plan_label
+
+    def label(**kw):
+        return plan_label(
+            SimpleNamespace(
+                num_gpus=8, mapping=Mapping(tp=1, pp=2, dp=4, micro_batch=1, **kw), evaluation=SimpleNamespace(metrics={})
+            )
+        )
+
+    assert label(vpp=3) == "8 GPUs  1/2/4/1/1, mb 1, vpp 3"
+    assert label(vpp=3, uneven_chunks=True).endswith(", uneven")
+    assert label(offload_layers=2).endswith(", offload 2")
