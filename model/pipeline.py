@@ -111,6 +111,11 @@ def stage_slots(stage: int, pp: int, mtp_layers: int) -> int:
     return (1 if stage == 0 else 0) + (1 + mtp_layers if stage == pp - 1 else 0)
 
 
+def edge_stage_slots(mtp_layers: int) -> tuple[int, int]:
+    """(first, last) stage's ``stage_slots`` when they are two stages (pp > 1)."""
+    return stage_slots(0, 2, mtp_layers), stage_slots(1, 2, mtp_layers)
+
+
 def vpp_divides_stages(stage_layers: list[int], vpp: int, mtp_layers: int = 0, uneven: bool = False) -> bool:
     """Whether ``vpp`` model chunks split every stage (``vpp_splits_stage``)."""
     pp = len(stage_layers)

@@ -452,28 +452,25 @@ def stage_state_bytes(
     return out
 
 
-def check_offload(model: ModelSpec, mapping: Mapping) -> None:
-    """ProblemError unless Megatron-Core can offload ``mapping.offload_layers`` layers' activations:
-    without pipeline parallelism, without recomputation, and fewer layers than the model's
-    (TransformerConfig rejects the rest)."""
-    m = mapping
-    if not m.offload_layers:
-        return
-    if m.pp > 1:
-        raise ProblemError(
-            "activation offloading needs pp 1 (Megatron-Core has no pipelined CPU offloading)", field="mapping.offload_layers"
-        )
-    if m.recompute != Recompute.NONE:
-        raise ProblemError(
-            "activation offloading needs recompute none (Megatron-Core rejects both)", field="mapping.offload_layers"
-        )
+def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: str, offload_layers: int) -> str | None:
+    """Why Megatron-Core cannot offload ``offload_layers`` layers' activations here, or None when it
+    can: it needs a link to host memory, no pipeline parallelism, no recomputation, and fewer layers
+    than the model's (TransformerConfig rejects the rest)."""
+    if not offload_layers:
+        return None
+    if device.host_bytes_per_s <= 0:
+        return f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs"
+    if pp > 1:
+        return "activation offloading needs pp 1 (Megatron-Core has no pipelined CPU offloading)"
+    if recompute != Recompute.NONE:
+        return "activation offloading needs recompute none (Megatron-Core rejects both)"
     body = model.layers - (model.moe.first_dense_layers if model.moe is not None else 0)
-    if m.offload_layers >= min(body + 1, model.layers):
-        raise ProblemError(
-            f"offload_layers {m.offload_layers} must be below the model's {model.layers} layers (and at most its {body} "
-            "layers after the leading dense ones)",
-            field="mapping.offload_layers",
+    if offload_layers >= min(body + 1, model.layers):
+        return (
+            f"offload_layers {offload_layers} must be below the model's {model.layers} layers (and at most its {body} "
+            "layers after the leading dense ones)"
         )
+    return None
 
 
 def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> None:
@@ -558,13 +555,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             field="mapping.first_stage_layers",
         )
     check_cp_comm(model, m.tp, m.cp, m.cp_comm)
-    if m.offload_layers:
-        if system.device.host_bytes_per_s <= 0:
-            raise ProblemError(
-                f"device {system.device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs",
-                field="mapping.offload_layers",
-            )
-        check_offload(model, m)
+    reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
+    if reason is not None:
+        raise ProblemError(reason, field="mapping.offload_layers")
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
         hint = (
             "each chunk needs at least one layer"

@@ -23,6 +23,7 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import compute, memory, params
 from .choices import TrainingObjective
@@ -274,6 +275,34 @@ class TrainingStep:
     limits: list  # ops.Limit
 
 
+class MtpTerms(NamedTuple):
+    """What the last stage's multi-token-prediction modules add (``mtp_terms``)."""
+
+    fwd: object  # seconds per micro-batch
+    bwd: object
+    states: object  # bytes: their layers' model states
+    embedding: object  # bytes: the embedding copy a last stage that is not the first holds for them
+    activation: object  # bytes: one micro-batch of their activations and logits
+
+
+def mtp_terms(mtp: int, edge, body, states) -> MtpTerms:
+    """``mtp`` multi-token-prediction modules on the last stage (DeepSeek-V3 Sec. 2.2), written against
+    ``ops``: each is one more layer of the body's kind with its own pass through the (shared) output
+    layer and loss, forward and backward (its layer's recomputation too, as in ``body.total``); their
+    layers' states and one micro-batch of their activations and logits; and, away from the first
+    stage, a copy of the embedding (Megatron-Core builds it where pre_process or mtp_process). Zeros
+    without MTP."""
+    if not mtp:
+        return MtpTerms(0, 0, 0, 0, 0)
+    return MtpTerms(
+        fwd=mtp * (edge.last_fwd + body.fwd),
+        bwd=mtp * (edge.last_bwd + body.total - body.fwd),
+        states=mtp * states.body,
+        embedding=states.embedding,
+        activation=mtp * (edge.logits_activation + body.activation),
+    )
+
+
 def stage_time(o, lead_count: int, body_count, lead, body, extra, sends):
     """Seconds per micro-batch of a stage holding ``lead_count`` lead layers and ``body_count`` body
     layers, ``extra`` (its embedding and output layer) and ``sends`` (its boundary p2p)."""
@@ -351,10 +380,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     edge = o.lookup(EDGES)
     b1 = n1 - k  # body layers of the first stage
     sends = o.product(vpp, o.lookup(P2P).time)
-    mtp = wl.mtp_layers
-    # the output layer and loss, and each multi-token-prediction module: one more layer of the body's
-    # kind with its own pass through the (shared) output layer and loss (DeepSeek-V3 Sec. 2.2)
-    last_extra = (edge.last_fwd + edge.last_bwd) * (1 + mtp) + mtp * body.total
+    states = o.lookup(STATES)
+    mtp = mtp_terms(wl.mtp_layers, edge, body, states)
+    last_extra = edge.last_fwd + edge.last_bwd + mtp.fwd + mtp.bwd  # the output layer and loss, the MTP modules
 
     off = o.decision(D.OFFLOAD_LAYERS)
     offload_t = o.product(off, body.offload)  # every stage offloads as many layers
@@ -385,15 +413,10 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
     step = busy + bubble + exposed + optimizer
 
-    states, limits = o.lookup(STATES), o.lookup(CHUNK_LIMITS)
+    limits = o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
-    # the last stage's MTP modules: their layers' states, one micro-batch of their activations and logits;
-    # apart from the first stage, it also holds a copy of the embedding for them (Megatron-Core builds
-    # the embedding where pre_process or mtp_process)
-    mtp_states = mtp * states.body
-    mtp_embedding = states.embedding if mtp else 0
-    last_act = edge.logits_activation * (1 + mtp) + mtp * body.activation
+    last_act = edge.logits_activation + mtp.activation
     mem_first = stage_memory(
         o,
         k,
@@ -401,7 +424,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         lead,
         body,
         states,
-        states.embedding + o.where(single, states.output_first + mtp_states, 0),
+        states.embedding + o.where(single, states.output_first + mtp.states, 0),
         limits.first,
         chunks,
         vpp,
@@ -418,7 +441,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
             lead,
             body,
             states,
-            states.output_last + mtp_states + mtp_embedding,
+            states.output_last + mtp.states + mtp.embedding,
             limits.last,
             chunks,
             vpp,
@@ -555,25 +578,23 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
     lead, body, edge, states = o.lookup(lead_f), o.lookup(body_f), o.lookup(EDGES), o.lookup(STATES)
     sends = m.vpp * o.lookup(P2P).time if m.pp > 1 else 0.0
     microbatches = decisions[D.MICROBATCHES]
-    mtp = wl.mtp_layers
     out = []
     for i, n in enumerate(layers):
         first, last = i == 0, i == m.pp - 1
         lead_count = k if first else 0
-        mtp_here = mtp if last else 0  # the MTP modules: time and memory as in ``compose``
+        mtp_here = wl.mtp_layers if last else 0
+        mtp = mtp_terms(mtp_here, edge, body, states)  # as in ``compose``
         extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
         extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
-        mtp_fwd = mtp_here * (edge.last_fwd + body.fwd)
-        mtp_bwd = mtp_here * (edge.last_bwd + body.total - body.fwd)  # its layer's recomputation too, as in body.total
         edge_states = (
             (states.embedding if first else 0.0)
             + (states.output_first if first and last else 0.0)
             + (states.output_last if last and not first else 0.0)
-            + mtp_here * states.body
-            + (states.embedding if mtp_here and not first else 0.0)
+            + mtp.states
+            + (0.0 if first else mtp.embedding)
         )
         edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
-            edge.logits_activation * (1 + mtp) + mtp * body.activation if last else 0.0
+            edge.logits_activation + mtp.activation if last else 0.0
         )
         limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
         offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
@@ -602,18 +623,18 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "layers": n,
                 "moe_layers": n - lead_count if model.moe is not None else 0,
                 "time_per_microbatch_s": stage_time(
-                    o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd + mtp_fwd + mtp_bwd + offload_s, sends
+                    o, lead_count, n - lead_count, lead, body, extra_fwd + extra_bwd + mtp.fwd + mtp.bwd + offload_s, sends
                 ),
                 "params": p,
                 "expert_params": pe,
-                "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp_fwd,
-                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp_bwd + offload_s,
+                "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
+                "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
                 "state": state,
                 "activations_bytes": activations,
                 "extra_s": extra_fwd + extra_bwd,
                 "offload_s": offload_s,
-                "mtp_s": mtp_fwd + mtp_bwd,
+                "mtp_s": mtp.fwd + mtp.bwd,
                 "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
             }
         )

@@ -23,11 +23,11 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from parasol.model.choices import CpComm, Recompute, ZeroStage
-from parasol.model.decisions import GROUP_KEYS
+from parasol.model.choices import CpComm, Recompute, ZeroStage, plain
+from parasol.model.decisions import GROUP_KEYS, TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
-from parasol.model.pipeline import default_edge_stage_layers, layers_held, split_stages, vpp_splits_stage
+from parasol.model.pipeline import default_edge_stage_layers, edge_stage_slots, layers_held, split_stages, vpp_splits_stage
 from parasol.model.placement import (
     PLACEMENTS,
     check_placement,
@@ -39,7 +39,7 @@ from parasol.model.placement import (
     topology_decides,
 )
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
-from parasol.model.training import check_cp_comm, check_grid
+from parasol.model.training import check_cp_comm, check_grid, offload_problem
 from parasol.model.training_step import lead_layers
 
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
@@ -188,13 +188,7 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
     return [(f, la) for f in firsts for la in lasts if split_stages(L, pp, f, la)[0] and f >= lead]
 
 
-def stage_slot_counts(problem) -> tuple[int, int]:
-    """(first, last) stage's modules besides transformer layers that count in its chunk split
-    (``pipeline.stage_slots``): the embedding; the loss and the MTP layers."""
-    return 1, 1 + problem.workload.mtp_layers
-
-
-def _pipeline_rows(problem, pps) -> list[tuple]:
+def _pipeline_rows(problem, pps, device) -> list[tuple]:
     """(pp, single stage, first, last, middle, vpp, interleaved, uneven chunks) of every partition and
     interleaving depth allowed (``pipeline.split_stages``; vpp splitting each stage,
     ``pipeline.vpp_splits_stage``, with chunks of equal size or, where ``mapping.uneven_chunks`` allows,
@@ -204,8 +198,7 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
     unevens = problem.mapping.get("uneven_chunks", (False,))
     plain_u = unevens[0] if len(unevens) == 1 else False  # the value a stage without interleaving carries
     offloads = problem.mapping.get("offload_layers", (0,))
-    lead = lead_layers(problem.model)
-    first_slots, last_slots = stage_slot_counts(problem)
+    first_slots, last_slots = edge_stage_slots(problem.workload.mtp_layers)
     splits = {}
 
     def splitting(n: int, slots: int, uneven: bool) -> set:
@@ -227,12 +220,11 @@ def _pipeline_rows(problem, pps) -> list[tuple]:
                         & splitting(la, last_slots, u)
                         & (splitting(middle, 0, u) if pp >= 3 else set(vpps))
                     )
-                fewest = min(f - lead, la, middle) if pp >= 3 else min(f - lead, la)  # body layers of the smallest stage
                 rows.extend(
                     (pp, int(pp == 1), f, la, middle, v, int(v > 1), int(u), x)
                     for v in sorted(allowed)
                     for x in offloads
-                    if (x == 0 or (pp == 1 and x <= fewest and x < L))  # training.check_offload
+                    if offload_problem(problem.model, device, pp, Recompute.NONE, x) is None  # recomputation aside
                     and (v > 1 or u == plain_u)  # without interleaving chunks are stages: one row
                 )
     return rows
@@ -245,8 +237,7 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     f, la, mid, v, i, pp = (D.FIRST_STAGE_LAYERS, D.LAST_STAGE_LAYERS, D.MIDDLE_STAGE_LAYERS, D.VPP, D.INTERLEAVED, D.PP)
     u, off = D.UNEVEN_CHUNKS, D.OFFLOAD_LAYERS
     vpps, unevens = sorted(set(pipeline[v])), sorted(set(pipeline[u]))
-    offloads, lead = sorted(set(pipeline[off])), lead_layers(problem.model)
-    first_slots, last_slots = stage_slot_counts(problem)
+    first_slots, last_slots = edge_stage_slots(problem.workload.mtp_layers)
     parts = [
         pipeline[[pp, D.SINGLE_STAGE]],
         pipeline[[pp, f]],
@@ -264,18 +255,13 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
                 columns=[column, v, u],
             )
         )
-    # offloading (training.check_offload): only without pipelining, fewer layers than the model's and
-    # at most its body layers
-    parts.append(pipeline[[pp, off]])
-    layers = problem.model.layers
-    counts = sorted(set(pipeline[f]))
-    parts.append(
-        pd.DataFrame([(n, x) for n in counts for x in offloads if x == 0 or (x <= n - lead and x < layers)], columns=[f, off])
-    )
+    parts.append(pipeline[[pp, off]])  # the offloading each pipeline depth allows (training.offload_problem)
     relations = tuple(
         Relation(f"pipeline_{j}", part.drop_duplicates().reset_index(drop=True).astype("int64")) for j, part in enumerate(parts)
     )
-    held = Identity(lambda o: layers_held(o, o.decision(pp), o.decision(f), o.decision(la), o.decision(mid)), layers)
+    held = Identity(
+        lambda o: layers_held(o, o.decision(pp), o.decision(f), o.decision(la), o.decision(mid)), problem.model.layers
+    )
     return CompactForm(relations, (held,))
 
 
@@ -307,14 +293,12 @@ def build_space(problem) -> Space:
     grid = _grid(problem)
     systems = {n: problem.system(n) for n in {g.num_gpus for g in grid}}
     device = next(iter(systems.values())).device
-    if any(problem.mapping.get("offload_layers", (0,))) and device.host_bytes_per_s <= 0:
-        raise ProblemError(
-            f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs",
-            source=problem.source,
-            field="mapping.offload_layers",
-        )
+    least = min((x for x in problem.mapping.get("offload_layers", (0,)) if x), default=0)
+    reason = offload_problem(model, device, 1, Recompute.NONE, least)  # what no mapping can get around
+    if reason is not None:
+        raise ProblemError(reason, source=problem.source, field="mapping.offload_layers")
     allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
-    pipeline = _pipeline_rows(problem, sorted({g.pp for g in grid}))
+    pipeline = _pipeline_rows(problem, sorted({g.pp for g in grid}), device)
     usable_pp = {partition[0] for partition in pipeline}  # its rows start with pp
     if not usable_pp:
         raise ProblemError(
@@ -351,9 +335,12 @@ def build_space(problem) -> Space:
     sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
-    offloads = sorted({row[-1] for row in pipeline})
-    none = tuple(Recompute).index(Recompute.NONE)
-    offload_recompute = [(x, r) for x in offloads for r in recompute if x == 0 or r == none]  # training.check_offload
+    offload_recompute = [
+        (x, r)
+        for x in sorted({row[-1] for row in pipeline})
+        for r in recompute
+        if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
+    ]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
@@ -414,47 +401,10 @@ def build_space(problem) -> Space:
 
 
 def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
-    """(num_gpus, Mapping) of one point given by its stored values."""
-    value = {
-        k: space.domains[k].value(stored[k])
-        for k in (
-            D.NUM_GPUS,
-            D.TP,
-            D.PP,
-            D.DP,
-            D.CP,
-            D.EP,
-            D.MICRO_BATCH,
-            D.VPP,
-            D.SP,
-            D.RECOMPUTE,
-            D.ZERO,
-            D.FIRST_STAGE_LAYERS,
-            D.LAST_STAGE_LAYERS,
-            D.PLACEMENT,
-            D.UNEVEN_CHUNKS,
-            D.OFFLOAD_LAYERS,
-            D.CP_COMM,
-        )
-    }
-    return value[D.NUM_GPUS], Mapping(
-        tp=value[D.TP],
-        pp=value[D.PP],
-        dp=value[D.DP],
-        cp=value[D.CP],
-        ep=value[D.EP],
-        micro_batch=value[D.MICRO_BATCH],
-        vpp=value[D.VPP],
-        sp=bool(value[D.SP]),
-        recompute=str(value[D.RECOMPUTE]),
-        zero=int(value[D.ZERO]),
-        first_stage_layers=value[D.FIRST_STAGE_LAYERS],
-        last_stage_layers=value[D.LAST_STAGE_LAYERS],
-        placement=value[D.PLACEMENT],
-        uneven_chunks=bool(value[D.UNEVEN_CHUNKS]),
-        offload_layers=int(value[D.OFFLOAD_LAYERS]),
-        cp_comm=str(value[D.CP_COMM]),
-    )
+    """(num_gpus, Mapping) of one point given by its stored values (the keys a mapping states,
+    ``TRAINING_MAPPING_KEYS``, as plain values)."""
+    fields = {key.value: plain(space.domains[key].value(stored[key])) for key in TRAINING_MAPPING_KEYS}
+    return space.domains[D.NUM_GPUS].value(stored[D.NUM_GPUS]), Mapping(**fields)
 
 
 def placements_by_point(space: Space) -> dict:
