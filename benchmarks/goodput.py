@@ -36,8 +36,8 @@ def derive() -> Reliability:
     rate = INTERRUPTIONS / (DAYS * 24 * GPUS)
     stall = PARAMS * STATE_BYTES / STORAGE_BYTES_PER_S
     probe = Reliability(rate, stall, 0.0)
-    mtbf, tau = job_mtbf_s(GPUS, probe), checkpoint_interval_s(GPUS, probe)
-    restart = (1.0 - EFFECTIVE - stall / tau - tau / 2.0 / mtbf) * mtbf  # 1 - delta/tau - (tau/2 + R)/M = 0.90
+    # the goodput falls by R/M with the restart time R (model.goodput.run_goodput): solve for 90 %
+    restart = (run_goodput(GPUS, probe) - EFFECTIVE) * job_mtbf_s(GPUS, probe)
     return Reliability(rate, stall, restart)
 
 
