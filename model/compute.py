@@ -119,21 +119,24 @@ def routed_rows_per_gpu(model: ModelSpec, tokens: float, tp: int) -> float:
     return tokens / tp * moe.top_k * imbalance
 
 
-def moe_routed_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int) -> float:
+def moe_routed_forward_time_s(
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int, etp: int = 1
+) -> float:
     """Forward time of the router and the routed experts of one MoE layer on one GPU, seconds.
 
     Router: a (tokens/tp x h) @ (h x E) GEMM on the sequence-parallel share. Experts: E/ep local
-    experts (a grouped GEMM), each receiving an equal share of the GPU's routed rows, at full width
-    (expert tensor parallelism 1, as Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes set it).
+    experts (a grouped GEMM), each receiving an equal share of the routed rows of the GPU's expert
+    tensor-parallel group (etp x its own, gathered), at 1/etp of the expert width (Megatron-Core's
+    expert tensor parallelism; etp 1, full width, as Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes set it).
     Both run at the GEMM roofline divided by the device's ``moe_expert_efficiency``: what the
     block (router, token permutation, grouped GEMMs, the host sync of dropless dispatch) achieves
     of the dense GEMM rate, fitted on published MoE runs (benchmarks/calibrate.py --moe).
     """
     moe = model.moe
     local = moe.experts / ep
-    rows = routed_rows_per_gpu(model, tokens, tp) / local
+    rows = routed_rows_per_gpu(model, tokens, tp) * etp / local
     experts = local * sum(
-        gemm_time_s(device, m, n, k, precision) for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn).values()
+        gemm_time_s(device, m, n, k, precision) for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn / etp).values()
     )
     if precision in ("fp8", "fp4"):  # scaled grouped kernels fall short of the dense FP8 curve (measured on H100)
         experts /= device.grouped_fp8_efficiency

@@ -19,6 +19,7 @@ class TrainingDecision(StrEnum):
     CP = "cp"
     CP_COMM = "cp_comm"  # ring (p2p K/V blocks) or a2a (Ulysses): choices.CpComm
     EP = "ep"
+    ETP = "etp"  # expert tensor parallelism: each routed expert split over etp ranks
     MICRO_BATCH = "micro_batch"
     VPP = "vpp"
     SP = "sp"
@@ -40,6 +41,7 @@ class TrainingDecision(StrEnum):
     DP_GROUP = "dp_group"
     EDP_GROUP = "edp_group"
     PP_GROUP = "pp_group"
+    ETP_GROUP = "etp_group"
 
 
 # the decisions a training mapping states (the rest follow from them)
@@ -60,6 +62,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.UNEVEN_CHUNKS,
     TrainingDecision.OFFLOAD_LAYERS,
     TrainingDecision.CP_COMM,
+    TrainingDecision.ETP,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {
@@ -69,6 +72,7 @@ GROUP_KEYS = {
     "dp": TrainingDecision.DP_GROUP,
     "edp": TrainingDecision.EDP_GROUP,
     "pp": TrainingDecision.PP_GROUP,
+    "etp": TrainingDecision.ETP_GROUP,
 }
 
 

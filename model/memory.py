@@ -46,16 +46,17 @@ def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: 
 
 
 def ffn_activation_bytes(
-    model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False
+    model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False, etp: int = 1
 ) -> float:
     """FFN activations of one layer on one GPU (already divided by tp; Korthikanti's 16sbh/t for
     f = 4h): the activation function's input (GeLU: 2 bytes per intermediate element; SwiGLU:
     gate and up, 4) and output (the FC2 GEMM input). An MoE layer keeps these for the shared
-    experts and the routed rows, plus each routed row's expert input (a GEMM input) and its
-    16-bit permuted copy (Megatron-Core token dispatcher)."""
+    experts and the routed rows, plus each routed row's expert input (a GEMM input; with expert
+    tensor parallelism the etp rows gathered from its group, each at 1/etp of the expert width, so
+    the intermediate elements stay the same) and its 16-bit permuted copy (Megatron-Core token dispatcher)."""
     act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
     elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
-    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (gemm_input_bytes + ACT_BYTES) if moe_layer else 0.0
+    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + ACT_BYTES) if moe_layer else 0.0
     return elements * (act_in + gemm_input_bytes) + rows
 
 
@@ -78,6 +79,7 @@ def activation_bytes_per_layer(
     attention: str,
     gemm_input_bytes: float = ACT_BYTES,
     moe_layer: bool = False,
+    etp: int = 1,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
@@ -91,7 +93,7 @@ def activation_bytes_per_layer(
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
-    sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer)
+    sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp)
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
     elif recompute == "selective":
@@ -112,11 +114,14 @@ def recompute_working_bytes(
     attention: str,
     gemm_input_bytes: float = ACT_BYTES,
     moe_layer: bool = False,
+    etp: int = 1,
 ) -> float:
     """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
     if recompute != "full":
         return 0.0
-    return activation_bytes_per_layer(model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes, moe_layer)
+    return activation_bytes_per_layer(
+        model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes, moe_layer, etp
+    )
 
 
 def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:

@@ -8,8 +8,10 @@ the sizes before d. Two grids share the order (Megatron-Core builds both from it
 
 - the dense grid, sizes (tp, cp, ep = 1, dp, pp): TP, CP and PP groups, and the gradient group
   dp x cp (Megatron reduces gradients over data and context ranks);
-- the expert grid with expert tensor parallelism 1, sizes (1, 1, ep, edp = tp·cp·dp/ep, pp): the
-  EP all-to-all group and the expert data-parallel group that reduces the expert gradients.
+- the expert grid, sizes (etp, 1, ep, edp = tp·cp·dp/(ep·etp), pp), etp being the expert tensor
+  parallelism (Megatron-Core --expert-tensor-parallel-size; it takes the tp slot of the order): the
+  ETP group that splits each expert, the EP all-to-all group and the expert data-parallel group that
+  reduces the expert gradients.
 
 Megatron-Core's rules hold: ep next to dp in the order ("The ep and dp must be adjacent in order"),
 and for a mixture-of-experts model the expert grid's pipeline groups equal the dense grid's, with
@@ -60,7 +62,7 @@ ALLOWED = (
     f"each of {', '.join(PLACEMENT_DIMENSIONS)} once, joined by '-', innermost first, with ep next to dp "
     f"(Megatron-Core's order), e.g. {DEFAULT_PLACEMENT}"
 )
-GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp")  # edp: the expert data-parallel group
+GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp", "etp")  # edp, etp: the expert data- and tensor-parallel groups
 TOPOLOGY_KINDS = ("torus", "ring", "dragonfly", "full_mesh")  # levels the two-tier model cannot express
 
 
@@ -123,16 +125,23 @@ class Group:
         return Group(tuple(out))
 
 
-def parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int = 1) -> dict:
+def parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int = 1) -> dict:
     """{kind: Group} of the groups a mapping communicates over (``GROUPS``), from its placement."""
-    return dict(zip(GROUPS, _parallel_groups(placement, tp, cp, dp, pp, ep)))
+    return dict(zip(GROUPS, _parallel_groups(placement, tp, cp, dp, pp, ep, etp)))
+
+
+def expert_grid_sizes(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> dict:
+    """Sizes of the expert grid along the placement's dimensions: etp in the tp slot, ep, and the
+    expert data-parallel size tp·cp·dp/(ep·etp) in the dp slot (Megatron-Core's expert RankGenerator)."""
+    return {"tp": etp, "cp": 1, "ep": ep, "dp": tp * cp * dp // (ep * etp), "pp": pp}
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int) -> tuple:
+def _parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> tuple:
     dense = rank_strides(placement, {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp})
-    edp = tp * cp * dp // ep
-    expert = rank_strides(placement, {"tp": 1, "cp": 1, "ep": ep, "dp": edp, "pp": pp})
+    sizes = expert_grid_sizes(tp, cp, dp, pp, ep, etp)
+    edp = sizes["dp"]
+    expert = rank_strides(placement, sizes)
     return (
         Group.of((tp, dense["tp"])),
         Group.of((cp, dense["cp"])),
@@ -140,27 +149,29 @@ def _parallel_groups(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int
         Group.of((cp, dense["cp"]), (dp, dense["dp"])),
         Group.of((edp, expert["dp"])),
         Group.of((pp, dense["pp"])),
+        Group.of((etp, expert["tp"])),
     )
 
 
-def check_placement(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int, moe: bool) -> None:
+def check_placement(placement: str, tp: int, cp: int, dp: int, pp: int, ep: int, moe: bool, etp: int = 1) -> None:
     """ProblemError unless ``placement`` is valid here: its format, and for a mixture-of-experts model
     Megatron-Core's two rules on the expert grid (pp last, or pp 1, or edp = dp; the same pipeline
     groups in both grids, i.e. the same pp stride)."""
     order = placement_order(placement)
     if not moe or pp == 1:
         return
-    edp = tp * cp * dp // ep
+    expert_sizes = expert_grid_sizes(tp, cp, dp, pp, ep, etp)
+    edp = expert_sizes["dp"]
     sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}
     pp_last = all(sizes[d] == 1 for d in order[order.index("pp") + 1 :])  # Megatron appends size-1 dimensions it is not given
     if not pp_last and edp != dp:
         raise ProblemError(
             f"{placement!r} does not end with pp, so Megatron-Core needs the expert data-parallel size "
-            f"tp·cp·dp/ep = {edp} to equal dp = {dp}; allowed: an order ending with pp",
+            f"tp·cp·dp/(ep·etp) = {edp} to equal dp = {dp}; allowed: an order ending with pp",
             field=FIELD,
         )
     dense = rank_strides(placement, {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp})["pp"]
-    expert = rank_strides(placement, {"tp": 1, "cp": 1, "ep": ep, "dp": edp, "pp": pp})["pp"]
+    expert = rank_strides(placement, expert_sizes)["pp"]
     if dense != expert:
         raise ProblemError(
             f"{placement!r} gives the expert layers other pipeline groups than the dense ones (pp stride "
@@ -284,7 +295,8 @@ def layout(system: SystemSpec, group: Group) -> Layout:
 def group_layouts(system: SystemSpec, mapping: Mapping) -> dict:
     """{kind: Layout} of every group of ``mapping`` (``GROUPS``)."""
     m = mapping
-    return {kind: layout(system, g) for kind, g in parallel_groups(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep).items()}
+    groups = parallel_groups(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, m.etp)
+    return {kind: layout(system, g) for kind, g in groups.items()}
 
 
 # ---- communication on a layout ------------------------------------------------------------------

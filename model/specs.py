@@ -299,6 +299,7 @@ class Mapping:
     uneven_chunks: bool = False  # interleaved chunks may differ in size (Megatron-Core pipeline_model_parallel_layout)
     offload_layers: int = 0  # layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
+    etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
 
     @property
     def num_gpus(self) -> int:
@@ -322,6 +323,7 @@ class Mapping:
             "uneven_chunks": self.uneven_chunks,
             "offload_layers": self.offload_layers,
             "cp_comm": self.cp_comm,
+            "etp": self.etp,
         }
 
 

@@ -172,6 +172,31 @@ def ep_comm_time_s(
     return total
 
 
+def etp_comm_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    etp: int,
+    etp_layout: Layout | None = None,
+) -> float:
+    """Expert tensor parallelism's collectives in one MoE layer for one micro-batch, one direction,
+    seconds: the routed rows an expert tensor-parallel group received are all-gathered over it before
+    the experts (each rank computes 1/etp of every local expert's width for all of them) and reduce-
+    scattered after (Megatron-Core's token dispatchers, gather_from_sequence_parallel_region and
+    reduce_scatter_to_sequence_parallel_region over the expert tensor-parallel group); the backward
+    runs the pair the other way round, with the same volume. Both carry etp x the GPU's routed rows
+    at the activation width (the all-gather's output, the reduce-scatter's input, as nccl-tests counts)."""
+    if etp == 1 or model.moe is None:
+        return 0.0
+    rows = compute.routed_rows_per_gpu(model, micro_batch * workload.seq_len / cp, tp)
+    nbytes = etp * rows * model.hidden * bytes_per_element(activation_precision(workload.precision))
+    where = etp_layout or layout(system, Group.of((etp, 1)))
+    return collective_time_s("allgather", nbytes, where, system) + collective_time_s("reducescatter", nbytes, where, system)
+
+
 def ep_comm_forward_time_s(
     model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, ep: int
 ) -> float:
@@ -218,6 +243,7 @@ def layer_compute_times_s(
     sp: bool,
     ep: int = 1,
     moe_layer: bool = False,
+    etp: int = 1,
 ) -> tuple[float, float, float, float]:
     """(GEMM forward, attention core forward, elementwise forward, elementwise backward) seconds of one
     layer for one micro-batch on one GPU: its compute, the same wherever its groups sit (cached, as
@@ -225,7 +251,7 @@ def layer_compute_times_s(
     tokens = micro_batch * workload.seq_len / cp
     gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
     if moe_layer:
-        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep)
+        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
@@ -247,17 +273,22 @@ def layer_times(
     moe_layer: bool = False,
     layouts: dict | None = None,
     cp_comm: str = CpComm.RING,
+    etp: int = 1,
 ) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
-    one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep': Layout}, ``placement.group_layouts``)
-    say where the groups sit (default: the default placement)."""
+    one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep', 'etp': Layout}, ``placement.group_layouts``)
+    say where the groups sit (default: the default placement). Expert tensor parallelism's gathers
+    count with the expert-parallel all-to-alls (``etp_comm_time_s``)."""
     layouts = layouts or {}
     device = system.device
     gemm_fwd, attn_fwd, elem_fwd, elem_bwd = layer_compute_times_s(
-        model, device, workload, tp, cp, micro_batch, sp, ep, moe_layer
+        model, device, workload, tp, cp, micro_batch, sp, ep, moe_layer, etp
     )
-    ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) if moe_layer else 0.0
-    ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) if moe_layer else 0.0
+    ep_fwd = ep_bwd = 0.0
+    if moe_layer:
+        etp_s = etp_comm_time_s(model, system, workload, tp, cp, micro_batch, etp, layouts.get("etp"))
+        ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) + etp_s
+        ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) + etp_s
     tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     if cp_comm == CpComm.A2A:
@@ -351,16 +382,16 @@ def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last
     return n
 
 
-def stage_expert_params(model: ModelSpec, moe_layers: int, ep: int) -> float:
-    """Routed-expert parameters on one GPU of a stage: E/ep whole experts per MoE layer (expert
-    tensor parallelism 1)."""
-    return moe_layers * params.expert_params_per_layer(model) / ep
+def stage_expert_params(model: ModelSpec, moe_layers: int, ep: int, etp: int = 1) -> float:
+    """Routed-expert parameters on one GPU of a stage: E/ep experts per MoE layer, each split over
+    the etp ranks of its expert tensor-parallel group (1/etp of every expert's FFN width)."""
+    return moe_layers * params.expert_params_per_layer(model) / (ep * etp)
 
 
 def expert_dp_group_size(mapping: Mapping) -> int:
-    """Ranks that share (and reduce) the same expert weights: tp·dp·cp/ep (Megatron-Core with
-    expert tensor parallelism 1)."""
-    return mapping.tp * mapping.dp * mapping.cp // mapping.ep
+    """Ranks that share (and reduce) the same expert weights: tp·dp·cp/(ep·etp) (Megatron-Core's
+    expert data-parallel size)."""
+    return mapping.tp * mapping.dp * mapping.cp // (mapping.ep * mapping.etp)
 
 
 def optimizer_owned_params(zero: int, params_on_gpu: float, group_size: int) -> float:
@@ -422,7 +453,19 @@ def stage_activation_bytes(
     for count, moe_layer in ((layers_on_stage - moe_layers, False), (moe_layers, True)):
         if count == 0:
             continue
-        args = (model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.sp, m.recompute, workload.attention, saved, moe_layer)
+        args = (
+            model,
+            m.micro_batch,
+            workload.seq_len,
+            m.tp,
+            m.cp,
+            m.sp,
+            m.recompute,
+            workload.attention,
+            saved,
+            moe_layer,
+            m.etp,
+        )
         total += per_chunk_layers * count * memory.activation_bytes_per_layer(*args)
         working = max(working, memory.recompute_working_bytes(*args))
     total += working
@@ -507,6 +550,25 @@ def check_grid(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int
         raise ProblemError(f"pp {pp} exceeds the {model.layers} layers", field="mapping.pp")
 
 
+def check_expert_grid(model: ModelSpec, tp: int, dp: int, cp: int, ep: int, etp: int) -> None:
+    """ProblemError unless the expert grid is one Megatron-Core builds: ep divides the experts, etp
+    the expert FFN width, and ep·etp the dense grid's tp·dp·cp ranks of a stage (the expert data-
+    parallel size tp·dp·cp/(ep·etp) is then whole); a dense model has neither."""
+    if model.moe is None:
+        if etp != 1:
+            raise ProblemError("expert tensor parallelism needs a mixture-of-experts model: use etp 1", field="mapping.etp")
+        return
+    ranks = tp * dp * cp
+    if model.moe.experts % ep or ranks % ep:
+        raise ProblemError(f"ep {ep} must divide the {model.moe.experts} experts and tp·dp·cp = {ranks}", field="mapping.ep")
+    if model.moe.expert_ffn % etp or ranks % (ep * etp):
+        raise ProblemError(
+            f"etp {etp} must divide the expert FFN width {model.moe.expert_ffn}, and ep·etp = {ep * etp} must divide "
+            f"tp·dp·cp = {ranks} (Megatron-Core's expert grid)",
+            field="mapping.etp",
+        )
+
+
 def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> None:
     """Raise ProblemError naming the mapping field when the mapping cannot run this problem."""
     m = mapping
@@ -522,14 +584,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(
             "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep"
         )
-    if model.moe is not None and (model.moe.experts % m.ep or (m.tp * m.dp * m.cp) % m.ep):
-        raise ProblemError(
-            f"ep {m.ep} must divide the {model.moe.experts} experts and tp·dp·cp = {m.tp * m.dp * m.cp} "
-            "(Megatron-Core with expert tensor parallelism 1)",
-            field="mapping.ep",
-        )
+    if isinstance(m.etp, bool) or not isinstance(m.etp, int) or m.etp < 1:
+        raise ProblemError(f"must be a positive integer, got {m.etp!r}", field="mapping.etp")
+    check_expert_grid(model, m.tp, m.dp, m.cp, m.ep, m.etp)
     check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
-    check_placement(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, model.moe is not None)
+    check_placement(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, model.moe is not None, m.etp)
     check_system(system)
     if workload.global_batch % (m.dp * m.micro_batch):
         raise ProblemError(

@@ -82,12 +82,12 @@ LAYER_OUTPUTS = (
 )
 
 
-def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm) -> tuple:
+def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, etp=1) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
-    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm)
+    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm, etp)
     args = (
         model,
         micro_batch,
@@ -99,6 +99,7 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
         wl.attention,
         memory.saved_gemm_input_bytes(wl.precision),
         moe_layer,
+        etp,
     )
     act = memory.activation_bytes_per_layer(*args)
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
@@ -115,10 +116,20 @@ LEAD_LAYER = Factor(
 )
 MOE_LAYER = Factor(
     "moe_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM),
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM, D.ETP, D.ETP_GROUP),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm: _layer(
-        ctx, True, tp, cp, micro_batch, sp, recompute, ep, {"tp": tp_group, "cp": cp_group, "ep": ep_group}, cp_comm
+    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group: _layer(
+        ctx,
+        True,
+        tp,
+        cp,
+        micro_batch,
+        sp,
+        recompute,
+        ep,
+        {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group},
+        cp_comm,
+        etp,
     ),
 )
 
@@ -159,13 +170,13 @@ P2P = Factor(
 )
 
 
-def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
+def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp) -> tuple:
     """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
     layer, one body layer (routed experts included), the embedding, the output layer when it shares the
     first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
     gather buffers, bytes. States are linear in the parameters they hold."""
     model, wl = ctx.model, ctx.workload
-    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero)
+    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero, etp=etp)
 
     def state(p, pe=0.0):
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
@@ -176,7 +187,7 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
     zero3 = stage_state_bytes(model, wl, m, lead).get("zero3_buffers", 0.0)
     return (
         state(lead),
-        state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep)),
+        state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep, etp)),
         state(embedding),
         state(stage_params(model, 0, True, True, tp) - embedding),
         state(stage_params(model, 0, False, True, tp)),
@@ -186,7 +197,7 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep) -> tuple:
 
 STATES = Factor(
     "states",
-    (D.TP, D.ZERO, D.DP, D.CP, D.EP),
+    (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.ETP),
     tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")),
     _states,
 )
@@ -215,9 +226,9 @@ def _first_stage_dp(ctx: TrainingContext, tp, zero, single_stage, first_stage_la
     return _dp_group_step(ctx, zero, p, dp_group)
 
 
-def _first_stage_expert_dp(ctx: TrainingContext, zero, ep, first_stage_layers, edp_group) -> tuple:
-    """The same for stage 0's routed experts, over the expert data-parallel group (tp·dp·cp/ep), seconds."""
-    pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep)
+def _first_stage_expert_dp(ctx: TrainingContext, zero, ep, etp, first_stage_layers, edp_group) -> tuple:
+    """The same for stage 0's routed experts, over the expert data-parallel group (tp·dp·cp/(ep·etp)), seconds."""
+    pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep, etp)
     return _dp_group_step(ctx, zero, pe, edp_group)
 
 
@@ -227,7 +238,10 @@ FIRST_STAGE_DP = Factor(
     "first_stage_dp", (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP), DP_STEP_OUTPUTS, _first_stage_dp
 )
 FIRST_STAGE_EXPERT_DP = Factor(
-    "first_stage_expert_dp", (D.ZERO, D.EP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP), DP_STEP_OUTPUTS, _first_stage_expert_dp
+    "first_stage_expert_dp",
+    (D.ZERO, D.EP, D.ETP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP),
+    DP_STEP_OUTPUTS,
+    _first_stage_expert_dp,
 )
 CHUNK_LIMITS = Factor(
     "chunk_limits",
@@ -493,6 +507,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.DP: m.dp,
         D.CP: m.cp,
         D.EP: m.ep,
+        D.ETP: m.etp,
         D.MICRO_BATCH: m.micro_batch,
         D.VPP: m.vpp,
         D.SP: m.sp,
@@ -614,7 +629,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         )
         moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
         p = stage_params(model, n + mtp_here, first or bool(mtp_here), last, m.tp, moe_layers)
-        pe = stage_expert_params(model, moe_layers, m.ep)
+        pe = stage_expert_params(model, moe_layers, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         activations = total - sum(state.values())
         out.append(
@@ -648,7 +663,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
     lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts, cp_comm=m.cp_comm)
     lt_moe = (
-        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts, m.cp_comm)
+        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts, m.cp_comm, m.etp)
         if model.moe
         else lt
     )

@@ -63,6 +63,7 @@ MAPPING_DEFAULTS = {
     "uneven_chunks": False,
     "offload_layers": 0,
     "cp_comm": "ring",
+    "etp": 1,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 FLAG_KEYS = ("sp", "uneven_chunks")  # true/false mapping keys

@@ -29,12 +29,13 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
+        + (f"  etp {m.etp}" if m.etp > 1 else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [
         f"{kind} {describe(where, system)}"
         for kind, where in group_layouts(system, m).items()
-        if where.n > 1 and (kind not in ("ep", "edp") or problem.model.moe is not None)
+        if where.n > 1 and (kind not in ("ep", "edp", "etp") or problem.model.moe is not None)
     ]
     if groups:
         lines.append("groups: " + "  ".join(groups))
@@ -99,12 +100,13 @@ def plans_table(plans) -> list[str]:
 
 def plan_label(plan) -> str:
     """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
-    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP)."""
+    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP, expert tensor parallelism)."""
     m, met = plan.mapping, plan.evaluation.metrics
     chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
     extras = (
         (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
+        + (f", etp {m.etp}" if m.etp > 1 else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

@@ -5,7 +5,7 @@ key is free) and from divisibility, checked by the model's own rules (``training
 ``placement.check_placement``, ``pipeline.split_stages``) so that they live in one place. The
 relations, in the order rows are materialised:
 
-- ``grid``: num_gpus, tp, pp, dp, cp, ep, the placement and where it puts each parallel group
+- ``grid``: num_gpus, tp, pp, dp, cp, ep, etp, the placement and where it puts each parallel group
   (``placement.group_layouts``), one placement per class the model cannot tell apart
   (``placement_classes``);
 - ``micro``: dp, micro_batch and the micro-batch count global_batch / (dp·micro_batch);
@@ -32,6 +32,7 @@ from parasol.model.placement import (
     PLACEMENTS,
     check_placement,
     check_system,
+    expert_grid_sizes,
     group_layouts,
     layout,
     parallel_groups,
@@ -39,7 +40,7 @@ from parasol.model.placement import (
     topology_decides,
 )
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
-from parasol.model.training import check_cp_comm, check_grid, offload_problem
+from parasol.model.training import check_cp_comm, check_expert_grid, check_grid, offload_problem
 from parasol.model.training_step import lead_layers
 
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
@@ -56,13 +57,22 @@ def allowed_values(problem, key: str, free) -> list:
     return [v for v in free if v in chosen] if chosen is not None else list(free)
 
 
-def expert_parallel_degrees(problem, expert_ranks: int) -> list[int]:
-    """Allowed ep: 1 for dense models; for MoE the divisors of the expert count that divide
-    tp·dp·cp (Megatron-Core with expert tensor parallelism 1), within the mapping's restriction."""
+def expert_grids(problem, tp: int, dp: int, cp: int) -> list[tuple[int, int]]:
+    """Allowed (ep, etp): (1, 1) for dense models; for MoE the ep dividing the expert count and the
+    etp the mapping lists (1 when it lists none: expert tensor parallelism is off unless asked for)
+    with ep·etp dividing tp·dp·cp (``training.check_expert_grid``), within the mapping's restrictions."""
     moe = problem.model.moe
     if moe is None:
-        return [1]
-    return allowed_values(problem, "ep", [e for e in divisors(moe.experts) if expert_ranks % e == 0])
+        return [(1, 1)]
+    out = []
+    for ep in allowed_values(problem, "ep", divisors(moe.experts)):
+        for etp in problem.mapping.get("etp", (1,)):
+            try:
+                check_expert_grid(problem.model, tp, dp, cp, ep, etp)
+            except ProblemError:
+                continue
+            out.append((ep, etp))
+    return out
 
 
 def context_parallel_degrees(problem, n: int) -> list[int]:
@@ -91,41 +101,41 @@ def free_placements(systems) -> tuple:
 
 
 def placement_classes(problem, system, point: tuple, allowed: tuple) -> tuple:
-    """The placements of ``allowed`` worth trying at grid point (n, tp, pp, dp, cp, ep): one per
+    """The placements of ``allowed`` worth trying at grid point (n, tp, pp, dp, cp, ep, etp): one per
     class of equivalent placements, the first of each class in ``allowed``'s order (the default
     placement first). Symmetry breaking, exact because the model reads a placement only through
     where it puts each group (``placement.group_layouts``): (1) a dimension of size 1 can sit
     anywhere, so placements giving every dimension of size > 1 the same stride in both rank grids
     build the same groups; (2) placements that build different groups which nevertheless sit
     alike (same members per domain, same levels, spacing and wrap-around) give the same times."""
-    n, tp, pp, dp, cp, ep = point
+    n, tp, pp, dp, cp, ep, etp = point
     moe = problem.model.moe is not None
     dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
-    expert = {"tp": 1, "cp": 1, "ep": ep, "dp": tp * cp * dp // ep, "pp": pp}
-    kinds = ("tp", "cp", "dp", "pp", "ep", "edp") if moe else ("tp", "cp", "dp", "pp")
+    expert = expert_grid_sizes(tp, cp, dp, pp, ep, etp)
+    kinds = ("tp", "cp", "dp", "pp", "ep", "edp", "etp") if moe else ("tp", "cp", "dp", "pp")
     if len(allowed) == 1:  # nothing to compare: only the rules
         try:
-            check_placement(allowed[0], tp, cp, dp, pp, ep, moe)
+            check_placement(allowed[0], tp, cp, dp, pp, ep, moe, etp)
         except ProblemError:
             return ()
         return allowed
     strides, layouts = set(), {}
     for p in allowed:
         try:
-            check_placement(p, tp, cp, dp, pp, ep, moe)
+            check_placement(p, tp, cp, dp, pp, ep, moe, etp)
         except ProblemError:
             continue
         key = tuple((d, s) for sizes in (dense, expert) for d, s in rank_strides(p, sizes).items() if sizes[d] > 1)
         if key in strides:
             continue
         strides.add(key)
-        groups = parallel_groups(p, tp, cp, dp, pp, ep)
+        groups = parallel_groups(p, tp, cp, dp, pp, ep, etp)
         layouts.setdefault(tuple(layout(system, groups[k]) for k in kinds), p)
     return tuple(layouts.values())
 
 
 class GridPoint(NamedTuple):
-    """A device count and its parallel degrees: tp·pp·dp·cp = num_gpus, ep within tp·dp·cp."""
+    """A device count and its parallel degrees: tp·pp·dp·cp = num_gpus, ep·etp within tp·dp·cp."""
 
     num_gpus: int
     tp: int
@@ -133,6 +143,7 @@ class GridPoint(NamedTuple):
     dp: int
     cp: int
     ep: int
+    etp: int
 
 
 def _grid(problem) -> list[GridPoint]:
@@ -158,7 +169,7 @@ def _grid(problem) -> list[GridPoint]:
                         check_grid(model, system, wl, tp, pp, dp, cp)
                     except ProblemError:
                         continue
-                    grid.extend(GridPoint(n, tp, pp, dp, cp, ep) for ep in expert_parallel_degrees(problem, tp * dp * cp))
+                    grid.extend(GridPoint(n, tp, pp, dp, cp, ep, etp) for ep, etp in expert_grids(problem, tp, dp, cp))
     if not grid and unplaceable is not None:
         raise unplaceable
     if not grid:
@@ -290,6 +301,12 @@ def build_space(problem) -> Space:
             source=problem.source,
             field="mapping.ep",
         )
+    if model.moe is None and any(e != 1 for e in problem.mapping.get("etp", (1,))):
+        raise ProblemError(
+            "expert tensor parallelism needs a mixture-of-experts model; this model is dense: use etp 1",
+            source=problem.source,
+            field="mapping.etp",
+        )
     grid = _grid(problem)
     systems = {n: problem.system(n) for n in {g.num_gpus for g in grid}}
     device = next(iter(systems.values())).device
@@ -310,11 +327,12 @@ def build_space(problem) -> Space:
     rows, used = [], set()
     layouts = defaultdict(dict)  # group kind -> {Layout: code}
     for point in grid:
-        n, tp, pp, dp, cp, ep = point
+        n, tp, pp, dp, cp, ep, etp = point
         if pp not in usable_pp:
             continue
         for placement in placement_classes(problem, systems[n], point, allowed):
-            where = group_layouts(systems[n], Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=1, placement=placement))
+            grid_mapping = Mapping(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, micro_batch=1, placement=placement)
+            where = group_layouts(systems[n], grid_mapping)
             codes = tuple(layouts[kind].setdefault(where[kind], len(layouts[kind])) for kind in GROUP_KEYS)
             rows.append((*point, PLACEMENTS.index(placement), *codes))
             used.add(point)
@@ -326,7 +344,7 @@ def build_space(problem) -> Space:
             source=problem.source,
             field="mapping.placement",
         )
-    grid_cols = [D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.PLACEMENT, *GROUP_KEYS.values()]
+    grid_cols = [D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.ETP, D.PLACEMENT, *GROUP_KEYS.values()]
     gb = wl.global_batch
     dps = sorted({point.dp for point in used})
     micro_batches = allowed_values(problem, "micro_batch", divisors(gb))
@@ -408,11 +426,11 @@ def mapping_of(space: Space, stored: dict) -> tuple[int, Mapping]:
 
 
 def placements_by_point(space: Space) -> dict:
-    """{(num_gpus, tp, pp, dp, cp, ep): the placements the space tries there, in order}."""
+    """{(num_gpus, tp, pp, dp, cp, ep, etp): the placements the space tries there, in order}."""
     grid = space.relation("grid")
     out = {}
     for row in grid.itertuples(index=False):
-        point = tuple(int(getattr(row, str(k))) for k in (D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP))
+        point = tuple(int(getattr(row, str(k))) for k in (D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP, D.ETP))
         out.setdefault(point, ())
         out[point] += (space.domains[D.PLACEMENT].value(getattr(row, str(D.PLACEMENT))),)
     return out

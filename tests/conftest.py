@@ -53,6 +53,7 @@ MAPPING_KEYS = (
     "uneven_chunks",  # issue 13: interleaved chunks of unequal size (a pipeline layout)
     "offload_layers",  # issue 13: layers per stage whose activations wait in host memory
     "cp_comm",  # issue 13: ring or a2a (Ulysses) context parallelism
+    "etp",  # issue 13: expert tensor parallelism
 )
 
 

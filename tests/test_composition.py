@@ -87,6 +87,8 @@ def random_training(seed: int, system: str) -> dict:
         mapping.update(first_stage_layers=0, last_stage_layers=0)
     if library.load_system(system, 1).device.host_bytes_per_s > 0:
         mapping["offload_layers"] = rng.choice([[0], [0, 1], [1, 2]])
+    if model is TINY_MOE:  # expert tensor parallelism (issue 13)
+        mapping["etp"] = rng.choice([[1], [1, 2], [2, 4]])
     return {
         "model": model,
         "system": {"name": system, "num_gpus": _gpus(system, rng)},

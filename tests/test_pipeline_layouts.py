@@ -120,3 +120,4 @@ def test_a_plans_short_label_names_the_choices_beyond_the_defaults():
     assert label(vpp=3) == "8 GPUs  1/2/4/1/1, mb 1, vpp 3"
     assert label(vpp=3, uneven_chunks=True).endswith(", uneven")
     assert label(offload_layers=2).endswith(", offload 2")
+    assert label(ep=2, etp=2).endswith(", etp 2")

@@ -323,7 +323,7 @@ def test_symmetric_placements_are_tried_once():
     torus = build_space(parse_problem(_data("llama2-7b", "tpu-v5p-torus", 64, 4096, 64, {}), "t"))
     assert all(len(v) <= 24 for v in placements_by_point(torus).values())
     assert all(v[0] == DEFAULT_PLACEMENT for v in placements_by_point(torus).values())  # the default leads its class
-    for (_n, tp, pp, _dp, cp, _ep), v in placements_by_point(torus).items():
+    for (_n, tp, pp, _dp, cp, _ep, _etp), v in placements_by_point(torus).items():
         if tp == pp == cp == 1:  # only dp > 1: one group, one layout
             assert v == (DEFAULT_PLACEMENT,)
 

@@ -416,6 +416,7 @@ KNOWN_GOOD = {
     "uneven_chunks": False,
     "offload_layers": 0,
     "cp_comm": "ring",
+    "etp": 1,
 }
 
 
