@@ -51,11 +51,13 @@ def recipe(model: str, gpu: str, precision: str) -> dict:
     return {}
 
 
-SELECTIVE = "selective"  # the nearest of the model's choices to Megatron-Core's module recompute (recompute_modules)
+SELECTIVE = "selective"  # Megatron-Core's recompute_granularity selective, recomputing workload.recompute_modules
 HYBRIDEP = {"moe_dispatcher": "deepep"}  # flex dispatcher, HybridEP backend: node-deduplicated like DeepEP
 A2A_OVERLAP = {"moe_a2a_overlap": True}  # overlap_moe_expert_parallel_comm with delay_wgrad_compute
 # recipes/deepseek/deepseek_v3.py: use_precision_aware_optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16
 BF16_MOMENTS = {"adam_moment_bytes": 2}
+# the BF16 recipes' use_precision_aware_optimizer with fp32 dtypes: store_param_remainders (Megatron-Core's default)
+MASTER_REMAINDERS = {"master_weight_bytes": 2}
 CONFIGS = "Megatron-Bridge scripts/performance/configs"
 
 # (model[, gpu[, precision]]) -> settings read from Megatron-Bridge's performance recipes (branch r0.2.0,
@@ -80,7 +82,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB300"): {
-        "workload": {**HYBRIDEP, **BF16_MOMENTS},
+        "workload": {**HYBRIDEP, **BF16_MOMENTS, "recompute_modules": ["mlp", "moe_act"]},
         "mapping": {
             "recompute": SELECTIVE,
             "uneven_chunks": True,
@@ -94,7 +96,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB200", "BF16"): {
-        "workload": {**HYBRIDEP, **BF16_MOMENTS},
+        "workload": {**HYBRIDEP, **BF16_MOMENTS, "recompute_modules": ["mla_up_proj"]},
         "mapping": {"recompute": SELECTIVE, "uneven_chunks": True, "first_stage_layers": 15, "last_stage_layers": 14},
         "assumptions": [
             f"{CONFIGS}/deepseek (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules mla_up_proj, "
@@ -102,7 +104,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "GB200", "FP8-MX"): {
-        "workload": {**HYBRIDEP, **BF16_MOMENTS},
+        "workload": {**HYBRIDEP, **BF16_MOMENTS, "recompute_modules": ["mla_up_proj"]},
         "mapping": {
             "recompute": SELECTIVE,
             "uneven_chunks": True,
@@ -115,7 +117,7 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("deepseek-v3", "B200"): {
-        "workload": {"mtp_layers": 1, **BF16_MOMENTS},
+        "workload": {"mtp_layers": 1, **BF16_MOMENTS, "recompute_modules": ["mla_up_proj"]},
         "mapping": {"recompute": SELECTIVE, "first_stage_layers": 4, "last_stage_layers": 1},
         "assumptions": [
             f"{CONFIGS}/deepseek (r0.2.0): alltoall dispatcher, recompute_modules mla_up_proj, layout "
@@ -123,18 +125,36 @@ RECIPES: dict[tuple, dict] = {
         ],
     },
     ("gpt-oss-120b", "GB300"): {
-        "assumptions": [f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): alltoall dispatcher, TE CUDA graphs, no recompute"]
+        "workload": MASTER_REMAINDERS,
+        "assumptions": [
+            f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): alltoall dispatcher, TE CUDA graphs, no recompute; "
+            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
+        ],
+    },
+    ("gpt-oss-120b", "H100"): {
+        "workload": {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
+        "mapping": {"recompute": SELECTIVE, "micro_batch": 1},
+        "assumptions": [
+            f"{CONFIGS}/gpt_oss (v0.2.0, v0.2.1): alltoall dispatcher, recompute_modules layernorm and moe_act, "
+            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders); micro_batch_size 1 "
+            "as the recipe sets it: the table's mb 4 contradicts its own grad accumulation 2 (512 / (dp 16 x 4) = 8)"
+        ],
     },
     ("gpt-oss-120b", "GB200"): {
-        "workload": HYBRIDEP,
+        "workload": {**HYBRIDEP, **MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
         "mapping": {"recompute": SELECTIVE},
         "assumptions": [
-            f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules layernorm and moe_act"
+            f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules layernorm and moe_act, "
+            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
         ],
     },
     ("gpt-oss-120b",): {
+        "workload": {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
         "mapping": {"recompute": SELECTIVE},
-        "assumptions": [f"{CONFIGS}/gpt_oss (r0.2.0): alltoall dispatcher, recompute_modules layernorm and moe_act"],
+        "assumptions": [
+            f"{CONFIGS}/gpt_oss (r0.2.0): alltoall dispatcher, recompute_modules layernorm and moe_act, "
+            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
+        ],
     },
     ("qwen3-30b-a3b", "GB300"): {
         "workload": HYBRIDEP,

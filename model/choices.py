@@ -19,6 +19,22 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+class RecomputeModule(StrEnum):
+    """What ``selective`` recomputation recomputes (Megatron-Core --recompute-modules): the attention
+    core (``core_attn``, Korthikanti's selective recomputation, the default), the norms not fused into
+    a linear (``layernorm``), the routed experts' activation function (``moe_act``), MLA's
+    up-projections (``mla_up_proj``), the dense MLP (``mlp``), the whole MoE block (``moe``), the
+    shared experts (``shared_experts``)."""
+
+    CORE_ATTN = "core_attn"
+    LAYERNORM = "layernorm"
+    MOE_ACT = "moe_act"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+
+
 class ZeroStage(IntEnum):
     """What data parallelism shards (Rajbhandari et al., ZeRO, SC'20): nothing (0), the optimizer
     states (1, = Megatron's distributed optimizer), also the gradients (2), also the weights (3)."""

@@ -68,6 +68,50 @@ def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq
     return per_score * model.heads * seq_q * seq_kv * micro_batch
 
 
+def selective_savings_bytes(
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    sp: bool,
+    gemm_input_bytes: float,
+    moe_layer: bool,
+    etp: int,
+    modules: tuple,
+) -> float:
+    """Per-layer activation bytes that Megatron-Core's selective recomputation of ``modules``
+    (``choices.RecomputeModule``, --recompute-modules) does not keep; the attention core's score
+    tensors are counted in ``activation_bytes_per_layer``.
+
+    layernorm: the output of each norm not fused into a linear (an MoE layer's pre-MLP norm, MLA's
+    input norm), 2 bytes per hidden element. moe_act: the routed experts' activation output (their
+    FC2 input). mla_up_proj: Q, K and V decompressed, less the compressed latents MLA then keeps.
+    mlp: a dense layer's FFN activations; moe: an MoE layer's (shared and routed, with the routed
+    rows); shared_experts: the shared experts' (megatron/core/transformer, output-discarding
+    checkpoints)."""
+    saved, h = 0.0, model.hidden
+    seq_tokens = tokens / (tp if sp else 1)
+    if "layernorm" in modules:
+        saved += (int(moe_layer) + int(model.mla is not None)) * seq_tokens * h * ACT_BYTES
+    if "mla_up_proj" in modules and model.mla is not None:
+        m = model.mla
+        latents = tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) * ACT_BYTES
+        d_qk, d_v = attention_head_dims(model)
+        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * ACT_BYTES / tp - latents)
+    if not moe_layer:
+        if "mlp" in modules:
+            saved += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes)
+        return saved
+    if "moe" in modules:
+        return saved + ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, True, etp)
+    moe = model.moe
+    if "moe_act" in modules:
+        saved += routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn * gemm_input_bytes
+    if "shared_experts" in modules and moe.shared_experts:
+        act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
+        saved += tokens * moe.shared_experts * moe.shared_expert_ffn / tp * (act_in + gemm_input_bytes)
+    return saved
+
+
 def activation_bytes_per_layer(
     model: ModelSpec,
     micro_batch: int,
@@ -80,12 +124,14 @@ def activation_bytes_per_layer(
     gemm_input_bytes: float = ACT_BYTES,
     moe_layer: bool = False,
     etp: int = 1,
+    modules: tuple = ("core_attn",),
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
     full recompute: only the layer input, 2sbh (split by t under sp; Korthikanti Table 2).
-    selective: no score tensors. none: score tensors unless flash attention is used (flash keeps
-    the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
+    selective: what ``modules`` recompute is not kept (``selective_savings_bytes``); with the
+    attention core among them (the default), no score tensors. none: score tensors unless flash
+    attention is used (flash keeps the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
     ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training.
     """
     tokens = micro_batch * seq_len / cp
@@ -94,13 +140,15 @@ def activation_bytes_per_layer(
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
     sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp)
+    kept = modules if recompute == "selective" else ()
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
-    elif recompute == "selective":
+    elif "core_attn" in kept:
         scores = 0.0
     else:
         scores = score_activation_bytes(model, micro_batch, seq_len / cp, seq_len) / tp
-    return replicated + sharded + scores
+    savings = selective_savings_bytes(model, tokens, tp, sp, gemm_input_bytes, moe_layer, etp, kept) if kept else 0.0
+    return replicated + sharded + scores - savings
 
 
 def recompute_working_bytes(
@@ -115,8 +163,10 @@ def recompute_working_bytes(
     gemm_input_bytes: float = ACT_BYTES,
     moe_layer: bool = False,
     etp: int = 1,
+    modules: tuple = ("core_attn",),
 ) -> float:
-    """Transient memory while one layer is recomputed: its full activations for one micro-batch."""
+    """Transient memory while one layer is recomputed: its full activations for one micro-batch
+    (selective recomputation of ``modules`` redoes a few tensors at a time: none counted)."""
     if recompute != "full":
         return 0.0
     return activation_bytes_per_layer(
@@ -160,22 +210,26 @@ def logits_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp
     return 4.0 * micro_batch * seq_len / cp * model.vocab / tp
 
 
-def adam_state_bytes(moment_bytes: float = 4.0) -> float:
+def adam_state_bytes(moment_bytes: float = 4.0, master_bytes: float = 4.0) -> float:
     """Bytes of Adam's states per parameter: an fp32 master copy and the two moments, 12 B in fp32
     (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018), 8 B with bf16 moments
     (Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as
-    the DeepSeek-V3 recipes run)."""
-    return 4.0 + 2.0 * moment_bytes
+    the DeepSeek-V3 recipes run). ``master_bytes`` 2: the precision-aware optimizer with bf16 weights
+    keeps only the low 16 bits of each fp32 master weight, the bf16 weight being its high half
+    (Megatron-Core DistributedOptimizer, store_param_remainders, on by default)."""
+    return master_bytes + 2.0 * moment_bytes
 
 
-def state_bytes_per_param(zero: int, dp: int, weight_bytes: float, grad_bytes: float, moment_bytes: float = 4.0) -> float:
+def state_bytes_per_param(
+    zero: int, dp: int, weight_bytes: float, grad_bytes: float, moment_bytes: float = 4.0, master_bytes: float = 4.0
+) -> float:
     """Bytes per parameter for weights, gradients and Adam states (Rajbhandari et al., ZeRO, SC'20).
 
     Adam keeps an fp32 master copy, momentum and variance (``adam_state_bytes``). ZeRO-1 (=
     Megatron's distributed optimizer) shards those over dp, ZeRO-2 also the gradients, ZeRO-3 also
     the weights.
     """
-    optimizer = adam_state_bytes(moment_bytes)
+    optimizer = adam_state_bytes(moment_bytes, master_bytes)
     if zero == 0:
         return weight_bytes + grad_bytes + optimizer
     if zero == 1:

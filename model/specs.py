@@ -270,6 +270,8 @@ class Workload:
     attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
     adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
+    master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)
+    recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute

@@ -260,6 +260,63 @@ def layer_compute_times_s(
     return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
 
 
+def selective_recompute_time_s(
+    model: ModelSpec,
+    device: DeviceSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    moe_layer: bool,
+    attention_fwd_s: float,
+    ep_fwd_s: float,
+) -> float:
+    """Seconds per micro-batch the backward spends redoing the forward of what ``recompute selective``
+    recomputes (``workload.recompute_modules``; the savings are in ``memory.selective_savings_bytes``):
+    the attention core (``attention_fwd_s``); a norm not fused into a linear (read and write h per
+    token, memory-bound); the routed experts' activation function (SwiGLU reads 2f and writes f per
+    row); MLA's up-projection GEMMs; a dense layer's MLP (its GEMMs and activation); an MoE layer's
+    whole block (the routed experts, shared experts and the dispatch and combine, ``ep_fwd_s``); the
+    shared experts' GEMMs."""
+    modules, precision = workload.recompute_modules, workload.precision
+    tokens = micro_batch * workload.seq_len / cp
+    e = bytes_per_element(activation_precision(precision))
+    act_passes = 3 if model.activation == "swiglu" else 2  # elements read and written per intermediate element
+
+    def gemms(shapes: dict, names=None) -> float:
+        return sum(
+            compute.gemm_time_s(device, m, n, k, precision)
+            for name, (m, n, k) in shapes.items()
+            if names is None or name in names
+        )
+
+    redo = attention_fwd_s if "core_attn" in modules else 0.0
+    if "layernorm" in modules:
+        norms = int(moe_layer) + int(model.mla is not None)
+        redo += compute.memory_bound_time_s(device, norms * 2.0 * tokens / (tp if sp else 1) * model.hidden * e)
+    if "mla_up_proj" in modules and model.mla is not None:
+        redo += gemms(compute.attention_gemm_shapes(model, tokens, tp), ("q_up", "kv_up"))
+    if not moe_layer:
+        if "mlp" in modules:
+            redo += gemms(compute.mlp_gemm_shapes(model, tokens, model.ffn / tp))
+            redo += compute.memory_bound_time_s(device, act_passes * tokens * model.ffn / tp * e)
+        return redo
+    moe = model.moe
+    shared = compute.mlp_gemm_shapes(model, tokens, moe.shared_experts * moe.shared_expert_ffn / tp) if moe.shared_experts else {}
+    if "moe" in modules:
+        redo += compute.moe_routed_forward_time_s(model, device, precision, tokens, tp, ep, etp) + gemms(shared) + ep_fwd_s
+        return redo
+    if "moe_act" in modules:
+        rows = compute.routed_rows_per_gpu(model, tokens, tp)
+        redo += compute.memory_bound_time_s(device, act_passes * rows * moe.expert_ffn * e)
+    if "shared_experts" in modules:
+        redo += gemms(shared)
+    return redo
+
+
 def layer_times(
     model: ModelSpec,
     system: SystemSpec,
@@ -303,7 +360,7 @@ def layer_times(
     if recompute == "full":
         redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
     elif recompute == "selective":
-        redo = attn_fwd
+        redo = selective_recompute_time_s(model, device, workload, tp, cp, micro_batch, sp, ep, etp, moe_layer, attn_fwd, ep_fwd)
     else:
         redo = 0.0
     return LayerTimes(
@@ -465,6 +522,7 @@ def stage_activation_bytes(
             saved,
             moe_layer,
             m.etp,
+            workload.recompute_modules,
         )
         total += per_chunk_layers * count * memory.activation_bytes_per_layer(*args)
         working = max(working, memory.recompute_working_bytes(*args))
@@ -485,7 +543,9 @@ def stage_state_bytes(
     weights = grads = total = 0.0
     for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):
         if count:
-            total += memory.state_bytes_per_param(mapping.zero, n, WEIGHT_BYTES, g, workload.adam_moment_bytes) * count
+            total += memory.state_bytes_per_param(
+                mapping.zero, n, WEIGHT_BYTES, g, workload.adam_moment_bytes, workload.master_weight_bytes
+            ) * count
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
     out = {"weights": weights, "gradients": grads, "optimizer": total - weights - grads}

@@ -100,6 +100,7 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
         memory.saved_gemm_input_bytes(wl.precision),
         moe_layer,
         etp,
+        wl.recompute_modules,
     )
     act = memory.activation_bytes_per_layer(*args)
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parasol.model import checks
-from parasol.model.choices import CpComm, Recompute, TrainingObjective, ZeroStage
+from parasol.model.choices import CpComm, Recompute, RecomputeModule, TrainingObjective, ZeroStage, allowed
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
@@ -40,6 +40,8 @@ WORKLOAD_KEYS = (
     "attention",
     "grad_bytes",
     "adam_moment_bytes",
+    "master_weight_bytes",
+    "recompute_modules",
     "overlap_dp",
     "moe_dispatcher",
     "moe_a2a_overlap",
@@ -179,6 +181,16 @@ def _parse_workload(data, src: str) -> Workload:
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
     grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
     moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
+    master_bytes = checks.choice(data.get("master_weight_bytes", 4), (2, 4), "workload.master_weight_bytes", src)
+    modules = data.get("recompute_modules", [RecomputeModule.CORE_ATTN.value])
+    modules = modules if isinstance(modules, list) else [modules]
+    if not modules:
+        raise ProblemError(
+            f"an empty list recomputes nothing (use mapping.recompute none); allowed: {allowed(RecomputeModule)}",
+            source=src,
+            field="workload.recompute_modules",
+        )
+    modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
         for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))
@@ -204,6 +216,8 @@ def _parse_workload(data, src: str) -> Workload:
         attention=attention,
         grad_bytes=float(grad_bytes),
         adam_moment_bytes=float(moment_bytes),
+        master_weight_bytes=float(master_bytes),
+        recompute_modules=tuple(dict.fromkeys(modules)),
         moe_dispatcher=dispatcher,
         mtp_layers=mtp_layers,
         train_tokens=train_tokens,

@@ -74,6 +74,7 @@ def random_training(seed: int, system: str) -> dict:
         "overlap_dp": rng.random() < 0.5,
         "precision": "bf16",
         "mtp_layers": rng.choice([0, 1]),
+        "recompute_modules": rng.choice([["core_attn"], ["core_attn", "layernorm", "moe_act"], ["moe", "mlp"]]),
     }
     mapping = {
         "vpp": [1, 2, 3],
