@@ -543,9 +543,12 @@ def stage_state_bytes(
     weights = grads = total = 0.0
     for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):
         if count:
-            total += memory.state_bytes_per_param(
-                mapping.zero, n, WEIGHT_BYTES, g, workload.adam_moment_bytes, workload.master_weight_bytes
-            ) * count
+            total += (
+                memory.state_bytes_per_param(
+                    mapping.zero, n, WEIGHT_BYTES, g, workload.adam_moment_bytes, workload.master_weight_bytes
+                )
+                * count
+            )
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
     out = {"weights": weights, "gradients": grads, "optimizer": total - weights - grads}
