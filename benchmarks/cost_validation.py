@@ -5,8 +5,9 @@
 1. DeepSeek-V3's pre-training budget (arXiv 2412.19437, Sec. 1 and Table 1: 2,664K H800 GPU-hours
    for the 14.8T pre-training tokens, $5.328M at $2 per GPU-hour) from the model's throughput on
    2,048 H800 with the published mapping (PP 16, EP 64, no TP, ZeRO-1 DP; DeepEP-style dispatch and
-   DualPipe-style overlap), with and without full recomputation (the published run fits with its own
-   selective recomputation and FP8 caching, which the model does not have), and with parasol's plan.
+   DualPipe-style overlap, BF16 Adam moments, one MTP module), without recomputation and with the
+   report's selective recomputation (RMSNorm, MLA up-projections, the SwiGLU output: Sec. 3.3), and
+   with parasol's plan of the example problem (the same workload).
 2. The seeds' headline that an A100 -> B200 system trains LLMs about 35x faster, as a design-space
    example: the best plan for the same model on the same number of GPUs of each system, at each
    system's best training precision.
@@ -38,9 +39,12 @@ def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
         "precision": "fp8",
         "moe_dispatcher": "deepep",
         "moe_a2a_overlap": True,
+        "adam_moment_bytes": 2,
+        "mtp_layers": 1,
+        "recompute_modules": ["core_attn", "layernorm", "mla_up_proj", "moe_act"],
         "train_tokens": DEEPSEEK_TOKENS,
     }
-    for recompute in ("none", "full"):
+    for recompute in ("none", "selective"):
         p = parse_problem(
             {
                 "model": "deepseek-v3",
