@@ -35,6 +35,22 @@ TINY_GQA = {
     "norm": "rmsnorm",
     "bias": False,
 }
+# A small MoE model (16 experts, top-2, one shared expert, one leading dense layer) for planner tests.
+TINY_MOE = {
+    "name": "tiny-moe",
+    "layers": 6,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 4096,
+    "vocab": 32000,
+    "activation": "swiglu",
+    "position_embedding": "rope",
+    "norm": "rmsnorm",
+    "bias": False,
+    "dropout": False,
+    "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1, "first_dense_layers": 1},
+}
 # Every mapping key of the problem-file contract (issue 2 section 2, issue 3 decision space).
 MAPPING_KEYS = (
     "tp",

@@ -6,7 +6,7 @@ reduce-scatters them after, and the expert data-parallel group shrinks to tp·dp
 """
 
 import pytest
-from conftest import rel_close
+from conftest import TINY_MOE, rel_close
 
 from parasol.model import compute, params
 from parasol.model.errors import ProblemError
@@ -18,19 +18,10 @@ from parasol.solver import library
 from parasol.solver.planner import enumerate_space, planner_for, solve
 from parasol.solver.problem import parse_problem
 
-TINY_MOE = {
+TINY_MOE_ETP = {  # conftest's small MoE model with 8 wider experts and no shared or leading dense layer
+    **TINY_MOE,
     "name": "tiny-moe-etp",
     "layers": 4,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 4096,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-    "dropout": False,
     "moe": {"experts": 8, "top_k": 2, "expert_ffn": 2048, "first_dense_layers": 0},
 }
 
@@ -113,7 +104,7 @@ def test_a_dense_model_has_no_expert_tensor_parallelism():
 
 
 PROBLEM = {
-    "model": TINY_MOE,
+    "model": TINY_MOE_ETP,
     "system": {"name": "dgx-h100", "num_gpus": 8},
     "workload": {"kind": "training", "seq_len": 4096, "global_batch": 16, "precision": "bf16"},
     "mapping": {"etp": [1, 2, 4], "vpp": [1], "zero": [1], "recompute": ["none", "full"], "cp": [1]},

@@ -1,6 +1,7 @@
 """Mixture-of-experts and MLA terms of the model, expert-parallel dispatch, and MoE planning."""
 
 import pytest
+from conftest import TINY_MOE
 
 from parasol.model import compute, params
 from parasol.model.errors import ProblemError
@@ -109,21 +110,6 @@ def test_deepseek_v3_dense_leading_layers_sit_on_the_first_stage():
 
 
 # ---------------------------------------------------------------- planning MoE models
-TINY_MOE = {
-    "name": "tiny-moe",
-    "layers": 6,
-    "hidden": 1024,
-    "heads": 16,
-    "kv_heads": 4,
-    "ffn": 4096,
-    "vocab": 32000,
-    "activation": "swiglu",
-    "position_embedding": "rope",
-    "norm": "rmsnorm",
-    "bias": False,
-    "dropout": False,
-    "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1, "first_dense_layers": 1},
-}
 
 
 def _moe_problem(model, num_gpus, batch, mapping, objective="throughput", seq=2048):
