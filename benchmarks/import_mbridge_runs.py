@@ -15,6 +15,7 @@ and a test checks that it is still rejected).
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 
@@ -58,6 +59,10 @@ A2A_OVERLAP = {"moe_a2a_overlap": True}  # overlap_moe_expert_parallel_comm with
 BF16_MOMENTS = {"adam_moment_bytes": 2}
 # the BF16 recipes' use_precision_aware_optimizer with fp32 dtypes: store_param_remainders (Megatron-Core's default)
 MASTER_REMAINDERS = {"master_weight_bytes": 2}
+PAO = "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
+# recipes/gpt_oss: recompute_modules layernorm and moe_act (selective) with the precision-aware optimizer
+GPT_OSS_MEMORY = {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]}
+GPT_OSS_RECOMPUTE = "recompute_modules layernorm and moe_act"
 CONFIGS = "Megatron-Bridge scripts/performance/configs"
 
 # (model[, gpu[, precision]]) -> settings read from Megatron-Bridge's performance recipes (branch r0.2.0,
@@ -126,35 +131,25 @@ RECIPES: dict[tuple, dict] = {
     },
     ("gpt-oss-120b", "GB300"): {
         "workload": MASTER_REMAINDERS,
-        "assumptions": [
-            f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): alltoall dispatcher, TE CUDA graphs, no recompute; "
-            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
-        ],
+        "assumptions": [f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): alltoall dispatcher, TE CUDA graphs, no recompute; {PAO}"],
     },
     ("gpt-oss-120b", "H100"): {
-        "workload": {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
+        "workload": GPT_OSS_MEMORY,
         "mapping": {"recompute": SELECTIVE, "micro_batch": 1},
         "assumptions": [
-            f"{CONFIGS}/gpt_oss (v0.2.0, v0.2.1): alltoall dispatcher, recompute_modules layernorm and moe_act, "
-            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders); micro_batch_size 1 "
+            f"{CONFIGS}/gpt_oss (v0.2.0, v0.2.1): alltoall dispatcher, {GPT_OSS_RECOMPUTE}, {PAO}; micro_batch_size 1 "
             "as the recipe sets it: the table's mb 4 contradicts its own grad accumulation 2 (512 / (dp 16 x 4) = 8)"
         ],
     },
     ("gpt-oss-120b", "GB200"): {
-        "workload": {**HYBRIDEP, **MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
+        "workload": {**HYBRIDEP, **GPT_OSS_MEMORY},
         "mapping": {"recompute": SELECTIVE},
-        "assumptions": [
-            f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): hybridep dispatcher, recompute_modules layernorm and moe_act, "
-            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
-        ],
+        "assumptions": [f"{CONFIGS}/gpt_oss (branch gaod/r0.2.0_test): hybridep dispatcher, {GPT_OSS_RECOMPUTE}, {PAO}"],
     },
     ("gpt-oss-120b",): {
-        "workload": {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]},
+        "workload": GPT_OSS_MEMORY,
         "mapping": {"recompute": SELECTIVE},
-        "assumptions": [
-            f"{CONFIGS}/gpt_oss (r0.2.0): alltoall dispatcher, recompute_modules layernorm and moe_act, "
-            "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16-bit remainders)"
-        ],
+        "assumptions": [f"{CONFIGS}/gpt_oss (r0.2.0): alltoall dispatcher, {GPT_OSS_RECOMPUTE}, {PAO}"],
     },
     ("qwen3-30b-a3b", "GB300"): {
         "workload": HYBRIDEP,
@@ -219,7 +214,7 @@ def entry(run: dict) -> dict:
         "grad_bytes": 2,
     }
     assumptions = [RECIPE_NOTE[par["precision"]], "gradients held and reduced in bf16 (grad_reduce_in_fp32 False)"]
-    settings = recipe(model, gpu, par["precision"])
+    settings = copy.deepcopy(recipe(model, gpu, par["precision"]))  # entries share no lists (no YAML aliases)
     workload.update(settings.get("workload", {}))
     mapping.update(settings.get("mapping", {}))
     assumptions += settings.get("assumptions", [])

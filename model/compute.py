@@ -109,6 +109,13 @@ def layer_gemm_forward_time_s(
     return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values())
 
 
+def unfused_norms(model: ModelSpec, moe_layer: bool) -> int:
+    """Norms of one layer that run apart from a linear (Transformer Engine fuses the others into
+    LayerNormLinear): an MoE layer's pre-MLP norm, whose output the router and the dispatcher also
+    read, and MLA's input norm (Megatron-Core's TENorm in both)."""
+    return int(moe_layer) + int(model.mla is not None)
+
+
 def routed_rows_per_gpu(model: ModelSpec, tokens: float, tp: int) -> float:
     """Token-expert pairs the busiest GPU computes when each GPU routes its sequence-parallel
     share, tokens/tp of its data-parallel shard's ``tokens``: tokens/tp·top_k, balanced over the

@@ -8,7 +8,7 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
-from .compute import attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu
+from .compute import attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
 from .specs import ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
@@ -91,7 +91,7 @@ def selective_savings_bytes(
     saved, h = 0.0, model.hidden
     seq_tokens = tokens / (tp if sp else 1)
     if "layernorm" in modules:
-        saved += (int(moe_layer) + int(model.mla is not None)) * seq_tokens * h * ACT_BYTES
+        saved += unfused_norms(model, moe_layer) * seq_tokens * h * ACT_BYTES
     if "mla_up_proj" in modules and model.mla is not None:
         m = model.mla
         latents = tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) * ACT_BYTES
@@ -151,27 +151,11 @@ def activation_bytes_per_layer(
     return replicated + sharded + scores - savings
 
 
-def recompute_working_bytes(
-    model: ModelSpec,
-    micro_batch: int,
-    seq_len: int,
-    tp: int,
-    cp: int,
-    sp: bool,
-    recompute: str,
-    attention: str,
-    gemm_input_bytes: float = ACT_BYTES,
-    moe_layer: bool = False,
-    etp: int = 1,
-    modules: tuple = ("core_attn",),
-) -> float:
-    """Transient memory while one layer is recomputed: its full activations for one micro-batch
-    (selective recomputation of ``modules`` redoes a few tensors at a time: none counted)."""
-    if recompute != "full":
-        return 0.0
-    return activation_bytes_per_layer(
-        model, micro_batch, seq_len, tp, cp, sp, "none", attention, gemm_input_bytes, moe_layer, etp
-    )
+def recompute_working_bytes(recompute: str, layer_bytes_without_recompute: float) -> float:
+    """Transient memory while one layer is recomputed: under full recomputation its whole activations
+    for one micro-batch (``activation_bytes_per_layer`` with recompute none); selective recomputation
+    redoes a few tensors at a time, none counted."""
+    return layer_bytes_without_recompute if recompute == "full" else 0.0
 
 
 def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:

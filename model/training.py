@@ -295,7 +295,7 @@ def selective_recompute_time_s(
 
     redo = attention_fwd_s if "core_attn" in modules else 0.0
     if "layernorm" in modules:
-        norms = int(moe_layer) + int(model.mla is not None)
+        norms = compute.unfused_norms(model, moe_layer)
         redo += compute.memory_bound_time_s(device, norms * 2.0 * tokens / (tp if sp else 1) * model.hidden * e)
     if "mla_up_proj" in modules and model.mla is not None:
         redo += gemms(compute.attention_gemm_shapes(model, tokens, tp), ("q_up", "kv_up"))
@@ -492,48 +492,6 @@ def dp_comm_times_s(
     )
 
 
-def stage_activation_bytes(
-    model: ModelSpec,
-    workload: Workload,
-    mapping: Mapping,
-    layers_on_stage: int,
-    stage: int,
-    microbatches: int,
-    moe_layers: int = 0,
-) -> float:
-    """Activation bytes held at the peak of one stage (in-flight micro-batches, edge buffers,
-    the recompute working set); ``moe_layers`` of its layers are MoE layers."""
-    m = mapping
-    saved = memory.saved_gemm_input_bytes(workload.precision)
-    per_chunk_layers = memory.in_flight_layer_activations(1, stage, m.pp, m.vpp, microbatches)  # chunks / vpp
-    total, working = 0.0, 0.0
-    for count, moe_layer in ((layers_on_stage - moe_layers, False), (moe_layers, True)):
-        if count == 0:
-            continue
-        args = (
-            model,
-            m.micro_batch,
-            workload.seq_len,
-            m.tp,
-            m.cp,
-            m.sp,
-            m.recompute,
-            workload.attention,
-            saved,
-            moe_layer,
-            m.etp,
-            workload.recompute_modules,
-        )
-        total += per_chunk_layers * count * memory.activation_bytes_per_layer(*args)
-        working = max(working, memory.recompute_working_bytes(*args))
-    total += working
-    if stage == 0:
-        total += memory.embedding_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp, m.pp)
-    if stage == m.pp - 1:
-        total += memory.logits_activation_bytes(model, m.micro_batch, workload.seq_len, m.tp, m.cp)
-    return total
-
-
 def stage_state_bytes(
     model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0
 ) -> dict:
@@ -618,8 +576,11 @@ def check_expert_grid(model: ModelSpec, tp: int, dp: int, cp: int, ep: int, etp:
     the expert FFN width, and ep·etp the dense grid's tp·dp·cp ranks of a stage (the expert data-
     parallel size tp·dp·cp/(ep·etp) is then whole); a dense model has neither."""
     if model.moe is None:
-        if etp != 1:
-            raise ProblemError("expert tensor parallelism needs a mixture-of-experts model: use etp 1", field="mapping.etp")
+        for key, value, name in (("ep", ep, "expert parallelism"), ("etp", etp, "expert tensor parallelism")):
+            if value != 1:
+                raise ProblemError(
+                    f"{name} needs a mixture-of-experts model; this model is dense: use {key} 1", field=f"mapping.{key}"
+                )
         return
     ranks = tp * dp * cp
     if model.moe.experts % ep or ranks % ep:
@@ -643,10 +604,6 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
         raise ProblemError(f"{m.recompute!r} is not allowed; allowed: {allowed(Recompute)}", field="mapping.recompute")
     if isinstance(m.zero, bool) or m.zero not in tuple(ZeroStage):
         raise ProblemError(f"{m.zero!r} is not allowed; allowed: {allowed(ZeroStage)}", field="mapping.zero")
-    if m.ep != 1 and model.moe is None:
-        raise ProblemError(
-            "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1", field="mapping.ep"
-        )
     if isinstance(m.etp, bool) or not isinstance(m.etp, int) or m.etp < 1:
         raise ProblemError(f"must be a positive integer, got {m.etp!r}", field="mapping.etp")
     check_expert_grid(model, m.tp, m.dp, m.cp, m.ep, m.etp)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import compute, memory, params
-from .choices import TrainingObjective
+from .choices import Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
@@ -88,23 +88,23 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
     lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm, etp)
-    args = (
-        model,
-        micro_batch,
-        wl.seq_len,
-        tp,
-        cp,
-        sp,
-        recompute,
-        wl.attention,
-        memory.saved_gemm_input_bytes(wl.precision),
-        moe_layer,
-        etp,
-        wl.recompute_modules,
+    layer = dict(
+        model=model,
+        micro_batch=micro_batch,
+        seq_len=wl.seq_len,
+        tp=tp,
+        cp=cp,
+        sp=sp,
+        attention=wl.attention,
+        gemm_input_bytes=memory.saved_gemm_input_bytes(wl.precision),
+        moe_layer=moe_layer,
+        etp=etp,
+        modules=wl.recompute_modules,
     )
-    act = memory.activation_bytes_per_layer(*args)
+    act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
+    working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
-    return lt.total, lt.forward, lt.backward, act, memory.recompute_working_bytes(*args), offload
+    return lt.total, lt.forward, lt.backward, act, working, offload
 
 
 LEAD_LAYER = Factor(

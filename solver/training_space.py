@@ -295,18 +295,13 @@ def cp_comm_rows(problem, tp_cp: list) -> list[tuple]:
 def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
-    if model.moe is None and any(e != 1 for e in problem.mapping.get("ep", (1,))):
-        raise ProblemError(
-            "expert parallelism needs a mixture-of-experts model; this model is dense: use ep 1",
-            source=problem.source,
-            field="mapping.ep",
-        )
-    if model.moe is None and any(e != 1 for e in problem.mapping.get("etp", (1,))):
-        raise ProblemError(
-            "expert tensor parallelism needs a mixture-of-experts model; this model is dense: use etp 1",
-            source=problem.source,
-            field="mapping.etp",
-        )
+    if model.moe is None:  # a dense model has no expert grid: only ep = etp = 1 (training.check_expert_grid)
+        try:
+            for ep in problem.mapping.get("ep", (1,)):
+                for etp in problem.mapping.get("etp", (1,)):
+                    check_expert_grid(model, 1, 1, 1, ep, etp)
+        except ProblemError as exc:
+            raise exc.located(source=problem.source) from None
     grid = _grid(problem)
     systems = {n: problem.system(n) for n in {g.num_gpus for g in grid}}
     device = next(iter(systems.values())).device
