@@ -261,9 +261,6 @@ HOURLY_PRICE = Factor(
     "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
 )
 
-# the factors whose per-layer times set the integer time unit (ops.Output.reference)
-TIME_REFERENCE = (LEAD_LAYER, MOE_LAYER)
-
 
 def layer_factors(model: ModelSpec) -> tuple[Factor, Factor]:
     """(lead, body) layer factors: the leading dense layers and the MoE layers; a dense model's

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parasol.model import checks
-from parasol.model.choices import CpComm, Recompute, RecomputeModule, TrainingObjective, ZeroStage, allowed
+from parasol.model.choices import CpComm, Recompute, RecomputeModule, TrainingObjective, WorkloadKind, ZeroStage, allowed
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
@@ -174,7 +174,7 @@ def _parse_workload(data, src: str) -> Workload:
     if data.get("kind") == "inference":
         return parse_inference_workload(data, src)
     checks.keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
-    checks.choice(data["kind"], ("training", "inference"), "workload.kind", src)
+    checks.choice(data["kind"], WorkloadKind, "workload.kind", src)
     precision = checks.choice(data.get("precision", "bf16"), TRAINING_PRECISIONS, "workload.precision", src)
     attention = checks.choice(data.get("attention", "flash"), ATTENTION_KERNELS, "workload.attention", src)
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
