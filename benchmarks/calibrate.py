@@ -4,8 +4,11 @@
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (A100: Azure AI benchmarking guide, hardware_cost_conventions.md Sec. 10.1; H100: our
-H200 run, problems/measurements/h200-microbench.yaml). One number per device is fitted, shared by
-every run on that device: the network efficiency (achieved fraction of the link rate, both tiers).
+H200 run, problems/measurements/h200-microbench.yaml). Two numbers per device are fitted, shared by
+every run on that device: the network efficiency (achieved fraction of the link rate, both tiers),
+by golden-section search, and for each step of 0.1 of efficiency.tp_overlap (the share of a GEMM's
+time that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only where
+the device's runs overlap such collectives (A100's 2021-22 runs do not: it keeps its stored value).
 The objective is the mean absolute relative step-time error. DeepSpeed ZeRO-3 runs of SC'21
 Table 2 are excluded from the fit (see the README: the model has no term for that
 implementation's overheads) and reported like every other run.
@@ -50,13 +53,16 @@ EXCLUDED_FAMILIES = (
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 
 
-def override(params: dict):
-    """system_override applying a trial network efficiency {device: efficiency} to both tiers."""
+def override(params: dict, tp_overlap: float | None = None):
+    """system_override applying a trial network efficiency {device: efficiency} to both tiers (and a
+    trial tp_overlap to the device)."""
 
     def apply(system):
         if system.device.name not in params:
             return system
         eff = params[system.device.name]
+        if tp_overlap is not None:
+            system = dataclasses.replace(system, device=dataclasses.replace(system.device, tp_overlap_efficiency=tp_overlap))
         return dataclasses.replace(
             system,
             scale_up=dataclasses.replace(system.scale_up, efficiency=eff),
@@ -115,29 +121,46 @@ def fit_moe(entries) -> None:
             print(f"  {name:<13} {r.run_id:<58} {100 * r.error:+6.1f} %")
 
 
-def loss(entries, params) -> float:
-    return statistics.fmean(abs(r.error) for r in evaluate_all(entries, override(params)))
+def loss(entries, params, tp_overlap: float | None = None) -> float:
+    return statistics.fmean(abs(r.error) for r in evaluate_all(entries, override(params, tp_overlap)))
 
 
-def fit(entries, device: str) -> tuple[float, float]:
+def overlaps_tp(entries) -> bool:
+    """Whether any run hides tensor-parallel collectives behind GEMMs (tp > 1, Megatron's asynchronous
+    input gradients or userbuffers), so that tp_overlap can be fitted on them."""
+    return any(
+        e["mapping"].get("tp", 1) > 1 and (e["workload"].get("overlap_tp_grad", True) or e["mapping"].get("tp_comm_overlap"))
+        for e in entries
+    )
+
+
+def fit_network(entries, device: str, tp_overlap: float | None = None) -> tuple[float, float]:
     """Golden-section search of the network efficiency in [0.6, 0.95] (a physical range:
     nccl-tests bus bandwidth is typically 75-90 % of the line rate; lower values would hide
     compute or pipeline errors behind the network)."""
     lo, hi = 0.6, 0.95
     ratio = (5**0.5 - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = loss(entries, {device: a}), loss(entries, {device: b})
+    fa, fb = loss(entries, {device: a}, tp_overlap), loss(entries, {device: b}, tp_overlap)
     for _ in range(25):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - ratio * (hi - lo)
-            fa = loss(entries, {device: a})
+            fa = loss(entries, {device: a}, tp_overlap)
         else:
             lo, a, fa = a, b, fb
             b = lo + ratio * (hi - lo)
-            fb = loss(entries, {device: b})
+            fb = loss(entries, {device: b}, tp_overlap)
     x = (lo + hi) / 2
-    return x, loss(entries, {device: x})
+    return x, loss(entries, {device: x}, tp_overlap)
+
+
+def fit(entries, device: str) -> tuple[float, float | None, float]:
+    """(network efficiency, tp_overlap or None where the runs cannot tell it, mean |error|)."""
+    if not overlaps_tp(entries):
+        return (*fit_network(entries, device)[:1], None, fit_network(entries, device)[1])
+    best = min((*reversed(fit_network(entries, device, t / 10)), t / 10) for t in range(11))
+    return best[1], best[2], best[0]
 
 
 def device_entries(entries, device: str):
@@ -187,9 +210,10 @@ def main() -> int:
     fitted = {}
     for device in ("a100-sxm-80gb", "h100-sxm-80gb"):
         own = device_entries(entries, device)
-        x, value = fit(own, device)
+        x, tp_overlap, value = fit(own, device)
         fitted[device] = x
-        print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, mean |error| {100 * value:.1f} %")
+        told = "not told by its runs" if tp_overlap is None else f"{tp_overlap:.1f}"
+        print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, tp_overlap {told}, mean |error| {100 * value:.1f} %")
     if args.holdout:
         print("\nleave-one-family-out (fit without the family, error on it):")
         for device in fitted:
@@ -199,8 +223,9 @@ def main() -> int:
                 test = [e for e in own if family(e["id"]) == fam]
                 if not train:
                     continue
-                x, _ = fit(train, device)
-                print(f"  {fam:<32} {len(test):>2} runs: held-out mean |error| {100 * loss(test, {device: x}):.1f} %")
+                x, tp_overlap, _ = fit(train, device)
+                error = loss(test, {device: x}, tp_overlap)
+                print(f"  {fam:<32} {len(test):>2} runs: held-out mean |error| {100 * error:.1f} %")
     return 0
 
 

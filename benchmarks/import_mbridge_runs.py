@@ -64,6 +64,9 @@ PAO = "use_precision_aware_optimizer with fp32 dtypes (master weights kept as 16
 GPT_OSS_MEMORY = {**MASTER_REMAINDERS, "recompute_modules": ["layernorm", "moe_act"]}
 GPT_OSS_RECOMPUTE = "recompute_modules layernorm and moe_act"
 CONFIGS = "Megatron-Bridge scripts/performance/configs"
+# the Llama recipes' CommOverlapConfig(tp_comm_overlap=True) with a userbuffers configuration (v0.2.0)
+TP_OVERLAP = {"tp_comm_overlap": True}
+TP_OVERLAP_READ = "tp_comm_overlap on (Transformer Engine userbuffers: ring-exchange all-gathers, bulk dgrad/wgrad overlaps)"
 
 # (model[, gpu[, precision]]) -> settings read from Megatron-Bridge's performance recipes (branch r0.2.0,
 # the 25.11 release, and the commits its table was refreshed from: PR #1669, branch gaod/r0.2.0_test,
@@ -80,10 +83,15 @@ RECIPES: dict[tuple, dict] = {
         "mapping": {"offload_layers": 40},
         "assumptions": [f"{CONFIGS}/llama (main e940d997d, _V2): Megatron FSDP with cpu_offloading_num_layers 40 (activations)"],
     },
-    ("llama3-70b", "H100"): {"assumptions": [f"{CONFIGS}/llama: tp_comm_overlap on (userbuffers, not modelled)"]},
+    ("llama3-70b", "H100"): {
+        "mapping": TP_OVERLAP,
+        "assumptions": [f"{CONFIGS}/llama3/llama3_llm_pretrain.py: {TP_OVERLAP_READ}"],
+    },
     ("llama3.1-405b",): {
+        "mapping": TP_OVERLAP,
         "assumptions": [
-            f"{CONFIGS}/llama: account_for_embedding/loss_in_pipeline_split (the default split), tp_comm_overlap on (not modelled)"
+            f"{CONFIGS}/llama: account_for_embedding/loss_in_pipeline_split (the default split); "
+            f"llama31/llama31_llm_pretrain.py: {TP_OVERLAP_READ} (off only for NVFP4)"
         ],
     },
     ("deepseek-v3", "GB300"): {

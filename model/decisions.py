@@ -20,6 +20,7 @@ class TrainingDecision(StrEnum):
     CP_COMM = "cp_comm"  # ring (p2p K/V blocks) or a2a (Ulysses): choices.CpComm
     EP = "ep"
     ETP = "etp"  # expert tensor parallelism: each routed expert split over etp ranks
+    TP_COMM_OVERLAP = "tp_comm_overlap"  # TP collectives overlapped with their GEMMs (needs sp)
     MICRO_BATCH = "micro_batch"
     VPP = "vpp"
     SP = "sp"
@@ -63,6 +64,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.OFFLOAD_LAYERS,
     TrainingDecision.CP_COMM,
     TrainingDecision.ETP,
+    TrainingDecision.TP_COMM_OVERLAP,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

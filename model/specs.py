@@ -188,6 +188,7 @@ class DeviceSpec:
     tdp_w: float = 0.0
     moe_expert_efficiency: float = 1.0  # routed-expert block (router, permutation, grouped GEMMs) rate / dense GEMM rate
     moe_overlap_efficiency: float = 1.0  # share of a layer's compute that can hide overlapped all-to-all
+    tp_overlap_efficiency: float = 1.0  # share of a GEMM's time that can hide a tensor-parallel collective beside it
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
     stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
@@ -273,6 +274,7 @@ class Workload:
     master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)
     recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
+    overlap_tp_grad: bool = True  # TP input-gradient collectives under the weight-gradient GEMMs (Megatron since 2021)
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated, FP8 dispatch)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
@@ -302,6 +304,7 @@ class Mapping:
     offload_layers: int = 0  # layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
     etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
+    tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
 
     @property
     def num_gpus(self) -> int:
@@ -326,6 +329,7 @@ class Mapping:
             "offload_layers": self.offload_layers,
             "cp_comm": self.cp_comm,
             "etp": self.etp,
+            "tp_comm_overlap": self.tp_comm_overlap,
         }
 
 

@@ -91,6 +91,63 @@ def tp_comm_forward_time_s(
     return 2.0 * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
 
 
+def tp_comm_exposed_times_s(
+    model: ModelSpec,
+    device: DeviceSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    tp_comm_overlap: bool,
+    moe_layer: bool,
+    collective_s: float,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's tensor-parallel communication left exposed, given
+    ``collective_s``, its forward collectives' time (``tp_comm_forward_time_s``): half per block
+    (attention, MLP), one all-reduce, or with sequence parallelism an all-gather before the
+    column-parallel GEMMs and a reduce-scatter after the row-parallel one, a quarter each. The GEMMs
+    they may hide behind are ``compute.tp_block_gemm_times_s``.
+
+    Forward without ``tp_comm_overlap``: all exposed. Backward, with ``workload.overlap_tp_grad``
+    (Megatron-LM's asynchronous input-gradient collective, on since 2021; Korthikanti et al. 2022,
+    Sec. 4.2.2): the column-parallel GEMMs' input-gradient all-reduce (reduce-scatter with sp) runs
+    under their weight-gradient GEMMs, and with sp the re-gather of their saved input under their
+    data-gradient GEMMs; the row-parallel GEMM's output-gradient all-gather (sp) stays exposed.
+    Without it every backward collective is exposed (the re-gather too).
+
+    ``tp_comm_overlap`` (Transformer Engine's userbuffers, Megatron ``--tp-comm-overlap``; needs sp):
+    each all-gather streams in tp chunks by ring exchange under its GEMM, which starts on the local
+    chunk (exposed: what exceeds (tp-1)/tp of the GEMM); each reduce-scatter is pipelined behind
+    the GEMM's chunks, its last chunk exposed (1/tp of it, plus what exceeds the GEMM); the backward's
+    re-gather and input-gradient reduce-scatter overlap the data- and weight-gradient GEMMs in bulk.
+    A GEMM hides a collective for only ``device.tp_overlap_efficiency`` of its time (the collective's
+    kernels take SMs and memory bandwidth from it; the chunked GEMMs run smaller): fitted with the
+    network efficiency on the published runs (benchmarks/calibrate.py).
+    """
+    if collective_s <= 0:
+        return 0.0, 0.0
+    tokens = micro_batch * workload.seq_len / cp
+    blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer)
+    half, quarter, split = collective_s / 2.0, collective_s / 4.0, (tp - 1) / tp
+    fwd = bwd = 0.0
+    for gemms in blocks:
+        column, row = (device.tp_overlap_efficiency * seconds for seconds in gemms)
+        if tp_comm_overlap:
+            fwd += max(0.0, quarter - split * column) + quarter / tp + split * max(0.0, quarter - row)
+            bwd += max(0.0, quarter - split * row) + 2.0 * max(0.0, quarter - column)
+        elif not workload.overlap_tp_grad:
+            fwd += half
+            bwd += 3.0 * quarter if sp else half
+        elif sp:
+            fwd += half
+            bwd += quarter + 2.0 * max(0.0, quarter - column)
+        else:
+            fwd += half
+            bwd += max(0.0, half - column)
+    return fwd, bwd
+
+
 def cp_exposed_forward_time_s(
     model: ModelSpec,
     system: SystemSpec,
@@ -331,11 +388,13 @@ def layer_times(
     layouts: dict | None = None,
     cp_comm: str = CpComm.RING,
     etp: int = 1,
+    tp_comm_overlap: bool = False,
 ) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
     one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep', 'etp': Layout}, ``placement.group_layouts``)
     say where the groups sit (default: the default placement). Expert tensor parallelism's gathers
-    count with the expert-parallel all-to-alls (``etp_comm_time_s``)."""
+    count with the expert-parallel all-to-alls (``etp_comm_time_s``); the tensor-parallel
+    collectives count what their GEMMs leave exposed (``tp_comm_exposed_times_s``)."""
     layouts = layouts or {}
     device = system.device
     gemm_fwd, attn_fwd, elem_fwd, elem_bwd = layer_compute_times_s(
@@ -346,7 +405,18 @@ def layer_times(
         etp_s = etp_comm_time_s(model, system, workload, tp, cp, micro_batch, etp, layouts.get("etp"))
         ep_fwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "forward", layouts.get("ep")) + etp_s
         ep_bwd = ep_comm_time_s(model, system, workload, tp, cp, micro_batch, ep, "backward", layouts.get("ep")) + etp_s
-    tp_fwd = tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp"))
+    tp_fwd, tp_bwd = tp_comm_exposed_times_s(
+        model,
+        device,
+        workload,
+        tp,
+        cp,
+        micro_batch,
+        sp,
+        tp_comm_overlap,
+        moe_layer,
+        tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp")),
+    )
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     if cp_comm == CpComm.A2A:
         cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
@@ -372,7 +442,7 @@ def layer_times(
         gemm_bwd=2.0 * gemm_fwd,
         attention_bwd=attn_bwd,
         elementwise_bwd=elem_bwd,
-        tp_comm_bwd=tp_fwd,
+        tp_comm_bwd=tp_bwd,
         cp_comm_bwd=cp_bwd,
         recompute=redo,
         ep_comm_fwd=ep_fwd_shown,
@@ -634,6 +704,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             field="mapping.first_stage_layers",
         )
     check_cp_comm(model, m.tp, m.cp, m.cp_comm)
+    if m.tp_comm_overlap and not (m.sp and m.tp > 1):
+        raise ProblemError(
+            "tensor-parallel communication overlap needs tp > 1 and sp true (Megatron-LM asserts sequence parallelism)",
+            field="mapping.tp_comm_overlap",
+        )
     reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
     if reason is not None:
         raise ProblemError(reason, field="mapping.offload_layers")

@@ -82,12 +82,16 @@ LAYER_OUTPUTS = (
 )
 
 
-def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, etp=1) -> tuple:
+def _layer(
+    ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_comm_overlap, etp=1
+) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
-    lt = layer_times(model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm, etp)
+    lt = layer_times(
+        model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm, etp, tp_comm_overlap
+    )
     layer = dict(
         model=model,
         micro_batch=micro_batch,
@@ -109,28 +113,45 @@ def _layer(ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recom
 
 LEAD_LAYER = Factor(
     "lead_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM),
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm: _layer(
-        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}, cp_comm
+    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm, tp_comm_overlap: _layer(
+        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}, cp_comm, tp_comm_overlap
     ),
 )
 MOE_LAYER = Factor(
     "moe_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM, D.ETP, D.ETP_GROUP),
+    (
+        D.TP,
+        D.CP,
+        D.MICRO_BATCH,
+        D.SP,
+        D.RECOMPUTE,
+        D.EP,
+        D.TP_GROUP,
+        D.CP_GROUP,
+        D.EP_GROUP,
+        D.CP_COMM,
+        D.ETP,
+        D.ETP_GROUP,
+        D.TP_COMM_OVERLAP,
+    ),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group: _layer(
-        ctx,
-        True,
-        tp,
-        cp,
-        micro_batch,
-        sp,
-        recompute,
-        ep,
-        {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group},
-        cp_comm,
-        etp,
+    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_comm_overlap: (
+        _layer(
+            ctx,
+            True,
+            tp,
+            cp,
+            micro_batch,
+            sp,
+            recompute,
+            ep,
+            {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group},
+            cp_comm,
+            tp_comm_overlap,
+            etp,
+        )
     ),
 )
 
@@ -516,6 +537,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.PLACEMENT: m.placement,
         D.OFFLOAD_LAYERS: m.offload_layers,
         D.CP_COMM: m.cp_comm,
+        D.TP_COMM_OVERLAP: m.tp_comm_overlap,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -659,9 +681,36 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
     model, wl, m = ctx.model, ctx.workload, mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
-    lt = layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, layouts=layouts, cp_comm=m.cp_comm)
+    lt = layer_times(
+        model,
+        ctx.system,
+        wl,
+        m.tp,
+        m.cp,
+        m.micro_batch,
+        m.sp,
+        m.recompute,
+        layouts=layouts,
+        cp_comm=m.cp_comm,
+        tp_comm_overlap=m.tp_comm_overlap,
+    )
     lt_moe = (
-        layer_times(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, m.sp, m.recompute, m.ep, True, layouts, m.cp_comm, m.etp)
+        layer_times(
+            model,
+            ctx.system,
+            wl,
+            m.tp,
+            m.cp,
+            m.micro_batch,
+            m.sp,
+            m.recompute,
+            m.ep,
+            True,
+            layouts,
+            m.cp_comm,
+            m.etp,
+            m.tp_comm_overlap,
+        )
         if model.moe
         else lt
     )

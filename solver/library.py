@@ -194,6 +194,7 @@ def load_device(name: str) -> DeviceSpec:
             "kv_stream",
             "moe_expert",
             "moe_overlap",
+            "tp_overlap",
             "grouped_fp8",
         ),
         ("gemm", "attention", "memory"),
@@ -215,7 +216,7 @@ def load_device(name: str) -> DeviceSpec:
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
-            for key in ("moe_expert", "moe_overlap", "stream", "kv_stream", "grouped_fp8")
+            for key in ("moe_expert", "moe_overlap", "tp_overlap", "stream", "kv_stream", "grouped_fp8")
             if key in eff
         },
         low_precision_gemm=low,

@@ -43,6 +43,7 @@ WORKLOAD_KEYS = (
     "master_weight_bytes",
     "recompute_modules",
     "overlap_dp",
+    "overlap_tp_grad",
     "moe_dispatcher",
     "moe_a2a_overlap",
     "mtp_layers",
@@ -66,9 +67,10 @@ MAPPING_DEFAULTS = {
     "offload_layers": 0,
     "cp_comm": "ring",
     "etp": 1,
+    "tp_comm_overlap": False,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-FLAG_KEYS = ("sp", "uneven_chunks")  # true/false mapping keys
+FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap")  # true/false mapping keys
 ALLOWED_VALUES = {
     "recompute": tuple(r.value for r in Recompute),
     "zero": tuple(int(z) for z in ZeroStage),
@@ -193,7 +195,7 @@ def _parse_workload(data, src: str) -> Workload:
     modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
-        for key, default in (("overlap_dp", True), ("moe_a2a_overlap", False))
+        for key, default in (("overlap_dp", True), ("overlap_tp_grad", True), ("moe_a2a_overlap", False))
     }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)

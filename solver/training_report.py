@@ -30,6 +30,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
+        + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [
@@ -100,7 +101,8 @@ def plans_table(plans) -> list[str]:
 
 def plan_label(plan) -> str:
     """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
-    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP, expert tensor parallelism)."""
+    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP, expert tensor parallelism,
+    TP communication overlap)."""
     m, met = plan.mapping, plan.evaluation.metrics
     chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
     extras = (
@@ -108,5 +110,6 @@ def plan_label(plan) -> str:
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
         + (f", etp {m.etp}" if m.etp > 1 else "")
+        + (", tp overlap" if m.tp_comm_overlap else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

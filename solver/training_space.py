@@ -345,7 +345,13 @@ def build_space(problem) -> Space:
     micro_batches = allowed_values(problem, "micro_batch", divisors(gb))
     micro = [(dp, mb, gb // (dp * mb)) for dp in dps for mb in micro_batches if gb % (dp * mb) == 0]
     tps = sorted({point.tp for point in used})
-    sp = [(tp, int(s)) for tp in tps for s in allowed_values(problem, "sp", [False, True]) if tp > 1 or not s]
+    sp = [
+        (tp, int(s), int(o))
+        for tp in tps
+        for s in allowed_values(problem, "sp", [False, True])
+        for o in problem.mapping.get("tp_comm_overlap", (False,))  # off unless the mapping lists it
+        if (tp > 1 or not s) and (s or not o)  # the overlap needs sequence parallelism (hence tp > 1)
+    ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
     offload_recompute = [
@@ -360,7 +366,7 @@ def build_space(problem) -> Space:
     frames = [
         ("grid", pd.DataFrame(rows, columns=grid_cols)),
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
-        ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP])),
+        ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
@@ -387,6 +393,7 @@ def build_space(problem) -> Space:
     domains = {
         D.PLACEMENT: categorical(PLACEMENTS),
         D.SP: categorical((False, True)),
+        D.TP_COMM_OVERLAP: categorical((False, True)),
         D.UNEVEN_CHUNKS: categorical((False, True)),
         D.RECOMPUTE: categorical(tuple(Recompute)),
         D.CP_COMM: categorical(tuple(CpComm)),
@@ -405,7 +412,7 @@ def build_space(problem) -> Space:
         restrictions = {k: [str(x).lower() if isinstance(x, bool) else x for x in v] for k, v in problem.mapping.items()}
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
-            "dp·micro_batch; sp needs tp > 1; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
+            "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
             "kv_heads; offload_layers needs pp 1 and recompute none)",
             source=problem.source,
             field="mapping",

@@ -70,6 +70,7 @@ MAPPING_KEYS = (
     "offload_layers",  # issue 13: layers per stage whose activations wait in host memory
     "cp_comm",  # issue 13: ring or a2a (Ulysses) context parallelism
     "etp",  # issue 13: expert tensor parallelism
+    "tp_comm_overlap",  # issue 13: TP collectives overlapped with their GEMMs
 )
 
 

@@ -90,13 +90,17 @@ def random_training(seed: int, system: str) -> dict:
         mapping["offload_layers"] = rng.choice([[0], [0, 1], [1, 2]])
     if model is TINY_MOE:  # expert tensor parallelism (issue 13)
         mapping["etp"] = rng.choice([[1], [1, 2], [2, 4]])
-    return {
+    problem = {
         "model": model,
         "system": {"name": system, "num_gpus": _gpus(system, rng)},
         "workload": wl,
         "mapping": mapping,
         "objective": rng.choice(["throughput", "memory"]),
     }
+    # drawn last, so that the draws above keep the problems they drew before (issue 13: TP overlap)
+    wl["overlap_tp_grad"] = rng.random() < 0.5
+    mapping["tp_comm_overlap"] = rng.choice([[False], [False, True]])
+    return problem
 
 
 def random_serving(seed: int, system: str) -> dict:
@@ -160,6 +164,8 @@ def test_the_random_problems_cover_what_they_should():
     serve = [random_serving(7 + i, sys_) for i, sys_ in enumerate(SYSTEMS)]
     assert {d["workload"]["overlap_dp"] for d in train} == {True, False}
     assert {d["workload"]["mtp_layers"] for d in train} == {0, 1}
+    assert {d["workload"]["overlap_tp_grad"] for d in train} == {True, False}
+    assert {tuple(d["mapping"]["tp_comm_overlap"]) for d in train} == {(False,), (False, True)}
     assert {tuple(d["mapping"]["uneven_chunks"]) for d in train} == {(False,), (True,), (False, True)}
     assert {tuple(d["mapping"].get("offload_layers", [0])) for d in train} == {(0,), (0, 1), (1, 2)}
     assert any(d["model"] == TINY_MOE for d in train) and any(d["model"] != TINY_MOE for d in train)

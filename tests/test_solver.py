@@ -417,6 +417,7 @@ KNOWN_GOOD = {
     "offload_layers": 0,
     "cp_comm": "ring",
     "etp": 1,
+    "tp_comm_overlap": True,
 }
 
 
@@ -443,6 +444,7 @@ def test_fixing_a_mapping_that_does_not_fit_is_infeasible():
         "pp": 1,
         "dp": 8,
         "sp": False,
+        "tp_comm_overlap": False,
         "vpp": 1,
         "recompute": "none",
         "zero": 0,

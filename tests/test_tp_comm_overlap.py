@@ -1,0 +1,138 @@
+"""Tensor-parallel communication overlap (issue 13): Megatron-LM's asynchronous input-gradient
+collectives (``workload.overlap_tp_grad``) and Transformer Engine's userbuffers (``mapping.tp_comm_overlap``).
+
+The limits pin the accounting: with GEMMs far longer than the collectives, only what cannot overlap
+stays exposed; with GEMMs that hide nothing (``tp_overlap_efficiency`` 0), every collective is
+exposed, the backward's re-gather of the saved input included.
+"""
+
+import dataclasses
+import itertools
+
+import pytest
+from conftest import rel_close, training_problem
+
+from parasol.model import compute
+from parasol.model.errors import ProblemError
+from parasol.model.specs import Mapping, Workload
+from parasol.model.training import check_mapping, tp_comm_exposed_times_s, tp_comm_forward_time_s
+from parasol.model.training_step import evaluate_training
+from parasol.solver import library
+from parasol.solver.planner import enumerate_space, planner_for, solve
+from parasol.solver.problem import parse_problem
+
+
+def _setup(tp_overlap: float | None = None, overlap_tp_grad: bool = True):
+    model, system = library.load_model("llama3-70b"), library.load_system("dgx-h100", 64)
+    if tp_overlap is not None:
+        system = dataclasses.replace(system, device=dataclasses.replace(system.device, tp_overlap_efficiency=tp_overlap))
+    wl = Workload(kind="training", seq_len=8192, global_batch=64, overlap_tp_grad=overlap_tp_grad)
+    return model, system, wl
+
+
+def _exposed(model, system, wl, tp, sp, overlap, collective_s=None, micro_batch=1):
+    if collective_s is None:
+        collective_s = tp_comm_forward_time_s(model, system, wl, tp, 1, micro_batch, sp)
+    return collective_s, tp_comm_exposed_times_s(model, system.device, wl, tp, 1, micro_batch, sp, overlap, False, collective_s)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_without_any_overlap_every_collective_is_exposed(sp):
+    model, system, wl = _setup(overlap_tp_grad=False)
+    total, (fwd, bwd) = _exposed(model, system, wl, 8, sp, False)
+    assert total > 0 and fwd == pytest.approx(total)
+    # with sequence parallelism the backward also re-gathers each column-parallel GEMM's saved input
+    assert bwd == pytest.approx(1.5 * total if sp else total)
+
+
+@pytest.mark.parametrize(("sp", "overlap"), [(False, False), (True, False), (True, True)])
+def test_gemms_that_hide_nothing_leave_everything_exposed(sp, overlap):
+    model, system, wl = _setup(tp_overlap=0.0)
+    total, (fwd, bwd) = _exposed(model, system, wl, 8, sp, overlap)
+    assert fwd == pytest.approx(total)
+    assert bwd == pytest.approx(1.5 * total if sp else total)
+
+
+def test_long_gemms_hide_all_but_what_cannot_overlap():
+    """A tiny collective beside full-size GEMMs: the asynchronous backward hides the input-gradient
+    all-reduce (no sp) and, with sp, the re-gather and reduce-scatter, but not the output-gradient
+    all-gather before the row-parallel GEMM; userbuffers leave the last reduce-scatter chunk (1/tp)."""
+    model, system, wl = _setup(tp_overlap=1.0)
+    tiny = 1e-9
+    _, (fwd, bwd) = _exposed(model, system, wl, 8, False, False, tiny)
+    assert (fwd, bwd) == (pytest.approx(tiny), 0.0)
+    _, (fwd, bwd) = _exposed(model, system, wl, 8, True, False, tiny)
+    assert (fwd, bwd) == (pytest.approx(tiny), pytest.approx(tiny / 2))
+    _, (fwd, bwd) = _exposed(model, system, wl, 8, True, True, tiny)
+    assert (fwd, bwd) == (pytest.approx(tiny / (2 * 8)), 0.0)
+
+
+def test_each_overlap_exposes_no_more_than_the_one_before():
+    model, system, _ = _setup()
+    for tp, mb, seq in itertools.product((2, 4, 8), (1, 4), (2048, 8192)):
+        wl = Workload(kind="training", seq_len=seq, global_batch=64)
+        sync = _exposed(model, system, dataclasses.replace(wl, overlap_tp_grad=False), tp, True, False, micro_batch=mb)[1]
+        async_ = _exposed(model, system, wl, tp, True, False, micro_batch=mb)[1]
+        userbuffers = _exposed(model, system, wl, tp, True, True, micro_batch=mb)[1]
+        assert sum(userbuffers) <= sum(async_) + 1e-15 <= sum(sync) + 2e-15
+        assert async_[0] == pytest.approx(sync[0]) and async_[1] < sync[1]
+
+
+def test_the_gemms_beside_the_collectives_are_the_layers_gemms():
+    model, system, _ = _setup()
+    (attn_col, attn_row), (mlp_col, mlp_row) = compute.tp_block_gemm_times_s(model, system.device, "bf16", 8192, 8)
+    total = compute.layer_gemm_forward_time_s(model, system.device, "bf16", 8192, 8)
+    assert rel_close(attn_col + attn_row + mlp_col + mlp_row, total, 1e-12)
+    assert mlp_col > attn_col > 0 and mlp_row > attn_row > 0  # the FFN is wider than the attention
+
+
+def test_overlap_speeds_up_a_tensor_parallel_step():
+    model, system, wl = _setup()
+    plain = Mapping(tp=8, pp=2, dp=4, micro_batch=1, sp=True, recompute="selective")
+    overlapped = dataclasses.replace(plain, tp_comm_overlap=True)
+    a, b = evaluate_training(model, system, wl, plain), evaluate_training(model, system, wl, overlapped)
+    assert b.breakdown["time_s"]["comm/tp"] < a.breakdown["time_s"]["comm/tp"]
+    assert b.metrics["step_time_s"] < a.metrics["step_time_s"]
+    assert b.metrics["peak_memory_gib"] == a.metrics["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("mapping", [dict(tp=8, sp=False), dict(tp=1, sp=False)])
+def test_userbuffers_need_sequence_parallelism(mapping):
+    model, system, wl = _setup()
+    m = Mapping(pp=2, dp=64 // (2 * mapping["tp"]), micro_batch=1, tp_comm_overlap=True, **mapping)
+    with pytest.raises(ProblemError, match="sp true") as info:
+        check_mapping(model, system, wl, m)
+    assert info.value.field == "mapping.tp_comm_overlap"
+
+
+def test_a_bad_flag_names_the_field():
+    data = training_problem(model="llama3-70b", system="dgx-h100", num_gpus=64, mapping={"tp_comm_overlap": "yes"})
+    with pytest.raises(ProblemError) as info:
+        parse_problem(data, source="t")
+    assert "mapping.tp_comm_overlap" in str(info.value)
+
+
+PROBLEM = training_problem(
+    model="llama2-7b",
+    system="dgx-h100",
+    num_gpus=8,
+    seq_len=4096,
+    global_batch=16,
+    mapping={"tp_comm_overlap": [False, True], "vpp": [1], "zero": [1], "cp": [1], "recompute": ["none", "selective"]},
+)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory"])
+def test_tp_comm_overlap_is_a_decision_and_the_solver_equals_the_enumerator(objective):
+    problem = parse_problem({**PROBLEM, "objective": objective}, source="t")
+    rows = next(r for r in planner_for(problem).space(problem).relations if r.name == "sp").frame
+    assert set(rows["tp_comm_overlap"]) == {0, 1}
+    assert all(s for s, o in zip(rows["sp"], rows["tp_comm_overlap"]) if o)  # only with sequence parallelism
+    enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60)
+    assert enum.status == sol.status == "OPTIMAL"
+    assert rel_close(sol.objective_value, enum.objective_value, 1e-3)
+    plan = sol.plans[0]
+    again = evaluate_training(problem.model, problem.system(plan.num_gpus), problem.workload, plan.mapping)
+    assert rel_close(again.metrics["step_time_s"], plan.evaluation.metrics["step_time_s"], 1e-9)
+    if objective == "throughput" and plan.mapping.tp > 1 and plan.mapping.sp:  # hiding collectives is free
+        assert plan.mapping.tp_comm_overlap
