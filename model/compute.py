@@ -111,18 +111,21 @@ def layer_gemm_forward_time_s(
 
 def tp_block_gemm_times_s(
     model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
-) -> tuple[tuple[float, float], tuple[float, float]]:
+) -> tuple[tuple[float, float], ...]:
     """Forward seconds of the GEMMs beside which each tensor-parallel collective of a layer runs, per
     block (attention, then MLP): (the column-parallel GEMMs that read the block's gathered input, the
     row-parallel GEMM whose output is reduced) (Shoeybi et al. 2019, Sec. 3; Korthikanti et al. 2022,
-    Sec. 4.2.2). An MoE layer's MLP block holds its shared experts' FFN, (0, 0) without them. A GEMM's
-    data-gradient and weight-gradient GEMMs each take as long as its forward."""
+    Sec. 4.2.2); a parallel block is one block of both. An MoE layer's MLP block holds its shared
+    experts' FFN, (0, 0) without them. A GEMM's data-gradient and weight-gradient GEMMs each take as
+    long as its forward."""
     shapes = layer_gemm_shapes(model, tokens, tp, moe_layer)
 
     def seconds(names) -> float:
         return sum(gemm_time_s(device, *shapes[name], precision) for name in names if name in shapes)
 
     attention = [name for name in attention_gemm_shapes(model, tokens, tp) if name != "attn_out"]
+    if model.parallel_block:
+        return ((seconds([*attention, "mlp_up"]), seconds(["attn_out", "mlp_down"])),)
     return (seconds(attention), seconds(["attn_out"])), (seconds(["mlp_up"]), seconds(["mlp_down"]))
 
 

@@ -245,12 +245,13 @@ def tp_allreduce_time_s(
     model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, tp_layout: Layout
 ) -> float:
     """The two all-reduces of a layer's tensor-parallel outputs (attention and MLP; Shoeybi et al.
-    2019, Sec. 3) on ``tokens`` rows of the hidden state, at the activation width, over the TP group
-    at ``tp_layout``, seconds (``placement.collective_time_s``)."""
+    2019, Sec. 3; one in a parallel block, ``ModelSpec.tp_reductions_per_layer``) on ``tokens`` rows
+    of the hidden state, at the activation width, over the TP group at ``tp_layout``, seconds
+    (``placement.collective_time_s``)."""
     if tp_layout.n == 1 or tokens <= 0:
         return 0.0
     nbytes = tokens * model.hidden * bytes_per_element(activation_precision(workload.precision))
-    return 2.0 * collective_time_s("allreduce", nbytes, tp_layout, system)
+    return model.tp_reductions_per_layer * collective_time_s("allreduce", nbytes, tp_layout, system)
 
 
 def ep_alltoall_time_s(

@@ -25,12 +25,14 @@ def saved_gemm_input_bytes(precision: str) -> float:
 def replicated_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:
     """Per-layer activations that tensor parallelism does not split (Korthikanti's 10sbh).
 
-    Inputs of the two norms (2 x 2sbh), the QKV input and the FC1 input (2 x 2sbh, GEMM inputs)
-    and the two dropout masks (2 x sbh; none for models trained without dropout, such as Llama).
-    Sequence parallelism splits them by t.
+    Inputs of the two norms (2 x 2sbh; one in a parallel block, whose norms both read the layer
+    input), the QKV input and the FC1 input (2 x 2sbh, GEMM inputs) and the two dropout masks
+    (2 x sbh; none for models trained without dropout, such as Llama). Sequence parallelism splits
+    them by t.
     """
     masks = 2 * MASK_BYTES if model.dropout else 0.0
-    return tokens * model.hidden * (2 * ACT_BYTES + 2 * gemm_input_bytes + masks)
+    norm_inputs = 1 if model.parallel_block else 2
+    return tokens * model.hidden * (norm_inputs * ACT_BYTES + 2 * gemm_input_bytes + masks)
 
 
 def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:

@@ -95,6 +95,7 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: int = 0  # tokens a query of a local-attention layer attends (0: every layer attends all)
     sliding_window_share: float = 1.0  # share of the layers that attend the window (GPT-OSS: every other one)
+    parallel_block: bool = False  # attention and MLP read the same input, their outputs summed (GPT-J, PaLM, Falcon)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -117,6 +118,13 @@ class ModelSpec:
         checks.positive_int(self.head_dim, "head_dim", src)
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
             raise ProblemError(f"kv_heads {self.kv_heads} must divide heads {self.heads}", source=src, field="kv_heads")
+
+    @property
+    def tp_reductions_per_layer(self) -> int:
+        """Tensor-parallel output reductions of one layer: one after the attention and one after the MLP
+        (Shoeybi et al. 2019, Sec. 3); one in a parallel block, which sums both outputs before reducing
+        (Chowdhery et al., PaLM, 2022, Sec. 2; Wang & Komatsuzaki, GPT-J, 2021; vLLM's and TensorRT-LLM's Falcon)."""
+        return 1 if self.parallel_block else 2
 
     def attended_share(self, context: float) -> float:
         """Share of a causal context of ``context`` tokens that a layer's queries attend, averaged

@@ -78,17 +78,19 @@ def tp_comm_forward_time_s(
 ) -> float:
     """TP communication in one layer's forward: two all-reduces of the b·s·h activation
     (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
-    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2), over the TP group at
-    ``tp_layout`` (default: tp consecutive ranks). Backward is the same."""
+    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2); one of each in a
+    parallel block (``ModelSpec.tp_reductions_per_layer``); over the TP group at ``tp_layout``
+    (default: tp consecutive ranks). Backward is the same."""
     if tp == 1:
         return 0.0
     where = tp_layout or layout(system, Group.of((tp, 1)))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * bytes_per_element(activation_precision(workload.precision))
+    blocks = model.tp_reductions_per_layer
     if sp:
-        return 2.0 * (
+        return blocks * (
             collective_time_s("reducescatter", nbytes, where, system) + collective_time_s("allgather", nbytes, where, system)
         )
-    return 2.0 * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
+    return blocks * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
 
 
 def tp_comm_exposed_times_s(
@@ -104,9 +106,10 @@ def tp_comm_exposed_times_s(
     collective_s: float,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's tensor-parallel communication left exposed, given
-    ``collective_s``, its forward collectives' time (``tp_comm_forward_time_s``): half per block
-    (attention, MLP), one all-reduce, or with sequence parallelism an all-gather before the
-    column-parallel GEMMs and a reduce-scatter after the row-parallel one, a quarter each. The GEMMs
+    ``collective_s``, its forward collectives' time (``tp_comm_forward_time_s``): an equal share per
+    block (attention, MLP; a parallel block is one), one all-reduce, or with sequence parallelism an
+    all-gather before the column-parallel GEMMs and a reduce-scatter after the row-parallel one, half
+    of the block's share each. The GEMMs
     they may hide behind are ``compute.tp_block_gemm_times_s``.
 
     Forward without ``tp_comm_overlap``: all exposed. Backward, with ``workload.overlap_tp_grad``
@@ -129,7 +132,8 @@ def tp_comm_exposed_times_s(
         return 0.0, 0.0
     tokens = micro_batch * workload.seq_len / cp
     blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer)
-    half, quarter, split = collective_s / 2.0, collective_s / 4.0, (tp - 1) / tp
+    share = collective_s / len(blocks)  # one block's collectives
+    quarter, split = share / 2.0, (tp - 1) / tp
     fwd = bwd = 0.0
     for gemms in blocks:
         column, row = (device.tp_overlap_efficiency * seconds for seconds in gemms)
@@ -137,14 +141,14 @@ def tp_comm_exposed_times_s(
             fwd += max(0.0, quarter - split * column) + quarter / tp + split * max(0.0, quarter - row)
             bwd += max(0.0, quarter - split * row) + 2.0 * max(0.0, quarter - column)
         elif not workload.overlap_tp_grad:
-            fwd += half
-            bwd += 3.0 * quarter if sp else half
+            fwd += share
+            bwd += 3.0 * quarter if sp else share
         elif sp:
-            fwd += half
+            fwd += share
             bwd += quarter + 2.0 * max(0.0, quarter - column)
         else:
-            fwd += half
-            bwd += max(0.0, half - column)
+            fwd += share
+            bwd += max(0.0, share - column)
     return fwd, bwd
 
 

@@ -102,6 +102,7 @@ MODEL_KEYS = (
     "mla",
     "sliding_window",
     "sliding_window_share",
+    "parallel_block",
 )
 MOE_KEYS = (
     "experts",
@@ -125,7 +126,7 @@ def model_from_dict(data: dict, source: str | None, prefix: str = "model.") -> M
     kwargs.setdefault("name", "inline")
     kwargs.setdefault("kv_heads", kwargs["heads"])
     kwargs.setdefault("head_dim", 0)
-    for key in ("tied_embeddings", "bias", "dropout"):
+    for key in ("tied_embeddings", "bias", "dropout", "parallel_block"):
         if key in kwargs and not isinstance(kwargs[key], bool):
             raise ProblemError(f"must be true or false, got {kwargs[key]!r}", source=source, field=prefix + key)
     if not isinstance(kwargs["name"], str):

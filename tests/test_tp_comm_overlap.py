@@ -136,3 +136,36 @@ def test_tp_comm_overlap_is_a_decision_and_the_solver_equals_the_enumerator(obje
     assert rel_close(again.metrics["step_time_s"], plan.evaluation.metrics["step_time_s"], 1e-9)
     if objective == "throughput" and plan.mapping.tp > 1 and plan.mapping.sp:  # hiding collectives is free
         assert plan.mapping.tp_comm_overlap
+
+
+def test_a_parallel_block_reduces_once_per_layer():
+    """GPT-J, PaLM, Falcon: attention and MLP read the same input and their outputs are summed before
+    one reduction; the GEMMs are the same, the collectives half, and the norm input is saved once."""
+    from parasol.model import memory  # noqa: PLC0415
+
+    model, system, wl = _setup()
+    parallel = dataclasses.replace(model, parallel_block=True)
+    assert tp_comm_forward_time_s(parallel, system, wl, 8, 1, 1, True) == pytest.approx(
+        tp_comm_forward_time_s(model, system, wl, 8, 1, 1, True) / 2
+    )
+    blocks = compute.tp_block_gemm_times_s(parallel, system.device, "bf16", 8192, 8)
+    assert len(blocks) == 1 and rel_close(
+        sum(blocks[0]), compute.layer_gemm_forward_time_s(model, system.device, "bf16", 8192, 8), 1e-12
+    )
+    saved = memory.replicated_activation_bytes(model, 8192) - memory.replicated_activation_bytes(parallel, 8192)
+    assert saved == pytest.approx(8192 * model.hidden * memory.ACT_BYTES)
+    plain, fused = (
+        evaluate_training(m, system, wl, Mapping(tp=8, pp=2, dp=4, micro_batch=1, sp=True, recompute="selective"))
+        for m in (model, parallel)
+    )
+    assert fused.breakdown["time_s"]["comm/tp"] < plain.breakdown["time_s"]["comm/tp"]
+    assert library.load_model("gpt-j-6b").parallel_block and not library.load_model("llama2-7b").parallel_block
+
+
+def test_parallel_block_must_be_a_flag():
+    data = training_problem(
+        model={"name": "x", "layers": 2, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 1000, "parallel_block": "yes"}
+    )
+    with pytest.raises(ProblemError) as info:
+        parse_problem(data, source="t")
+    assert "model.parallel_block" in str(info.value)
