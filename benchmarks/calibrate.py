@@ -158,7 +158,8 @@ def fit_network(entries, device: str, tp_overlap: float | None = None) -> tuple[
 def fit(entries, device: str) -> tuple[float, float | None, float]:
     """(network efficiency, tp_overlap or None where the runs cannot tell it, mean |error|)."""
     if not overlaps_tp(entries):
-        return (*fit_network(entries, device)[:1], None, fit_network(entries, device)[1])
+        x, error = fit_network(entries, device)
+        return x, None, error
     best = min((*reversed(fit_network(entries, device, t / 10)), t / 10) for t in range(11))
     return best[1], best[2], best[0]
 

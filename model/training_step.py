@@ -681,21 +681,10 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
     model, wl, m = ctx.model, ctx.workload, mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
-    lt = layer_times(
-        model,
-        ctx.system,
-        wl,
-        m.tp,
-        m.cp,
-        m.micro_batch,
-        m.sp,
-        m.recompute,
-        layouts=layouts,
-        cp_comm=m.cp_comm,
-        tp_comm_overlap=m.tp_comm_overlap,
-    )
-    lt_moe = (
-        layer_times(
+
+    def times(moe_layer: bool):
+        ep, etp = (m.ep, m.etp) if moe_layer else (1, 1)
+        return layer_times(
             model,
             ctx.system,
             wl,
@@ -704,16 +693,16 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
             m.micro_batch,
             m.sp,
             m.recompute,
-            m.ep,
-            True,
+            ep,
+            moe_layer,
             layouts,
             m.cp_comm,
-            m.etp,
+            etp,
             m.tp_comm_overlap,
         )
-        if model.moe
-        else lt
-    )
+
+    lt = times(False)
+    lt_moe = times(True) if model.moe else lt
     mb = decisions[D.MICROBATCHES]
     n_moe, n_dense = critical["moe_layers"] * mb, (critical["layers"] - critical["moe_layers"]) * mb
 
