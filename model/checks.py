@@ -60,6 +60,14 @@ def fraction(value, field: str, source: str | None = None) -> float:
     return number
 
 
+def share(value, field: str, source: str | None = None) -> float:
+    """A share from 0 to 1, both included."""
+    number = as_float(value)
+    if number is None or not 0 <= number <= 1:
+        raise ProblemError(f"must be a share from 0 to 1, got {value!r}", source=source, field=field)
+    return number
+
+
 def flag(value, field: str, source: str | None = None) -> bool:
     if not isinstance(value, bool):
         raise ProblemError(f"must be true or false, got {value!r}", source=source, field=field)

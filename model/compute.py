@@ -270,11 +270,43 @@ def embedding_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: st
     return memory_bound_time_s(device, 3 * tokens * model.hidden * e)
 
 
-def optimizer_step_time_s(device: DeviceSpec, params_owned: float, grad_bytes: float, moment_bytes: float = 4.0) -> float:
-    """Adam step over the parameters this rank owns: read and write the fp32 master copy and the two
+def adam_step_bytes(grad_bytes: float, moment_bytes: float = 4.0) -> float:
+    """Bytes one Adam step streams per parameter: read and write the fp32 master copy and the two
     moments (24 B in fp32, 16 B with bf16 moments), read the gradient, write the half-precision
     weight (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018)."""
-    return memory_bound_time_s(device, params_owned * (2.0 * (4.0 + 2.0 * moment_bytes) + grad_bytes + 2.0))
+    return 2.0 * (4.0 + 2.0 * moment_bytes) + grad_bytes + 2.0
+
+
+# Megatron-Core's HybridDeviceOptimizer keeps a pinned fp32 copy of each offloaded gradient on the host.
+HOST_GRAD_BYTES = 4.0
+
+
+def host_optimizer_step_time_s(device: DeviceSpec, params: float, grad_bytes: float) -> float:
+    """Seconds of the Adam step over ``params`` parameters kept on the host (Megatron-Core's
+    HybridDeviceOptimizer, --optimizer-cpu-offload): their gradients cross the host link to the host
+    (``grad_bytes`` each), the CPU steps them in fp32 at ``host_adam_efficiency`` of the GPU's share of
+    host DRAM bandwidth, and the updated weights cross back (fp32, param_update_in_fp32). With
+    --overlap-cpu-optimizer-d2h-h2d (its default) the copies and the CPU steps of successive parameter
+    groups pipeline on their own streams, so the slowest of the three sets the time."""
+    if params <= 0:
+        return 0.0
+    d2h = params * grad_bytes / device.host_bytes_per_s
+    cpu = params * adam_step_bytes(HOST_GRAD_BYTES) / (device.host_memory_bytes_per_s * device.host_adam_efficiency)
+    h2d = params * 4.0 / device.host_bytes_per_s
+    return max(d2h, cpu, h2d)
+
+
+def optimizer_step_time_s(
+    device: DeviceSpec, params_owned: float, grad_bytes: float, moment_bytes: float = 4.0, host_share: float = 0.0
+) -> float:
+    """Adam step over the parameters this rank owns, seconds: streamed through HBM
+    (``adam_step_bytes``), except a ``host_share`` of them, stepped on the host
+    (``host_optimizer_step_time_s``) while the GPU steps the rest (HybridDeviceOptimizer launches the
+    GPU sub-optimizer before it waits for the host's)."""
+    gpu = memory_bound_time_s(device, (1.0 - host_share) * params_owned * adam_step_bytes(grad_bytes, moment_bytes))
+    if not host_share:
+        return gpu
+    return max(gpu, host_optimizer_step_time_s(device, host_share * params_owned, grad_bytes))
 
 
 def low_precision_cast_bytes(

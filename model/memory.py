@@ -8,7 +8,7 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
-from .compute import attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
+from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
 from .specs import ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
@@ -204,6 +204,13 @@ def adam_state_bytes(moment_bytes: float = 4.0, master_bytes: float = 4.0) -> fl
     keeps only the low 16 bits of each fp32 master weight, the bf16 weight being its high half
     (Megatron-Core DistributedOptimizer, store_param_remainders, on by default)."""
     return master_bytes + 2.0 * moment_bytes
+
+
+def host_optimizer_bytes_per_param() -> float:
+    """Host memory per parameter whose optimizer state is offloaded, bytes: torch's CPU AdamW keeps
+    an fp32 master copy and fp32 moments (``adam_state_bytes`` at 4 B each), and Megatron-Core's
+    HybridDeviceOptimizer a pinned fp32 copy of the gradient (``compute.HOST_GRAD_BYTES``)."""
+    return adam_state_bytes(4.0, 4.0) + HOST_GRAD_BYTES
 
 
 def state_bytes_per_param(

@@ -201,6 +201,8 @@ class DeviceSpec:
     stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
     host_bytes_per_s: float = 0.0  # GPU <-> host memory, each direction (PCIe, NVLink-C2C); 0 = unknown
+    host_memory_bytes_per_s: float = 0.0  # this GPU's share of its host's DRAM bandwidth (CPU optimizer steps); 0 = unknown
+    host_adam_efficiency: float = 0.5  # share of that bandwidth a CPU Adam step streams at
     grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
     source: str | None = field(default=None, compare=False)
 
@@ -313,6 +315,9 @@ class Mapping:
     cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
     etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
     tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
+    optimizer_offload: float = (
+        0.0  # share of the owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
+    )
 
     @property
     def num_gpus(self) -> int:
@@ -338,6 +343,7 @@ class Mapping:
             "cp_comm": self.cp_comm,
             "etp": self.etp,
             "tp_comm_overlap": self.tp_comm_overlap,
+            "optimizer_offload": self.optimizer_offload,
         }
 
 

@@ -570,7 +570,9 @@ def stage_state_bytes(
     model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0
 ) -> dict:
     """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component; expert
-    weights shard their states over the expert data-parallel group tp·dp·cp/ep."""
+    weights shard their states over the expert data-parallel group tp·dp·cp/ep. The
+    ``mapping.optimizer_offload`` share of the optimizer state this rank owns is held on the host
+    instead (``stage_host_bytes``)."""
     g = grad_bytes(workload)
     weights = grads = total = 0.0
     for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):
@@ -583,11 +585,43 @@ def stage_state_bytes(
             )
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
-    out = {"weights": weights, "gradients": grads, "optimizer": total - weights - grads}
+    optimizer = (total - weights - grads) * (1.0 - mapping.optimizer_offload)  # the rest waits on the host
+    out = {"weights": weights, "gradients": grads, "optimizer": optimizer}
     if mapping.zero == 3:
         layer_rank = params.layer_params(model) / mapping.tp
         out["zero3_buffers"] = memory.zero3_gather_buffer_bytes(layer_rank, WEIGHT_BYTES)
     return out
+
+
+def stage_host_bytes(workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0) -> float:
+    """Host memory one GPU of a stage uses for its offloaded optimizer state, bytes: the
+    ``mapping.optimizer_offload`` share of the parameters it owns (``optimizer_owned_params``: its
+    1/(data-parallel group) shard of the dense and the expert parameters) at
+    ``memory.host_optimizer_bytes_per_param`` each (Megatron-Core's HybridDeviceOptimizer)."""
+    if not mapping.optimizer_offload:
+        return 0.0
+    owned = optimizer_owned_params(mapping.zero, params_on_gpu, dp_group_size(mapping)) + optimizer_owned_params(
+        mapping.zero, expert_params_on_gpu, expert_dp_group_size(mapping)
+    )
+    return mapping.optimizer_offload * owned * memory.host_optimizer_bytes_per_param()
+
+
+def optimizer_offload_problem(device: DeviceSpec, zero: int, share: float) -> str | None:
+    """Why the optimizer state cannot be offloaded at ``share`` here, or None when it can:
+    Megatron-Core offloads from its distributed optimizer (ZeRO-1 and above; --optimizer-cpu-offload
+    needs --use-distributed-optimizer and --use-precision-aware-optimizer), and the host copies need
+    the device's host link and the CPU step its host DRAM bandwidth."""
+    if not share:
+        return None
+    if zero == 0:
+        return "optimizer offloading needs zero 1 or more (Megatron-Core offloads from the distributed optimizer)"
+    for key, value in (
+        ("host_bytes_per_s", device.host_bytes_per_s),
+        ("host_memory_bytes_per_s", device.host_memory_bytes_per_s),
+    ):
+        if value <= 0:
+            return f"device {device.name} gives no {key}, which optimizer offloading needs"
+    return None
 
 
 def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: str, offload_layers: int) -> str | None:
@@ -713,6 +747,12 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "tensor-parallel communication overlap needs tp > 1 and sp true (Megatron-LM asserts sequence parallelism)",
             field="mapping.tp_comm_overlap",
         )
+    share = m.optimizer_offload
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+        raise ProblemError(f"{m.optimizer_offload!r} must be a share from 0 to 1", field="mapping.optimizer_offload")
+    reason = optimizer_offload_problem(system.device, m.zero, m.optimizer_offload)
+    if reason is not None:
+        raise ProblemError(reason, field="mapping.optimizer_offload")
     reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
     if reason is not None:
         raise ProblemError(reason, field="mapping.offload_layers")

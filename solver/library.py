@@ -175,7 +175,17 @@ def load_device(name: str) -> DeviceSpec:
         "systems/devices",
         name,
         "device",
-        ("name", "peak_flops", "hbm_bytes", "hbm_bytes_per_s", "host_bytes_per_s", "tdp_w", "efficiency", "chiplets"),
+        (
+            "name",
+            "peak_flops",
+            "hbm_bytes",
+            "hbm_bytes_per_s",
+            "host_bytes_per_s",
+            "host_memory_bytes_per_s",
+            "tdp_w",
+            "efficiency",
+            "chiplets",
+        ),
         ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"),
     )
     peaks = data["peak_flops"]
@@ -197,6 +207,7 @@ def load_device(name: str) -> DeviceSpec:
             "moe_overlap",
             "tp_overlap",
             "grouped_fp8",
+            "host_adam",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -215,9 +226,12 @@ def load_device(name: str) -> DeviceSpec:
         memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
+        host_memory_bytes_per_s=checks.non_negative_number(
+            data.get("host_memory_bytes_per_s", 0.0), "host_memory_bytes_per_s", src
+        ),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
-            for key in ("moe_expert", "moe_overlap", "tp_overlap", "stream", "kv_stream", "grouped_fp8")
+            for key in ("moe_expert", "moe_overlap", "tp_overlap", "stream", "kv_stream", "grouped_fp8", "host_adam")
             if key in eff
         },
         low_precision_gemm=low,

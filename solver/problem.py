@@ -68,6 +68,7 @@ MAPPING_DEFAULTS = {
     "cp_comm": "ring",
     "etp": 1,
     "tp_comm_overlap": False,
+    "optimizer_offload": 0.0,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
 FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap")  # true/false mapping keys
@@ -254,10 +255,14 @@ def _parse_mapping(data, src: str) -> dict:
                     placement_order(v)
                 except ProblemError as exc:
                     raise exc.located(source=src, field=f"mapping.{key}") from None
+            elif key == "optimizer_offload":  # a share, as Megatron-Core's --optimizer-offload-fraction
+                checks.share(v, f"mapping.{key}", src)
             elif key in ("first_stage_layers", "last_stage_layers", "offload_layers"):
                 checks.non_negative_int(v, f"mapping.{key}", src)
             else:
                 checks.positive_int(v, f"mapping.{key}", src)
+        if key == "optimizer_offload":
+            values = [checks.share(v, f"mapping.{key}", src) for v in values]
         out[key] = tuple(dict.fromkeys(values))
     return out
 

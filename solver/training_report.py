@@ -31,6 +31,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
+        + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [
@@ -54,7 +55,12 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
                 + ("" if met["fits"] else "  ** DOES NOT FIT **"),
             ),
             ("micro-batches per step", str(met["microbatches"])),
-        ],
+        ]
+        + (
+            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded optimizer state)")]
+            if "host_memory_gib" in met
+            else []
+        ),
     )
     if "cost_per_hour_usd" in met:
         cost_rows = [
@@ -102,7 +108,7 @@ def plans_table(plans) -> list[str]:
 def plan_label(plan) -> str:
     """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
     choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP, expert tensor parallelism,
-    TP communication overlap)."""
+    TP communication overlap, optimizer offloading)."""
     m, met = plan.mapping, plan.evaluation.metrics
     chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
     extras = (
@@ -111,5 +117,6 @@ def plan_label(plan) -> str:
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
         + (f", etp {m.etp}" if m.etp > 1 else "")
         + (", tp overlap" if m.tp_comm_overlap else "")
+        + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

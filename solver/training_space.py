@@ -40,7 +40,7 @@ from parasol.model.placement import (
     topology_decides,
 )
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
-from parasol.model.training import check_cp_comm, check_expert_grid, check_grid, offload_problem
+from parasol.model.training import check_cp_comm, check_expert_grid, check_grid, offload_problem, optimizer_offload_problem
 from parasol.model.training_step import lead_layers
 
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
@@ -361,6 +361,12 @@ def build_space(problem) -> Space:
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
     ]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
+    shares = problem.mapping.get("optimizer_offload", (0.0,))  # none unless the mapping lists it
+    for x in shares:
+        reason = optimizer_offload_problem(device, 1, x)  # what no ZeRO stage can get around
+        if reason is not None:
+            raise ProblemError(reason, source=problem.source, field="mapping.optimizer_offload")
+    optimizer_offload = [(z, j) for z in zero for j, x in enumerate(shares) if optimizer_offload_problem(device, z, x) is None]
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
     frames = [
@@ -370,7 +376,7 @@ def build_space(problem) -> Space:
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
-        ("zero", pd.DataFrame({D.ZERO: zero})),
+        ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
         (
             "pipeline",
@@ -397,6 +403,7 @@ def build_space(problem) -> Space:
         D.UNEVEN_CHUNKS: categorical((False, True)),
         D.RECOMPUTE: categorical(tuple(Recompute)),
         D.CP_COMM: categorical(tuple(CpComm)),
+        D.OPTIMIZER_OFFLOAD: categorical(shares),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -413,7 +420,7 @@ def build_space(problem) -> Space:
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
-            "kv_heads; offload_layers needs pp 1 and recompute none)",
+            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more)",
             source=problem.source,
             field="mapping",
         )

@@ -71,6 +71,7 @@ MAPPING_KEYS = (
     "cp_comm",  # issue 13: ring or a2a (Ulysses) context parallelism
     "etp",  # issue 13: expert tensor parallelism
     "tp_comm_overlap",  # issue 13: TP collectives overlapped with their GEMMs
+    "optimizer_offload",  # issue 13: share of the optimizer state held and stepped on the host
 )
 
 

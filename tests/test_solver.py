@@ -418,6 +418,7 @@ KNOWN_GOOD = {
     "cp_comm": "ring",
     "etp": 1,
     "tp_comm_overlap": True,
+    "optimizer_offload": 0.0,
 }
 
 
