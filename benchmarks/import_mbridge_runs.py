@@ -37,6 +37,7 @@ MODELS = {
 }
 SYSTEMS = {"GB300": "gb300-nvl72", "GB200": "gb200-nvl72", "B200": "dgx-b200", "H100": "dgx-h100"}
 PRECISIONS = {"BF16": "bf16", "FP8-CS": "fp8", "FP8-MX": "fp8"}
+LOW_PRECISION_RECIPES = {"FP8-CS": "tensorwise", "FP8-MX": "mxfp8"}  # workload.low_precision_recipe (Megatron's names)
 RECIPE_NOTE = {
     "FP8-CS": "FP8 GEMMs with per-tensor current scaling (Transformer Engine Float8CurrentScaling), bf16 attention",
     "FP8-MX": "MXFP8 GEMMs (Transformer Engine MXFP8BlockScaling: 1x32 blocks, E8M0 scales), bf16 attention",
@@ -217,6 +218,9 @@ def entry(run: dict) -> dict:
         "seq_len": run["model"]["seq_len"],
         "global_batch": par["global_batch"],
         "precision": PRECISIONS[par["precision"]],
+        **(
+            {"low_precision_recipe": LOW_PRECISION_RECIPES[par["precision"]]} if par["precision"] in LOW_PRECISION_RECIPES else {}
+        ),
         "attention": "flash",
         # every recipe: DistributedDataParallelConfig(grad_reduce_in_fp32=False), gradients held and reduced in bf16
         "grad_bytes": 2,

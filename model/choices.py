@@ -55,6 +55,22 @@ class CpComm(StrEnum):
     A2A = "a2a"
 
 
+class LowPrecisionRecipe(StrEnum):
+    """How FP8/FP4 training quantises each GEMM input (Megatron-LM --fp8-recipe / --fp4-recipe, Transformer
+    Engine's recipes): ``delayed`` (DelayedScaling: a per-tensor scale from the amax history),
+    ``tensorwise`` (Float8CurrentScaling: a per-tensor scale from the tensor's own amax), ``mxfp8``
+    (MXFP8BlockScaling: an E8M0 scale per 32 values, Blackwell), ``blockwise`` (Float8BlockScaling:
+    fp32 scales per 1x128 and 128x128 blocks, DeepSeek-V3's recipe) and ``nvfp4`` (NVFP4BlockScaling:
+    FP4 values, an E4M3 scale per 16 and a per-tensor fp32 scale, random Hadamard transforms on the
+    weight-gradient inputs)."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    MXFP8 = "mxfp8"
+    BLOCKWISE = "blockwise"
+    NVFP4 = "nvfp4"
+
+
 class WorkloadKind(StrEnum):
     TRAINING = "training"
     INFERENCE = "inference"

@@ -8,7 +8,8 @@ norms, activations, dropout and residual adds are memory-bound streams.
 
 from __future__ import annotations
 
-from .precision import activation_precision, bytes_per_element
+from .choices import LowPrecisionRecipe
+from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
 from .specs import DeviceSpec, ModelSpec
 
 # Backward FLOPs of flash attention relative to forward: the backward pass recomputes the
@@ -167,7 +168,8 @@ def moe_routed_forward_time_s(
     )
     if precision in ("fp8", "fp4"):  # scaled grouped kernels fall short of the dense FP8 curve (measured on H100)
         experts /= device.grouped_fp8_efficiency
-    router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, precision)
+    # the router is Megatron-Core's own linear (TopKRouter), outside Transformer Engine: a 16-bit GEMM
+    router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, activation_precision(precision))
     return (experts + router) / device.moe_expert_efficiency
 
 
@@ -310,20 +312,24 @@ def optimizer_step_time_s(
 
 
 def low_precision_cast_bytes(
-    model: ModelSpec, tokens: float, tp: int, precision: str, moe_layer: bool = False
+    model: ModelSpec, tokens: float, tp: int, recipe: LowPrecisionRecipe | None, moe_layer: bool = False, etp: int = 1
 ) -> tuple[float, float]:
-    """(forward, backward) bytes of casting GEMM operands to FP8/FP4 in one layer on one rank.
+    """(forward, backward) bytes of quantising the GEMM inputs of one layer on one rank, routed experts
+    included, as the low-precision ``recipe`` does (``precision.quantised_bytes_per_element``; None: 16-bit
+    training, nothing to quantise).
 
-    Transformer Engine's FP8 recipe (Micikevicius et al., "FP8 Formats for Deep Learning", 2022;
-    NVIDIA TE docs) quantises every GEMM input: forward reads each 16-bit activation and writes
-    it in FP8 (3 bytes per element of the m x k input); backward casts the output gradient
-    (3 bytes per m x n element) and writes transposed FP8 copies of both operands for the weight
-    gradient (1 byte each). Zero for 16-bit training.
+    Transformer Engine quantises every linear layer's input in the forward (the m x k activation, both
+    copies) and its output gradient in the backward (m x n); a routed expert's grouped GEMMs quantise
+    their rows the same way (TE GroupedLinear). The weights are quantised once per step (Megatron-Core
+    marks the first micro-batch, TE caches the result): not counted per micro-batch.
     """
-    if precision not in ("fp8", "fp4"):
+    if recipe is None:
         return 0.0, 0.0
-    forward = backward = 0.0
-    for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values():
-        forward += 3.0 * m * k
-        backward += 3.0 * m * n + m * k + m * n
+    shapes = list(layer_gemm_shapes(model, tokens, tp, moe_layer).values())
+    if moe_layer:  # the GPU's routed rows of its expert tensor-parallel group, at 1/etp of the expert width
+        rows = routed_rows_per_gpu(model, tokens, tp) * etp
+        shapes += list(mlp_gemm_shapes(model, rows, model.moe.expert_ffn / etp).values())
+    per_element = quantised_bytes_per_element(recipe)
+    forward = sum(m * k for m, _, k in shapes) * per_element
+    backward = sum(m * n for m, n, _ in shapes) * per_element
     return forward, backward

@@ -1,5 +1,8 @@
 """Number formats: bytes per element (IEEE 754 / OCP MX specifications)."""
 
+from typing import NamedTuple
+
+from .choices import LowPrecisionRecipe as R
 from .errors import ProblemError
 
 BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
@@ -40,3 +43,57 @@ BLOCK_SCALE_BYTES = {"fp4": 1.0 / 16.0, "int4": 4.0 / 128.0}
 def stored_bytes_per_element(precision: str) -> float:
     """Bytes one stored weight or KV-cache element takes, block scales included."""
     return bytes_per_element(precision) + BLOCK_SCALE_BYTES.get(precision, 0.0)
+
+
+class QuantisationRecipe(NamedTuple):
+    """What a low-precision training recipe streams to quantise one 16-bit GEMM input: ``reads`` passes
+    over it (the cast, plus an amax pass where the scale comes from the tensor itself), then two
+    quantised copies written (row-wise for its own GEMM, column-wise for the weight-gradient GEMM, as
+    Transformer Engine keeps both), each ``precision`` elements with ``scale_bytes`` of scales per element."""
+
+    precision: str
+    reads: int
+    scale_bytes: float
+
+
+# Transformer Engine's recipes (docs: transformer_engine.common.recipe; NVIDIA, "Pretraining Large Language
+# Models with NVFP4", 2025): delayed scaling fuses the amax into its cast (one pass); current scaling
+# reads the tensor once for its amax first; MXFP8 writes an E8M0 scale per 32 values in each copy;
+# blockwise an fp32 scale per 128; NVFP4 reads for the global amax, then quantises row-wise and, through a
+# 16x16 random Hadamard transform, column-wise in a second pass, an E4M3 scale per 16 values in each copy.
+RECIPES = {
+    R.DELAYED: QuantisationRecipe("fp8", 1, 0.0),
+    R.TENSORWISE: QuantisationRecipe("fp8", 2, 0.0),
+    R.MXFP8: QuantisationRecipe("fp8", 1, 1.0 / 32.0),
+    R.BLOCKWISE: QuantisationRecipe("fp8", 1, 4.0 / 128.0),
+    R.NVFP4: QuantisationRecipe("fp4", 3, 1.0 / 16.0),
+}
+DEFAULT_RECIPE = {"fp8": R.DELAYED, "fp4": R.NVFP4}  # Megatron-LM's --fp8-recipe default; NVFP4 for fp4
+
+
+def training_recipe(precision: str, recipe: str | None) -> R | None:
+    """The recipe FP8/FP4 training at ``precision`` quantises with (``recipe``, or the precision's
+    default); None for 16-bit training. ProblemError naming ``workload.low_precision_recipe`` when the
+    recipe does not produce that precision."""
+    if precision not in DEFAULT_RECIPE:
+        if recipe is not None:
+            raise ProblemError(
+                f"a recipe quantises fp8 and fp4 training; the workload trains in {precision}",
+                field="workload.low_precision_recipe",
+            )
+        return None
+    if recipe is None:
+        return DEFAULT_RECIPE[precision]
+    fitting = [r.value for r in R if RECIPES[r].precision == precision]
+    if recipe not in fitting:
+        raise ProblemError(
+            f"{recipe!r} does not train in {precision}; allowed: {', '.join(fitting)}", field="workload.low_precision_recipe"
+        )
+    return R(recipe)
+
+
+def quantised_bytes_per_element(recipe: R) -> float:
+    """HBM bytes streamed per element of a 16-bit GEMM input that ``recipe`` quantises: its reads of
+    the 16-bit tensor and the two quantised copies with their scales (``QuantisationRecipe``)."""
+    r = RECIPES[recipe]
+    return r.reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)

@@ -279,6 +279,9 @@ class Workload:
     global_batch: int
     precision: str = "bf16"
     attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
+    low_precision_recipe: str | None = (
+        None  # how fp8/fp4 GEMM inputs are quantised (choices.LowPrecisionRecipe); None: the default
+    )
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
     adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
     master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)

@@ -21,7 +21,7 @@ from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .pipeline import stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
-from .precision import activation_precision, bytes_per_element
+from .precision import activation_precision, bytes_per_element, training_recipe
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
@@ -315,7 +315,8 @@ def layer_compute_times_s(
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
-    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, workload.precision, moe_layer)
+    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
+    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, recipe, moe_layer, etp)
     elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
     elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
     return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
@@ -477,7 +478,8 @@ def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, t
     tokens = micro_batch * workload.seq_len / cp
     return EdgeTimes(
         first_fwd=compute.embedding_forward_time_s(model, device, workload.precision, tokens),
-        last_fwd=compute.logits_forward_time_s(model, device, workload.precision, tokens, tp),
+        # the output layer is Megatron-Core's own ColumnParallelLinear, not a Transformer Engine module: 16-bit GEMMs
+        last_fwd=compute.logits_forward_time_s(model, device, activation_precision(workload.precision), tokens, tp),
     )
 
 

@@ -18,12 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parasol.model import checks
-from parasol.model.choices import CpComm, Recompute, RecomputeModule, TrainingObjective, WorkloadKind, ZeroStage, allowed
+from parasol.model.choices import (
+    CpComm,
+    LowPrecisionRecipe,
+    Recompute,
+    RecomputeModule,
+    TrainingObjective,
+    WorkloadKind,
+    ZeroStage,
+    allowed,
+)
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.placement import placement_order
-from parasol.model.precision import TRAINING_PRECISIONS
+from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
 from parasol.model.training import check_mapping
 
@@ -37,6 +46,7 @@ WORKLOAD_KEYS = (
     "seq_len",
     "global_batch",
     "precision",
+    "low_precision_recipe",
     "attention",
     "grad_bytes",
     "adam_moment_bytes",
@@ -180,6 +190,13 @@ def _parse_workload(data, src: str) -> Workload:
     checks.choice(data["kind"], WorkloadKind, "workload.kind", src)
     precision = checks.choice(data.get("precision", "bf16"), TRAINING_PRECISIONS, "workload.precision", src)
     attention = checks.choice(data.get("attention", "flash"), ATTENTION_KERNELS, "workload.attention", src)
+    recipe = data.get("low_precision_recipe")
+    if recipe is not None:
+        recipe = checks.choice(recipe, LowPrecisionRecipe, "workload.low_precision_recipe", src)
+    try:
+        recipe = training_recipe(precision, recipe)
+    except ProblemError as exc:
+        raise exc.located(source=src) from None
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
     grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
@@ -216,6 +233,7 @@ def _parse_workload(data, src: str) -> Workload:
         seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src),
         global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src),
         precision=precision,
+        low_precision_recipe=None if recipe is None else str(recipe),
         attention=attention,
         grad_bytes=float(grad_bytes),
         adam_moment_bytes=float(moment_bytes),
