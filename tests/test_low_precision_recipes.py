@@ -4,7 +4,6 @@ the GEMM inputs (``workload.low_precision_recipe``), the GEMMs that stay in 16 b
 The per-element costs are derived from each recipe's passes and copies, not restated: an amax pass
 is one more 16-bit read, a scale per block adds its bytes to each of the two quantised copies."""
 
-
 import pytest
 from conftest import rel_close, training_problem
 
