@@ -32,6 +32,7 @@ class TrainingDecision(StrEnum):
     UNEVEN_CHUNKS = "uneven_chunks"  # interleaved chunks of unequal size allowed (a pipeline layout)
     OFFLOAD_LAYERS = "offload_layers"  # layers per stage whose activations are offloaded to host memory
     OPTIMIZER_OFFLOAD = "optimizer_offload"  # share of the owned optimizer state held and stepped on the host
+    WEIGHT_OFFLOAD = "weight_offload"  # ZeRO-3's weight and gradient shards held on the host
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -67,6 +68,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.ETP,
     TrainingDecision.TP_COMM_OVERLAP,
     TrainingDecision.OPTIMIZER_OFFLOAD,
+    TrainingDecision.WEIGHT_OFFLOAD,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

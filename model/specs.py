@@ -318,9 +318,8 @@ class Mapping:
     cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
     etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
     tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
-    optimizer_offload: float = (
-        0.0  # share of the owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
-    )
+    optimizer_offload: float = 0.0  # owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
+    weight_offload: bool = False  # ZeRO-3's weight and gradient shards kept on the host (DeepSpeed offload_param)
 
     @property
     def num_gpus(self) -> int:
@@ -347,6 +346,7 @@ class Mapping:
             "etp": self.etp,
             "tp_comm_overlap": self.tp_comm_overlap,
             "optimizer_offload": self.optimizer_offload,
+            "weight_offload": self.weight_offload,
         }
 
 

@@ -588,6 +588,8 @@ def stage_state_bytes(
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
     optimizer = (total - weights - grads) * (1.0 - mapping.optimizer_offload)  # the rest waits on the host
+    if mapping.weight_offload:  # ZeRO-3's shards wait on the host; the gathered layers are the zero3 buffers
+        weights = grads = 0.0
     out = {"weights": weights, "gradients": grads, "optimizer": optimizer}
     if mapping.zero == 3:
         layer_rank = params.layer_params(model) / mapping.tp
@@ -596,16 +598,17 @@ def stage_state_bytes(
 
 
 def stage_host_bytes(workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0) -> float:
-    """Host memory one GPU of a stage uses for its offloaded optimizer state, bytes: the
-    ``mapping.optimizer_offload`` share of the parameters it owns (``optimizer_owned_params``: its
-    1/(data-parallel group) shard of the dense and the expert parameters) at
-    ``memory.host_optimizer_bytes_per_param`` each (Megatron-Core's HybridDeviceOptimizer)."""
-    if not mapping.optimizer_offload:
-        return 0.0
+    """Host memory one GPU of a stage uses for what it offloads, bytes: the ``mapping.optimizer_offload``
+    share of the parameters it owns (``optimizer_owned_params``: its 1/(data-parallel group) shard of the
+    dense and the expert parameters) at ``memory.host_optimizer_bytes_per_param`` each (Megatron-Core's
+    HybridDeviceOptimizer), and with ``mapping.weight_offload`` that shard's weights and gradients."""
     owned = optimizer_owned_params(mapping.zero, params_on_gpu, dp_group_size(mapping)) + optimizer_owned_params(
         mapping.zero, expert_params_on_gpu, expert_dp_group_size(mapping)
     )
-    return mapping.optimizer_offload * owned * memory.host_optimizer_bytes_per_param()
+    host = mapping.optimizer_offload * owned * memory.host_optimizer_bytes_per_param()
+    if mapping.weight_offload:  # ZeRO-3: the owned shard is the rank's shard of weights and gradients
+        host += owned * (WEIGHT_BYTES + grad_bytes(workload))
+    return host
 
 
 def optimizer_offload_problem(device: DeviceSpec, zero: int, share: float) -> str | None:
@@ -624,6 +627,28 @@ def optimizer_offload_problem(device: DeviceSpec, zero: int, share: float) -> st
         if value <= 0:
             return f"device {device.name} gives no {key}, which optimizer offloading needs"
     return None
+
+
+def weight_offload_problem(device: DeviceSpec, zero: int, offload: bool) -> str | None:
+    """Why ZeRO-3's shards cannot wait on the host here, or None when they can: DeepSpeed offloads
+    parameters only under ZeRO-3 (offload_param), and the copies need the device's host link."""
+    if not offload:
+        return None
+    if zero != 3:
+        return "weight offloading needs zero 3 (DeepSpeed offloads parameter shards only under ZeRO-3, offload_param)"
+    if device.host_bytes_per_s <= 0:
+        return f"device {device.name} gives no host_bytes_per_s, which weight offloading needs"
+    return None
+
+
+def weight_offload_copy_times_s(device: DeviceSpec, shard_params: float, workload: Workload) -> tuple[float, float]:
+    """(gradient, weight) seconds of the host copies one ZeRO-3 micro-batch pass adds for a rank's shard of
+    ``shard_params`` parameters kept on the host (DeepSpeed ZeRO-Infinity, Rajbhandari et al. SC'21): the
+    reduce-scattered gradient shard crosses the host link down, the weight shard up before each all-gather."""
+    return (
+        shard_params * grad_bytes(workload) / device.host_bytes_per_s,
+        shard_params * WEIGHT_BYTES / device.host_bytes_per_s,
+    )
 
 
 def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: str, offload_layers: int) -> str | None:
@@ -755,6 +780,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     reason = optimizer_offload_problem(system.device, m.zero, m.optimizer_offload)
     if reason is not None:
         raise ProblemError(reason, field="mapping.optimizer_offload")
+    if not isinstance(m.weight_offload, bool):
+        raise ProblemError(f"must be true or false, got {m.weight_offload!r}", field="mapping.weight_offload")
+    reason = weight_offload_problem(system.device, m.zero, m.weight_offload)
+    if reason is not None:
+        raise ProblemError(reason, field="mapping.weight_offload")
     reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
     if reason is not None:
         raise ProblemError(reason, field="mapping.offload_layers")

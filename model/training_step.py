@@ -46,6 +46,7 @@ from .training import (
     stage_host_bytes,
     stage_params,
     stage_state_bytes,
+    weight_offload_copy_times_s,
 )
 
 
@@ -193,13 +194,24 @@ P2P = Factor(
 )
 
 
-def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0.0) -> tuple:
+def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0.0, weight_offload=False) -> tuple:
     """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
     layer, one body layer (routed experts included), the embedding, the output layer when it shares the
     first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
     gather buffers, bytes (the offloaded optimizer state aside). States are linear in the parameters they hold."""
     model, wl = ctx.model, ctx.workload
-    m = Mapping(tp=tp, pp=1, dp=dp, cp=cp, ep=ep, micro_batch=1, zero=zero, etp=etp, optimizer_offload=optimizer_offload)
+    m = Mapping(
+        tp=tp,
+        pp=1,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        micro_batch=1,
+        zero=zero,
+        etp=etp,
+        optimizer_offload=optimizer_offload,
+        weight_offload=weight_offload,
+    )
 
     def state(p, pe=0.0):
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
@@ -220,7 +232,7 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0
 
 STATES = Factor(
     "states",
-    (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.ETP, D.OPTIMIZER_OFFLOAD),
+    (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.ETP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")),
     _states,
 )
@@ -230,44 +242,53 @@ def _first_stage_moe_layers(model: ModelSpec, first_stage_layers: int) -> int:
     return first_stage_layers - lead_layers(model) if model.moe is not None else 0
 
 
-def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0) -> tuple:
+def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False) -> tuple:
     """(gradient reduction, parameter gather, optimizer step) seconds of one data-parallel group's
     share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
     parameters this rank owns). The optimizer streams each owned parameter's bytes once, so the
     step over a stage's dense and expert parameters is the sum of the two; ``optimizer_offload`` of
-    them step on the host."""
+    them step on the host; with ``weight_offload`` each ZeRO-3 pass also copies the rank's shard of
+    weights up from the host and of gradients down (``training.weight_offload_copy_times_s``), in
+    series with its gathers and reductions."""
     grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group)
     owned = optimizer_owned_params(zero, params_on_gpu, group.n)
     wl = ctx.workload
     step = compute.optimizer_step_time_s(ctx.system.device, owned, wl.grad_bytes, wl.adam_moment_bytes, optimizer_offload)
+    if weight_offload:
+        down, up = weight_offload_copy_times_s(ctx.system.device, owned, wl)
+        grads, gather = grads + down, gather + up
     return grads, gather, step
 
 
-def _first_stage_dp(ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group, optimizer_offload=0.0) -> tuple:
+def _first_stage_dp(
+    ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group, optimizer_offload=0.0, weight_offload=False
+) -> tuple:
     """Stage 0's data-parallel traffic and optimizer step over the dp·cp group, seconds, for the
     parameters it holds besides routed experts (the output layer too when it is the only stage)."""
     model = ctx.model
     p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, _first_stage_moe_layers(model, first_stage_layers))
-    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload)
+    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
 
 
-def _first_stage_expert_dp(ctx: TrainingContext, zero, ep, etp, first_stage_layers, edp_group, optimizer_offload=0.0) -> tuple:
+def _first_stage_expert_dp(
+    ctx: TrainingContext, zero, ep, etp, first_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
+) -> tuple:
     """The same for stage 0's routed experts, over the expert data-parallel group (tp·dp·cp/(ep·etp)), seconds."""
     pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep, etp)
-    return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload)
+    return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
 # Each factor on the decisions its term reads: the dense traffic does not see ep, the experts' not tp.
 DP_STEP_OUTPUTS = (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME))
 FIRST_STAGE_DP = Factor(
     "first_stage_dp",
-    (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.OPTIMIZER_OFFLOAD),
+    (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     DP_STEP_OUTPUTS,
     _first_stage_dp,
 )
 FIRST_STAGE_EXPERT_DP = Factor(
     "first_stage_expert_dp",
-    (D.ZERO, D.EP, D.ETP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD),
+    (D.ZERO, D.EP, D.ETP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     DP_STEP_OUTPUTS,
     _first_stage_expert_dp,
 )
@@ -545,6 +566,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.CP_COMM: m.cp_comm,
         D.TP_COMM_OVERLAP: m.tp_comm_overlap,
         D.OPTIMIZER_OFFLOAD: m.optimizer_offload,
+        D.WEIGHT_OFFLOAD: m.weight_offload,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -579,7 +601,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         params_b=params.total_params(model) / 1e9,
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
-    if mapping.optimizer_offload:  # the host memory tier: reported, not a limit (docs/model.md)
+    if mapping.optimizer_offload or mapping.weight_offload:  # the host memory tier: reported, not a limit (docs/model.md)
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
         "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),

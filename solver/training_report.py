@@ -32,6 +32,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + (f"  etp {m.etp}" if m.etp > 1 else "")
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
         + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
+        + ("  weight_offload" if m.weight_offload else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [
@@ -56,11 +57,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
             ),
             ("micro-batches per step", str(met["microbatches"])),
         ]
-        + (
-            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded optimizer state)")]
-            if "host_memory_gib" in met
-            else []
-        ),
+        + ([("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded states)")] if "host_memory_gib" in met else []),
     )
     if "cost_per_hour_usd" in met:
         cost_rows = [
@@ -118,5 +115,6 @@ def plan_label(plan) -> str:
         + (f", etp {m.etp}" if m.etp > 1 else "")
         + (", tp overlap" if m.tp_comm_overlap else "")
         + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
+        + (", weight offload" if m.weight_offload else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

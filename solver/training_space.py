@@ -40,7 +40,14 @@ from parasol.model.placement import (
     topology_decides,
 )
 from parasol.model.specs import DEFAULT_PLACEMENT, Mapping
-from parasol.model.training import check_cp_comm, check_expert_grid, check_grid, offload_problem, optimizer_offload_problem
+from parasol.model.training import (
+    check_cp_comm,
+    check_expert_grid,
+    check_grid,
+    offload_problem,
+    optimizer_offload_problem,
+    weight_offload_problem,
+)
 from parasol.model.training_step import lead_layers
 
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
@@ -367,6 +374,10 @@ def build_space(problem) -> Space:
         if reason is not None:
             raise ProblemError(reason, source=problem.source, field="mapping.optimizer_offload")
     optimizer_offload = [(z, j) for z in zero for j, x in enumerate(shares) if optimizer_offload_problem(device, z, x) is None]
+    weight_offloads = problem.mapping.get("weight_offload", (False,))  # off unless the mapping lists it
+    if True in weight_offloads and (reason := weight_offload_problem(device, 3, True)) is not None:
+        raise ProblemError(reason, source=problem.source, field="mapping.weight_offload")
+    weight_offload = [(z, int(w)) for z in zero for w in weight_offloads if weight_offload_problem(device, z, w) is None]
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
     frames = [
@@ -377,6 +388,7 @@ def build_space(problem) -> Space:
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
+        ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
         (
             "pipeline",
@@ -404,6 +416,7 @@ def build_space(problem) -> Space:
         D.RECOMPUTE: categorical(tuple(Recompute)),
         D.CP_COMM: categorical(tuple(CpComm)),
         D.OPTIMIZER_OFFLOAD: categorical(shares),
+        D.WEIGHT_OFFLOAD: categorical((False, True)),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -420,7 +433,7 @@ def build_space(problem) -> Space:
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
-            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more)",
+            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3)",
             source=problem.source,
             field="mapping",
         )

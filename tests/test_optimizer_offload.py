@@ -1,8 +1,11 @@
-"""Optimizer offloading (issue 13): Megatron-Core's HybridDeviceOptimizer keeps ``mapping.optimizer_offload``
-of the optimizer state a rank owns in host memory and steps it on the CPU.
+"""Offloading model states to host memory (issue 13): Megatron-Core's HybridDeviceOptimizer keeps
+``mapping.optimizer_offload`` of the optimizer state a rank owns in host memory and steps it on the CPU;
+DeepSpeed's ZeRO-3 offload_param keeps the rank's weight and gradient shards there
+(``mapping.weight_offload``).
 
 The memory follows from the states the rank owns; the time from the three streams of the host step
-(gradients down, the CPU's Adam, weights up), the slowest of which sets it."""
+(gradients down, the CPU's Adam, weights up), the slowest of which sets it, and from the copies each
+ZeRO-3 pass makes of the shards."""
 
 import dataclasses
 
@@ -131,3 +134,55 @@ def test_offloading_lets_llama3_70b_train_on_one_dgx_h100():
     with_ = solve(parse_problem({**data, "mapping": {"optimizer_offload": [0, 1.0]}}, "t"), workers=2, time_limit=60)
     assert with_.status == "OPTIMAL" and with_.plans[0].mapping.optimizer_offload == 1.0
     assert with_.plans[0].evaluation.metrics["fits"]
+
+
+def test_weight_offloading_moves_zero3s_shards_to_the_host():
+    model, wl = load_model("llama3-70b"), _workload()
+    params = 8e9
+    base = Mapping(tp=4, pp=2, dp=8, micro_batch=1, zero=3)
+    kept = stage_state_bytes(model, wl, base, params)
+    off = dataclasses.replace(base, weight_offload=True)
+    state = stage_state_bytes(model, wl, off, params)
+    assert state["weights"] == state["gradients"] == 0.0 and kept["weights"] > 0 and kept["gradients"] > 0
+    assert state["optimizer"] == kept["optimizer"] and state["zero3_buffers"] == kept["zero3_buffers"]
+    assert rel_close(stage_host_bytes(wl, off, params), kept["weights"] + kept["gradients"], 1e-12)
+
+
+def _zero3(host_bytes_per_s=None, **mapping):
+    system = load_system("dgx-h100", 8)
+    if host_bytes_per_s is not None:
+        system = dataclasses.replace(system, device=dataclasses.replace(system.device, host_bytes_per_s=host_bytes_per_s))
+    m = Mapping(tp=1, pp=1, dp=8, micro_batch=1, zero=3, **mapping)
+    return evaluate_training(load_model("llama2-7b"), system, _workload(), m)
+
+
+def test_weight_offloading_costs_the_copies_of_each_pass():
+    plain, off = _zero3(), _zero3(weight_offload=True)
+    assert off.metrics["peak_memory_gib"] < plain.metrics["peak_memory_gib"]
+    assert off.metrics["host_memory_gib"] > 0
+    # a link that costs nothing leaves the step as it was; a slow one makes every pass wait for it
+    assert rel_close(_zero3(1e18, weight_offload=True).metrics["step_time_s"], plain.metrics["step_time_s"], 1e-9)
+    slow = _zero3(1e9, weight_offload=True).metrics["step_time_s"]
+    assert slow > 1.5 * plain.metrics["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "says"),
+    [({"zero": 1, "weight_offload": True}, "needs zero 3"), ({"zero": 3, "weight_offload": "yes"}, "allowed: false, true")],
+)
+def test_what_cannot_offload_weights_names_the_field(mapping, says):
+    data = training_problem(
+        model="llama2-7b", num_gpus=64, global_batch=64, mapping={"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, **mapping}
+    )
+    with pytest.raises(ProblemError, match=says) as info:
+        parse_problem(data, source="t").fixed_mapping()
+    assert "mapping.weight_offload" in str(info.value)
+
+
+def test_weight_offload_is_a_decision_and_the_solver_equals_the_enumerator():
+    data = {**PROBLEM, "objective": "memory", "mapping": {**PROBLEM["mapping"], "weight_offload": [False, True]}}
+    problem = parse_problem(data, source="t")
+    plan = solved_as_enumerated(problem)
+    assert plan.mapping.weight_offload and plan.mapping.zero == 3  # nothing holds less
+    throughput = solved_as_enumerated(parse_problem({**data, "objective": "throughput"}, source="t"))
+    assert not throughput.mapping.weight_offload

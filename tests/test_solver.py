@@ -419,6 +419,7 @@ KNOWN_GOOD = {
     "etp": 1,
     "tp_comm_overlap": True,
     "optimizer_offload": 0.0,
+    "weight_offload": False,
 }
 
 
