@@ -4,16 +4,20 @@
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (A100: Azure AI benchmarking guide, hardware_cost_conventions.md Sec. 10.1; H100: our
-H200 run, problems/measurements/h200-microbench.yaml). Two numbers per device are fitted, shared by
-every run on that device: the network efficiency (achieved fraction of the link rate, both tiers),
-by golden-section search, and for each step of 0.1 of efficiency.tp_overlap (the share of a GEMM's
-time that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only where
-the device's runs overlap such collectives (A100's 2021-22 runs do not: it keeps its stored value).
-The objective is the mean absolute relative step-time error. DeepSpeed ZeRO-3 runs of SC'21
-Table 2 are excluded from the fit (see the README: the model has no term for that
-implementation's overheads) and reported like every other run.
+H200 run, problems/measurements/h200-microbench.yaml). Fitted, on the dense runs of A100, H100, B200,
+GB200 and GB300 (Megatron-Bridge 25.11's included): one straggler share for every system (the mean
+per-GPU delay of a synchronous step, ``training.straggler_stretch``), by grid search; for each value
+of it, per device, the network efficiency (achieved fraction of the link rate, both tiers) by
+golden-section search and, for each step of 0.1 of efficiency.tp_overlap (the share of a GEMM's time
+that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only where at
+least TP_OVERLAP_MIN_RUNS of the device's runs overlap such collectives (A100's 2021-22 runs overlap
+none; the Blackwell devices have 2-3 runs each: they take the H100's). The objective is the
+mean absolute relative step-time error over all the runs. DeepSpeed ZeRO-3 runs of SC'21 Table 2
+are excluded from the fit (see the README: the model has no term for that implementation's
+overheads) and reported like every other run.
 
---holdout refits leaving out one publication family at a time and prints the error on it.
+--holdout refits leaving out one publication family at a time and prints the error on it (a device
+left without runs takes the network efficiency the files state for a system with no run, 0.80).
 
 --moe first prints the H100's measured FP8 grouped-GEMM efficiency (efficiency.grouped_fp8: the
 scaled grouped kernels against the FP8 dense curve, from problems/measurements/h100-kernel-microbench.yaml),
@@ -39,25 +43,36 @@ import sys
 
 from parasol.solver.validation import evaluate_all, family, load_runs
 
-DEVICE_OF_SYSTEM = {"dgx-a100": "a100-sxm-80gb", "jean-zay-a100": "a100-sxm-80gb", "dgx-h100": "h100-sxm-80gb"}
+DEVICE_OF_SYSTEM = {
+    "dgx-a100": "a100-sxm-80gb",
+    "jean-zay-a100": "a100-sxm-80gb",
+    "dgx-h100": "h100-sxm-80gb",
+    "dgx-b200": "b200",
+    "gb200-nvl72": "gb200",
+    "gb300-nvl72": "gb300",
+}
+# tp_overlap is fitted only on a device with this many runs; the others keep the value their file states
+TP_OVERLAP_MIN_RUNS = 10
+NO_RUN_NETWORK = 0.80  # what a system file states where no run tells its network efficiency
 # ZeRO-3: outside the model (README, Accuracy). MoE: first version of the expert model, reported
 # against the dense calibration rather than fitted to it.
-# Megatron-Bridge 25.11 (added with issue 13): reported, not fitted yet, so that the stored fit reproduces.
+# Megatron-Bridge 25.11's MoE runs: reported, not fitted (the MoE numbers are fitted on 25.09's by --moe).
 EXCLUDED_FAMILIES = (
     "Megatron SC'21 Table 2 ZeRO-3",
     "Megatron-Bridge 25.09 MoE",
     "MoE Model Zoo (out of sample)",
-    "Megatron-Bridge 25.11",
     "Megatron-Bridge 25.11 MoE",
 )
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 
 
-def override(params: dict, tp_overlap: float | None = None):
+def override(params: dict, tp_overlap: float | None = None, straggler: float | None = None):
     """system_override applying a trial network efficiency {device: efficiency} to both tiers (and a
-    trial tp_overlap to the device)."""
+    trial tp_overlap to the device, a trial straggler share to the system)."""
 
     def apply(system):
+        if straggler is not None:
+            system = dataclasses.replace(system, straggler=straggler)
         if system.device.name not in params:
             return system
         eff = params[system.device.name]
@@ -121,8 +136,8 @@ def fit_moe(entries) -> None:
             print(f"  {name:<13} {r.run_id:<58} {100 * r.error:+6.1f} %")
 
 
-def loss(entries, params, tp_overlap: float | None = None) -> float:
-    return statistics.fmean(abs(r.error) for r in evaluate_all(entries, override(params, tp_overlap)))
+def loss(entries, params, tp_overlap: float | None = None, straggler: float | None = None) -> float:
+    return statistics.fmean(abs(r.error) for r in evaluate_all(entries, override(params, tp_overlap, straggler)))
 
 
 def overlaps_tp(entries) -> bool:
@@ -134,34 +149,64 @@ def overlaps_tp(entries) -> bool:
     )
 
 
-def fit_network(entries, device: str, tp_overlap: float | None = None) -> tuple[float, float]:
+def fit_network(entries, device: str, tp_overlap: float | None = None, straggler: float | None = None) -> tuple[float, float]:
     """Golden-section search of the network efficiency in [0.6, 0.95] (a physical range:
     nccl-tests bus bandwidth is typically 75-90 % of the line rate; lower values would hide
     compute or pipeline errors behind the network)."""
     lo, hi = 0.6, 0.95
     ratio = (5**0.5 - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = loss(entries, {device: a}, tp_overlap), loss(entries, {device: b}, tp_overlap)
+    fa, fb = loss(entries, {device: a}, tp_overlap, straggler), loss(entries, {device: b}, tp_overlap, straggler)
     for _ in range(25):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - ratio * (hi - lo)
-            fa = loss(entries, {device: a}, tp_overlap)
+            fa = loss(entries, {device: a}, tp_overlap, straggler)
         else:
             lo, a, fa = a, b, fb
             b = lo + ratio * (hi - lo)
-            fb = loss(entries, {device: b}, tp_overlap)
+            fb = loss(entries, {device: b}, tp_overlap, straggler)
     x = (lo + hi) / 2
-    return x, loss(entries, {device: x}, tp_overlap)
+    return x, loss(entries, {device: x}, tp_overlap, straggler)
 
 
-def fit(entries, device: str) -> tuple[float, float | None, float]:
-    """(network efficiency, tp_overlap or None where the runs cannot tell it, mean |error|)."""
-    if not overlaps_tp(entries):
-        x, error = fit_network(entries, device)
+def fit(
+    entries, device: str, straggler: float | None = None, tp_overlap: float | None = None
+) -> tuple[float, float | None, float]:
+    """(network efficiency, tp_overlap or None where the runs cannot tell it, mean |error|) at a
+    given straggler share (None: the systems' stored one); ``tp_overlap`` is the value a device whose
+    runs cannot tell it takes (None: its stored one)."""
+    if not overlaps_tp(entries) or len(entries) < TP_OVERLAP_MIN_RUNS:
+        x, error = fit_network(entries, device, tp_overlap, straggler)
         return x, None, error
-    best = min((*reversed(fit_network(entries, device, t / 10)), t / 10) for t in range(11))
+    best = min((*reversed(fit_network(entries, device, t / 10, straggler)), t / 10) for t in range(11))
     return best[1], best[2], best[0]
+
+
+STRAGGLER_GRID = tuple(k / 400 for k in range(13))  # 0 to 0.03 in steps of 0.0025
+DEVICES = ("a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200", "gb300")
+FEW_RUN_DEVICES = ("b200", "gb200", "gb300")  # they take the H100's tp_overlap (their files: "the H100 fit")
+
+
+def fit_all(entries) -> tuple[float, dict, float]:
+    """(straggler share, {device: (network efficiency, tp_overlap, mean |error|)}, mean |error| over
+    all their runs): the straggler share is one number for every system (what grows with the GPU
+    count is not the device's), so for each value of the grid each device's network is fitted on its
+    own runs and the value with the least mean error over all of them is kept."""
+    best = None
+    for k in STRAGGLER_GRID:
+        per_device, total, runs = {}, 0.0, 0
+        shared_overlap = None  # the H100's fitted tp_overlap, which the devices with few runs take
+        for device in DEVICES:  # the H100 before the Blackwell devices
+            own = device_entries(entries, device)
+            if own:
+                per_device[device] = fit(own, device, k, shared_overlap if device in FEW_RUN_DEVICES else None)
+                total, runs = total + per_device[device][2] * len(own), runs + len(own)
+                if device == "h100-sxm-80gb" and per_device[device][1] is not None:
+                    shared_overlap = per_device[device][1]
+        if best is None or total / runs < best[2]:
+            best = (k, per_device, total / runs)
+    return best
 
 
 def device_entries(entries, device: str):
@@ -208,25 +253,28 @@ def main() -> int:
     if args.moe:
         fit_moe(entries)
         return 0
-    fitted = {}
-    for device in ("a100-sxm-80gb", "h100-sxm-80gb"):
+    k, per_device, value = fit_all(entries)
+    print(f"straggler share {k:.4f} (every system), mean |error| {100 * value:.1f} % over the runs below")
+    for device, (x, tp_overlap, error) in per_device.items():
+        told = "not fitted (too few runs, or none overlaps)" if tp_overlap is None else f"{tp_overlap:.1f}"
         own = device_entries(entries, device)
-        x, tp_overlap, value = fit(own, device)
-        fitted[device] = x
-        told = "not told by its runs" if tp_overlap is None else f"{tp_overlap:.1f}"
-        print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, tp_overlap {told}, mean |error| {100 * value:.1f} %")
+        print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, tp_overlap {told}, mean |error| {100 * error:.1f} %")
     if args.holdout:
-        print("\nleave-one-family-out (fit without the family, error on it):")
-        for device in fitted:
-            own = device_entries(entries, device)
-            for fam in sorted({family(e["id"]) for e in own}):
-                train = [e for e in own if family(e["id"]) != fam]
-                test = [e for e in own if family(e["id"]) == fam]
-                if not train:
-                    continue
-                x, tp_overlap, _ = fit(train, device)
-                error = loss(test, {device: x}, tp_overlap)
-                print(f"  {fam:<32} {len(test):>2} runs: held-out mean |error| {100 * error:.1f} %")
+        print("\nleave-one-family-out (fit the straggler share and the networks without the family, error on it):")
+        for fam in sorted({family(e["id"]) for device in DEVICES for e in device_entries(entries, device)}):
+            train = [e for e in entries if family(e["id"]) != fam]
+            test = [e for e in entries if family(e["id"]) == fam]
+            k_out, fitted, _ = fit_all(train)
+            errors = []
+            for device in DEVICES:
+                held = device_entries(test, device)
+                if held:  # a device left without runs takes the value the files state for one without: 0.80
+                    x, tp_overlap, _ = fitted.get(device, (NO_RUN_NETWORK, None, None))
+                    errors += [abs(r.error) for r in evaluate_all(held, override({device: x}, tp_overlap, k_out))]
+            print(
+                f"  {fam:<32} {len(errors):>2} runs: held-out mean |error| {100 * statistics.fmean(errors):.1f} % "
+                f"(straggler {k_out:.4f})"
+            )
     return 0
 
 

@@ -252,6 +252,7 @@ class SystemSpec:
     scale_up: NetworkTier
     scale_out: NetworkTier
     memory_reserve_bytes: float = 0.0
+    straggler: float = 0.0  # mean per-GPU delay of a synchronous step, as a share of it (training.straggler_stretch)
     source: str | None = field(default=None, compare=False)
     topology: object = field(default=None, compare=False)  # model.topology.Topology from the file; None: derived
 

@@ -14,6 +14,7 @@ them into a step; it is the single source of every number.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, memory, params
@@ -649,6 +650,21 @@ def weight_offload_copy_times_s(device: DeviceSpec, shard_params: float, workloa
         shard_params * grad_bytes(workload) / device.host_bytes_per_s,
         shard_params * WEIGHT_BYTES / device.host_bytes_per_s,
     )
+
+
+def harmonic_number(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n."""
+    return math.fsum(1.0 / k for k in range(1, n + 1))
+
+
+def straggler_stretch(num_gpus: int, straggler: float) -> float:
+    """Factor by which waiting for the slowest of ``num_gpus`` GPUs stretches a synchronous step,
+    dimensionless: each GPU's step is delayed by an independent, exponentially distributed amount of
+    mean ``straggler`` x the step (OS jitter, clocks, congestion), and the step waits for the largest,
+    whose mean exceeds one GPU's by ``straggler`` x (H_N - 1) (the expected maximum of N i.i.d.
+    exponentials is mean x H_N; David and Nagaraja, Order Statistics, 2003, Sec. 4.6). One GPU's own
+    delay is in the calibrated efficiencies; the stretch grows as ln N (H_N - 1 ~ ln N - 0.42)."""
+    return 1.0 + straggler * (harmonic_number(num_gpus) - 1.0)
 
 
 def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: str, offload_layers: int) -> str | None:

@@ -46,6 +46,7 @@ from .training import (
     stage_host_bytes,
     stage_params,
     stage_state_bytes,
+    straggler_stretch,
     weight_offload_copy_times_s,
 )
 
@@ -305,6 +306,13 @@ CHUNK_LIMITS = Factor(
 RUN_STRETCH = Factor(
     "run_stretch", (D.NUM_GPUS,), (Output("basis_points", COUNT),), lambda ctx, num_gpus: ctx.run_stretch[num_gpus]
 )
+BASIS_POINTS = 10_000
+STRAGGLE = Factor(
+    "straggle",
+    (D.NUM_GPUS,),
+    (Output("basis_points", COUNT),),
+    lambda ctx, num_gpus: round(BASIS_POINTS * straggler_stretch(num_gpus, ctx.system.straggler)),
+)
 HOURLY_PRICE = Factor(
     "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
 )
@@ -329,6 +337,7 @@ class TrainingStep:
     bubble: object
     dp_exposed: object
     optimizer: object
+    stragglers: object  # what waiting for the slowest GPU adds to the step
     stage_time: dict  # first / middle / last: seconds per micro-batch
     stage_memory: dict  # first / middle / last: bytes per GPU
     minimised: dict  # TrainingObjective -> what is minimised for it
@@ -471,7 +480,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         per_step = grads + gather
     per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
-    step = busy + bubble + exposed + optimizer
+    synchronous = busy + bubble + exposed + optimizer
+    # every GPU waits for the slowest (``training.straggler_stretch``, to a basis point)
+    step = o.quotient(o.product(synchronous, o.lookup(STRAGGLE).basis_points), BASIS_POINTS, Rounding.DOWN)
 
     limits = o.lookup(CHUNK_LIMITS)
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
@@ -532,6 +543,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         bubble=bubble,
         dp_exposed=exposed,
         optimizer=optimizer,
+        stragglers=step - synchronous,
         stage_time={"first": s_first, "middle": s_mid, "last": s_last},
         stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
         minimised=minimised,
@@ -757,6 +769,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
         "comm/pp": p2p * mb,
         "comm/dp_exposed": q.dp_exposed,
         "optimizer": q.optimizer,
+        "scale/stragglers": q.stragglers,
     }
     out["pipeline/bubble"] = q.step - sum(out.values())
     return out

@@ -314,13 +314,23 @@ def _tier(data, name: str, src: str) -> NetworkTier:
     )
 
 
-SYSTEM_KEYS = ("name", "device", "gpus_per_node", "memory_reserve_bytes", "scale_up", "scale_out", "cost", "topology")
+SYSTEM_KEYS = (
+    "name",
+    "device",
+    "gpus_per_node",
+    "memory_reserve_bytes",
+    "straggler",
+    "scale_up",
+    "scale_out",
+    "cost",
+    "topology",
+)
 SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
 
 
 def _system_parts(src: str, data: dict) -> tuple:
-    """(source, device, gpus per node, scale-up domain, tiers, reserve, topology) of a system mapping. ``cost:`` is
-    read by solver.cost_library."""
+    """(source, device, gpus per node, scale-up domain, tiers, reserve, straggler, topology) of a system mapping.
+    ``cost:`` is read by solver.cost_library."""
     device = load_device(data["device"])
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     topology = topology_from_dict(data["topology"], src) if "topology" in data else None
@@ -332,6 +342,7 @@ def _system_parts(src: str, data: dict) -> tuple:
         _tier(data["scale_up"], "scale_up", src),
         _tier(data["scale_out"], "scale_out", src),
         float(data.get("memory_reserve_bytes", 0.0)),
+        checks.share(data.get("straggler", 0.0), "straggler", src),
         topology,
     )
 
@@ -342,7 +353,7 @@ def _system_file(name: str) -> tuple:
 
 
 def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
-    src, device, per_node, domain, up, out, reserve, topology = parts
+    src, device, per_node, domain, up, out, reserve, straggler, topology = parts
     return SystemSpec(
         name=name,
         device=device,
@@ -352,6 +363,7 @@ def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
         scale_up=up,
         scale_out=out,
         memory_reserve_bytes=reserve,
+        straggler=straggler,
         source=src,
         topology=topology,
     )

@@ -76,6 +76,13 @@ MAPPING_KEYS = (
 )
 
 
+def stretch_of(evaluation) -> float:
+    """The factor by which a training evaluation's step waits for its slowest GPU (its breakdown's
+    scale/stragglers over the synchronous rest: ``training.straggler_stretch``, to a basis point)."""
+    step = evaluation.metrics["step_time_s"]
+    return step / (step - evaluation.breakdown["time_s"]["scale/stragglers"])
+
+
 def rel_close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b))
 

@@ -452,6 +452,8 @@ BAD_SYSTEM_FILES = [
     ("device-list", {"device": ["h100-sxm-80gb"]}, "device"),
     ("gpus-per-node-string", {"gpus_per_node": "8"}, "gpus_per_node"),
     ("unknown-top-key", {"gpus": 8}, "gpus"),
+    ("straggler-above-one", {"straggler": 1.5}, "straggler"),
+    ("straggler-text", {"straggler": "low"}, "straggler"),
 ]
 
 
