@@ -37,6 +37,7 @@ def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
         "seq_len": 4096,
         "global_batch": 15360,
         "precision": "fp8",
+        "low_precision_recipe": "blockwise",  # the report's 1x128 / 128x128 scaling (Sec. 3.3.2)
         "moe_dispatcher": "deepep",
         "moe_a2a_overlap": True,
         "adam_moment_bytes": 2,
