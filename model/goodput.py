@@ -58,8 +58,16 @@ def run_goodput(num_gpus: int, reliability: Reliability) -> float:
     return 1.0 - lost
 
 
+BASIS_POINTS = 10_000  # a ratio carried as a whole number of 1/10^4, so that every backend scales by it exactly
+
+
+def basis_points(ratio: float) -> int:
+    """``ratio`` as a whole number of basis points, round(10^4 x ratio)."""
+    return round(BASIS_POINTS * ratio)
+
+
 def stretch_basis_points(goodput: float) -> int:
-    """Wall-clock seconds per 10,000 seconds of training, round(10^4 / goodput): the whole number by
-    which every backend scales a run's step time to its wall-clock share (``training_step.compose``'s
+    """Wall-clock seconds per 10,000 seconds of training, in basis points of 1 / goodput: the whole number
+    by which every backend scales a run's step time to its wall-clock share (``training_step.compose``'s
     run-length limit), so that all three agree exactly."""
-    return round(1e4 / goodput)
+    return basis_points(1.0 / goodput)

@@ -30,6 +30,7 @@ from .choices import Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
+from .goodput import BASIS_POINTS, basis_points
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
 from .pipeline import pipeline_parts, stage_layer_counts
 from .placement import group_layouts
@@ -306,12 +307,11 @@ CHUNK_LIMITS = Factor(
 RUN_STRETCH = Factor(
     "run_stretch", (D.NUM_GPUS,), (Output("basis_points", COUNT),), lambda ctx, num_gpus: ctx.run_stretch[num_gpus]
 )
-BASIS_POINTS = 10_000
 STRAGGLE = Factor(
     "straggle",
     (D.NUM_GPUS,),
     (Output("basis_points", COUNT),),
-    lambda ctx, num_gpus: round(BASIS_POINTS * straggler_stretch(num_gpus, ctx.system.straggler)),
+    lambda ctx, num_gpus: basis_points(straggler_stretch(num_gpus, ctx.system.straggler)),
 )
 HOURLY_PRICE = Factor(
     "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
@@ -535,7 +535,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if ctx.max_step_s is not None:  # the step stretched by the run's goodput: wall-clock per step, x 10^4
         wall = o.product(step, o.lookup(RUN_STRETCH).basis_points)
-        out_limits.append(Limit("run_length", wall, ctx.max_step_s * 1e4, TIME))
+        out_limits.append(Limit("run_length", wall, ctx.max_step_s * BASIS_POINTS, TIME))
     return TrainingStep(
         step=step,
         peak_memory=peak,
