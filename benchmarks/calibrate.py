@@ -9,9 +9,9 @@ GB200 and GB300 (Megatron-Bridge 25.11's included): one straggler share for ever
 per-GPU delay of a synchronous step, ``training.straggler_stretch``), by grid search; for each value
 of it, per device, the network efficiency (achieved fraction of the link rate, both tiers) by
 golden-section search and, for each step of 0.1 of efficiency.tp_overlap (the share of a GEMM's time
-that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only where at
-least TP_OVERLAP_MIN_RUNS of the device's runs overlap such collectives (A100's 2021-22 runs overlap
-none; the Blackwell devices have 2-3 runs each: they take the H100's). The objective is the
+that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only on a device
+with at least TP_OVERLAP_MIN_RUNS runs, some of which overlap such collectives (A100's 2021-22 runs
+overlap none: its file's value; the Blackwell devices have 2-3 runs each: they take the H100's). The objective is the
 mean absolute relative step-time error over all the runs. DeepSpeed ZeRO-3 runs of SC'21 Table 2
 are excluded from the fit (see the README: the model has no term for that implementation's
 overheads) and reported like every other run.
@@ -173,12 +173,12 @@ def fit_network(entries, device: str, tp_overlap: float | None = None, straggler
 def fit(
     entries, device: str, straggler: float | None = None, tp_overlap: float | None = None
 ) -> tuple[float, float | None, float]:
-    """(network efficiency, tp_overlap or None where the runs cannot tell it, mean |error|) at a
-    given straggler share (None: the systems' stored one); ``tp_overlap`` is the value a device whose
-    runs cannot tell it takes (None: its stored one)."""
+    """(network efficiency, the tp_overlap it was fitted at, mean |error|) at a given straggler share
+    (None: the systems' stored one). Where the runs cannot tell tp_overlap it is ``tp_overlap`` (None:
+    the device file's own)."""
     if not overlaps_tp(entries) or len(entries) < TP_OVERLAP_MIN_RUNS:
         x, error = fit_network(entries, device, tp_overlap, straggler)
-        return x, None, error
+        return x, tp_overlap, error
     best = min((*reversed(fit_network(entries, device, t / 10, straggler)), t / 10) for t in range(11))
     return best[1], best[2], best[0]
 
@@ -256,7 +256,11 @@ def main() -> int:
     k, per_device, value = fit_all(entries)
     print(f"straggler share {k:.4f} (every system), mean |error| {100 * value:.1f} % over the runs below")
     for device, (x, tp_overlap, error) in per_device.items():
-        told = "not fitted (too few runs, or none overlaps)" if tp_overlap is None else f"{tp_overlap:.1f}"
+        told = (
+            "its file's (no run overlaps)"
+            if tp_overlap is None
+            else f"{tp_overlap:.1f}" + (" (the H100's: too few runs)" if device in FEW_RUN_DEVICES else "")
+        )
         own = device_entries(entries, device)
         print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, tp_overlap {told}, mean |error| {100 * error:.1f} %")
     if args.holdout:
@@ -268,8 +272,9 @@ def main() -> int:
             errors = []
             for device in DEVICES:
                 held = device_entries(test, device)
-                if held:  # a device left without runs takes the value the files state for one without: 0.80
-                    x, tp_overlap, _ = fitted.get(device, (NO_RUN_NETWORK, None, None))
+                if held:  # a device left without runs: the network the files state for one without, the H100's overlap
+                    shared = fitted["h100-sxm-80gb"][1] if device in FEW_RUN_DEVICES and "h100-sxm-80gb" in fitted else None
+                    x, tp_overlap, _ = fitted.get(device, (NO_RUN_NETWORK, shared, None))
                     errors += [abs(r.error) for r in evaluate_all(held, override({device: x}, tp_overlap, k_out))]
             print(
                 f"  {fam:<32} {len(errors):>2} runs: held-out mean |error| {100 * statistics.fmean(errors):.1f} % "

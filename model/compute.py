@@ -272,11 +272,11 @@ def embedding_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: st
     return memory_bound_time_s(device, 3 * tokens * model.hidden * e)
 
 
-def adam_step_bytes(grad_bytes: float, moment_bytes: float = 4.0) -> float:
+def adam_step_bytes(grad_bytes: float, moment_bytes: float = 4.0, weight_bytes: float = 2.0) -> float:
     """Bytes one Adam step streams per parameter: read and write the fp32 master copy and the two
-    moments (24 B in fp32, 16 B with bf16 moments), read the gradient, write the half-precision
-    weight (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018)."""
-    return 2.0 * (4.0 + 2.0 * moment_bytes) + grad_bytes + 2.0
+    moments (24 B in fp32, 16 B with bf16 moments), read the gradient, write the ``weight_bytes``
+    weight the model computes with (Kingma & Ba 2015; mixed precision per Micikevicius et al. 2018)."""
+    return 2.0 * (4.0 + 2.0 * moment_bytes) + grad_bytes + weight_bytes
 
 
 # Megatron-Core's HybridDeviceOptimizer keeps a pinned fp32 copy of each offloaded gradient on the host.
@@ -293,7 +293,8 @@ def host_optimizer_step_time_s(device: DeviceSpec, params: float, grad_bytes: fl
     if params <= 0:
         return 0.0
     d2h = params * grad_bytes / device.host_bytes_per_s
-    cpu = params * adam_step_bytes(HOST_GRAD_BYTES) / (device.host_memory_bytes_per_s * device.host_adam_efficiency)
+    # in fp32 in place: the updated master itself crosses back, no separate weight is written on the host
+    cpu = params * adam_step_bytes(HOST_GRAD_BYTES, 4.0, 0.0) / (device.host_memory_bytes_per_s * device.host_adam_efficiency)
     h2d = params * 4.0 / device.host_bytes_per_s
     return max(d2h, cpu, h2d)
 

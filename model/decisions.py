@@ -32,7 +32,7 @@ class TrainingDecision(StrEnum):
     UNEVEN_CHUNKS = "uneven_chunks"  # interleaved chunks of unequal size allowed (a pipeline layout)
     OFFLOAD_LAYERS = "offload_layers"  # layers per stage whose activations are offloaded to host memory
     OPTIMIZER_OFFLOAD = "optimizer_offload"  # share of the owned optimizer state held and stepped on the host
-    WEIGHT_OFFLOAD = "weight_offload"  # ZeRO-3's weight and gradient shards held on the host
+    WEIGHT_OFFLOAD = "weight_offload"  # ZeRO-3's weight shard held on the host
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)

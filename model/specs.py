@@ -320,7 +320,7 @@ class Mapping:
     etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
     tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
     optimizer_offload: float = 0.0  # owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
-    weight_offload: bool = False  # ZeRO-3's weight and gradient shards kept on the host (DeepSpeed offload_param)
+    weight_offload: bool = False  # ZeRO-3's weight shard kept on the host (DeepSpeed offload_param)
 
     @property
     def num_gpus(self) -> int:

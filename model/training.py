@@ -17,7 +17,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from . import compute, expert_parallel, memory, params
+from . import checks, compute, expert_parallel, memory, params
 from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .pipeline import stage_layer_counts, vpp_divides_stages
@@ -589,8 +589,8 @@ def stage_state_bytes(
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
     optimizer = (total - weights - grads) * (1.0 - mapping.optimizer_offload)  # the rest waits on the host
-    if mapping.weight_offload:  # ZeRO-3's shards wait on the host; the gathered layers are the zero3 buffers
-        weights = grads = 0.0
+    if mapping.weight_offload:  # ZeRO-3's weight shard waits on the host; the gathered layers are the zero3 buffers
+        weights = 0.0
     out = {"weights": weights, "gradients": grads, "optimizer": optimizer}
     if mapping.zero == 3:
         layer_rank = params.layer_params(model) / mapping.tp
@@ -602,13 +602,13 @@ def stage_host_bytes(workload: Workload, mapping: Mapping, params_on_gpu: float,
     """Host memory one GPU of a stage uses for what it offloads, bytes: the ``mapping.optimizer_offload``
     share of the parameters it owns (``optimizer_owned_params``: its 1/(data-parallel group) shard of the
     dense and the expert parameters) at ``memory.host_optimizer_bytes_per_param`` each (Megatron-Core's
-    HybridDeviceOptimizer), and with ``mapping.weight_offload`` that shard's weights and gradients."""
+    HybridDeviceOptimizer), and with ``mapping.weight_offload`` that shard's weights."""
     owned = optimizer_owned_params(mapping.zero, params_on_gpu, dp_group_size(mapping)) + optimizer_owned_params(
         mapping.zero, expert_params_on_gpu, expert_dp_group_size(mapping)
     )
     host = mapping.optimizer_offload * owned * memory.host_optimizer_bytes_per_param()
-    if mapping.weight_offload:  # ZeRO-3: the owned shard is the rank's shard of weights and gradients
-        host += owned * (WEIGHT_BYTES + grad_bytes(workload))
+    if mapping.weight_offload:  # ZeRO-3: the owned shard is the rank's shard of the weights
+        host += owned * WEIGHT_BYTES
     return host
 
 
@@ -642,16 +642,14 @@ def weight_offload_problem(device: DeviceSpec, zero: int, offload: bool) -> str 
     return None
 
 
-def weight_offload_copy_times_s(device: DeviceSpec, shard_params: float, workload: Workload) -> tuple[float, float]:
-    """(gradient, weight) seconds of the host copies one ZeRO-3 micro-batch pass adds for a rank's shard of
-    ``shard_params`` parameters kept on the host (DeepSpeed ZeRO-Infinity, Rajbhandari et al. SC'21): the
-    reduce-scattered gradient shard crosses the host link down, the weight shard up before each all-gather."""
-    return (
-        shard_params * grad_bytes(workload) / device.host_bytes_per_s,
-        shard_params * WEIGHT_BYTES / device.host_bytes_per_s,
-    )
+def weight_offload_copy_time_s(device: DeviceSpec, shard_params: float) -> float:
+    """Seconds one ZeRO-3 pass spends copying a rank's weight shard of ``shard_params`` parameters up from
+    the host before its all-gather (DeepSpeed offload_param, ZeRO-Infinity, Rajbhandari et al. SC'21).
+    Gradients stay on the GPU (they reach the host only with the optimizer: ``optimizer_offload``)."""
+    return shard_params * WEIGHT_BYTES / device.host_bytes_per_s
 
 
+@functools.cache
 def harmonic_number(n: int) -> float:
     """H_n = 1 + 1/2 + ... + 1/n."""
     return math.fsum(1.0 / k for k in range(1, n + 1))
@@ -790,9 +788,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "tensor-parallel communication overlap needs tp > 1 and sp true (Megatron-LM asserts sequence parallelism)",
             field="mapping.tp_comm_overlap",
         )
-    share = m.optimizer_offload
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-        raise ProblemError(f"{m.optimizer_offload!r} must be a share from 0 to 1", field="mapping.optimizer_offload")
+    if isinstance(m.optimizer_offload, str):
+        raise ProblemError(f"must be a share from 0 to 1, got {m.optimizer_offload!r}", field="mapping.optimizer_offload")
+    checks.share(m.optimizer_offload, "mapping.optimizer_offload")
     reason = optimizer_offload_problem(system.device, m.zero, m.optimizer_offload)
     if reason is not None:
         raise ProblemError(reason, field="mapping.optimizer_offload")

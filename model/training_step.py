@@ -48,7 +48,7 @@ from .training import (
     stage_params,
     stage_state_bytes,
     straggler_stretch,
-    weight_offload_copy_times_s,
+    weight_offload_copy_time_s,
 )
 
 
@@ -200,7 +200,8 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0
     """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
     layer, one body layer (routed experts included), the embedding, the output layer when it shares the
     first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
-    gather buffers, bytes (the offloaded optimizer state aside). States are linear in the parameters they hold."""
+    gather buffers, bytes (what ``optimizer_offload`` and ``weight_offload`` keep on the host aside). States are
+    linear in the parameters they hold."""
     model, wl = ctx.model, ctx.workload
     m = Mapping(
         tp=tp,
@@ -249,16 +250,14 @@ def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, opti
     share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
     parameters this rank owns). The optimizer streams each owned parameter's bytes once, so the
     step over a stage's dense and expert parameters is the sum of the two; ``optimizer_offload`` of
-    them step on the host; with ``weight_offload`` each ZeRO-3 pass also copies the rank's shard of
-    weights up from the host and of gradients down (``training.weight_offload_copy_times_s``), in
-    series with its gathers and reductions."""
+    them step on the host; with ``weight_offload`` each ZeRO-3 pass also copies the rank's weight shard
+    up from the host before its gathers (``training.weight_offload_copy_time_s``), in series with them."""
     grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group)
     owned = optimizer_owned_params(zero, params_on_gpu, group.n)
     wl = ctx.workload
     step = compute.optimizer_step_time_s(ctx.system.device, owned, wl.grad_bytes, wl.adam_moment_bytes, optimizer_offload)
     if weight_offload:
-        down, up = weight_offload_copy_times_s(ctx.system.device, owned, wl)
-        grads, gather = grads + down, gather + up
+        gather = gather + weight_offload_copy_time_s(ctx.system.device, owned)
     return grads, gather, step
 
 

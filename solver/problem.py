@@ -274,8 +274,8 @@ def _parse_mapping(data, src: str) -> dict:
                     placement_order(v)
                 except ProblemError as exc:
                     raise exc.located(source=src, field=f"mapping.{key}") from None
-            elif key == "optimizer_offload":  # a share, as Megatron-Core's --optimizer-offload-fraction
-                checks.share(v, f"mapping.{key}", src)
+            elif key == "optimizer_offload":  # a share, as Megatron-Core's --optimizer-offload-fraction: below
+                pass
             elif key in ("first_stage_layers", "last_stage_layers", "offload_layers"):
                 checks.non_negative_int(v, f"mapping.{key}", src)
             else:

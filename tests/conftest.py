@@ -72,7 +72,7 @@ MAPPING_KEYS = (
     "etp",  # issue 13: expert tensor parallelism
     "tp_comm_overlap",  # issue 13: TP collectives overlapped with their GEMMs
     "optimizer_offload",  # issue 13: share of the optimizer state held and stepped on the host
-    "weight_offload",  # issue 13: ZeRO-3's weight and gradient shards held on the host
+    "weight_offload",  # issue 13: ZeRO-3's weight shard held on the host
 )
 
 

@@ -41,6 +41,21 @@ def test_a_layers_cast_bytes_cover_every_gemm_input_routed_experts_included():
     assert compute.low_precision_cast_bytes(model, tokens, tp, None, moe_layer=True) == (0.0, 0.0)
 
 
+def test_expert_tensor_parallelism_quantises_the_gathered_rows_at_a_narrower_width():
+    """With etp the GPU quantises etp x its routed rows (gathered over the ETP group) at 1/etp of the
+    expert width: the expert GEMMs' inputs keep their row count x hidden size, the down projection's
+    input shrinks with the width."""
+    model = load_model("qwen3-30b-a3b")
+    tokens, tp = 4096.0, 1
+    f1, b1 = compute.low_precision_cast_bytes(model, tokens, tp, R.DELAYED, moe_layer=True, etp=1)
+    f2, b2 = compute.low_precision_cast_bytes(model, tokens, tp, R.DELAYED, moe_layer=True, etp=2)
+    rows = compute.routed_rows_per_gpu(model, tokens, tp)
+    up_inputs = rows * model.hidden  # the up projection reads hidden-wide rows: twice as many with etp 2
+    # the down projection reads twice the rows at half the expert width: the same bytes; so the change is the up's
+    assert rel_close(f2 - f1, 4.0 * up_inputs, 1e-9)
+    assert b2 > b1
+
+
 def _step(precision, recipe=None, model="llama3-8b"):
     wl = Workload(kind="training", seq_len=8192, global_batch=128, precision=precision, low_precision_recipe=recipe)
     m = Mapping(tp=1, pp=1, dp=8, micro_batch=1)

@@ -1,11 +1,10 @@
 """Offloading model states to host memory (issue 13): Megatron-Core's HybridDeviceOptimizer keeps
 ``mapping.optimizer_offload`` of the optimizer state a rank owns in host memory and steps it on the CPU;
-DeepSpeed's ZeRO-3 offload_param keeps the rank's weight and gradient shards there
-(``mapping.weight_offload``).
+DeepSpeed's ZeRO-3 offload_param keeps the rank's weight shard there (``mapping.weight_offload``).
 
 The memory follows from the states the rank owns; the time from the three streams of the host step
 (gradients down, the CPU's Adam, weights up), the slowest of which sets it, and from the copies each
-ZeRO-3 pass makes of the shards."""
+ZeRO-3 pass makes of the weight shard."""
 
 import dataclasses
 
@@ -48,7 +47,8 @@ def test_the_host_step_is_set_by_its_slowest_stream():
     device = H100.device
     n = 1e9
     fast_link = dataclasses.replace(device, host_bytes_per_s=1e15)
-    cpu = n * compute.adam_step_bytes(4.0) / (device.host_memory_bytes_per_s * device.host_adam_efficiency)
+    # the CPU steps fp32 master and moments in place (24 B) and reads the fp32 gradient copy (4 B)
+    cpu = n * 28.0 / (device.host_memory_bytes_per_s * device.host_adam_efficiency)
     assert rel_close(compute.host_optimizer_step_time_s(fast_link, n, 4.0), cpu, 1e-12)
     fast_host = dataclasses.replace(device, host_memory_bytes_per_s=1e15)
     assert rel_close(compute.host_optimizer_step_time_s(fast_host, n, 4.0), n * 4.0 / device.host_bytes_per_s, 1e-12)
@@ -136,16 +136,17 @@ def test_offloading_lets_llama3_70b_train_on_one_dgx_h100():
     assert with_.plans[0].evaluation.metrics["fits"]
 
 
-def test_weight_offloading_moves_zero3s_shards_to_the_host():
+def test_weight_offloading_moves_zero3s_weight_shard_to_the_host():
     model, wl = load_model("llama3-70b"), _workload()
     params = 8e9
     base = Mapping(tp=4, pp=2, dp=8, micro_batch=1, zero=3)
     kept = stage_state_bytes(model, wl, base, params)
     off = dataclasses.replace(base, weight_offload=True)
     state = stage_state_bytes(model, wl, off, params)
-    assert state["weights"] == state["gradients"] == 0.0 and kept["weights"] > 0 and kept["gradients"] > 0
+    assert state["weights"] == 0.0 and kept["weights"] > 0
+    assert state["gradients"] == kept["gradients"] > 0  # gradients stay (DeepSpeed moves them only with the optimizer)
     assert state["optimizer"] == kept["optimizer"] and state["zero3_buffers"] == kept["zero3_buffers"]
-    assert rel_close(stage_host_bytes(wl, off, params), kept["weights"] + kept["gradients"], 1e-12)
+    assert rel_close(stage_host_bytes(wl, off, params), kept["weights"], 1e-12)
 
 
 def _zero3(host_bytes_per_s=None, **mapping):
