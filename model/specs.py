@@ -202,7 +202,7 @@ class DeviceSpec:
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
     host_bytes_per_s: float = 0.0  # GPU <-> host memory, each direction (PCIe, NVLink-C2C); 0 = unknown
     host_memory_bytes_per_s: float = 0.0  # this GPU's share of its host's DRAM bandwidth (CPU optimizer steps); 0 = unknown
-    host_adam_efficiency: float = 0.5  # share of that bandwidth a CPU Adam step streams at
+    host_adam_efficiency: float = 1.0  # share of that bandwidth a CPU Adam step streams at (device files: efficiency.host_adam)
     grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
     source: str | None = field(default=None, compare=False)
 
