@@ -147,6 +147,14 @@ def routed_rows_per_gpu(model: ModelSpec, tokens: float, tp: int) -> float:
     return tokens / tp * moe.top_k * imbalance
 
 
+def routed_gemm_shapes(model: ModelSpec, tokens: float, tp: int, etp: int = 1, experts: float = 1.0) -> dict:
+    """Shapes (m, n, k) of the routed-expert GEMMs on one GPU, split over ``experts`` equal experts: the
+    routed rows of its expert tensor-parallel group (etp x its own, gathered) at 1/etp of the expert
+    width (Megatron-Core's expert tensor parallelism); ``experts`` 1 gives the whole grouped GEMM."""
+    rows = routed_rows_per_gpu(model, tokens, tp) * etp / experts
+    return mlp_gemm_shapes(model, rows, model.moe.expert_ffn / etp)
+
+
 def moe_routed_forward_time_s(
     model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int, etp: int = 1
 ) -> float:
@@ -162,9 +170,8 @@ def moe_routed_forward_time_s(
     """
     moe = model.moe
     local = moe.experts / ep
-    rows = routed_rows_per_gpu(model, tokens, tp) * etp / local
     experts = local * sum(
-        gemm_time_s(device, m, n, k, precision) for m, n, k in mlp_gemm_shapes(model, rows, moe.expert_ffn / etp).values()
+        gemm_time_s(device, m, n, k, precision) for m, n, k in routed_gemm_shapes(model, tokens, tp, etp, local).values()
     )
     if precision in ("fp8", "fp4"):  # scaled grouped kernels fall short of the dense FP8 curve (measured on H100)
         experts /= device.grouped_fp8_efficiency
@@ -327,9 +334,8 @@ def low_precision_cast_bytes(
     if recipe is None:
         return 0.0, 0.0
     shapes = list(layer_gemm_shapes(model, tokens, tp, moe_layer).values())
-    if moe_layer:  # the GPU's routed rows of its expert tensor-parallel group, at 1/etp of the expert width
-        rows = routed_rows_per_gpu(model, tokens, tp) * etp
-        shapes += list(mlp_gemm_shapes(model, rows, model.moe.expert_ffn / etp).values())
+    if moe_layer:
+        shapes += list(routed_gemm_shapes(model, tokens, tp, etp).values())
     per_element = quantised_bytes_per_element(recipe)
     forward = sum(m * k for m, _, k in shapes) * per_element
     backward = sum(m * n for m, n, _ in shapes) * per_element

@@ -299,6 +299,18 @@ def cp_comm_rows(problem, tp_cp: list) -> list[tuple]:
     return rows
 
 
+def offload_rows(problem, device, zero: list, key: str, off, check) -> tuple[tuple, list[tuple]]:
+    """(the values ``mapping.<key>`` lists, default ``off``; the (ZeRO stage, value code) rows that
+    ``check(device, zero, value)`` allows). A value that no ZeRO stage allows (the device lacks the host
+    link or bandwidth it needs) is a ProblemError naming the field."""
+    values = tuple(problem.mapping.get(key, (off,)))
+    for x in values:
+        reason = check(device, ZeroStage.WEIGHTS, x)  # ZeRO-3 allows what any stage does
+        if reason is not None:
+            raise ProblemError(reason, source=problem.source, field=f"mapping.{key}")
+    return values, [(z, j) for z in zero for j, x in enumerate(values) if check(device, z, x) is None]
+
+
 def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
@@ -368,16 +380,9 @@ def build_space(problem) -> Space:
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
     ]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
-    shares = problem.mapping.get("optimizer_offload", (0.0,))  # none unless the mapping lists it
-    for x in shares:
-        reason = optimizer_offload_problem(device, 1, x)  # what no ZeRO stage can get around
-        if reason is not None:
-            raise ProblemError(reason, source=problem.source, field="mapping.optimizer_offload")
-    optimizer_offload = [(z, j) for z in zero for j, x in enumerate(shares) if optimizer_offload_problem(device, z, x) is None]
-    weight_offloads = problem.mapping.get("weight_offload", (False,))  # off unless the mapping lists it
-    if True in weight_offloads and (reason := weight_offload_problem(device, 3, True)) is not None:
-        raise ProblemError(reason, source=problem.source, field="mapping.weight_offload")
-    weight_offload = [(z, int(w)) for z in zero for w in weight_offloads if weight_offload_problem(device, z, w) is None]
+    # offloading to the host: none unless the mapping lists it
+    shares, optimizer_offload = offload_rows(problem, device, zero, "optimizer_offload", 0.0, optimizer_offload_problem)
+    weights, weight_offload = offload_rows(problem, device, zero, "weight_offload", False, weight_offload_problem)
     counts = sorted({m for _, _, m in micro})
     schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
     frames = [
@@ -416,7 +421,7 @@ def build_space(problem) -> Space:
         D.RECOMPUTE: categorical(tuple(Recompute)),
         D.CP_COMM: categorical(tuple(CpComm)),
         D.OPTIMIZER_OFFLOAD: categorical(shares),
-        D.WEIGHT_OFFLOAD: categorical((False, True)),
+        D.WEIGHT_OFFLOAD: categorical(weights),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
