@@ -10,10 +10,13 @@ import argparse
 import json
 import sys
 
+from parasol import __version__
 from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
+from . import progress
+from .catalogue import LISTS, catalogue_json, catalogue_table
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .pareto import pareto_front
@@ -22,17 +25,24 @@ from .problem import MAPPING_KEYS, load_problem
 from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
 from .results import plans_frame, write_table
 
+# exit status (README "Commands"): a plan; no plan exists (the binding limit named); bad input
+EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
 OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
 
 
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, as argparse does, but without the usage block
         print(f"parasol: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="parasol", description="Plan LLM training and serving on large machines.")
+    parser = _ArgumentParser(
+        prog="parasol",
+        description="Plan LLM training and serving on large machines.",
+        epilog="Exit status: 0 a plan (or the answer asked for), 1 no plan exists (the binding limit is named), 2 bad input.",
+    )
+    parser.add_argument("--version", action="version", version=f"parasol {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
@@ -57,6 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
             help="seconds (solve: default 60; enumerate: none)",
         )
         sp.add_argument("--json", action="store_true", help="print one JSON object")
+        sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
         if name == "solve":
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
@@ -88,6 +99,10 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
+    pa.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
+    li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks")
+    li.add_argument("what", choices=tuple(LISTS), help="which part of the library")
+    li.add_argument("--json", action="store_true", help="print one JSON array of {name, ...}")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -171,13 +186,15 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(planner.evaluation_json(problem, mapping, evaluation), indent=2))
     else:
         print(planner.evaluation_table(problem, mapping, evaluation))
-    return 0
+    met = evaluation.metrics
+    return EXIT_PLAN if met.get("fits", True) and met.get("meets_slo", True) else EXIT_NO_PLAN
 
 
 def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
-    result = run(problem, args)
+    with progress.showing(_progress(args)):
+        result = run(problem, args)
     keep_all = getattr(args, "all", False)
     if args.out:
         write_table(result.table if keep_all and result.table is not None else plans_frame(result.plans), args.out)
@@ -188,7 +205,14 @@ def _plan_command(args, run) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(plan_result_table(planner, problem, result))
-    return 0
+    return EXIT_PLAN if result.plans else EXIT_NO_PLAN
+
+
+def _progress(args) -> progress.Progress | None:
+    """Progress lines on stderr when it is a terminal, unless --quiet."""
+    if args.quiet or not sys.stderr.isatty():
+        return None
+    return progress.Progress(sys.stderr)
 
 
 def points_json(table) -> list:
@@ -233,19 +257,25 @@ def cmd_enumerate(args) -> int:
 def cmd_pareto(args) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
-    result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
+    with progress.showing(_progress(args)):
+        result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
     if args.plot:
         plot_front(planner, problem, result, args.plot)
     if args.out:
         write_table(plans_frame(result.plans), args.out)
     print(json.dumps(front_json(planner, problem, result), indent=2) if args.json else front_table(planner, problem, result))
-    return 0
+    return EXIT_PLAN if result.plans else EXIT_NO_PLAN
 
 
 def cmd_cost(args) -> int:
     doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
     return 0
+
+
+def cmd_list(args) -> int:
+    print(json.dumps(catalogue_json(args.what), indent=2) if args.json else catalogue_table(args.what))
+    return EXIT_PLAN
 
 
 def cmd_collective(args) -> int:
@@ -261,6 +291,7 @@ COMMANDS = {
     "pareto": cmd_pareto,
     "cost": cmd_cost,
     "collective": cmd_collective,
+    "list": cmd_list,
 }
 
 
@@ -270,6 +301,6 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except ProblemError as exc:
         print(f"parasol: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0

@@ -22,6 +22,7 @@ import pandas as pd
 
 from parasol.model.errors import ProblemError
 
+from . import progress
 from .cpsat_ops import IntQ
 from .planner import Plan, Search, cp_solver, explain, planner_for, status_name
 
@@ -43,6 +44,10 @@ class ParetoResult:
         from .results import plans_frame  # noqa: PLC0415
 
         return plans_frame(self.plans)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The front as a table (``table``), ordered along its first metric."""
+        return self.table
 
 
 def check_metrics(planner, problem, objectives) -> tuple:
@@ -216,6 +221,7 @@ def _front_of_two(
         plan: Plan = search.plan(solver)
         plan.units = {name: solver.value(_expr(unit(search, name))) for name in tuple(objectives) + tuple(extra)}
         result.plans.append(plan)
+        progress.current().update(f"pareto: {len(result.plans)} points on the ({', '.join(objectives)}) front so far")
         model.add(_expr(second) <= solver.value(_expr(second)) - 1)  # the next point strictly better on the second
     model.clear_assumptions()
     result.solve_time_s = time.perf_counter() - start

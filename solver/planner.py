@@ -30,6 +30,7 @@ from ortools.sat.python import cp_model
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 
+from . import progress
 from .cpsat_ops import CpSatOps, IntQ
 from .numpy_ops import NumpyOps
 from .relations import Space
@@ -62,6 +63,17 @@ class Plan:
     def solver_step_s(self) -> float | None:
         return self.solver_values.get("step_time_s")
 
+    @property
+    def metrics(self) -> dict:
+        """The model's metrics of this plan (``evaluation.metrics``)."""
+        return self.evaluation.metrics
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: the plan's mapping and its scalar metrics (``results.plans_frame``)."""
+        from .results import plans_frame  # noqa: PLC0415 (results imports nothing of the planner; kept lazy)
+
+        return plans_frame([self])
+
 
 @dataclass
 class PlanResult:
@@ -78,6 +90,12 @@ class PlanResult:
     points_evaluated: int | None = None
     message: str | None = None
     table: pd.DataFrame | None = None  # enumerate keep_all: every point with its mapping and metrics
+
+    def to_frame(self) -> pd.DataFrame:
+        """The plans as a table, best first (enumerate with keep_all: every point of the space)."""
+        from .results import plans_frame  # noqa: PLC0415
+
+        return self.table if self.table is not None else plans_frame(self.plans)
 
 
 @dataclass(frozen=True)
@@ -319,6 +337,7 @@ def best_points(
     time_limit: float | None = None,
     keep_all: bool = False,
     names: tuple = (),
+    label: str = "enumerate",
 ):
     """The ``top`` best feasible points (stored-value dicts, best first; ties in the space's order),
     the points evaluated, whether the scan completed, the explanation data and, with ``keep_all``,
@@ -339,6 +358,7 @@ def best_points(
             best_rows += [{k: int(v[i]) for k, v in cols.items()} for i in pick]
             order = np.argsort(best_key, kind="stable")[:top]
             best_key, best_rows = best_key[order], [best_rows[i] for i in order]
+        _report_scan(label, evaluated, space, best_rows)
         for limit in out.limits:
             allowed = np.broadcast_to(memory_allows(out, limit), (o.size,))
             cand = np.flatnonzero(allowed)
@@ -354,6 +374,14 @@ def best_points(
             break
     table = pd.concat(frames, ignore_index=True) if keep_all and frames else None
     return best_rows, evaluated, complete, least, table
+
+
+def _report_scan(label: str, evaluated: int, space: Space, best_rows: list) -> None:
+    sink = progress.current()
+    if sink.due():
+        size = space.size()
+        found = "a plan found" if best_rows else "no plan yet"
+        sink.update(f"{label}: {evaluated:,} of {size:,} points ({100 * evaluated / max(size, 1):.0f} %), {found}")
 
 
 def memory_allows(out, limit):
@@ -462,7 +490,7 @@ def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict 
     hint_space = planner.hint_space(problem, space)
     if hint_space.size() > HINT_ROWS:
         return None
-    rows, _, _, _, _ = best_points(planner, problem, hint_space, objective, 1)
+    rows, _, _, _, _ = best_points(planner, problem, hint_space, objective, 1, label="solve: hint")
     return rows[0] if rows else None
 
 
@@ -479,7 +507,7 @@ def _solve_one(planner, problem, objective, top, time_limit, workers, seed) -> P
         search.hint(point)
     for rank in range(top):
         solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.search_settings(problem))
-        status = status_name(solver.solve(search.model))
+        status = status_name(solver.solve(search.model, _progress_callback(search, objective, solver, rank)))
         if status == "MODEL_INVALID":
             raise RuntimeError(f"invalid CP-SAT model: {search.model.validate()}")  # a bug in a backend
         result.deterministic_time += solver.deterministic_time
@@ -504,10 +532,56 @@ def _solve_one(planner, problem, objective, top, time_limit, workers, seed) -> P
     return result
 
 
+class _SolveProgress(cp_model.CpSolverSolutionCallback):
+    """Reports each incumbent of a solve (in the objective's own unit, decoded and evaluated by the
+    model when a line is due) and each improvement of the bound, through ``progress.current()``."""
+
+    def __init__(self, search: Search, objective: str, solver: cp_model.CpSolver, rank: int):
+        super().__init__()
+        self.search, self.objective, self.rank = search, objective, rank
+        self.stored: dict | None = None  # the incumbent's decisions, decoded only when a line is due
+        self.found, self.bound = None, None
+        solver.best_bound_callback = self.on_bound
+
+    def on_solution_callback(self) -> None:
+        self.found, self.bound = self.objective_value, self.best_objective_bound
+        self.stored = self.search.ops.stored(self)
+        self.show()
+
+    def on_bound(self, bound: float) -> None:
+        self.bound = bound
+        self.show()
+
+    def show(self) -> None:
+        sink = progress.current()
+        if not sink.due():
+            return
+        rank = f"plan {self.rank + 1}: " if self.rank else ""
+        if self.stored is None:
+            sink.update(f"solve: {rank}no plan yet")
+            return
+        planner, problem = self.search.planner, self.search.problem
+        n, mapping = planner.decode(problem, self.search.space, self.stored)
+        value = planner.objective_value(problem, self.objective, planner.evaluate(problem, n, mapping).metrics)
+        gap = max(0.0, (self.found - self.bound) / self.found) if self.found and self.bound is not None else None
+        bound = "-" if gap is None else f"{_bound_of(planner, problem, self.objective, value, gap):.4g}"
+        sink.update(f"solve: {rank}{self.objective} {value:.4g}  bound {bound}  {progress.gap_text(gap)}")
+
+
+def _progress_callback(search: Search, objective: str, solver: cp_model.CpSolver, rank: int):
+    """A CP-SAT callback reporting progress, or None when nobody listens (no overhead)."""
+    if progress.current() is progress.SILENT:
+        return None
+    return _SolveProgress(search, objective, solver, rank)
+
+
 def _bound(planner, problem, objective, plan: Plan, gap: float) -> float:
     """The proven bound on the objective in its natural unit, from the relative gap of what CP-SAT
     minimises: a quantity proportional (or, for rates, inversely proportional) to the objective."""
-    value = planner.objective_value(problem, objective, plan.evaluation.metrics)
+    return _bound_of(planner, problem, objective, planner.objective_value(problem, objective, plan.evaluation.metrics), gap)
+
+
+def _bound_of(planner, problem, objective, value: float, gap: float) -> float:
     if planner.front_metric(problem, objective).sense < 0:
         return value / (1.0 - gap) if gap < 1 else float("inf")
     return value * (1.0 - gap)

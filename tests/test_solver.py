@@ -368,7 +368,7 @@ def test_infeasible_via_cli(tmp_path):
     )
     path = write_yaml(tmp_path / "too big.yaml", data)
     proc = run_cli(["solve", str(path), "--json", "--workers", "2", "--time-limit", "30"])
-    assert proc.returncode == 0, proc.stderr  # infeasible is an answer, not an error
+    assert proc.returncode == 1, proc.stderr  # no plan exists: exit 1 (2 is bad input), the answer on stdout
     doc = json.loads(proc.stdout)
     assert doc["status"] == "INFEASIBLE" and doc["mapping"] is None
     assert "memory" in doc["message"] and "GiB" in doc["message"]

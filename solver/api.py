@@ -1,0 +1,82 @@
+"""parasol's Python API, one interface for training and serving (re-exported by ``import parasol``).
+
+Every function takes a problem as a ``Problem`` (``load``), a path to a problem file, or a dict with
+the file's keys; the workload's ``kind`` decides whether it is planned as training or serving. The
+results are the CLI's: ``Plan`` (``evaluate``), ``PlanResult`` (``solve``, ``enumerate``) and
+``ParetoResult`` (``pareto``), each with ``to_frame()`` for a pandas DataFrame. Mistakes raise
+``ProblemError`` with the file (or "<dict>"), the field and what is allowed. docs/api.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parasol.model.errors import ProblemError
+
+from . import planner as _planner
+from .pareto import ParetoResult, pareto_front
+from .planner import Plan, PlanResult, planner_for
+from .problem import Problem, load_problem, parse_problem
+
+DICT_SOURCE = "<dict>"
+
+
+def load(problem: Problem | str | Path | dict) -> Problem:
+    """A problem from a file path, a dict with a problem file's keys, or a Problem (returned as is)."""
+    if isinstance(problem, Problem):
+        return problem
+    if isinstance(problem, dict):
+        return parse_problem(problem, source=DICT_SOURCE)
+    if isinstance(problem, str | Path):
+        return load_problem(problem)
+    raise ProblemError(f"expected a path, a dict or a Problem, got {type(problem).__name__}", source=DICT_SOURCE)
+
+
+def evaluate(problem: Problem | str | Path | dict) -> Plan:
+    """The model's figures for the one plan the problem fixes (every mapping key a scalar, as
+    ``parasol evaluate``): a Plan with ``num_gpus``, ``mapping``, ``metrics`` and ``evaluation``."""
+    problem = load(problem)
+    planner = planner_for(problem)
+    num_gpus, mapping = planner.fixed_plan(problem)
+    return Plan(num_gpus, mapping, planner.evaluate(problem, num_gpus, mapping))
+
+
+def solve(
+    problem: Problem | str | Path | dict,
+    objective: str | None = None,
+    top: int = 1,
+    time_limit: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> PlanResult:
+    """The best plan (or the ``top`` best) by CP-SAT, with its status, bound and gap (``parasol solve``)."""
+    return _planner.solve(load(problem), objective=objective, top=top, time_limit=time_limit, workers=workers, seed=seed)
+
+
+def enumerate(  # noqa: A001 (the public name the CLI uses: parasol enumerate)
+    problem: Problem | str | Path | dict,
+    objective: str | None = None,
+    top: int = 1,
+    time_limit: float | None = None,
+    keep_all: bool = False,
+) -> PlanResult:
+    """Every plan of the same space through the model (``parasol enumerate``); ``keep_all``: the
+    result's ``to_frame()`` holds every point, feasible or not, with its metrics."""
+    return _planner.enumerate_space(load(problem), objective=objective, top=top, time_limit=time_limit, keep_all=keep_all)
+
+
+def pareto(
+    problem: Problem | str | Path | dict,
+    objectives: tuple | list | str,
+    time_limit: float = 120.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> ParetoResult:
+    """The exact Pareto front of two or three metrics (``parasol pareto``); ``objectives`` as a
+    sequence of names or one comma-separated string."""
+    if isinstance(objectives, str):
+        objectives = tuple(x.strip() for x in objectives.split(","))
+    return pareto_front(load(problem), tuple(objectives), time_limit, workers, seed)
+
+
+__all__ = ["Plan", "PlanResult", "ParetoResult", "Problem", "ProblemError", "load", "evaluate", "solve", "enumerate", "pareto"]

@@ -1,0 +1,110 @@
+"""``parasol list``: what the built-in library holds, each entry loaded (so validated) by its own loader.
+
+One row per file of ``problems/<kind>/``: its name, the facts a user picks it by, and the first line
+of its header comment (what it is, where it comes from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from parasol.model.params import total_params
+
+from . import library
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """One part of the library: its folder under problems/ and the facts of one entry."""
+
+    folder: str
+    facts: Callable[[str], dict]
+
+
+def _model_facts(name: str) -> dict:
+    model = library.load_model(name)
+    facts = {"params_b": round(total_params(model) / 1e9, 2), "layers": model.layers, "hidden": model.hidden}
+    if model.moe is not None:
+        facts["experts"] = model.moe.experts
+        facts["active_params_b"] = round(total_params(model, active=True) / 1e9, 2)
+    return facts
+
+
+def _system_facts(name: str) -> dict:
+    system = library.load_system(name, 1)
+    return {"device": system.device.name, "gpus_per_node": system.gpus_per_node, "scale_up_domain": system.scale_up_domain}
+
+
+def _device_facts(name: str) -> dict:
+    device = library.load_device(name)
+    bf16 = device.peak_flops.get("bf16")
+    return {
+        "memory_gib": round(device.hbm_bytes / GIB, 1),
+        "bf16_tflops": None if bf16 is None else round(bf16 / 1e12),
+        "precisions": ",".join(device.peak_flops),
+    }
+
+
+def _engine_facts(name: str) -> dict:
+    return {"devices": ",".join(library.load_engine(name))}
+
+
+def _framework_facts(name: str) -> dict:
+    data = library.read_yaml(library.library_root() / "frameworks" / f"{name}.yaml", "framework profile")
+    releases = data.get("releases")
+    if isinstance(releases, list):
+        return {
+            "releases": ",".join(str(r.get("release", r.get("name", "?"))) if isinstance(r, dict) else str(r) for r in releases)
+        }
+    if isinstance(releases, dict):
+        return {"releases": ",".join(str(r) for r in releases)}
+    return {}
+
+
+LISTS = {
+    "models": Catalogue("models", _model_facts),
+    "systems": Catalogue("systems", _system_facts),
+    "devices": Catalogue("systems/devices", _device_facts),
+    "engines": Catalogue("engines", _engine_facts),
+    "frameworks": Catalogue("frameworks", _framework_facts),
+}
+
+
+def _summary(path: Path) -> str:
+    """The first comment line of a library file (its header says what it is)."""
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if text.startswith("#"):
+            text = text.lstrip("#").strip()
+            if text:
+                return text
+        elif text:
+            break
+    return ""
+
+
+def catalogue_json(what: str) -> list:
+    """[{name, <facts>, summary}] of every entry of one part of the library, sorted by name."""
+    part = LISTS[what]
+    folder = library.library_root() / part.folder
+    return [
+        {"name": name, **part.facts(name), "summary": _summary(folder / f"{name}.yaml")} for name in library.names(part.folder)
+    ]
+
+
+def catalogue_table(what: str) -> str:
+    rows = catalogue_json(what)
+    if not rows:
+        return f"no {what} in the library ({library.library_root() / LISTS[what].folder})"
+    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c != "summary"]
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)) + "  summary"]
+    for row, r in zip(cells, rows):
+        summary = r["summary"] if len(r["summary"]) <= 90 else r["summary"][:87] + "..."
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + summary)
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""Issue 14: `parasol --version`, `parasol list ...`, exit codes 0 / 1 / 2, progress on stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from conftest import REPO, run_cli, write_yaml
+
+import parasol
+from parasol.solver import library, progress
+from parasol.solver.catalogue import LISTS
+from parasol.solver.cli import main
+from parasol.solver.planner import solve
+from parasol.solver.problem import parse_problem
+
+INFEASIBLE = {  # GPT-3 175B cannot fit on 8 A100 without offloading
+    "model": "gpt3-175b",
+    "system": {"name": "dgx-a100", "num_gpus": 8},
+    "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64},
+    "mapping": {"zero": [1], "recompute": ["full"], "optimizer_offload": [0]},
+}
+MEDIUM = {  # about 3 s to prove on 2 cores: long enough for a progress line
+    "model": "llama3-70b",
+    "system": {"name": "dgx-h100", "num_gpus": 256},
+    "workload": {"kind": "training", "seq_len": 8192, "global_batch": 256},
+}
+
+
+def test_version_is_the_package_and_the_distribution_version():
+    proc = run_cli(["--version"])
+    assert proc.returncode == 0 and proc.stdout.strip() == f"parasol {parasol.__version__}"
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert declared == parasol.__version__
+
+
+@pytest.mark.parametrize("what", sorted(LISTS))
+def test_list_names_every_library_entry(what):
+    doc = json.loads(run_cli(["list", what, "--json"]).stdout)
+    assert [row["name"] for row in doc] == library.names(LISTS[what].folder)
+    table = run_cli(["list", what]).stdout
+    for row in doc:
+        assert row["name"] in table
+
+
+def test_list_models_reports_the_parameter_counts():
+    doc = {row["name"]: row for row in json.loads(run_cli(["list", "models", "--json"]).stdout)}
+    assert 70.0 <= doc["llama3-70b"]["params_b"] <= 71.0  # Meta: 70.6B
+    assert 660 <= doc["deepseek-v3"]["params_b"] <= 685 and 36 <= doc["deepseek-v3"]["active_params_b"] <= 39  # 671B / 37B
+
+
+def test_list_of_an_unknown_part_is_bad_input():
+    proc = run_cli(["list", "gpus"])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "models" in proc.stderr
+
+
+def test_exit_codes_plan_no_plan_bad_input(tmp_path):
+    infeasible = write_yaml(tmp_path / "big.yaml", INFEASIBLE)
+    assert main(["solve", str(infeasible), "--time-limit", "20"]) == 1
+    assert main(["enumerate", str(infeasible)]) == 1
+    feasible = write_yaml(tmp_path / "ok.yaml", INFEASIBLE | {"system": {"name": "dgx-a100", "num_gpus": 64}})
+    assert main(["enumerate", str(feasible), "--quiet"]) == 0
+    assert main(["solve", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_evaluate_exits_1_when_the_fixed_mapping_does_not_fit(tmp_path):
+    fixed = INFEASIBLE | {"mapping": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1}}
+    proc = run_cli(["evaluate", str(write_yaml(tmp_path / "p.yaml", fixed))])
+    assert proc.returncode == 1 and "DOES NOT FIT" in proc.stdout
+
+
+def test_progress_reports_incumbent_bound_and_gap_in_the_objective_unit():
+    stream = io.StringIO()
+    problem = parse_problem(MEDIUM, source="medium")
+    with progress.showing(progress.Progress(stream, overwrite=False, delay_s=0.0, interval_s=0.0)):
+        result = solve(problem, time_limit=60)
+    lines = stream.getvalue().splitlines()
+    solved = [line for line in lines if "solve: throughput" in line]
+    assert result.status == "OPTIMAL" and solved, lines
+    last = solved[-1].split()
+    incumbent = float(last[last.index("throughput") + 1])
+    assert incumbent <= result.objective_value * (1 + 1e-3)  # an incumbent never beats the optimum
+    assert float(last[last.index("bound") + 1]) >= incumbent * (1 - 1e-3)  # nor does the bound fall below it
+    assert progress.current() is progress.SILENT  # the block restored silence
+
+
+def test_progress_is_silent_without_a_terminal_or_by_default(tmp_path):
+    path = write_yaml(tmp_path / "m.yaml", MEDIUM)
+    proc = run_cli(["solve", str(path), "--time-limit", "60"])
+    assert proc.returncode == 0 and proc.stderr == ""  # stderr is a pipe here: no progress
+
+
+def _stderr_on_a_terminal(args: list[str]) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal; (exit code, what the terminal received)."""
+    master, slave = os.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.Popen([sys.executable, "-m", "parasol", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    received = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=120)
+    os.close(master)
+    return proc.returncode, received.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_progress_on_a_terminal_and_quiet(tmp_path):
+    path = str(write_yaml(tmp_path / "m.yaml", MEDIUM))
+    code, shown = _stderr_on_a_terminal(["solve", path, "--time-limit", "60"])
+    assert code == 0 and "solve:" in shown and "gap" in shown and shown.endswith("\r\033[K"), shown
+    code, shown = _stderr_on_a_terminal(["solve", path, "--time-limit", "60", "--quiet"])
+    assert code == 0 and shown == ""
