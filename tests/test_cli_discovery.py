@@ -41,16 +41,19 @@ def test_version_is_the_package_and_the_distribution_version():
 
 
 @pytest.mark.parametrize("what", sorted(LISTS))
-def test_list_names_every_library_entry(what):
-    doc = json.loads(run_cli(["list", what, "--json"]).stdout)
+def test_list_names_every_library_entry(what, capsys):
+    assert main(["list", what, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in doc] == library.names(LISTS[what].folder)
-    table = run_cli(["list", what]).stdout
+    assert main(["list", what]) == 0
+    table = capsys.readouterr().out
     for row in doc:
         assert row["name"] in table
 
 
-def test_list_models_reports_the_parameter_counts():
-    doc = {row["name"]: row for row in json.loads(run_cli(["list", "models", "--json"]).stdout)}
+def test_list_models_reports_the_parameter_counts(capsys):
+    assert main(["list", "models", "--json"]) == 0
+    doc = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert 70.0 <= doc["llama3-70b"]["params_b"] <= 71.0  # Meta: 70.6B
     assert 660 <= doc["deepseek-v3"]["params_b"] <= 685 and 36 <= doc["deepseek-v3"]["active_params_b"] <= 39  # 671B / 37B
 
