@@ -131,7 +131,7 @@ def front_json(planner, problem, result) -> dict:
         "gap": result.gap,
         "front": [
             {
-                "system": p.system_name or problem.system_name,
+                **({"system": p.system_name} if problem.alternatives else {}),  # several systems compared
                 "mapping": mapping_dict(p.mapping, p.num_gpus),
                 "metrics": p.evaluation.metrics,
             }

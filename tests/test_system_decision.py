@@ -143,6 +143,10 @@ def test_multi_system_cli_reports_name_the_system(tmp_path):
     assert "system" in proc.stdout.split("top 3:")[1].splitlines()[1]  # the top-K table's system column
     header = (tmp_path / "plans.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "system" and "num_gpus" in header
+    front = json.loads(run_cli(["pareto", str(path), "--objectives", "throughput,cost", "--json"]).stdout)["front"]
+    assert front and all(p["system"] in ("dgx-a100", "dgx-h100") for p in front)
+    points = json.loads(run_cli(["enumerate", str(path), "--all", "--json"]).stdout)["points"]
+    assert {p["system"] for p in points} == {"dgx-a100", "dgx-h100"} and "system" not in points[0]["metrics"]
 
 
 @pytest.mark.parametrize(
