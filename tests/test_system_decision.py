@@ -232,3 +232,14 @@ def test_multi_system_serving_solve_is_the_best_of_the_single_system_solves():
     value, name = max(feasible)
     assert multi.objective_value == pytest.approx(value, rel=1e-9)
     assert multi.plans[0].system_name == name
+
+
+def test_evaluate_on_a_system_file_equals_the_library_system(tmp_path):
+    shutil.copy(REPO / "problems" / "systems" / "dgx-h100.yaml", tmp_path / "dgx-h100.yaml")
+    data = _single(_training(), "dgx-h100", 8)
+    data["mapping"] = {"tp": 2, "pp": 1, "dp": 4, "micro_batch": 1}
+    by_name = run_cli(["evaluate", str(write_yaml(tmp_path / "a.yaml", data)), "--json"])
+    data["system"]["name"] = "./dgx-h100.yaml"
+    by_path = run_cli(["evaluate", str(write_yaml(tmp_path / "b.yaml", data)), "--json"])
+    assert by_name.returncode == by_path.returncode == 0, by_path.stderr
+    assert json.loads(by_path.stdout)["metrics"] == json.loads(by_name.stdout)["metrics"]
