@@ -31,6 +31,7 @@ EXAMPLES = {
     "solve-128k": ("planner.md", "solve problems/examples/llama3.1-405b-128k.yaml"),
     "solve-cost-capped": ("planner.md", "solve problems/examples/cost-capped-sizing.yaml"),
     "solve-cheapest": ("planner.md", "solve problems/examples/cheapest-cluster-90-days.yaml"),
+    "solve-which-gpu": ("planner.md", "solve problems/examples/which-gpu-llama3-70b.yaml --top 3"),
     "pareto-chiplets": (
         "planner.md",
         "pareto problems/examples/chiplet-codesign.yaml --objectives throughput,cost --plot {tmp}/front.png",

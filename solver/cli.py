@@ -220,11 +220,12 @@ def points_json(table) -> list:
     if table is None:
         return []
     feasible = table[table["fits"] & table.get("meets_slo", True)] if "fits" in table else table
-    metric_names = [c for c in table.columns if c not in MAPPING_COLUMNS]
+    metric_names = [c for c in table.columns if c not in MAPPING_COLUMNS and c != "system"]
     out = []
     for row in feasible.to_dict("records"):
         out.append(
             {
+                **({"system": row["system"]} if "system" in row else {}),  # several systems compared
                 "mapping": {k: _plain(v) for k, v in row.items() if k in MAPPING_COLUMNS},
                 "metrics": {k: _plain(row[k]) for k in metric_names},
             }

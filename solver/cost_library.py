@@ -345,7 +345,7 @@ def load_price_list() -> tuple[str, dict, dict, dict]:
 
 def is_path(name: str) -> bool:
     """Whether a --system argument names a file rather than a library system."""
-    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+    return library.is_system_path(name)
 
 
 def load_cost_system(name: str, num_gpus: int | None = None) -> tuple[SystemSpec, dict]:

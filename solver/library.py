@@ -369,9 +369,22 @@ def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
     )
 
 
+def is_system_path(name: str) -> bool:
+    """Whether a system name is a file (a .yaml/.yml suffix or a folder separator) rather than a library name."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+
+
 def load_system(name: str, num_gpus: int) -> SystemSpec:
-    """A system from problems/systems/ with ``num_gpus`` devices (and its ``topology:`` if it has one)."""
+    """A system from problems/systems/ with ``num_gpus`` devices (and its ``topology:`` if it has one),
+    or from a system file when ``name`` is a path (``system_from_path``)."""
+    if is_system_path(name):
+        return dataclasses.replace(_system_from_file(str(name)), num_gpus=num_gpus)
     return _spec(name, _system_file(name), num_gpus)
+
+
+@functools.cache
+def _system_from_file(path: str) -> SystemSpec:
+    return system_from_path(path, 1)
 
 
 def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:

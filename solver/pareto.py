@@ -71,6 +71,22 @@ def pareto_front(
     planner = planner_for(problem)
     objectives = check_metrics(planner, problem, objectives)
     start = time.perf_counter()
+    systems = problem.systems
+    results = []
+    for index, sub in enumerate(systems):
+        left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(systems) - index))
+        result = _system_front(planner, sub, objectives, left, workers, seed, max_points)
+        for plan in result.plans:
+            plan.system_name = sub.system_name
+        if len(systems) > 1 and result.message:
+            result.message = f"{sub.system_name}: {result.message}"
+        results.append(result)
+    return results[0] if len(results) == 1 else _union(planner, problem, objectives, results, start)
+
+
+def _system_front(planner, problem, objectives, time_limit, workers, seed, max_points) -> ParetoResult:
+    """The front on one system: one front per sub-problem (training's chiplet counts), then their union's."""
+    start = time.perf_counter()
     parts = planner.subproblems(problem)
     results = []
     for index, (_, sub, why) in enumerate(parts):
@@ -79,8 +95,11 @@ def pareto_front(
             continue
         left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
         results.append(_front(planner, sub, objectives, left, workers, seed, max_points))
-    if len(results) == 1:
-        return results[0]
+    return results[0] if len(results) == 1 else _union(planner, problem, objectives, results, start)
+
+
+def _union(planner, problem, objectives, results, start) -> ParetoResult:
+    """The non-dominated subset of the union of several fronts (exact when each is)."""
     sense = {planner.front_metric(problem, n).metric: planner.front_metric(problem, n).sense for n in objectives}
     keys = tuple(sense)
     plans = non_dominated([p for r in results for p in r.plans], keys, sense)

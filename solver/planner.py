@@ -58,6 +58,7 @@ class Plan:
     evaluation: Evaluation
     solver_values: dict = field(default_factory=dict)  # the integer model's values (model units) of the round-trip quantities
     units: dict = field(default_factory=dict)  # pareto: the plan's front metrics in CP-SAT's integer units
+    system_name: str | None = None  # the system the plan runs on (problem.system_name, or one of several compared)
 
     @property
     def solver_step_s(self) -> float | None:
@@ -626,8 +627,26 @@ def _least(search: Search, name: str, deadline, workers, seed, settings: SearchS
 
 
 def _per_subproblem(planner, problem, objective, top, time_limit, run) -> PlanResult:
-    """``run(sub, seconds left)`` on each sub-problem (the time left shared by those still to run);
-    the best ``top`` plans over all of them."""
+    """``run(sub, seconds left)`` on each sub-problem (one per system compared, then the planner's
+    own split; the time left shared by those still to run); the best ``top`` plans over all of
+    them, each naming its system."""
+    start = time.perf_counter()
+    systems = problem.systems
+    results = []
+    for index, sub in enumerate(systems):
+        left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(systems) - index))
+        result = _per_planner_part(planner, sub, objective, top, left, run)
+        for plan in result.plans:
+            plan.system_name = sub.system_name
+        if len(systems) > 1 and result.table is not None:
+            result.table.insert(0, "system", sub.system_name)
+        results.append((sub.system_name, result))
+    if len(results) == 1:
+        return results[0][1]
+    return _combine(planner, problem, objective, top, results, start)
+
+
+def _per_planner_part(planner, problem, objective, top, time_limit, run) -> PlanResult:
     start = time.perf_counter()
     parts = planner.subproblems(problem)
     results = []

@@ -108,6 +108,26 @@ class Problem:
     # {(num_gpus, chiplets): {capex_usd, power_w, cost_per_hour_usd}} resolved when the file is loaded
     # (costing.resolve_costs); None when the system has no cost data and the problem needs none
     costs: dict | None = field(default=None, compare=False, repr=False)
+    # several systems compared (system.name a list): one single-system problem each, this problem
+    # standing for the first; the planners solve each and keep the best (planner._per_subproblem)
+    alternatives: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def systems(self) -> tuple:
+        """The single-system problems compared: the alternatives, or this problem alone."""
+        return self.alternatives or (self,)
+
+    def for_system(self, name: str | None) -> Problem:
+        """The single-system problem on ``name`` (this problem when it has one system or name is None)."""
+        return next((p for p in self.alternatives if p.system_name == name), self)
+
+    def check_single_system(self, what: str = "evaluate") -> None:
+        if self.alternatives:
+            raise ProblemError(
+                f"{what} needs one system, got the list {[p.system_name for p in self.alternatives]}",
+                source=self.source,
+                field="system.name",
+            )
 
     @property
     def is_inference(self) -> bool:
@@ -115,6 +135,7 @@ class Problem:
 
     def fixed_serving_mapping(self):
         """The one serving plan ``evaluate`` runs (inference problems; ``inference_problem``)."""
+        self.check_single_system()
         return fixed_serving_mapping(self)
 
     def system(self, num_gpus: int | None = None):
@@ -153,6 +174,7 @@ class Problem:
     def fixed_mapping(self) -> Mapping:
         """The one mapping ``evaluate`` runs: every key a scalar, absent keys at their defaults."""
         src = self.source
+        self.check_single_system()
         if len(self.num_gpus) != 1:
             raise ProblemError("evaluate needs a single device count", source=src, field="system.num_gpus")
         if len(self.chiplets) != 1:
@@ -302,24 +324,92 @@ def _counts(value, src: str, field_name: str) -> tuple:
     return tuple(dict.fromkeys(checks.positive_int(n, field_name, src) for n in values))
 
 
-def _parse_system(data, src: str) -> tuple[str, tuple, tuple, float | None]:
-    if not isinstance(data, dict):
-        raise ProblemError("must be a mapping {name, num_gpus}", source=src, field="system")
-    checks.keys(data, ("name", "num_gpus", "chiplets", "gpu_hour_usd"), ("name", "num_gpus"), src, "system.")
-    name = data["name"]
-    if not isinstance(name, str):
-        raise ProblemError(
-            f"must be a system name; allowed: {', '.join(library.names('systems'))}", source=src, field="system.name"
-        )
+SYSTEM_KEYS = ("name", "num_gpus", "chiplets", "gpu_hour_usd")
+RANGE_KEYS = ("min", "max", "step")
+
+
+def _system_name(name, src: str, field_name: str) -> str:
+    """A library system's name, or a system file's path resolved against the problem file's folder
+    (``library.is_system_path``), checked like the library's own systems."""
+    allowed = ", ".join(library.names("systems"))
+    if not isinstance(name, str) or not name:
+        raise ProblemError(f"must be a system name or a system file; allowed names: {allowed}", source=src, field=field_name)
+    if library.is_system_path(name):
+        path = Path(name).expanduser()
+        if not path.is_absolute() and src and not src.startswith("<"):
+            path = Path(src).parent / path
+        if not path.is_file():
+            raise ProblemError(f"no system file {str(path)!r}", source=src, field=field_name)
+        name = str(path.resolve())
     try:
         library.load_system(name, 1)
     except ProblemError as exc:
         if exc.source is None:
-            raise exc.located(source=src, field="system.name") from None
+            raise exc.located(source=src, field=field_name) from None
         raise
-    counts = _counts(data["num_gpus"], src, "system.num_gpus")
-    chiplets = _counts(data["chiplets"], src, "system.chiplets") if "chiplets" in data else (None,)
-    price = checks.positive_number(data["gpu_hour_usd"], "system.gpu_hour_usd", src, "price") if "gpu_hour_usd" in data else None
+    return name
+
+
+def _parse_system(data, src: str) -> list[tuple[str, tuple, tuple, float | None]]:
+    """[(system name or resolved file, device counts, chiplet counts, rental price)]: one entry per
+    system the problem compares. ``system.name`` is a name (or a system file) or a list of them;
+    ``system.num_gpus`` then gives the counts for every system alike, or a mapping from each listed
+    name to its counts; ``system:`` may also be a list of {name, num_gpus, ...} mappings."""
+    if isinstance(data, list):
+        if not data:
+            raise ProblemError("an empty list compares no system", source=src, field="system")
+        out = [_one_system(entry, src, f"system[{i}]") for i, entry in enumerate(data)]
+        return _distinct(out, src, "system")
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping {name, num_gpus} or a list of them", source=src, field="system")
+    names = data.get("name")
+    if not isinstance(names, list):
+        return [_one_system(data, src, "system")]
+    if not names:
+        raise ProblemError("an empty list compares no system", source=src, field="system.name")
+    checks.keys(data, SYSTEM_KEYS, ("name", "num_gpus"), src, "system.")
+    counts = data["num_gpus"]
+    per_system = isinstance(counts, dict) and not set(counts) <= set(RANGE_KEYS)
+    if per_system:
+        unknown = [k for k in counts if k not in names]
+        if unknown:
+            raise ProblemError(
+                f"names {unknown[0]!r}, which system.name does not list; listed: {', '.join(map(str, names))}",
+                source=src,
+                field=f"system.num_gpus.{unknown[0]}",
+            )
+        missing = [n for n in names if n not in counts]
+        if missing:
+            raise ProblemError(f"gives no counts for {missing[0]!r}", source=src, field="system.num_gpus")
+    out = []
+    for i, name in enumerate(names):
+        if isinstance(name, (list, dict)):
+            raise ProblemError("must be a system name or a system file", source=src, field=f"system.name[{i}]")
+        entry = {**data, "name": name, "num_gpus": counts[name] if per_system else counts}
+        field_name = f"system.num_gpus.{name}" if per_system else "system.num_gpus"
+        out.append(_one_system(entry, src, "system", name_field=f"system.name[{i}]", counts_field=field_name))
+    return _distinct(out, src, "system.name")
+
+
+def _distinct(systems: list, src: str, field_name: str) -> list:
+    seen = set()
+    for name, *_ in systems:
+        if name in seen:
+            raise ProblemError(f"lists {name!r} twice", source=src, field=field_name)
+        seen.add(name)
+    return systems
+
+
+def _one_system(data, src: str, prefix: str, name_field: str | None = None, counts_field: str | None = None) -> tuple:
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping {name, num_gpus}", source=src, field=prefix)
+    checks.keys(data, SYSTEM_KEYS, ("name", "num_gpus"), src, f"{prefix}.")
+    name = _system_name(data["name"], src, name_field or f"{prefix}.name")
+    counts = _counts(data["num_gpus"], src, counts_field or f"{prefix}.num_gpus")
+    chiplets = _counts(data["chiplets"], src, f"{prefix}.chiplets") if "chiplets" in data else (None,)
+    price = (
+        checks.positive_number(data["gpu_hour_usd"], f"{prefix}.gpu_hour_usd", src, "price") if "gpu_hour_usd" in data else None
+    )
     return name, counts, chiplets, price
 
 
@@ -359,9 +449,49 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             if exc.source is None:
                 raise exc.located(source=source, field="model") from None
             raise
-    system_name, counts, chiplets, gpu_hour_usd = _parse_system(data["system"], source)
+    systems = _parse_system(data["system"], source)
     workload = _parse_workload(data["workload"], source)
     constraints = _parse_constraints(data.get("constraints"), source, workload)
+    inference = workload.kind == "inference"
+    mapping = (
+        parse_inference_mapping(data.get("mapping"), workload, source)
+        if inference
+        else _parse_mapping(data.get("mapping"), source)
+    )
+    pasted = mapping.pop("num_gpus", None)
+    objective = data.get("objective", "throughput")
+    if inference:
+        check_inference_objective(objective, source)
+    else:
+        checks.choice(objective, OBJECTIVES, "objective", source)
+    problems = []
+    for system_name, counts, chiplets, gpu_hour_usd in systems:
+        if pasted is not None:
+            # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
+            counts = tuple(n for n in counts if n in pasted)
+            if not counts:
+                if len(systems) > 1:
+                    continue  # a system none of the pasted counts allows is left out of the comparison
+                allowed = list(systems[0][1])
+                raise ProblemError(
+                    f"mapping.num_gpus must be one of system.num_gpus {allowed}", source=source, field="mapping.num_gpus"
+                )
+        problems.append(
+            _single_system_problem(
+                model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
+            )
+        )
+    if not problems:
+        raise ProblemError("none of the listed systems allows these device counts", source=source, field="mapping.num_gpus")
+    if len(problems) == 1:
+        return problems[0]
+    return dataclasses.replace(problems[0], alternatives=tuple(problems))
+
+
+def _single_system_problem(
+    model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
+) -> Problem:
+    """The problem on one system: its device checked against the workload, its costs resolved."""
     device = library.load_system(system_name, 1).device
     if workload.precision not in device.peak_flops:
         raise ProblemError(
@@ -370,27 +500,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             source=source,
             field="workload.precision",
         )
-    inference = workload.kind == "inference"
-    if inference and workload.engine is not None:
+    if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
-    mapping = (
-        parse_inference_mapping(data.get("mapping"), workload, source)
-        if inference
-        else _parse_mapping(data.get("mapping"), source)
-    )
-    if "num_gpus" in mapping:
-        # solve's plans carry num_gpus so they can be pasted back; it must agree with the system
-        allowed = tuple(n for n in counts if n in mapping.pop("num_gpus"))
-        if not allowed:
-            raise ProblemError(
-                f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus"
-            )
-        counts = allowed
-    objective = data.get("objective", "throughput")
-    if inference:
-        check_inference_objective(objective, source)
-    else:
-        checks.choice(objective, OBJECTIVES, "objective", source)
     problem = Problem(
         model=model_spec,
         system_name=system_name,

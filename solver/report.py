@@ -3,8 +3,11 @@ first line of a result, the text of a front, and a front drawn as a PNG."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from parasol.model.errors import ProblemError
 
+from .library import is_system_path
 from .results import write_new_file
 
 
@@ -31,6 +34,7 @@ def rows_block(title: str, rows: list[tuple[str, str]]) -> list[str]:
 
 def plan_json(problem, plan) -> dict:
     return {
+        "system": plan.system_name or problem.system_name,
         "mapping": mapping_dict(plan.mapping, plan.num_gpus),
         "metrics": plan.evaluation.metrics,
         "breakdown": plan.evaluation.breakdown,
@@ -55,13 +59,14 @@ def plan_result_json(problem, result, top: int) -> dict:
     if result.plans:
         out.update(
             {
+                "system": result.plans[0].system_name or problem.system_name,
                 "mapping": plan_json(problem, result.plans[0])["mapping"],
                 "metrics": result.plans[0].evaluation.metrics,
                 "breakdown": result.plans[0].evaluation.breakdown,
             }
         )
     else:
-        out.update({"mapping": None, "metrics": None})
+        out.update({"system": None if problem.alternatives else problem.system_name, "mapping": None, "metrics": None})
     if top > 1:
         out["plans"] = [plan_json(problem, p) for p in result.plans]
     if result.message:
@@ -100,10 +105,22 @@ def plan_result_table(planner, problem, result) -> str:
     if not result.plans:
         return head + ("\n" + result.message if result.message else "")
     best = result.plans[0]
-    lines = [head, "", planner.evaluation_table(problem, best.mapping, best.evaluation)]
+    lines = [head, "", planner.evaluation_table(problem.for_system(best.system_name), best.mapping, best.evaluation)]
     if len(result.plans) > 1:
-        lines += ["", f"top {len(result.plans)}:"] + planner.plans_table(result.plans)
+        table = planner.plans_table(result.plans)
+        if problem.alternatives:  # several systems compared: a system column
+            names = [system_label(p.system_name) for p in result.plans]
+            width = max(len("system"), *map(len, names))
+            table = [f"{'system':<{width}}  {table[0]}"] + [f"{n:<{width}}  {row}" for n, row in zip(names, table[1:])]
+        lines += ["", f"top {len(result.plans)}:"] + table
     return "\n".join(lines)
+
+
+def system_label(name: str | None) -> str:
+    """A system as a report shows it: its library name, or a system file's name."""
+    if name is None:
+        return ""
+    return Path(name).name if is_system_path(name) else name
 
 
 def front_json(planner, problem, result) -> dict:
@@ -112,7 +129,14 @@ def front_json(planner, problem, result) -> dict:
         "objectives": list(result.objectives),
         "status": result.status,
         "gap": result.gap,
-        "front": [{"mapping": mapping_dict(p.mapping, p.num_gpus), "metrics": p.evaluation.metrics} for p in result.plans],
+        "front": [
+            {
+                **({"system": p.system_name} if problem.alternatives else {}),  # several systems compared
+                "mapping": mapping_dict(p.mapping, p.num_gpus),
+                "metrics": p.evaluation.metrics,
+            }
+            for p in result.plans
+        ],
         "solve_time_s": result.solve_time_s,
         "solves": result.solves,
         "space_size": result.space_size,
@@ -127,10 +151,14 @@ def front_table(planner, problem, result) -> str:
         + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
         + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} {planner.points_name}"
     )
-    lines = [head, "", f"   #  {'plan':<58}" + "".join(f"  {k:>22}" for k in keys)]
+    names = [system_label(p.system_name) for p in result.plans] if problem.alternatives else []
+    width = max([len("system"), *map(len, names)]) if names else 0
+    column = (lambda text: f"{text:<{width}}  ") if names else (lambda text: "")
+    lines = [head, "", f"   #  {column('system')}{'plan':<58}" + "".join(f"  {k:>22}" for k in keys)]
     for i, p in enumerate(result.plans, 1):
         met = p.evaluation.metrics
-        lines.append(f"  {i:>2}  {planner.plan_label(p):<58}" + "".join(f"  {met[k]:>22,.4g}" for k in keys))
+        label = column(names[i - 1]) if names else ""
+        lines.append(f"  {i:>2}  {label}{planner.plan_label(p):<58}" + "".join(f"  {met[k]:>22,.4g}" for k in keys))
     if result.message:
         lines += ["", result.message]
     return "\n".join(lines)
@@ -159,10 +187,13 @@ def plot_front(planner, problem, result, path: str) -> None:
         ax.scatter(xs, ys, color="tab:blue")
     for p, x, y in zip(result.plans, xs, ys):
         label = f"{p.num_gpus}" + (f"x{p.evaluation.metrics['chiplets']}c" if "chiplets" in p.evaluation.metrics else "")
+        if problem.alternatives:
+            label += f" {system_label(p.system_name)}"
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel(a)
     ax.set_ylabel(b)
-    ax.set_title(f"{problem.model.name} on {problem.system_name}: {result.status} front ({len(xs)} points)", fontsize=9)
+    systems = ", ".join(system_label(p.system_name) for p in problem.systems)
+    ax.set_title(f"{problem.model.name} on {systems}: {result.status} front ({len(xs)} points)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     try:

@@ -1,6 +1,6 @@
 """Plans and points as pandas DataFrames, and tables written to files (``--out``).
 
-One row per plan: ``num_gpus``, the mapping's keys (a disaggregated plan's pools as ``prefill.tp``,
+One row per plan: its ``system`` (when the plan names one), ``num_gpus``, the mapping's keys (a disaggregated plan's pools as ``prefill.tp``,
 ``decode.tp``, ...), then the model's metrics (numbers and flags only). ``write_table`` writes a
 DataFrame as CSV, Parquet or JSON (records) by the file's suffix, atomically, and never over a file
 that exists (nothing a user wrote is overwritten).
@@ -36,7 +36,8 @@ def plans_frame(plans) -> pd.DataFrame:
     rows = []
     for p in plans:
         metrics = {k: v for k, v in p.evaluation.metrics.items() if isinstance(v, (int, float, bool))}
-        rows.append({**mapping_row(p.mapping, p.num_gpus), **metrics})
+        system = {"system": p.system_name} if getattr(p, "system_name", None) is not None else {}
+        rows.append({**system, **mapping_row(p.mapping, p.num_gpus), **metrics})
     return pd.DataFrame(rows)
 
 

@@ -30,7 +30,7 @@ def evaluation_table(problem, mapping, evaluation) -> str:
     """The readable report of one evaluated serving plan."""
     wl, met, bd = problem.workload, evaluation.metrics, evaluation.breakdown
     lines = [
-        f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} ({wl.serving} serving; {wl.precision} GEMMs, "
+        f"{problem.model.name} on {met['num_gpus']} x {report.system_label(problem.system_name)} ({wl.serving} serving; {wl.precision} GEMMs, "
         f"{wl.weight_precision} weights, {wl.kv_precision} KV cache; input {wl.input_len}, output {wl.output_len})",
         f"mapping: {mapping_line(mapping)}",
         "",

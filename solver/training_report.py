@@ -19,7 +19,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     """The readable report of one evaluated mapping."""
     m, met, bd = mapping, evaluation.metrics, evaluation.breakdown
     lines = [
-        f"{problem.model.name} on {met['num_gpus']} x {problem.system_name} "
+        f"{problem.model.name} on {met['num_gpus']} x {report.system_label(problem.system_name)} "
         f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"
     ]
     lines.append(
