@@ -229,6 +229,8 @@ def _window(data: dict, family: Family, src: str, layers: int) -> dict:
         if not isinstance(types, list) or len(types) != layers or any(t not in allowed for t in types):
             raise ProblemError(f"must list {layers} entries among {', '.join(allowed)}", source=src, field="layer_types")
         share = types.count("sliding_attention") / layers
+    elif "max_window_layers" in data:  # Qwen2/Qwen3: layers from max_window_layers on use the window
+        share = max(0, layers - _int(data, "max_window_layers", src)) / layers
     elif "sliding_window_pattern" in data:
         pattern = _int(data, "sliding_window_pattern", src)
         share = (pattern - 1) / pattern if pattern else 0.0

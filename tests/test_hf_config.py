@@ -70,6 +70,10 @@ def test_layer_types_and_layouts_are_read(tmp_path):
     data["mlp_only_layers"], data["decoder_sparse_step"] = [], 2
     with pytest.raises(ProblemError, match="decoder_sparse_step"):
         hf_config.model_fields(data, "x")
+    qwen2 = json.loads((HF / "qwen2-7b" / "config.json").read_text())
+    qwen2.update(use_sliding_window=True, sliding_window=4096, max_window_layers=21)
+    fields = hf_config.model_fields(qwen2, "x")
+    assert (fields["sliding_window"], fields["sliding_window_share"]) == (4096, 7 / 28)
     oss = json.loads((HF / "gpt-oss-120b" / "config.json").read_text())
     oss["layer_types"] = ["full_attention"] * 36
     assert "sliding_window" not in hf_config.model_fields(oss, "x")
