@@ -78,11 +78,23 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         kv_cache_memory_fraction=checks.fraction(
             data.get("kv_cache_memory_fraction", 0.9), "workload.kv_cache_memory_fraction", src
         ),
-        engine=None
-        if data.get("engine") is None
-        else checks.choice(data["engine"], tuple(library.names("engines")), "workload.engine", src),
+        engine=_engine(data.get("engine"), src),
         source=src,
     )
+
+
+def _engine(value, src: str) -> str | None:
+    """A library engine name, or an engine file's path (resolved against the problem file's folder)."""
+    if value is None:
+        return None
+    if not library.is_path(value):
+        return checks.choice(value, tuple(library.names("engines")), "workload.engine", src)
+    path = str(library.resolve(value, src))
+    try:
+        library.load_engine(path)
+    except ProblemError as exc:
+        raise exc.located(field=exc.field or "workload.engine") from None
+    return path
 
 
 def _values(value, src: str, fld: str) -> tuple:

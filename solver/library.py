@@ -169,25 +169,61 @@ def load_model(name: str) -> ModelSpec:
     return model_from_dict(read_yaml(path, "model file"), str(path), prefix="")
 
 
-def load_device(name: str) -> DeviceSpec:
-    """A device from problems/systems/devices/."""
-    src, data = _read_library_entry(
-        "systems/devices",
-        name,
-        "device",
-        (
-            "name",
-            "peak_flops",
-            "hbm_bytes",
-            "hbm_bytes_per_s",
-            "host_bytes_per_s",
-            "host_memory_bytes_per_s",
-            "tdp_w",
-            "efficiency",
-            "chiplets",
-        ),
-        ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency"),
-    )
+def is_path(value) -> bool:
+    """Whether a name given in a file is a path to a YAML file rather than a library name."""
+    return isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value or "\\" in value)
+
+
+def resolve(value: str, source: str | None) -> Path:
+    """``value`` as a path; a relative one is read from the folder of the file ``source`` that gave it."""
+    path = Path(value).expanduser()
+    if not path.is_absolute() and source and Path(source).exists():
+        path = Path(source).parent / path
+    return path
+
+
+def model_from_path(path: str | Path) -> ModelSpec:
+    """A model file outside the library, validated as the library's are (its name: the file stem)."""
+    data = read_yaml(path, "model file")
+    data.setdefault("name", Path(path).stem)
+    return model_from_dict(data, str(path), prefix="")
+
+
+def model_from_hf_config(block: dict, source: str | None) -> ModelSpec:
+    """A model from ``{hf_config: PATH, ...overrides}`` (solver/hf_config.py)."""
+    from parasol.solver import hf_config
+
+    return model_from_dict(hf_config.model_dict(block, source), source)
+
+
+DEVICE_KEYS = (
+    "name",
+    "peak_flops",
+    "hbm_bytes",
+    "hbm_bytes_per_s",
+    "host_bytes_per_s",
+    "host_memory_bytes_per_s",
+    "tdp_w",
+    "efficiency",
+    "chiplets",
+)
+DEVICE_REQUIRED = ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency")
+
+
+def load_device(name: str, source: str | None = None) -> DeviceSpec:
+    """A device from problems/systems/devices/, or from a device file by path (``is_path``; a
+    relative path is read from the folder of ``source``, the system file naming it)."""
+    if is_path(name):
+        path = resolve(name, source)
+        src, data = str(path), read_yaml(path, "device file")
+        checks.keys(data, DEVICE_KEYS, DEVICE_REQUIRED, src, "")
+        name = path.stem
+    else:
+        src, data = _read_library_entry("systems/devices", name, "device", DEVICE_KEYS, DEVICE_REQUIRED)
+    return _device(name, src, data)
+
+
+def _device(name: str, src: str, data: dict) -> DeviceSpec:
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
         raise ProblemError("must map precisions to FLOP/s", source=src, field="peak_flops")
@@ -252,7 +288,11 @@ ENGINE_EFFICIENCY_FIELDS = {
 def load_engine(name: str) -> dict:
     """A serving-engine profile from problems/engines/: {device name: {efficiency key: fraction}},
     the efficiencies that engine reaches on each device it covers (``ENGINE_EFFICIENCY_FIELDS``)."""
-    src, data = _read_library_entry("engines", name, "workload.engine", ("name", "devices"), ("devices",))
+    if is_path(name):  # an engine file by path (the problem parser resolved it)
+        src, data = name, read_yaml(name, "engine file")
+        checks.keys(data, ("name", "devices"), ("devices",), src, "")
+    else:
+        src, data = _read_library_entry("engines", name, "workload.engine", ("name", "devices"), ("devices",))
     devices = data["devices"]
     if not isinstance(devices, dict) or not devices:
         raise ProblemError("must map device names to efficiencies", source=src, field="devices")
@@ -331,7 +371,7 @@ SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
 def _system_parts(src: str, data: dict) -> tuple:
     """(source, device, gpus per node, scale-up domain, tiers, reserve, straggler, topology) of a system mapping.
     ``cost:`` is read by solver.cost_library."""
-    device = load_device(data["device"])
+    device = load_device(data["device"], src)
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     topology = topology_from_dict(data["topology"], src) if "topology" in data else None
     return (

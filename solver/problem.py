@@ -1,7 +1,7 @@
 """Problem files: model + system + workload + mapping choices + objective (a public contract).
 
 ```yaml
-model: gpt3-175b                  # library name, or an inline mapping of model fields
+model: gpt3-175b                  # library name, a model file's path, {hf_config: config.json}, or an inline mapping
 system: {name: dgx-a100, num_gpus: 1024}
 workload: {kind: training, seq_len: 2048, global_batch: 1536, precision: fp16}
 mapping: {tp: 8, pp: 16, dp: 8, micro_batch: 1, recompute: selective}
@@ -433,15 +433,19 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     """A Problem from a parsed YAML mapping."""
     checks.keys(data, TOP_KEYS, ("model", "system", "workload"), source, "")
     model = data["model"]
-    if isinstance(model, dict):
+    if isinstance(model, dict) and "hf_config" in model:
+        model_spec = library.model_from_hf_config(model, source)
+    elif isinstance(model, dict):
         model_spec = library.model_from_dict(model, source)
     elif not isinstance(model, str):
         raise ProblemError(
-            f"must be a library name or a mapping of model fields, got {model!r}; allowed names: "
-            f"{', '.join(library.names('models'))}",
+            f"must be a library name, a model file's path or a mapping of model fields, got {model!r}; "
+            f"allowed names: {', '.join(library.names('models'))}",
             source=source,
             field="model",
         )
+    elif library.is_path(model):
+        model_spec = library.model_from_path(library.resolve(model, source))
     else:
         try:
             model_spec = library.load_model(model)
