@@ -121,6 +121,11 @@ class ServingPlanner(Planner):
             f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB (+ {mem['kv_headroom']:.1f} GiB the engine "
             f"leaves outside its KV pool) + activations {mem['activations']:.1f} GiB, at {plan.mapping.as_dict()}); the "
             f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB"
+            + (
+                f" (after the {system.memory_headroom_bytes / 2**30:.1f} GiB headroom kept)"
+                if system.memory_headroom_bytes
+                else ""
+            )
         )
 
     def together(self, problem, names: list) -> str:
