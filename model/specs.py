@@ -387,6 +387,9 @@ class InferenceWorkload:
     # serving engine whose efficiencies replace the device file's (problems/engines/<name>.yaml; applied when the
     # problem builds its system, solver.library.device_under_engine); None: the device file's own measurements
     engine: str | None = None
+    # the load to sustain, requests per second (each of input_len prompt and output_len generated tokens);
+    # None: no load target (serving_step.compose: the request_rate limit)
+    request_rate: float | None = None
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -204,6 +204,10 @@ def _parse_workload(data, src: str) -> Workload:
         raise ProblemError("must be a mapping", source=src, field="workload")
     if data.get("kind") == "inference":
         return parse_inference_workload(data, src)
+    if "request_rate" in data:
+        raise ProblemError(
+            "is a serving load (requests per second): it needs workload.kind inference", source=src, field="workload.request_rate"
+        )
     checks.keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
     checks.choice(data["kind"], WorkloadKind, "workload.kind", src)
     precision = checks.choice(data.get("precision", "bf16"), TRAINING_PRECISIONS, "workload.precision", src)
