@@ -89,7 +89,7 @@ class ServingPlanner(Planner):
 
     def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation:
         ev = evaluate_inference(problem.model, problem.system(num_gpus), problem.workload, mapping)
-        if problem.costs is not None:  # the system's capex, power, $ per hour, $ per million output tokens
+        if problem.needs_cost:  # the system's capex, power, $ per hour, $ per million output tokens
             ev.metrics.update(costing.cost_metrics(problem.system_cost(num_gpus), ev.metrics["tokens_per_s"], None))
             ev.metrics.pop("goodput", None)
         return ev
@@ -109,7 +109,7 @@ class ServingPlanner(Planner):
     def frame(self, problem, ctx, o, out) -> dict:
         n = o.decision(S.NUM_GPUS)
         columns = serving_metrics(ctx, out, n)
-        if problem.costs is not None:
+        if problem.needs_cost:
             rows = {m: problem.system_cost(m)["cost_per_hour_usd"] for m in problem.num_gpus}
             columns[PRICED] = _per_gpu_count(n, rows)
         return columns
