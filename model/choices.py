@@ -90,12 +90,15 @@ class TrainingObjective(StrEnum):
 
 class ServingObjective(StrEnum):
     """What a serving plan optimises: output tokens/s, time to first token, time per output token,
-    a request's end-to-end latency."""
+    a request's end-to-end latency, the fewest GPUs, the least cost per hour (the last two size a
+    deployment: with ``workload.request_rate`` the smallest or cheapest one that sustains the load)."""
 
     THROUGHPUT = "throughput"
     TTFT = "ttft"
     TPOT = "tpot"
     LATENCY = "latency"
+    GPUS = "gpus"
+    COST = "cost"
 
 
 COST_OBJECTIVES = (TrainingObjective.COST, TrainingObjective.TOKENS_PER_USD)

@@ -235,3 +235,15 @@ def state_bytes_per_param(
 def zero3_gather_buffer_bytes(layer_params_per_rank: float, weight_bytes: float) -> float:
     """ZeRO-3 keeps the gathered weights of the current and the prefetched layer: 2 layers."""
     return 2.0 * layer_params_per_rank * weight_bytes
+
+
+def memory_headroom_bytes(hbm_bytes: float, headroom_gib: float | None = None, headroom_fraction: float | None = None) -> float:
+    """The margin per GPU a plan must leave free, bytes: ``headroom_gib`` GiB, or ``headroom_fraction``
+    of the device's memory ``hbm_bytes`` (at most one is given; neither: 0). A planning margin against
+    what the model does not count (allocator fragmentation beyond the reserve, NCCL buffers that grow
+    with the communicators, memory spikes), as operators keep one below the device's capacity."""
+    if headroom_gib is not None:
+        return headroom_gib * 2**30
+    if headroom_fraction is not None:
+        return headroom_fraction * hbm_bytes
+    return 0.0

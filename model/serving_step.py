@@ -19,12 +19,15 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
   2024): TTFT = the prefill replica's latency + the KV transfer; the system serves the slower
   pool's request rate;
 - memory per stage = weights + resident sequences x their KV cache (in its pool, with the headroom
-  the engine leaves) + the largest pass's activations.
+  the engine leaves) + the largest pass's activations;
+- a load target (``workload.request_rate``, requests/s): the plan sustains the requests per second
+  its slots turn over in steady state (``seconds_per_request``; Little's law), with TTFT and TPOT
+  those of the plan at its batch (no queueing tail).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import kv_cache, params
 from .choices import ServingMode
@@ -61,6 +64,8 @@ PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pa
 # metric (``METRIC_SENSE``) -> +1 smaller is better, -1 larger is better
 METRIC_SENSE = {
     "tokens_per_s": -1,
+    "requests_per_s": -1,
+    "num_gpus": 1,
     "tokens_per_s_per_gpu": -1,
     "tokens_per_s_per_user": -1,
     "ttft_s": 1,
@@ -78,6 +83,8 @@ class ServingContext:
     model: ModelSpec
     system: SystemSpec
     workload: InferenceWorkload
+    # {num_gpus: $ per hour of the system with that many GPUs} when a plan is priced (objective cost)
+    hourly_usd: dict | None = field(default=None, compare=False)
 
 
 # ---------------------------------------------------------------- factors
@@ -220,6 +227,11 @@ KV_TRANSFER = Factor(
 )
 
 
+HOURLY_PRICE = Factor(
+    "hourly_price", (S.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
+)
+
+
 def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
     """The factors whose per-layer times set the integer time unit."""
     factors = tuple(PASS_LAYERS[k] for k in PASS_KINDS[ServingMode(workload.serving)])
@@ -259,6 +271,7 @@ class ServingStep:
     tpot: object
     e2e: object
     seconds_per_token: object  # wall seconds per output token of the whole plan (1 / tokens/s)
+    seconds_per_request: object  # wall seconds per request the plan sustains in steady state (1 / requests/s)
     gpu_seconds_per_token: object  # GPU-seconds per output token (1 / tokens/s per GPU)
     peak_memory: object  # bytes per GPU
     minimised: dict  # metric name -> what is minimised for it
@@ -297,19 +310,33 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         slower = o.maximum(o.product(prefill.cycle, requests), o.product((out - 1) * tpot, prompts))
         seconds_per_token = o.quotient(slower, o.product(prompts, requests) * out, Rounding.DOWN, fine=True)
         gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))
+        # each pool is its own Little's law: prefill holds pp passes of prompts for pp cycles, decode
+        # dp·batch sequences for (output_len - 1) TPOTs; the slower pool sets the rate
+        seconds_per_request = o.quotient(slower, o.product(prompts, requests), Rounding.DOWN, fine=True)
     else:
         # static: dp·batch·output_len tokens per end-to-end latency; continuous: dp·batch per iteration.
         # Per GPU: x num_gpus = tp·pp·dp GPUs, and dp·batch = num_gpus·micro_batch / tp
         busy, tokens = (e2e, out) if mode is ServingMode.STATIC else (tpot, 1)
         seconds_per_token = o.quotient(busy, requests * tokens, Rounding.DOWN, fine=True)
         gpu_seconds_per_token = o.quotient(o.product(busy, tp), micro * tokens, Rounding.DOWN, fine=True)
+        # Little's law (Little 1961; the steady state of a closed batch): each of the dp·batch slots
+        # (a sequence of the batch and its KV cache) holds one request from admission to its last
+        # token, e2e seconds, so the plan completes dp·batch requests per e2e latency. Static: the
+        # same as its token throughput / output_len; continuous: the TTFT wait (its prompt prefilled
+        # in chunks, its KV cache filling) holds the slot too, so this is at most tokens/s / output_len
+        seconds_per_request = o.quotient(e2e, requests, Rounding.DOWN, fine=True)
     limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
+    if wl.request_rate is not None:
+        # the load is sustained when requests/s = 1 / seconds_per_request >= request_rate
+        limits.append(Limit("request_rate", seconds_per_request, 1.0 / wl.request_rate, TIME))
     if wl.ttft_slo_s is not None:
         limits.append(Limit("ttft_slo", ttft, wl.ttft_slo_s, TIME))
     if wl.tpot_slo_s is not None:
         limits.append(Limit("tpot_slo", tpot, wl.tpot_slo_s, TIME))
     minimised = {
         "tokens_per_s": seconds_per_token,
+        "requests_per_s": seconds_per_request,
+        "num_gpus": o.decision(S.NUM_GPUS),
         "tokens_per_s_per_gpu": gpu_seconds_per_token,
         "tokens_per_s_per_user": tpot,
         "ttft_s": ttft,
@@ -317,11 +344,14 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         "e2e_latency_s": e2e,
         "peak_memory_gib": peak,
     }
+    if ctx.hourly_usd is not None:  # the system's $ per hour: the deployment's cost, whatever its load
+        minimised["cost_per_hour_usd"] = o.lookup(HOURLY_PRICE).usd_per_hour
     return ServingStep(
         ttft=ttft,
         tpot=tpot,
         e2e=e2e,
         seconds_per_token=seconds_per_token,
+        seconds_per_request=seconds_per_request,
         gpu_seconds_per_token=gpu_seconds_per_token,
         peak_memory=peak,
         minimised=minimised,
@@ -377,6 +407,9 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
         meets = meets & (q.ttft <= wl.ttft_slo_s)
     if wl.tpot_slo_s is not None:
         meets = meets & (q.tpot <= wl.tpot_slo_s)
+    extra = {}
+    if wl.request_rate is not None:
+        extra["sustains_rate"] = q.seconds_per_request <= 1.0 / wl.request_rate
     return {
         "ttft_s": q.ttft,
         "tpot_s": q.tpot,
@@ -384,11 +417,13 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
         "tokens_per_s": 1.0 / q.seconds_per_token,
         "tokens_per_s_per_gpu": 1.0 / q.gpu_seconds_per_token,
         "tokens_per_s_per_user": 1.0 / q.tpot,
+        "requests_per_s": 1.0 / q.seconds_per_request,
         "peak_memory_gib": q.peak_memory / GIB,
         "usable_memory_gib": usable / GIB,
         "fits": fits,
         "meets_slo": meets,
         "num_gpus": num_gpus,
+        **extra,
     }
 
 
@@ -403,6 +438,8 @@ def evaluate_inference(
     pool, batch = mapping.decode, mapping.batch
     metrics = serving_metrics(ctx, q, system.num_gpus)
     metrics["fits"], metrics["meets_slo"] = bool(metrics["fits"]), bool(metrics["meets_slo"])
+    if "sustains_rate" in metrics:
+        metrics["sustains_rate"] = bool(metrics["sustains_rate"])
     metrics.update(batch=batch, concurrent_requests=batch * pool.dp, params_b=params.total_params(model) / 1e9)
     if with_max_batch:
         metrics["max_batch"] = max_batch(model, system, workload, pool)

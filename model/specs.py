@@ -252,13 +252,18 @@ class SystemSpec:
     scale_up: NetworkTier
     scale_out: NetworkTier
     memory_reserve_bytes: float = 0.0
+    # a margin per GPU the plan must leave unused (constraints.memory_headroom_gib / memory_headroom;
+    # memory.memory_headroom_bytes): it comes off the usable memory every peak is compared against
+    memory_headroom_bytes: float = 0.0
     straggler: float = 0.0  # mean per-GPU delay of a synchronous step, as a share of it (training.straggler_stretch)
     source: str | None = field(default=None, compare=False)
     topology: object = field(default=None, compare=False)  # model.topology.Topology from the file; None: derived
 
     @property
     def usable_memory_bytes(self) -> float:
-        return self.device.hbm_bytes - self.memory_reserve_bytes
+        """Bytes per GPU a plan may use: the device's memory less what the runtime reserves (CUDA
+        context, allocator) and the headroom the problem keeps free."""
+        return self.device.hbm_bytes - self.memory_reserve_bytes - self.memory_headroom_bytes
 
     def network_topology(self):
         """The system file's topology, or the two-level one its scale_up/scale_out tiers describe
@@ -382,6 +387,9 @@ class InferenceWorkload:
     # serving engine whose efficiencies replace the device file's (problems/engines/<name>.yaml; applied when the
     # problem builds its system, solver.library.device_under_engine); None: the device file's own measurements
     engine: str | None = None
+    # the load to sustain, requests per second (each of input_len prompt and output_len generated tokens);
+    # None: no load target (serving_step.compose: the request_rate limit)
+    request_rate: float | None = None
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

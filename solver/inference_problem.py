@@ -5,8 +5,9 @@ workload: {kind: inference, input_len: 2048, output_len: 128, batch: 64, precisi
            weight_precision: fp8, serving: static, slo: {ttft_s: 2.0, tpot_s: 0.05}}
 mapping: {tp: 2, pp: 1, ep: 1, dp: 4}           # static | continuous; dp = replicas, tp·pp·dp = num_gpus
 mapping: {prefill: {tp: 2, dp: 2}, decode: {tp: 4, dp: 1}}   # disaggregated
-objective: throughput                           # throughput | ttft | tpot | latency
+objective: throughput                           # throughput | ttft | tpot | latency | gpus | cost
 ```
+``workload.request_rate`` (requests/s) is a load the plan must sustain (``serving_step.compose``).
 ``batch`` (requests per replica) absent means the planner chooses it; it may also be listed in
 ``mapping.batch`` (as ``solve`` reports it). Every mistake is a one-line ``ProblemError``.
 """
@@ -37,6 +38,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "decode_attention",
     "kv_cache_memory_fraction",
     "engine",
+    "request_rate",
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
 SERVING_MODES = tuple(m.value for m in ServingMode)
@@ -78,6 +80,9 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         kv_cache_memory_fraction=checks.fraction(
             data.get("kv_cache_memory_fraction", 0.9), "workload.kv_cache_memory_fraction", src
         ),
+        request_rate=None
+        if data.get("request_rate") is None
+        else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
         engine=_engine(data.get("engine"), src),
         source=src,
     )

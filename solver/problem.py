@@ -31,6 +31,7 @@ from parasol.model.choices import (
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
+from parasol.model.memory import memory_headroom_bytes
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
@@ -39,6 +40,9 @@ from parasol.model.training import check_mapping
 from . import costing, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
+# constraints: keys that keep a memory margin per GPU (one of them): GiB, or a share of the device's memory
+HEADROOM_KEYS = ("memory_headroom_gib", "memory_headroom")
+CONSTRAINT_KEYS = costing.CONSTRAINT_KEYS + HEADROOM_KEYS
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
 OBJECTIVES = tuple(o.value for o in TrainingObjective)
 WORKLOAD_KEYS = (
@@ -104,7 +108,7 @@ class Problem:
     source: str = field(default="<problem>", compare=False)
     chiplets: tuple = (None,)  # compute dies per package to consider (None: the device as described)
     gpu_hour_usd: float | None = None  # rental price; replaces the amortised hourly cost
-    constraints: dict = field(default_factory=dict)  # max_capex_usd, max_power_w, max_run_hours
+    constraints: dict = field(default_factory=dict)  # max_capex_usd, max_power_w, max_run_hours, memory headroom
     # {(num_gpus, chiplets): {capex_usd, power_w, cost_per_hour_usd}} resolved when the file is loaded
     # (costing.resolve_costs); None when the system has no cost data and the problem needs none
     costs: dict | None = field(default=None, compare=False, repr=False)
@@ -147,17 +151,30 @@ class Problem:
             system = library.load_system(self.system_name, n)
         else:
             system = costing.system_with_chiplets(self.system_name, n, self.chiplets[0])
+        headroom = self.memory_headroom_bytes(system.device.hbm_bytes)
+        if headroom:
+            system = dataclasses.replace(system, memory_headroom_bytes=headroom)
         engine = getattr(self.workload, "engine", None)
         if engine is None:
             return system
         return dataclasses.replace(system, device=library.device_under_engine(system.device, engine, self.source))
+
+    def memory_headroom_bytes(self, hbm_bytes: float) -> float:
+        """The margin per GPU the constraints keep free on a device of ``hbm_bytes`` (0 without one)."""
+        c = self.constraints
+        return memory_headroom_bytes(hbm_bytes, c.get("memory_headroom_gib"), c.get("memory_headroom"))
+
+    @property
+    def has_cost_limits(self) -> bool:
+        """Whether the constraints limit capex, power or the run's length."""
+        return any(key in self.constraints for key in costing.CONSTRAINT_KEYS)
 
     @property
     def needs_cost(self) -> bool:
         """Whether planning needs the system's cost (a cost objective, limit or run length)."""
         return (
             self.objective in costing.COST_OBJECTIVES
-            or bool(self.constraints)
+            or self.has_cost_limits
             or getattr(self.workload, "train_tokens", None) is not None
             or self.gpu_hour_usd is not None
             or self.chiplets != (None,)
@@ -209,6 +226,10 @@ def _parse_workload(data, src: str) -> Workload:
         raise ProblemError("must be a mapping", source=src, field="workload")
     if data.get("kind") == "inference":
         return parse_inference_workload(data, src)
+    if "request_rate" in data:
+        raise ProblemError(
+            "is a serving load (requests per second): it needs workload.kind inference", source=src, field="workload.request_rate"
+        )
     checks.keys(data, WORKLOAD_KEYS, ("kind", "seq_len", "global_batch"), src, "workload.")
     checks.choice(data["kind"], WorkloadKind, "workload.kind", src)
     precision = checks.choice(data.get("precision", "bf16"), TRAINING_PRECISIONS, "workload.precision", src)
@@ -413,15 +434,34 @@ def _one_system(data, src: str, prefix: str, name_field: str | None = None, coun
     return name, counts, chiplets, price
 
 
-def _parse_constraints(data, src: str, workload: Workload) -> dict:
+def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
+        raise ProblemError(f"must be a mapping with keys among {', '.join(CONSTRAINT_KEYS)}", source=src, field="constraints")
+    checks.keys(data, CONSTRAINT_KEYS, (), src, "constraints.")
+    if all(key in data for key in HEADROOM_KEYS):
         raise ProblemError(
-            f"must be a mapping with keys among {', '.join(costing.CONSTRAINT_KEYS)}", source=src, field="constraints"
+            "give the memory headroom once: memory_headroom_gib (GiB) or memory_headroom (a share of the device's memory)",
+            source=src,
+            field="constraints.memory_headroom",
         )
-    checks.keys(data, costing.CONSTRAINT_KEYS, (), src, "constraints.")
-    out = {key: checks.positive_number(value, f"constraints.{key}", src) for key, value in data.items()}
+    out = {}
+    for key, value in data.items():
+        fld = f"constraints.{key}"
+        if key == "memory_headroom_gib":
+            out[key] = checks.non_negative_number(value, fld, src)
+            if out[key] * 2**30 >= hbm_bytes:
+                raise ProblemError(
+                    f"{out[key]:g} GiB leaves nothing of the device's {hbm_bytes / 2**30:.1f} GiB", source=src, field=fld
+                )
+        elif key == "memory_headroom":
+            share = checks.as_float(value)
+            if share is None or not 0 <= share < 1:
+                raise ProblemError(f"must be a share of the device's memory in [0, 1), got {value!r}", source=src, field=fld)
+            out[key] = share
+        else:
+            out[key] = checks.positive_number(value, fld, src)
     if "max_run_hours" in out and getattr(workload, "train_tokens", None) is None:
         raise ProblemError(
             "needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours"
@@ -455,7 +495,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise
     systems = _parse_system(data["system"], source)
     workload = _parse_workload(data["workload"], source)
-    constraints = _parse_constraints(data.get("constraints"), source, workload)
+    constraints = data.get("constraints")  # parsed per system: a headroom in GiB is checked against its device
     inference = workload.kind == "inference"
     mapping = (
         parse_inference_mapping(data.get("mapping"), workload, source)
@@ -495,8 +535,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
 def _single_system_problem(
     model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
 ) -> Problem:
-    """The problem on one system: its device checked against the workload, its costs resolved."""
+    """The problem on one system: its device checked against the workload, its constraints parsed, its costs resolved."""
     device = library.load_system(system_name, 1).device
+    constraints = _parse_constraints(constraints, source, workload, device.hbm_bytes)
     if workload.precision not in device.peak_flops:
         raise ProblemError(
             f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "

@@ -16,6 +16,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 from parasol.model.serving_step import (
     ACTIVATIONS,
+    HOURLY_PRICE,
     KV,
     METRIC_SENSE,
     WEIGHTS,
@@ -27,16 +28,25 @@ from parasol.model.serving_step import (
     time_reference,
 )
 
-from . import serving_report
+from . import costing, serving_report
 from .numpy_ops import NumpyOps
 from .planner import FrontMetric, Plan, Planner
 from .relations import Space
 from .serving_space import build_space, plan_of
 from .tables import Tables
+from .training_planner import _per_gpu_count
 
 # objective -> the metric it optimises
-OBJECTIVE_METRICS = {O.THROUGHPUT: "tokens_per_s", O.TTFT: "ttft_s", O.TPOT: "tpot_s", O.LATENCY: "e2e_latency_s"}
-FRONT_METRICS = {name: FrontMetric(name, name, sense) for name, sense in METRIC_SENSE.items()}
+OBJECTIVE_METRICS = {
+    O.THROUGHPUT: "tokens_per_s",
+    O.TTFT: "ttft_s",
+    O.TPOT: "tpot_s",
+    O.LATENCY: "e2e_latency_s",
+    O.GPUS: "num_gpus",
+    O.COST: "cost_per_hour_usd",
+}
+PRICED = "cost_per_hour_usd"  # the metric that needs the system's prices
+FRONT_METRICS = {name: FrontMetric(name, name, sense) for name, sense in {**METRIC_SENSE, PRICED: 1}.items()}
 
 
 class ServingPlanner(Planner):
@@ -57,12 +67,19 @@ class ServingPlanner(Planner):
         return build_space(problem)
 
     def context(self, problem, names: tuple = ()) -> ServingContext:
-        return ServingContext(problem.model, problem.system(problem.num_gpus[0]), problem.workload)
+        priced = any(OBJECTIVE_METRICS.get(n, n) == PRICED for n in map(str, names))
+        hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] for n in problem.num_gpus} if priced else None
+        return ServingContext(problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly)
 
     def compose(self, o, ctx):
         out = compose(o, ctx)
-        out.minimised.update({str(objective): out.minimised[metric] for objective, metric in OBJECTIVE_METRICS.items()})
+        out.minimised.update(
+            {str(objective): out.minimised[metric] for objective, metric in OBJECTIVE_METRICS.items() if metric in out.minimised}
+        )
         return out
+
+    def price_factors(self, problem, ctx) -> tuple:
+        return (HOURLY_PRICE,) if ctx.hourly_usd is not None else ()
 
     def time_reference(self, problem) -> tuple:
         return time_reference(problem.model, problem.workload)
@@ -71,7 +88,11 @@ class ServingPlanner(Planner):
         return plan_of(space, stored)
 
     def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation:
-        return evaluate_inference(problem.model, problem.system(num_gpus), problem.workload, mapping)
+        ev = evaluate_inference(problem.model, problem.system(num_gpus), problem.workload, mapping)
+        if problem.needs_cost:  # the system's capex, power, $ per hour, $ per million output tokens
+            ev.metrics.update(costing.cost_metrics(problem.system_cost(num_gpus), ev.metrics["tokens_per_s"], None))
+            ev.metrics.pop("goodput", None)
+        return ev
 
     def objective_value(self, problem, objective: str, metrics: dict) -> float:
         return metrics[self.front_metric(problem, objective).metric]
@@ -86,7 +107,12 @@ class ServingPlanner(Planner):
         return FRONT_METRICS[name]
 
     def frame(self, problem, ctx, o, out) -> dict:
-        return serving_metrics(ctx, out, o.decision(S.NUM_GPUS))
+        n = o.decision(S.NUM_GPUS)
+        columns = serving_metrics(ctx, out, n)
+        if problem.needs_cost:
+            rows = {m: problem.system_cost(m)["cost_per_hour_usd"] for m in problem.num_gpus}
+            columns[PRICED] = _per_gpu_count(n, rows)
+        return columns
 
     def round_trip(self, out) -> dict:
         return {"ttft_s": out.ttft, "tpot_s": out.tpot, "e2e_latency_s": out.e2e}
@@ -108,6 +134,13 @@ class ServingPlanner(Planner):
 
     def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
         met = plan.evaluation.metrics
+        if limit.name == "request_rate":
+            how = "the most any plan that fits sustains" if proven else "the most found within the time limit"
+            return (
+                f"the request rate binds: {met['requests_per_s']:.4g} requests/s is {how} (on {plan.num_gpus} GPUs, "
+                f"{serving_report.mapping_line(plan.mapping)}), below workload.request_rate "
+                f"{problem.workload.request_rate:g}; allow more GPUs (system.num_gpus)"
+            )
         if limit.name in ("ttft_slo", "tpot_slo"):
             name = limit.name[:4]
             return (
@@ -121,10 +154,22 @@ class ServingPlanner(Planner):
             f"{mem['weights']:.1f} GiB + KV cache {mem['kv_cache']:.1f} GiB (+ {mem['kv_headroom']:.1f} GiB the engine "
             f"leaves outside its KV pool) + activations {mem['activations']:.1f} GiB, at {plan.mapping.as_dict()}); the "
             f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB"
+            + (
+                f" (after the {system.memory_headroom_bytes / 2**30:.1f} GiB headroom kept)"
+                if system.memory_headroom_bytes
+                else ""
+            )
         )
 
     def together(self, problem, names: list) -> str:
-        if len([n for n in names if n != "memory"]) >= 2:
+        slos = [n[:4].upper() for n in names if n in ("ttft_slo", "tpot_slo")]
+        what = " and ".join(slos) + (" SLOs" if len(slos) > 1 else " SLO") if slos else "the SLOs"
+        if "request_rate" in names:
+            return (
+                f"the request rate {problem.workload.request_rate:g}/s and the {what} together admit no plan that fits "
+                "(each alone does); allow more GPUs (system.num_gpus)"
+            )
+        if len(slos) >= 2:
             return "the TTFT and TPOT SLOs together admit no plan that fits (each alone does)"
         return "the SLOs together admit no plan that fits"
 

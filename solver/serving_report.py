@@ -48,6 +48,16 @@ def evaluation_table(problem, mapping, evaluation) -> str:
             ),
             ("concurrent requests", f"{met['concurrent_requests']:,}"),
             (
+                "requests/s sustained",
+                f"{met['requests_per_s']:,.2f}"
+                + (
+                    ""
+                    if wl.request_rate is None
+                    else f"  (load {wl.request_rate:g}/s: {'met' if met['sustains_rate'] else 'MISSED'})"
+                ),
+            ),
+            *([("cost per hour", f"${met['cost_per_hour_usd']:,.2f}")] if "cost_per_hour_usd" in met else []),
+            (
                 "peak memory per GPU",
                 f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
                 + ("" if met["fits"] else "  ** DOES NOT FIT **")

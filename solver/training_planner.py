@@ -194,7 +194,9 @@ class TrainingPlanner(Planner):
             f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB, "
             f"at tp {m.tp}, pp {m.pp}, dp {m.dp}, zero {m.zero}, recompute {m.recompute}, micro_batch {m.micro_batch}); "
             f"the {device.name} offers {system.usable_memory_bytes / GIB:.1f} GiB ({device.hbm_bytes / GIB:.1f} GiB minus "
-            f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved)"
+            f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved"
+            + (f", {system.memory_headroom_bytes / GIB:.1f} GiB headroom kept" if system.memory_headroom_bytes else "")
+            + ")"
         )
 
     def together(self, problem, names: list) -> str:
@@ -241,7 +243,7 @@ def evaluate_plan(problem, num_gpus: int, mapping) -> Evaluation:
 def cost_filter(problem) -> tuple:
     """The problem restricted to the device counts whose system meets max_capex_usd / max_power_w,
     or (None, why not) when none does."""
-    if not problem.constraints:
+    if not problem.has_cost_limits:
         return problem, None
     rows = {(n, problem.chiplets[0]): problem.system_cost(n) for n in problem.num_gpus}
     why = costing.cost_limits_message(problem, rows)
