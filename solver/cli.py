@@ -16,6 +16,7 @@ from parasol.model.errors import ProblemError
 
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
+from .launch import emit
 from .pareto import pareto_front
 from .planner import enumerate_space, planner_for, solve
 from .problem import MAPPING_KEYS, load_problem
@@ -23,6 +24,12 @@ from .report import front_json, front_table, plan_result_json, plan_result_table
 from .results import plans_frame, write_table
 
 OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
+
+
+EMIT_HELP = (
+    "print the best plan as workload.framework's launch configuration (command line, TOML or JSON) instead "
+    'of the table; with --json, under the key "launch" (docs/frameworks.md)'
+)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -37,6 +44,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--emit", action="store_true", help=EMIT_HELP)
     for name, text in (
         ("solve", "find the best mapping with CP-SAT (proven optimal, or bound and gap)"),
         ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)"),
@@ -58,6 +66,7 @@ def _build_parser() -> argparse.ArgumentParser:
         )
         sp.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "solve":
+            sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
         else:
@@ -166,9 +175,15 @@ def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
+    launch = emit(problem, num_gpus, mapping) if args.emit else None
     evaluation = planner.evaluate(problem, num_gpus, mapping)
     if args.json:
-        print(json.dumps(planner.evaluation_json(problem, mapping, evaluation), indent=2))
+        doc = planner.evaluation_json(problem, mapping, evaluation)
+        if launch is not None:
+            doc["launch"] = launch
+        print(json.dumps(doc, indent=2))
+    elif launch is not None:
+        print(launch)
     else:
         print(planner.evaluation_table(problem, mapping, evaluation))
     return 0
@@ -177,7 +192,15 @@ def cmd_evaluate(args) -> int:
 def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
+    emitting = getattr(args, "emit", False)
+    if emitting:
+        emit(problem, 0, None, check_only=True)  # no framework: one line before the search
     result = run(problem, args)
+    launch = None
+    if emitting:
+        if not result.plans:
+            raise ProblemError(f"no plan to emit ({result.status})", source=problem.source)
+        launch = emit(problem, result.plans[0].num_gpus, result.plans[0].mapping)
     keep_all = getattr(args, "all", False)
     if args.out:
         write_table(result.table if keep_all and result.table is not None else plans_frame(result.plans), args.out)
@@ -185,7 +208,11 @@ def _plan_command(args, run) -> int:
         doc = plan_result_json(problem, result, args.top)
         if keep_all:
             doc["points"] = points_json(result.table)
+        if launch is not None:
+            doc["launch"] = launch
         print(json.dumps(doc, indent=2))
+    elif launch is not None:
+        print(launch)
     else:
         print(plan_result_table(planner, problem, result))
     return 0

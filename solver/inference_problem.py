@@ -37,6 +37,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "decode_attention",
     "kv_cache_memory_fraction",
     "engine",
+    "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
 SERVING_MODES = tuple(m.value for m in ServingMode)

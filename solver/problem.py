@@ -36,7 +36,7 @@ from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
 from parasol.model.training import check_mapping
 
-from . import costing, library
+from . import costing, frameworks, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
 TOP_KEYS = ("model", "system", "workload", "mapping", "objective", "constraints")
@@ -59,6 +59,7 @@ WORKLOAD_KEYS = (
     "mtp_layers",
     "train_tokens",
     "goodput",
+    "framework",  # solver/frameworks.py: read by parse_problem
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
@@ -108,6 +109,10 @@ class Problem:
     # {(num_gpus, chiplets): {capex_usd, power_w, cost_per_hour_usd}} resolved when the file is loaded
     # (costing.resolve_costs); None when the system has no cost data and the problem needs none
     costs: dict | None = field(default=None, compare=False, repr=False)
+    # workload.framework: the framework release whose features bound the mapping (solver/frameworks.py), and
+    # the mapping keys its restriction filled in (the user left them free)
+    framework: frameworks.Framework | None = field(default=None, compare=False)
+    framework_keys: tuple = field(default=(), compare=False)
 
     @property
     def is_inference(self) -> bool:
@@ -160,6 +165,8 @@ class Problem:
         values = {}
         for key in MAPPING_KEYS:
             allowed = self.mapping.get(key)
+            if key in self.framework_keys:  # free in the file, bounded by the framework: evaluate's default if allowed
+                allowed = (MAPPING_DEFAULTS[key],) if MAPPING_DEFAULTS.get(key) in allowed else allowed[:1]
             if allowed is None:
                 if key in EVALUATE_REQUIRED:
                     raise ProblemError("evaluate needs this key as a scalar", source=src, field=f"mapping.{key}")
@@ -360,7 +367,16 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
                 raise exc.located(source=source, field="model") from None
             raise
     system_name, counts, chiplets, gpu_hour_usd = _parse_system(data["system"], source)
-    workload = _parse_workload(data["workload"], source)
+    workload_data, framework = data["workload"], None
+    if isinstance(workload_data, dict) and "framework" in workload_data:  # solver/frameworks.py
+        workload_data = {k: v for k, v in workload_data.items() if k != "framework"}
+        framework = frameworks.load(data["workload"]["framework"], source)
+    workload = _parse_workload(workload_data, source)
+    if framework is not None:
+        frameworks.check_kind(framework, workload.kind, source)
+        frameworks.check_workload(framework, workload, source)
+        if framework.engine is not None and getattr(workload, "engine", "") is None:
+            workload = dataclasses.replace(workload, engine=framework.engine)
     constraints = _parse_constraints(data.get("constraints"), source, workload)
     device = library.load_system(system_name, 1).device
     if workload.precision not in device.peak_flops:
@@ -386,6 +402,11 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
                 f"mapping.num_gpus must be one of system.num_gpus {list(counts)}", source=source, field="mapping.num_gpus"
             )
         counts = allowed
+    framework_keys = ()
+    if framework is not None:
+        restricted = frameworks.restrict(framework, mapping, source)
+        framework_keys = tuple(k for k in restricted if k not in mapping)
+        mapping = restricted
     objective = data.get("objective", "throughput")
     if inference:
         check_inference_objective(objective, source)
@@ -402,6 +423,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         chiplets=chiplets,
         gpu_hour_usd=gpu_hour_usd,
         constraints=constraints,
+        framework=framework,
+        framework_keys=framework_keys,
     )
     try:
         costs = costing.resolve_costs(system_name, counts, chiplets, gpu_hour_usd, problem.needs_cost)

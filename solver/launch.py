@@ -1,0 +1,175 @@
+"""``--emit``: a plan as its framework's launch configuration (command-line arguments, TOML or JSON).
+
+One emitter per ``Emitter`` (the profile's ``emitter:`` key, problems/frameworks/*.yaml). Each turns the
+plan's mapping into the framework's own names; the flag and key names they may write are recorded per
+release in problems/frameworks/flags/ (benchmarks/framework_flags.py) and tests/test_frameworks.py checks
+every emitted name against them. A plan a framework cannot express never reaches an emitter (the
+profile restricts the planner's space, solver/frameworks.py); an emitter that meets one anyway raises
+``Unexpressible``, a bug, not a user error.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from enum import StrEnum
+
+from parasol.model.errors import ProblemError
+from parasol.model.pipeline import stage_layer_counts
+from parasol.model.specs import DEFAULT_PLACEMENT
+
+from . import frameworks
+
+
+class Emitter(StrEnum):
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    DEEPSPEED = "deepspeed"
+    VLLM = "vllm"
+    TRTLLM = "trtllm"
+    SGLANG = "sglang"
+
+
+class Unexpressible(AssertionError):
+    """The plan holds a value its framework cannot express: the profile's restriction failed."""
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise Unexpressible(what)
+
+
+def command_line(program: list[str], args: list[tuple[str, object]]) -> str:
+    """``program`` and its (flag, value) pairs, one flag a line (value None: a switch; a list: nargs)."""
+    lines = [" ".join(program)]
+    for flag, value in args:
+        if value is None:
+            lines.append(flag)
+        elif isinstance(value, (list, tuple)):
+            lines.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            lines.append(f"{flag} {shlex.quote(str(value))}")
+    return " \\\n    ".join(lines)
+
+
+# --- Megatron-LM -------------------------------------------------------------------------------------
+
+
+def _chunks(layers: int, vpp: int, first: bool, last: bool, mtp: int) -> list[str]:
+    """One pipeline stage's ``vpp`` model chunks as Megatron layout items ('E' embedding, 't' layer,
+    'm' MTP layer, 'L' loss): the transformer layers, plus as few of the stage's other modules as
+    make the chunks equal (``model.pipeline.vpp_splits_stage``), split as evenly as possible."""
+    pre, post = (["E"] if first else []), (["m"] * mtp + ["L"] if last else [])
+    slots = len(pre) + len(post)
+    counted = next((s for s in range(slots + 1) if (layers + s) % vpp == 0), 0)
+    take_pre = min(counted, len(pre))
+    take_post = counted - take_pre
+    seq = pre[:take_pre] + ["t"] * layers + (post[len(post) - take_post :] if take_post else [])
+    size, extra = divmod(len(seq), vpp)
+    chunks, at = [], 0
+    for v in range(vpp):
+        n = size + (1 if v < extra else 0)
+        chunks.append("".join(seq[at : at + n]))
+        at += n
+    chunks[0] = "".join(pre[take_pre:]) + chunks[0]
+    chunks[-1] = chunks[-1] + "".join(post[: len(post) - take_post])
+    return chunks
+
+
+def megatron_layout(layers: int, pp: int, vpp: int, first: int, last: int, mtp: int = 0) -> str:
+    """--pipeline-model-parallel-layout: the pp x vpp chunks in model order (virtual stage v of rank r
+    is chunk v * pp + r), '|' between chunks (megatron/core/transformer/pipeline_parallel_layer_layout.py)."""
+    counts = stage_layer_counts(layers, pp, first, last)
+    per_rank = [_chunks(n, vpp, r == 0, r == pp - 1, mtp) for r, n in enumerate(counts)]
+    _require(all(c for chunks in per_rank for c in chunks), "an empty pipeline chunk")
+    return "|".join(per_rank[r][v] for v in range(vpp) for r in range(pp))
+
+
+def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
+    model, w = problem.model, problem.workload
+    args = [
+        ("--num-layers", model.layers),
+        ("--seq-length", w.seq_len),
+        ("--micro-batch-size", m.micro_batch),
+        ("--global-batch-size", w.global_batch),
+        ("--tensor-model-parallel-size", m.tp),
+        ("--pipeline-model-parallel-size", m.pp),
+    ]
+    counts = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    plain = len(set(counts)) == 1 and (m.vpp == 1 or counts[0] % m.vpp == 0) and not m.uneven_chunks
+    if m.pp > 1 and not plain:
+        args.append(
+            (
+                "--pipeline-model-parallel-layout",
+                megatron_layout(model.layers, m.pp, m.vpp, m.first_stage_layers, m.last_stage_layers, w.mtp_layers),
+            )
+        )
+    elif m.vpp > 1:
+        args.append(("--num-layers-per-virtual-pipeline-stage", counts[0] // m.vpp))
+    if m.cp > 1:
+        args += [("--context-parallel-size", m.cp), ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a"}[m.cp_comm])]
+    if model.moe is not None:
+        args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
+        if w.moe_dispatcher == "deepep":
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
+        else:
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
+    else:
+        _require(m.ep == 1 and m.etp == 1, "expert parallelism without experts")
+    if m.sp:
+        args.append(("--sequence-parallel", None))
+    if m.tp_comm_overlap:
+        args.append(("--tp-comm-overlap", None))
+    _require(m.zero in (0, 1), f"ZeRO-{m.zero} (Megatron-LM's distributed optimizer is ZeRO-1)")
+    if m.zero == 1:
+        args.append(("--use-distributed-optimizer", None))
+        if w.overlap_dp:
+            args += [("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
+    elif w.overlap_dp:
+        args.append(("--overlap-grad-reduce", None))
+    if m.recompute == "selective":
+        args += [("--recompute-granularity", "selective"), ("--recompute-modules", list(w.recompute_modules))]
+    elif m.recompute == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if m.optimizer_offload > 0:
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", m.optimizer_offload)]
+    _require(not m.weight_offload and m.offload_layers == 0, "offloading Megatron-LM cannot express")
+    _require(m.placement == DEFAULT_PLACEMENT, f"rank order {m.placement}")
+    args.append(("--fp16", None) if w.precision == "fp16" else ("--bf16", None))
+    if w.precision == "fp8":
+        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", w.low_precision_recipe)]
+    elif w.precision == "fp4":
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
+    return args
+
+
+def emit_megatron(problem, num_gpus: int, m) -> str:
+    _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
+    return command_line(["torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"], megatron_args(problem, num_gpus, m))
+
+
+EMITTERS = {
+    Emitter.MEGATRON: emit_megatron,
+}
+
+
+def emit(problem, num_gpus: int, mapping, check_only: bool = False) -> str | None:
+    """The launch configuration of the plan (``num_gpus``, ``mapping``) for the problem's framework
+    (``check_only``: only the ProblemError when the problem names no framework or it has no emitter)."""
+    framework = problem.framework
+    if framework is None:
+        raise ProblemError(
+            f"--emit needs workload.framework; allowed: {', '.join(frameworks.names())}",
+            source=problem.source,
+            field="workload.framework",
+        )
+    emitter = EMITTERS.get(Emitter(framework.emitter))
+    if emitter is None:
+        raise ProblemError(f"no emitter for {framework.label} yet", source=problem.source, field="workload.framework")
+    if check_only:
+        return None
+    return emitter(problem, num_gpus, mapping)
+
+
+def as_json(value) -> str:
+    return json.dumps(value, indent=2)

@@ -1,0 +1,143 @@
+"""Framework profiles (problems/frameworks/), the restriction of the planner's space to a framework's
+features, and ``--emit``'s launch configurations, checked against the flag and key names recorded from
+each framework's own source (problems/frameworks/flags/, benchmarks/framework_flags.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from conftest import REPO, TINY_GQA, run_cli, write_yaml
+
+from parasol.model.errors import ProblemError
+from parasol.solver import frameworks, launch
+from parasol.solver.problem import parse_problem
+
+LLAMA_MEGATRON = {
+    "model": "llama3-70b",
+    "system": {"name": "dgx-h100", "num_gpus": 64},
+    "workload": {"kind": "training", "seq_len": 8192, "global_batch": 128, "precision": "bf16", "framework": "megatron-lm"},
+}
+
+
+def tokens(text: str) -> list[str]:
+    return shlex.split(text.replace("\\\n", " "))
+
+
+def flag_values(args: list[str]) -> dict:
+    """{--flag: [values]} of a command line's tokens after its program."""
+    out, current = {}, None
+    for token in args:
+        if token.startswith("--"):
+            current = token
+            out[current] = []
+        elif current is not None:
+            out[current].append(token)
+    return out
+
+
+def emitted(tmp_path, problem: dict, command: str = "solve", extra=()) -> tuple[dict, dict]:
+    proc = run_cli([command, str(write_yaml(tmp_path / "p.yaml", problem)), "--emit", "--json", *extra])
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    return doc, flag_values(tokens(doc["launch"])[3:])  # after torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py
+
+
+def check_megatron_flags(flags: dict) -> None:
+    recorded = frameworks.recorded_flags(frameworks.load("megatron-lm"))
+    assert len(recorded) > 300  # the whole of megatron/training/arguments.py
+    unknown = sorted(set(flags) - recorded)
+    assert not unknown, f"flags not in Megatron-LM's arguments.py: {unknown}"
+    for flag in flags:
+        if flag.endswith("-size") or flag in ("--num-layers", "--seq-length", "--recompute-num-layers"):
+            assert len(flags[flag]) == 1 and flags[flag][0].isdigit(), (flag, flags[flag])
+
+
+def test_megatron_plan_is_restricted_and_its_arguments_are_megatrons(tmp_path):
+    doc, flags = emitted(tmp_path, LLAMA_MEGATRON, extra=("--time-limit", "60"))
+    m = doc["mapping"]
+    assert m["zero"] <= 1 and not m["weight_offload"] and m["offload_layers"] == 0
+    assert m["placement"] == "tp-cp-ep-dp-pp"
+    check_megatron_flags(flags)
+    # round trip: the arguments give back the plan's degrees
+    tp, pp = int(flags["--tensor-model-parallel-size"][0]), int(flags["--pipeline-model-parallel-size"][0])
+    cp = int(flags.get("--context-parallel-size", ["1"])[0])
+    assert (tp, pp, cp) == (m["tp"], m["pp"], m["cp"])
+    assert 64 % (tp * pp * cp) == 0 and 64 // (tp * pp * cp) == m["dp"]
+    assert int(flags["--micro-batch-size"][0]) == m["micro_batch"]
+    assert int(flags["--global-batch-size"][0]) == 128 and int(flags["--seq-length"][0]) == 8192
+    if "--pipeline-model-parallel-layout" in flags:
+        chunks = flags["--pipeline-model-parallel-layout"][0].split("|")
+        assert len(chunks) == pp * m["vpp"]
+        assert sum(c.count("t") for c in chunks) == 80
+        first = sum(chunks[v * pp].count("t") for v in range(m["vpp"]))
+        assert first == m["first_stage_layers"]
+    elif m["vpp"] > 1:
+        assert int(flags["--num-layers-per-virtual-pipeline-stage"][0]) * m["vpp"] * pp == 80
+    assert ("--use-distributed-optimizer" in flags) == (m["zero"] == 1)
+    assert ("--sequence-parallel" in flags) == m["sp"]
+
+
+def test_evaluate_emits_the_fixed_mapping(tmp_path):
+    problem = {**LLAMA_MEGATRON, "mapping": {"tp": 8, "pp": 4, "dp": 2, "micro_batch": 1, "vpp": 5, "recompute": "selective"}}
+    doc, flags = emitted(tmp_path, problem, command="evaluate")
+    check_megatron_flags(flags)
+    assert flags["--num-layers-per-virtual-pipeline-stage"] == ["4"]
+    assert flags["--recompute-granularity"] == ["selective"] and flags["--recompute-modules"] == ["core_attn"]
+    assert "--use-distributed-optimizer" in flags  # evaluate's default zero 1, allowed by Megatron-LM
+
+
+@pytest.mark.parametrize(
+    ("mapping", "field", "allowed"),
+    [({"zero": [1, 2]}, "mapping.zero", "allowed: 0, 1"), ({"weight_offload": True}, "mapping.weight_offload", "allowed: false")],
+)
+def test_a_listed_value_the_framework_lacks_is_one_line(tmp_path, mapping, field, allowed):
+    path = write_yaml(tmp_path / "p.yaml", {**LLAMA_MEGATRON, "mapping": mapping})
+    proc = run_cli(["solve", str(path)])
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = proc.stderr.strip()
+    assert "\n" not in line and field in line and "megatron-lm" in line and allowed in line
+
+
+def test_unknown_framework_and_emit_without_one_are_one_line(tmp_path):
+    bad = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "nemo-9"}}
+    proc = run_cli(["solve", str(write_yaml(tmp_path / "a.yaml", bad))])
+    assert proc.returncode == 2 and "workload.framework" in proc.stderr and "megatron-lm" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    plain = {**LLAMA_MEGATRON, "workload": {k: v for k, v in LLAMA_MEGATRON["workload"].items() if k != "framework"}}
+    proc = run_cli(["solve", str(write_yaml(tmp_path / "b.yaml", plain)), "--emit"])
+    assert proc.returncode == 2 and "--emit needs workload.framework" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    with pytest.raises(ProblemError, match="no release"):
+        frameworks.load("megatron-lm@v0.0")
+
+
+def test_the_restriction_fills_free_keys_and_keeps_listed_ones():
+    problem = parse_problem({**LLAMA_MEGATRON, "mapping": {"zero": 0}})
+    assert problem.mapping["zero"] == (0,)
+    assert problem.mapping["weight_offload"] == (False,) and "zero" not in problem.framework_keys
+    free = parse_problem(LLAMA_MEGATRON)
+    assert free.mapping["zero"] == (0, 1) and "zero" in free.framework_keys
+
+
+def test_megatron_layout_holds_every_layer_once():
+    layout = launch.megatron_layout(61, 4, 2, 15, 14, mtp=1)
+    chunks = layout.split("|")
+    assert len(chunks) == 8 and layout.startswith("E") and layout.endswith("mL")
+    assert sum(c.count("t") for c in chunks) == 61
+    assert [sum(chunks[v * 4 + r].count("t") for v in range(2)) for r in range(4)] == [15, 16, 16, 14]
+
+
+def test_emitters_refuse_what_the_framework_cannot_express():
+    problem = parse_problem({**LLAMA_MEGATRON, "model": TINY_GQA, "system": {"name": "dgx-h100", "num_gpus": 8}})
+    from parasol.solver.problem import mapping_with_defaults  # noqa: PLC0415
+
+    with pytest.raises(launch.Unexpressible, match="ZeRO-3"):
+        launch.emit(problem, 8, mapping_with_defaults({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "zero": 3}))
+
+
+def test_recorded_flag_lists_name_their_source():
+    for path in sorted((REPO / "problems" / "frameworks" / "flags").glob("*.txt")):
+        header = path.read_text().splitlines()[0]
+        assert header.startswith("# extracted by benchmarks/framework_flags.py") and " at " in header, path
