@@ -91,21 +91,24 @@ def _same(a, b) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
-def restrict(framework: Framework, mapping: dict, source: str) -> dict:
+def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bool = False) -> dict:
     """``mapping`` ({key: allowed values}) intersected with what ``framework`` can express; a listed
-    value it cannot express is a ProblemError on that key."""
+    value it cannot express is a ProblemError on that key. A disaggregated serving plan's pool keys
+    (``prefill.tp``, ``decode.ep``, ...) take the profile's restriction of the bare key."""
     out = dict(mapping)
-    for key, allowed in framework.mapping.items():
-        if key in mapping:
-            for value in mapping[key]:
-                if not any(_same(value, a) for a in allowed):
-                    raise ProblemError(
-                        f"{value!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
-                        source=source,
-                        field=f"mapping.{key}",
-                    )
-        else:
-            out[key] = tuple(allowed)
+    pools = ("prefill.", "decode.") if disaggregated else ("",)
+    for bare, allowed in framework.mapping.items():
+        for key in (p + bare for p in pools):
+            if key in mapping:
+                for value in mapping[key]:
+                    if not any(_same(value, a) for a in allowed):
+                        raise ProblemError(
+                            f"{value!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
+                            source=source,
+                            field=f"mapping.{key}",
+                        )
+            else:
+                out[key] = tuple(allowed)
     return out
 
 

@@ -148,8 +148,95 @@ def emit_megatron(problem, num_gpus: int, m) -> str:
     return command_line(["torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"], megatron_args(problem, num_gpus, m))
 
 
+# --- serving: one server per replica (dp copies behind a load balancer) ---------------------------------
+
+
+def _replicas(pool, text: str, role: str = "") -> str:
+    note = f"# {role}: " if role else "# "
+    head = f"{note}{pool.dp} copies of this server behind a load balancer (dp {pool.dp})\n" if pool.dp > 1 else ""
+    return head + text
+
+
+def _serving_pools(m) -> list[tuple[str, object]]:
+    return [("", m.decode)] if m.prefill is None else [("prefill", m.prefill), ("decode", m.decode)]
+
+
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}  # fp8 GEMMs: bf16 activations + --quantization fp8
+
+
+def emit_vllm(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    _require(m.prefill is None, "a disaggregated plan (vLLM profile: continuous only)")
+    pool = m.decode
+    _require(pool.ep == 1, "expert parallelism (no flag in this vLLM release)")
+    args = [
+        ("--tensor-parallel-size", pool.tp),
+        ("--pipeline-parallel-size", pool.pp),
+        ("--max-num-seqs", m.batch),
+        ("--max-model-len", w.input_len + w.output_len),
+        ("--max-num-batched-tokens", w.max_prefill_tokens),
+        ("--dtype", VLLM_DTYPE[w.precision]),
+    ]
+    if w.weight_precision == "fp8":
+        args.append(("--quantization", "fp8"))
+    if w.kv_precision == "fp8":
+        args.append(("--kv-cache-dtype", "fp8"))
+    if w.kv_block_tokens in (8, 16, 32, 64, 128):
+        args.append(("--block-size", w.kv_block_tokens))
+    return _replicas(pool, command_line(["vllm", "serve", problem.model.name], args))
+
+
+def emit_trtllm(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    _require(m.prefill is None, "a disaggregated plan (trtllm profile: static or continuous)")
+    pool = m.decode
+    args = [("--tp_size", pool.tp), ("--pp_size", pool.pp)]
+    if pool.ep > 1:
+        args.append(("--ep_size", pool.ep))
+    args += [
+        ("--max_batch_size", m.batch),
+        ("--max_seq_len", w.input_len + w.output_len),
+        ("--max_num_tokens", w.max_prefill_tokens),
+        ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),
+    ]
+    text = command_line(["trtllm-serve", problem.model.name], args)
+    if {w.precision, w.weight_precision, w.kv_precision} - {"bf16", "fp16"}:
+        text = (
+            f"# a checkpoint quantized for {w.weight_precision} weights, {w.precision} GEMMs, {w.kv_precision} KV cache "
+            "(TensorRT Model Optimizer): trtllm-serve reads the precision from the checkpoint\n" + text
+        )
+    return _replicas(pool, text)
+
+
+SGLANG_KV = {"bf16": "bf16", "fp16": "auto", "fp8": "fp8_e4m3", "fp4": "fp4_e2m1"}
+SGLANG_WEIGHTS = {"fp8": "fp8", "fp4": "modelopt_fp4"}
+
+
+def emit_sglang(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    texts = []
+    for role, pool in _serving_pools(m):
+        args = [("--model-path", problem.model.name), ("--tp-size", pool.tp), ("--pp-size", pool.pp)]
+        if pool.ep > 1:
+            args.append(("--ep-size", pool.ep))
+        if role:
+            args.append(("--disaggregation-mode", role))
+        if role != "prefill":
+            args.append(("--max-running-requests", m.batch))
+        args += [("--context-length", w.input_len + w.output_len), ("--max-prefill-tokens", w.max_prefill_tokens)]
+        if w.weight_precision in SGLANG_WEIGHTS:
+            args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
+        _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")
+        args.append(("--kv-cache-dtype", SGLANG_KV[w.kv_precision]))
+        texts.append(_replicas(pool, command_line(["python", "-m", "sglang.launch_server"], args), role))
+    return "\n\n".join(texts)
+
+
 EMITTERS = {
     Emitter.MEGATRON: emit_megatron,
+    Emitter.VLLM: emit_vllm,
+    Emitter.TRTLLM: emit_trtllm,
+    Emitter.SGLANG: emit_sglang,
 }
 
 
@@ -166,6 +253,12 @@ def emit(problem, num_gpus: int, mapping, check_only: bool = False) -> str | Non
     emitter = EMITTERS.get(Emitter(framework.emitter))
     if emitter is None:
         raise ProblemError(f"no emitter for {framework.label} yet", source=problem.source, field="workload.framework")
+    if framework.flags is None:
+        raise ProblemError(
+            f"{framework.label} has no recorded launch flags (see its profile); allowed releases are listed there",
+            source=problem.source,
+            field="workload.framework",
+        )
     if check_only:
         return None
     return emitter(problem, num_gpus, mapping)

@@ -404,7 +404,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         counts = allowed
     framework_keys = ()
     if framework is not None:
-        restricted = frameworks.restrict(framework, mapping, source)
+        restricted = frameworks.restrict(framework, mapping, source, getattr(workload, "serving", None) == "disaggregated")
         framework_keys = tuple(k for k in restricted if k not in mapping)
         mapping = restricted
     objective = data.get("objective", "throughput")

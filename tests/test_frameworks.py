@@ -5,6 +5,7 @@ each framework's own source (problems/frameworks/flags/, benchmarks/framework_fl
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -139,5 +140,86 @@ def test_emitters_refuse_what_the_framework_cannot_express():
 
 def test_recorded_flag_lists_name_their_source():
     for path in sorted((REPO / "problems" / "frameworks" / "flags").glob("*.txt")):
-        header = path.read_text().splitlines()[0]
-        assert header.startswith("# extracted by benchmarks/framework_flags.py") and " at " in header, path
+        header = path.read_text().splitlines()[0]  # the repository file and commit the names come from
+        assert header.startswith(("# extracted by benchmarks/framework_flags.py", "# source: ")), path
+        assert re.search(r"\b[0-9a-f]{40}\b", header) and re.search(r"\w+/\w+", header), path
+
+
+SERVING = {
+    "model": "llama3.3-70b",
+    "system": {"name": "dgx-h100", "num_gpus": 8},
+    "workload": {
+        "kind": "inference",
+        "input_len": 2048,
+        "output_len": 512,
+        "precision": "fp8",
+        "kv_precision": "fp8",
+        "weight_precision": "fp8",
+        "serving": "continuous",
+    },
+}
+SERVING_PROGRAMS = {"vllm": ["vllm", "serve"], "trtllm": ["trtllm-serve"], "sglang": ["python", "-m", "sglang.launch_server"]}
+
+
+def servers(text: str) -> list[tuple[int, list[str]]]:
+    """(replicas, tokens) of each server command in an emitted serving launch."""
+    out = []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        replicas = [int(line.split("(dp ")[1].rstrip(")")) for line in lines if line.startswith("#") and "(dp " in line]
+        out.append((replicas[0] if replicas else 1, tokens("\n".join(x for x in lines if not x.startswith("#")))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["vllm", "trtllm", "sglang"])
+def test_serving_launch_lines_use_recorded_flags_and_the_plans_degrees(tmp_path, name):
+    problem = {**SERVING, "workload": {**SERVING["workload"], "framework": name}}
+    doc, _ = emitted(tmp_path, problem, extra=("--time-limit", "30"))
+    recorded = frameworks.recorded_flags(frameworks.load(name))
+    ((replicas, toks),) = servers(doc["launch"])
+    program = SERVING_PROGRAMS[name]
+    assert toks[: len(program)] == program
+    flags = flag_values(toks[len(program) :])
+    assert set(flags) <= recorded, sorted(set(flags) - recorded)
+    short = {
+        "vllm": ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-num-seqs"),
+        "trtllm": ("--tp_size", "--pp_size", "--max_batch_size"),
+        "sglang": ("--tp-size", "--pp-size", "--max-running-requests"),
+    }[name]
+    tp, pp, batch = (int(flags[f][0]) for f in short)
+    m = doc["mapping"]
+    assert (tp, pp, batch, replicas) == (m["tp"], m["pp"], m["batch"], m["dp"])
+    assert tp * pp * replicas == 8
+
+
+def test_sglang_disaggregated_emits_a_prefill_and_a_decode_server(tmp_path):
+    problem = {**SERVING, "workload": {**SERVING["workload"], "serving": "disaggregated", "framework": "sglang"}}
+    doc, _ = emitted(tmp_path, problem, extra=("--time-limit", "30"))
+    (pr, prefill), (dr, decode) = servers(doc["launch"])
+    pf, df = flag_values(prefill[3:]), flag_values(decode[3:])
+    assert pf["--disaggregation-mode"] == ["prefill"] and df["--disaggregation-mode"] == ["decode"]
+    gpus = pr * int(pf["--tp-size"][0]) * int(pf["--pp-size"][0]) + dr * int(df["--tp-size"][0]) * int(df["--pp-size"][0])
+    assert gpus == 8 and set(pf) | set(df) <= frameworks.recorded_flags(frameworks.load("sglang"))
+
+
+def test_a_serving_mode_the_framework_lacks_is_one_line(tmp_path):
+    problem = {**SERVING, "workload": {**SERVING["workload"], "serving": "static", "framework": "vllm"}}
+    proc = run_cli(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "workload.serving" in proc.stderr and "allowed: continuous" in proc.stderr
+    training = {**SERVING, "workload": {**SERVING["workload"], "framework": "megatron-lm"}}
+    proc = run_cli(["solve", str(write_yaml(tmp_path / "q.yaml", training))])
+    assert proc.returncode == 2 and "training framework" in proc.stderr
+
+
+def test_trtllm_05_brings_its_engine_profile_and_has_no_command_line(tmp_path):
+    problem = parse_problem({**SERVING, "workload": {**SERVING["workload"], "framework": "trtllm@0.5"}})
+    assert problem.workload.engine == "trtllm-0.5"
+    proc = run_cli(
+        [
+            "solve",
+            str(write_yaml(tmp_path / "p.yaml", {**SERVING, "workload": {**SERVING["workload"], "framework": "trtllm@0.5"}})),
+            "--emit",
+        ]
+    )
+    assert proc.returncode == 2 and "no recorded launch flags" in proc.stderr
