@@ -57,13 +57,13 @@ def dataclass_sections(text: str, top: str) -> list[str]:
 
 def deepspeed_keys(mirror: str, commit: str) -> list[str]:
     keys = set()
-    constants = ast.parse(show(mirror, commit, "deepspeed/runtime/constants.py"))
-    for node in constants.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            if all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
-                value = node.value.value
-                if re.fullmatch(r"[a-z][a-z0-9_]*", value):
-                    keys.add(value)
+    for path in ("deepspeed/runtime/constants.py", "deepspeed/runtime/zero/config.py"):
+        for node in ast.parse(show(mirror, commit, path)).body:  # KEY = "json_key" constants
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                if all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+                    value = node.value.value
+                    if re.fullmatch(r"[a-z][a-z0-9_]*", value):
+                        keys.add(value)
     for path, prefix in (
         ("deepspeed/runtime/zero/config.py", "zero_optimization."),
         ("deepspeed/runtime/zero/offload_config.py", "offload."),
@@ -82,11 +82,12 @@ def main(argv: list[str]) -> None:
     mode, mirror, commit = argv[:3]
     if mode == "argparse":
         names = sorted(set().union(*(argparse_flags(show(mirror, commit, p)) for p in argv[3:])))
-        origin = " ".join(argv[3:])
+        origin = "NVIDIA/Megatron-LM " + " ".join(argv[3:]) if "Megatron" in mirror else " ".join(argv[3:])
     elif mode == "dataclass-sections":
-        names, origin = dataclass_sections(show(mirror, commit, argv[3]), argv[4]), argv[3]
+        names, origin = dataclass_sections(show(mirror, commit, argv[3]), argv[4]), "pytorch/torchtitan " + argv[3]
     elif mode == "deepspeed":
-        names, origin = deepspeed_keys(mirror, commit), "deepspeed/runtime/constants.py, zero/config.py, zero/offload_config.py"
+        names = deepspeed_keys(mirror, commit)
+        origin = "deepspeedai/DeepSpeed deepspeed/runtime/constants.py, zero/config.py, zero/offload_config.py"
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     print(f"# extracted by benchmarks/framework_flags.py {mode} from {origin} at {commit}")

@@ -148,6 +148,108 @@ def emit_megatron(problem, num_gpus: int, m) -> str:
     return command_line(["torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"], megatron_args(problem, num_gpus, m))
 
 
+# --- torchtitan (TOML job config) ---------------------------------------------------------------------
+
+
+def toml_text(sections: dict) -> str:
+    """A TOML document of ``{section: {key: int | float | bool | str}}``."""
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v) if isinstance(v, (str, list)) else repr(v)
+
+    blocks = [f"[{name}]\n" + "\n".join(f"{k} = {value(v)}" for k, v in keys.items()) for name, keys in sections.items()]
+    return "\n\n".join(blocks)
+
+
+def torchtitan_model_parts(layers: int, pp: int, vpp: int, first: int, last: int) -> list[list[str]]:
+    """parallelism.module_fqns_per_model_part: the module names of each (virtual) stage in model order, the
+    same chunks as ``megatron_layout`` (torchtitan/distributed/pipeline_parallel.py: tok_embeddings,
+    layers.i, norm and output)."""
+    parts, at = [], 0
+    for chunk in megatron_layout(layers, pp, vpp, first, last).split("|"):
+        names = []
+        for item in chunk:
+            if item == "E":
+                names.append("tok_embeddings")
+            elif item == "t":
+                names.append(f"layers.{at}")
+                at += 1
+            else:
+                _require(item == "L", "multi-token prediction layers (not in torchtitan's Llama)")
+                names += ["norm", "output"]
+        parts.append(names)
+    return parts
+
+
+def torchtitan_sections(problem, num_gpus: int, m) -> dict:
+    model, w = problem.model, problem.workload
+    _require(m.zero in (0, 3), f"ZeRO-{m.zero} (FSDP2 shards as ZeRO-3, DDP is ZeRO-0)")
+    _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
+    _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")
+    _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0, "offloading")
+    parallelism = {
+        "data_parallel_replicate_degree": m.dp if m.zero == 0 else 1,
+        "data_parallel_shard_degree": m.dp if m.zero == 3 else 1,
+        "tensor_parallel_degree": m.tp,
+        "pipeline_parallel_degree": m.pp,
+        "context_parallel_degree": m.cp,
+        "expert_parallel_degree": m.ep,
+        "expert_tensor_parallel_degree": m.etp,
+        "enable_async_tensor_parallel": m.tp_comm_overlap,
+    }
+    training = {"seq_len": w.seq_len, "global_batch_size": w.global_batch, "mixed_precision_param": "bfloat16"}
+    if m.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if m.vpp > 1 else "1F1B"
+        parallelism["module_fqns_per_model_part"] = torchtitan_model_parts(
+            model.layers, m.pp, m.vpp, m.first_stage_layers, m.last_stage_layers
+        )
+        parallelism["pipeline_parallel_microbatch_size"] = m.micro_batch
+        training["local_batch_size"] = w.global_batch // m.dp  # split into micro-batches by the schedule
+    else:
+        training["local_batch_size"] = m.micro_batch  # gradient accumulation up to global_batch_size
+    if model.moe is not None:
+        parallelism["expert_parallel_comm_backend"] = "deepep" if w.moe_dispatcher == "deepep" else "standard"
+    return {"training": training, "parallelism": parallelism, "activation_checkpoint": {"mode": m.recompute}}
+
+
+def emit_torchtitan(problem, num_gpus: int, m) -> str:
+    _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
+    return toml_text(torchtitan_sections(problem, num_gpus, m))
+
+
+# --- DeepSpeed (ds_config JSON) -----------------------------------------------------------------------
+
+
+def deepspeed_config(problem, num_gpus: int, m) -> dict:
+    w = problem.workload
+    _require(m.tp == m.pp == m.cp == m.vpp == 1 and m.ep == 1, "model parallelism (not in a ds_config)")
+    _require(m.dp == num_gpus and m.offload_layers == 0, "a plan the ds_config cannot hold")
+    _require(not m.weight_offload or m.zero == 3, "offload_param without ZeRO-3")
+    _require(w.precision in ("bf16", "fp16"), f"{w.precision} training")
+    zero = {"stage": m.zero}
+    if m.optimizer_offload > 0:
+        zero["offload_optimizer"] = {"device": "cpu", "ratio": m.optimizer_offload}
+    if m.weight_offload:
+        zero["offload_param"] = {"device": "cpu"}
+    return {
+        "train_batch_size": w.global_batch,
+        "train_micro_batch_size_per_gpu": m.micro_batch,
+        "gradient_accumulation_steps": w.global_batch // (m.micro_batch * m.dp),
+        w.precision: {"enabled": True},
+        "zero_optimization": zero,
+    }
+
+
+def emit_deepspeed(problem, num_gpus: int, m) -> str:
+    text = json.dumps(deepspeed_config(problem, num_gpus, m), indent=2)
+    if m.recompute != "none":
+        _require(m.recompute == "full", f"recompute {m.recompute}")
+        text = "# recompute full: activation checkpointing from the model code (deepspeed.checkpointing.checkpoint)\n" + text
+    return text
+
+
 # --- serving: one server per replica (dp copies behind a load balancer) ---------------------------------
 
 
@@ -234,6 +336,8 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
 
 EMITTERS = {
     Emitter.MEGATRON: emit_megatron,
+    Emitter.TORCHTITAN: emit_torchtitan,
+    Emitter.DEEPSPEED: emit_deepspeed,
     Emitter.VLLM: emit_vllm,
     Emitter.TRTLLM: emit_trtllm,
     Emitter.SGLANG: emit_sglang,

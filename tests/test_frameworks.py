@@ -223,3 +223,57 @@ def test_trtllm_05_brings_its_engine_profile_and_has_no_command_line(tmp_path):
         ]
     )
     assert proc.returncode == 2 and "no recorded launch flags" in proc.stderr
+
+
+def test_torchtitan_toml_parses_with_known_keys_and_the_plans_degrees(tmp_path):
+    import tomllib  # noqa: PLC0415
+
+    problem = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "torchtitan"}}
+    doc, _ = emitted(tmp_path, problem, extra=("--time-limit", "60"))
+    config = tomllib.loads(doc["launch"])
+    recorded = frameworks.recorded_flags(frameworks.load("torchtitan"))
+    for section, keys in config.items():
+        assert f"[{section}]" in recorded
+        assert {f"{section}.{k}" for k in keys} <= recorded, sorted({f"{section}.{k}" for k in keys} - recorded)
+    p, m = config["parallelism"], doc["mapping"]
+    assert m["zero"] in (0, 3) and m["recompute"] in ("none", "full")
+    dp = p["data_parallel_replicate_degree"] * p["data_parallel_shard_degree"]
+    assert all(isinstance(v, int) for k, v in p.items() if k.endswith("_degree"))
+    assert dp * p["tensor_parallel_degree"] * p["pipeline_parallel_degree"] * p["context_parallel_degree"] == 64
+    assert (p["tensor_parallel_degree"], p["pipeline_parallel_degree"], dp) == (m["tp"], m["pp"], m["dp"])
+    if m["pp"] > 1:
+        parts = p["module_fqns_per_model_part"]
+        assert len(parts) == m["pp"] * m["vpp"]
+        names = [n for part in parts for n in part]
+        assert names == ["tok_embeddings", *(f"layers.{i}" for i in range(80)), "norm", "output"]
+    assert config["activation_checkpoint"]["mode"] == m["recompute"]
+
+
+def test_deepspeed_json_has_known_keys_and_consistent_batches(tmp_path):
+    problem = {
+        **LLAMA_MEGATRON,
+        "model": "llama3-8b",
+        "system": {"name": "dgx-h100", "num_gpus": 16},
+        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 64, "framework": "deepspeed"},
+        "mapping": {"optimizer_offload": [0.0, 0.5], "weight_offload": [False, True]},
+    }
+    doc, _ = emitted(tmp_path, problem, extra=("--time-limit", "30"))
+    text = "\n".join(line for line in doc["launch"].splitlines() if not line.startswith("#"))
+    config = json.loads(text)
+    recorded = frameworks.recorded_flags(frameworks.load("deepspeed"))
+    assert set(config) <= recorded
+    zero = config["zero_optimization"]
+    assert {f"zero_optimization.{k}" for k in zero} <= recorded
+    for key in ("offload_optimizer", "offload_param"):
+        assert {f"offload.{k}" for k in zero.get(key, {})} <= recorded
+    assert set(config["bf16"]) <= recorded
+    m = doc["mapping"]
+    assert (m["tp"], m["pp"], m["cp"], m["dp"]) == (1, 1, 1, 16) and zero["stage"] == m["zero"]
+    assert config["train_batch_size"] == config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * 16
+    assert ("offload_param" in zero) == m["weight_offload"]
+
+
+def test_deepspeed_refuses_model_parallel_degrees(tmp_path):
+    problem = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "deepspeed"}, "mapping": {"tp": 8}}
+    proc = run_cli(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
+    assert proc.returncode == 2 and "mapping.tp" in proc.stderr and "deepspeed" in proc.stderr and "allowed: 1" in proc.stderr
