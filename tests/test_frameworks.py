@@ -9,7 +9,7 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO, TINY_GQA, run_cli, write_yaml
+from conftest import REPO, TINY_GQA, TINY_MOE, run_cli, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.solver import frameworks, launch
@@ -277,3 +277,26 @@ def test_deepspeed_refuses_model_parallel_degrees(tmp_path):
     problem = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "deepspeed"}, "mapping": {"tp": 8}}
     proc = run_cli(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
     assert proc.returncode == 2 and "mapping.tp" in proc.stderr and "deepspeed" in proc.stderr and "allowed: 1" in proc.stderr
+
+
+def test_megatron_moe_fp8_and_optimizer_offload_arguments(tmp_path):
+    problem = {
+        "model": TINY_MOE,
+        "system": {"name": "dgx-h100", "num_gpus": 16},
+        "workload": {
+            "kind": "training",
+            "seq_len": 4096,
+            "global_batch": 64,
+            "precision": "fp8",
+            "low_precision_recipe": "mxfp8",
+            "moe_dispatcher": "deepep",
+            "framework": "megatron-lm",
+        },
+        "mapping": {"tp": 2, "pp": 1, "dp": 8, "ep": 4, "micro_batch": 1, "optimizer_offload": 0.5, "cp": 1},
+    }
+    doc, flags = emitted(tmp_path, problem, command="evaluate")
+    check_megatron_flags(flags)
+    assert flags["--expert-model-parallel-size"] == ["4"] and flags["--expert-tensor-parallel-size"] == ["1"]
+    assert flags["--moe-token-dispatcher-type"] == ["flex"] and "--moe-enable-deepep" in flags
+    assert flags["--fp8-recipe"] == ["mxfp8"] and float(flags["--optimizer-offload-fraction"][0]) == 0.5
+    assert "--optimizer-cpu-offload" in flags
