@@ -19,6 +19,7 @@ from . import progress
 from .catalogue import LISTS, catalogue_json, catalogue_table
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
+from .launch import emit
 from .pareto import pareto_front
 from .planner import enumerate_space, planner_for, solve
 from .problem import MAPPING_KEYS, load_problem
@@ -28,6 +29,12 @@ from .results import plans_frame, write_table
 # exit status (README "Commands"): a plan; no plan exists (the binding limit named); bad input
 EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
 OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
+
+
+EMIT_HELP = (
+    "print the best plan as workload.framework's launch configuration (command line, TOML or JSON) instead "
+    'of the table; with --json, under the key "launch" (docs/frameworks.md)'
+)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -47,6 +54,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate the mapping fixed in a problem file")
     ev.add_argument("problem", help="problem YAML file")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--emit", action="store_true", help=EMIT_HELP)
     for name, text in (
         ("solve", "find the best mapping with CP-SAT (proven optimal, or bound and gap)"),
         ("enumerate", "evaluate every mapping of the same space (the exhaustive baseline)"),
@@ -69,6 +77,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="print one JSON object")
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
         if name == "solve":
+            sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
         else:
@@ -181,9 +190,15 @@ def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
+    launch = emit(problem, num_gpus, mapping) if args.emit else None
     evaluation = planner.evaluate(problem, num_gpus, mapping)
     if args.json:
-        print(json.dumps(planner.evaluation_json(problem, mapping, evaluation), indent=2))
+        doc = planner.evaluation_json(problem, mapping, evaluation)
+        if launch is not None:
+            doc["launch"] = launch
+        print(json.dumps(doc, indent=2))
+    elif launch is not None:
+        print(launch)
     else:
         print(planner.evaluation_table(problem, mapping, evaluation))
     met = evaluation.metrics
@@ -193,8 +208,15 @@ def cmd_evaluate(args) -> int:
 def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
     planner = planner_for(problem)
+    emitting = getattr(args, "emit", False)
+    if emitting:
+        emit(problem, 0, None, check_only=True)  # no framework: one line before the search
     with progress.showing(_progress(args)):
         result = run(problem, args)
+    launch = None
+    if emitting and result.plans:  # no plan: the table says what binds, exit 1
+        best = result.plans[0]
+        launch = emit(problem.for_system(best.system_name), best.num_gpus, best.mapping)
     keep_all = getattr(args, "all", False)
     if args.out:
         write_table(result.table if keep_all and result.table is not None else plans_frame(result.plans), args.out)
@@ -202,7 +224,11 @@ def _plan_command(args, run) -> int:
         doc = plan_result_json(problem, result, args.top)
         if keep_all:
             doc["points"] = points_json(result.table)
+        if launch is not None:
+            doc["launch"] = launch
         print(json.dumps(doc, indent=2))
+    elif launch is not None:
+        print(launch)
     else:
         print(plan_result_table(planner, problem, result))
     return EXIT_PLAN if result.plans else EXIT_NO_PLAN

@@ -39,6 +39,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "kv_cache_memory_fraction",
     "engine",
     "request_rate",
+    "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
 SERVING_MODES = tuple(m.value for m in ServingMode)

@@ -37,7 +37,7 @@ from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
 from parasol.model.training import check_mapping
 
-from . import costing, library
+from . import costing, frameworks, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
 
 # constraints: keys that keep a memory margin per GPU (one of them): GiB, or a share of the device's memory
@@ -63,6 +63,7 @@ WORKLOAD_KEYS = (
     "mtp_layers",
     "train_tokens",
     "goodput",
+    "framework",  # solver/frameworks.py: read by parse_problem
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
@@ -132,6 +133,10 @@ class Problem:
                 source=self.source,
                 field="system.name",
             )
+    # workload.framework: the framework release whose features bound the mapping (solver/frameworks.py), and
+    # the mapping keys its restriction filled in (the user left them free)
+    framework: frameworks.Framework | None = field(default=None, compare=False)
+    framework_keys: tuple = field(default=(), compare=False)
 
     @property
     def is_inference(self) -> bool:
@@ -199,6 +204,8 @@ class Problem:
         values = {}
         for key in MAPPING_KEYS:
             allowed = self.mapping.get(key)
+            if key in self.framework_keys:  # free in the file, bounded by the framework: evaluate's default if allowed
+                allowed = (MAPPING_DEFAULTS[key],) if MAPPING_DEFAULTS.get(key) in allowed else allowed[:1]
             if allowed is None:
                 if key in EVALUATE_REQUIRED:
                     raise ProblemError("evaluate needs this key as a scalar", source=src, field=f"mapping.{key}")
@@ -494,7 +501,16 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
                 raise exc.located(source=source, field="model") from None
             raise
     systems = _parse_system(data["system"], source)
-    workload = _parse_workload(data["workload"], source)
+    workload_data, framework = data["workload"], None
+    if isinstance(workload_data, dict) and "framework" in workload_data:  # solver/frameworks.py
+        workload_data = {k: v for k, v in workload_data.items() if k != "framework"}
+        framework = frameworks.load(data["workload"]["framework"], source)
+    workload = _parse_workload(workload_data, source)
+    if framework is not None:
+        frameworks.check_kind(framework, workload.kind, source)
+        frameworks.check_workload(framework, workload, source)
+        if framework.engine is not None and getattr(workload, "engine", "") is None:
+            workload = dataclasses.replace(workload, engine=framework.engine)
     constraints = data.get("constraints")  # parsed per system: a headroom in GiB is checked against its device
     inference = workload.kind == "inference"
     mapping = (
@@ -503,6 +519,11 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         else _parse_mapping(data.get("mapping"), source)
     )
     pasted = mapping.pop("num_gpus", None)
+    framework_keys = ()
+    if framework is not None:
+        restricted = frameworks.restrict(framework, mapping, source, getattr(workload, "serving", None) == "disaggregated")
+        framework_keys = tuple(k for k in restricted if k not in mapping)
+        mapping = restricted
     objective = data.get("objective", "throughput")
     if inference:
         check_inference_objective(objective, source)
@@ -520,11 +541,10 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
                 raise ProblemError(
                     f"mapping.num_gpus must be one of system.num_gpus {allowed}", source=source, field="mapping.num_gpus"
                 )
-        problems.append(
-            _single_system_problem(
-                model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
-            )
+        problem = _single_system_problem(
+            model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
         )
+        problems.append(dataclasses.replace(problem, framework=framework, framework_keys=framework_keys))
     if not problems:
         raise ProblemError("none of the listed systems allows these device counts", source=source, field="mapping.num_gpus")
     if len(problems) == 1:

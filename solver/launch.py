@@ -1,0 +1,372 @@
+"""``--emit``: a plan as its framework's launch configuration (command-line arguments, TOML or JSON).
+
+One emitter per ``Emitter`` (the profile's ``emitter:`` key, problems/frameworks/*.yaml). Each turns the
+plan's mapping into the framework's own names; the flag and key names they may write are recorded per
+release in problems/frameworks/flags/ (benchmarks/framework_flags.py) and tests/test_frameworks.py checks
+every emitted name against them. A plan a framework cannot express never reaches an emitter (the
+profile restricts the planner's space, solver/frameworks.py); an emitter that meets one anyway raises
+``Unexpressible``, a bug, not a user error.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from enum import StrEnum
+
+from parasol.model.errors import ProblemError
+from parasol.model.pipeline import stage_layer_counts
+from parasol.model.specs import DEFAULT_PLACEMENT
+
+from . import frameworks
+
+
+class Emitter(StrEnum):
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    DEEPSPEED = "deepspeed"
+    VLLM = "vllm"
+    TRTLLM = "trtllm"
+    SGLANG = "sglang"
+
+
+class Unexpressible(AssertionError):
+    """The plan holds a value its framework cannot express: the profile's restriction failed."""
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise Unexpressible(what)
+
+
+def command_line(program: list[str], args: list[tuple[str, object]]) -> str:
+    """``program`` and its (flag, value) pairs, one flag a line (value None: a switch; a list: nargs)."""
+    lines = [" ".join(program)]
+    for flag, value in args:
+        if value is None:
+            lines.append(flag)
+        elif isinstance(value, (list, tuple)):
+            lines.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            lines.append(f"{flag} {shlex.quote(str(value))}")
+    return " \\\n    ".join(lines)
+
+
+# --- Megatron-LM -------------------------------------------------------------------------------------
+
+
+def _chunks(layers: int, vpp: int, first: bool, last: bool, mtp: int) -> list[str]:
+    """One pipeline stage's ``vpp`` model chunks as Megatron layout items ('E' embedding, 't' layer,
+    'm' MTP layer, 'L' loss): the transformer layers, plus as few of the stage's other modules as
+    make the chunks equal (``model.pipeline.vpp_splits_stage``), split as evenly as possible."""
+    pre, post = (["E"] if first else []), (["m"] * mtp + ["L"] if last else [])
+    slots = len(pre) + len(post)
+    counted = next((s for s in range(slots + 1) if (layers + s) % vpp == 0), 0)
+    take_pre = min(counted, len(pre))
+    take_post = counted - take_pre
+    seq = pre[:take_pre] + ["t"] * layers + (post[len(post) - take_post :] if take_post else [])
+    size, extra = divmod(len(seq), vpp)
+    chunks, at = [], 0
+    for v in range(vpp):
+        n = size + (1 if v < extra else 0)
+        chunks.append("".join(seq[at : at + n]))
+        at += n
+    chunks[0] = "".join(pre[take_pre:]) + chunks[0]
+    chunks[-1] = chunks[-1] + "".join(post[: len(post) - take_post])
+    return chunks
+
+
+def megatron_layout(layers: int, pp: int, vpp: int, first: int, last: int, mtp: int = 0) -> str:
+    """--pipeline-model-parallel-layout: the pp x vpp chunks in model order (virtual stage v of rank r
+    is chunk v * pp + r), '|' between chunks (megatron/core/transformer/pipeline_parallel_layer_layout.py)."""
+    counts = stage_layer_counts(layers, pp, first, last)
+    per_rank = [_chunks(n, vpp, r == 0, r == pp - 1, mtp) for r, n in enumerate(counts)]
+    _require(all(c for chunks in per_rank for c in chunks), "an empty pipeline chunk")
+    return "|".join(per_rank[r][v] for v in range(vpp) for r in range(pp))
+
+
+def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
+    model, w = problem.model, problem.workload
+    args = [
+        ("--num-layers", model.layers),
+        ("--seq-length", w.seq_len),
+        ("--micro-batch-size", m.micro_batch),
+        ("--global-batch-size", w.global_batch),
+        ("--tensor-model-parallel-size", m.tp),
+        ("--pipeline-model-parallel-size", m.pp),
+    ]
+    counts = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    plain = len(set(counts)) == 1 and (m.vpp == 1 or counts[0] % m.vpp == 0) and not m.uneven_chunks
+    if m.pp > 1 and not plain:
+        args.append(
+            (
+                "--pipeline-model-parallel-layout",
+                megatron_layout(model.layers, m.pp, m.vpp, m.first_stage_layers, m.last_stage_layers, w.mtp_layers),
+            )
+        )
+    elif m.vpp > 1:
+        args.append(("--num-layers-per-virtual-pipeline-stage", counts[0] // m.vpp))
+    if m.cp > 1:
+        args += [("--context-parallel-size", m.cp), ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a"}[m.cp_comm])]
+    if model.moe is not None:
+        args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
+        if w.moe_dispatcher == "deepep":
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
+        else:
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
+    else:
+        _require(m.ep == 1 and m.etp == 1, "expert parallelism without experts")
+    if m.sp:
+        args.append(("--sequence-parallel", None))
+    if m.tp_comm_overlap:
+        args.append(("--tp-comm-overlap", None))
+    _require(m.zero in (0, 1), f"ZeRO-{m.zero} (Megatron-LM's distributed optimizer is ZeRO-1)")
+    if m.zero == 1:
+        args.append(("--use-distributed-optimizer", None))
+        if w.overlap_dp:
+            args += [("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
+    elif w.overlap_dp:
+        args.append(("--overlap-grad-reduce", None))
+    if m.recompute == "selective":
+        args += [("--recompute-granularity", "selective"), ("--recompute-modules", list(w.recompute_modules))]
+    elif m.recompute == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if m.optimizer_offload > 0:
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", m.optimizer_offload)]
+    _require(not m.weight_offload and m.offload_layers == 0, "offloading Megatron-LM cannot express")
+    _require(m.placement == DEFAULT_PLACEMENT, f"rank order {m.placement}")
+    args.append(("--fp16", None) if w.precision == "fp16" else ("--bf16", None))
+    if w.precision == "fp8":
+        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", w.low_precision_recipe)]
+    elif w.precision == "fp4":
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
+    return args
+
+
+def emit_megatron(problem, num_gpus: int, m) -> str:
+    _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
+    return command_line(["torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"], megatron_args(problem, num_gpus, m))
+
+
+# --- torchtitan (TOML job config) ---------------------------------------------------------------------
+
+
+def toml_text(sections: dict) -> str:
+    """A TOML document of ``{section: {key: int | float | bool | str}}``."""
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v) if isinstance(v, (str, list)) else repr(v)
+
+    blocks = [f"[{name}]\n" + "\n".join(f"{k} = {value(v)}" for k, v in keys.items()) for name, keys in sections.items()]
+    return "\n\n".join(blocks)
+
+
+def torchtitan_model_parts(layers: int, pp: int, vpp: int, first: int, last: int) -> list[list[str]]:
+    """parallelism.module_fqns_per_model_part: the module names of each (virtual) stage in model order, the
+    same chunks as ``megatron_layout`` (torchtitan/distributed/pipeline_parallel.py: tok_embeddings,
+    layers.i, norm and output)."""
+    parts, at = [], 0
+    for chunk in megatron_layout(layers, pp, vpp, first, last).split("|"):
+        names = []
+        for item in chunk:
+            if item == "E":
+                names.append("tok_embeddings")
+            elif item == "t":
+                names.append(f"layers.{at}")
+                at += 1
+            else:
+                _require(item == "L", "multi-token prediction layers (not in torchtitan's Llama)")
+                names += ["norm", "output"]
+        parts.append(names)
+    return parts
+
+
+def torchtitan_sections(problem, num_gpus: int, m) -> dict:
+    model, w = problem.model, problem.workload
+    _require(m.zero in (0, 3), f"ZeRO-{m.zero} (FSDP2 shards as ZeRO-3, DDP is ZeRO-0)")
+    _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
+    _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")
+    _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0, "offloading")
+    parallelism = {
+        "data_parallel_replicate_degree": m.dp if m.zero == 0 else 1,
+        "data_parallel_shard_degree": m.dp if m.zero == 3 else 1,
+        "tensor_parallel_degree": m.tp,
+        "pipeline_parallel_degree": m.pp,
+        "context_parallel_degree": m.cp,
+        "expert_parallel_degree": m.ep,
+        "expert_tensor_parallel_degree": m.etp,
+        "enable_async_tensor_parallel": m.tp_comm_overlap,
+    }
+    training = {"seq_len": w.seq_len, "global_batch_size": w.global_batch, "mixed_precision_param": "bfloat16"}
+    if m.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if m.vpp > 1 else "1F1B"
+        parallelism["module_fqns_per_model_part"] = torchtitan_model_parts(
+            model.layers, m.pp, m.vpp, m.first_stage_layers, m.last_stage_layers
+        )
+        parallelism["pipeline_parallel_microbatch_size"] = m.micro_batch
+        training["local_batch_size"] = w.global_batch // m.dp  # split into micro-batches by the schedule
+    else:
+        training["local_batch_size"] = m.micro_batch  # gradient accumulation up to global_batch_size
+    if model.moe is not None:
+        parallelism["expert_parallel_comm_backend"] = "deepep" if w.moe_dispatcher == "deepep" else "standard"
+    return {"training": training, "parallelism": parallelism, "activation_checkpoint": {"mode": m.recompute}}
+
+
+def emit_torchtitan(problem, num_gpus: int, m) -> str:
+    _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
+    return toml_text(torchtitan_sections(problem, num_gpus, m))
+
+
+# --- DeepSpeed (ds_config JSON) -----------------------------------------------------------------------
+
+
+def deepspeed_config(problem, num_gpus: int, m) -> dict:
+    w = problem.workload
+    _require(m.tp == m.pp == m.cp == m.vpp == 1 and m.ep == 1, "model parallelism (not in a ds_config)")
+    _require(m.dp == num_gpus and m.offload_layers == 0, "a plan the ds_config cannot hold")
+    _require(not m.weight_offload or m.zero == 3, "offload_param without ZeRO-3")
+    _require(w.precision in ("bf16", "fp16"), f"{w.precision} training")
+    zero = {"stage": m.zero}
+    if m.optimizer_offload > 0:
+        zero["offload_optimizer"] = {"device": "cpu", "ratio": m.optimizer_offload}
+    if m.weight_offload:
+        zero["offload_param"] = {"device": "cpu"}
+    return {
+        "train_batch_size": w.global_batch,
+        "train_micro_batch_size_per_gpu": m.micro_batch,
+        "gradient_accumulation_steps": w.global_batch // (m.micro_batch * m.dp),
+        w.precision: {"enabled": True},
+        "zero_optimization": zero,
+    }
+
+
+def emit_deepspeed(problem, num_gpus: int, m) -> str:
+    text = json.dumps(deepspeed_config(problem, num_gpus, m), indent=2)
+    if m.recompute != "none":
+        _require(m.recompute == "full", f"recompute {m.recompute}")
+        text = "# recompute full: activation checkpointing from the model code (deepspeed.checkpointing.checkpoint)\n" + text
+    return text
+
+
+# --- serving: one server per replica (dp copies behind a load balancer) ---------------------------------
+
+
+def _replicas(pool, text: str, role: str = "") -> str:
+    note = f"# {role}: " if role else "# "
+    head = f"{note}{pool.dp} copies of this server behind a load balancer (dp {pool.dp})\n" if pool.dp > 1 else ""
+    return head + text
+
+
+def _serving_pools(m) -> list[tuple[str, object]]:
+    return [("", m.decode)] if m.prefill is None else [("prefill", m.prefill), ("decode", m.decode)]
+
+
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}  # fp8 GEMMs: bf16 activations + --quantization fp8
+
+
+def emit_vllm(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    _require(m.prefill is None, "a disaggregated plan (vLLM profile: continuous only)")
+    pool = m.decode
+    _require(pool.ep == 1, "expert parallelism (no flag in this vLLM release)")
+    args = [
+        ("--tensor-parallel-size", pool.tp),
+        ("--pipeline-parallel-size", pool.pp),
+        ("--max-num-seqs", m.batch),
+        ("--max-model-len", w.input_len + w.output_len),
+        ("--max-num-batched-tokens", w.max_prefill_tokens),
+        ("--dtype", VLLM_DTYPE[w.precision]),
+    ]
+    if w.weight_precision == "fp8":
+        args.append(("--quantization", "fp8"))
+    if w.kv_precision == "fp8":
+        args.append(("--kv-cache-dtype", "fp8"))
+    if w.kv_block_tokens in (8, 16, 32, 64, 128):
+        args.append(("--block-size", w.kv_block_tokens))
+    return _replicas(pool, command_line(["vllm", "serve", problem.model.name], args))
+
+
+def emit_trtllm(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    _require(m.prefill is None, "a disaggregated plan (trtllm profile: static or continuous)")
+    pool = m.decode
+    args = [("--tp_size", pool.tp), ("--pp_size", pool.pp)]
+    if pool.ep > 1:
+        args.append(("--ep_size", pool.ep))
+    args += [
+        ("--max_batch_size", m.batch),
+        ("--max_seq_len", w.input_len + w.output_len),
+        ("--max_num_tokens", w.max_prefill_tokens),
+        ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),
+    ]
+    text = command_line(["trtllm-serve", problem.model.name], args)
+    if {w.precision, w.weight_precision, w.kv_precision} - {"bf16", "fp16"}:
+        text = (
+            f"# a checkpoint quantized for {w.weight_precision} weights, {w.precision} GEMMs, {w.kv_precision} KV cache "
+            "(TensorRT Model Optimizer): trtllm-serve reads the precision from the checkpoint\n" + text
+        )
+    return _replicas(pool, text)
+
+
+SGLANG_KV = {"bf16": "bf16", "fp16": "auto", "fp8": "fp8_e4m3", "fp4": "fp4_e2m1"}
+SGLANG_WEIGHTS = {"fp8": "fp8", "fp4": "modelopt_fp4"}
+
+
+def emit_sglang(problem, num_gpus: int, m) -> str:
+    w = problem.workload
+    texts = []
+    for role, pool in _serving_pools(m):
+        args = [("--model-path", problem.model.name), ("--tp-size", pool.tp), ("--pp-size", pool.pp)]
+        if pool.ep > 1:
+            args.append(("--ep-size", pool.ep))
+        if role:
+            args.append(("--disaggregation-mode", role))
+        if role != "prefill":
+            args.append(("--max-running-requests", m.batch))
+        args += [("--context-length", w.input_len + w.output_len), ("--max-prefill-tokens", w.max_prefill_tokens)]
+        if w.weight_precision in SGLANG_WEIGHTS:
+            args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
+        _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")
+        args.append(("--kv-cache-dtype", SGLANG_KV[w.kv_precision]))
+        texts.append(_replicas(pool, command_line(["python", "-m", "sglang.launch_server"], args), role))
+    return "\n\n".join(texts)
+
+
+EMITTERS = {
+    Emitter.MEGATRON: emit_megatron,
+    Emitter.TORCHTITAN: emit_torchtitan,
+    Emitter.DEEPSPEED: emit_deepspeed,
+    Emitter.VLLM: emit_vllm,
+    Emitter.TRTLLM: emit_trtllm,
+    Emitter.SGLANG: emit_sglang,
+}
+
+
+def emit(problem, num_gpus: int, mapping, check_only: bool = False) -> str | None:
+    """The launch configuration of the plan (``num_gpus``, ``mapping``) for the problem's framework
+    (``check_only``: only the ProblemError when the problem names no framework or it has no emitter)."""
+    framework = problem.framework
+    if framework is None:
+        raise ProblemError(
+            f"--emit needs workload.framework; allowed: {', '.join(frameworks.names())}",
+            source=problem.source,
+            field="workload.framework",
+        )
+    emitter = EMITTERS.get(Emitter(framework.emitter))
+    if emitter is None:
+        raise ProblemError(f"no emitter for {framework.label} yet", source=problem.source, field="workload.framework")
+    if framework.flags is None:
+        raise ProblemError(
+            f"{framework.label} has no recorded launch flags (see its profile); allowed releases are listed there",
+            source=problem.source,
+            field="workload.framework",
+        )
+    if check_only:
+        return None
+    return emitter(problem, num_gpus, mapping)
+
+
+def as_json(value) -> str:
+    return json.dumps(value, indent=2)
