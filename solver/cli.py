@@ -14,6 +14,7 @@ from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
+from . import html_report
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .pareto import pareto_front
@@ -88,6 +89,17 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
+    rp = sub.add_parser("report", help="solve (or --evaluate) a problem and write one self-contained HTML report")
+    rp.add_argument("problem", help="problem YAML file (serving or training)")
+    rp.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write (never over a file)")
+    rp.add_argument("--evaluate", action="store_true", help="report the mapping fixed in the file instead of solving")
+    rp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective (as solve)")
+    rp.add_argument("--pareto", type=_metric_pair, metavar="A,B", help="also draw the Pareto front of two metrics (as pareto)")
+    rp.add_argument(
+        "--time-limit", type=_positive_float, default=60.0, help="seconds for the solve, and for the front (default 60)"
+    )
+    rp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    rp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -242,6 +254,18 @@ def cmd_pareto(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    problem = load_problem(args.problem)
+    plan, result, front = html_report.report_inputs(problem, args)
+    if plan is None:  # no plan exists: the reason, no page, status 1
+        print(plan_result_table(planner_for(problem), problem, result))
+        print(f"parasol: no plan, so no report written to {args.output}", file=sys.stderr)
+        return 1
+    html_report.write_report(args.output, html_report.report_html(planner_for(problem), problem, plan, result, front))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_cost(args) -> int:
     doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
@@ -259,6 +283,7 @@ COMMANDS = {
     "solve": cmd_solve,
     "enumerate": cmd_enumerate,
     "pareto": cmd_pareto,
+    "report": cmd_report,
     "cost": cmd_cost,
     "collective": cmd_collective,
 }
