@@ -18,6 +18,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
+from .report import axis_label
 from .results import mapping_row, write_new_file
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
@@ -343,7 +344,7 @@ def _front_section(planner, problem, plan, front) -> str:
     points = [(p.evaluation.metrics[a], p.evaluation.metrics[b], planner.plan_label(p)) for p in front.plans]
     chosen = (plan.evaluation.metrics[a], plan.evaluation.metrics[b])
     title = f"{front.status} front of {a} and {b}: {len(points)} points"
-    return front_svg(points, chosen, a, b, title)
+    return front_svg(points, chosen, axis_label(a), axis_label(b), title)
 
 
 def write_report(path: str, page: str) -> None:
