@@ -21,7 +21,7 @@ from .pareto import pareto_front
 from .planner import enumerate_space, planner_for, solve
 from .problem import MAPPING_KEYS, load_problem
 from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
-from .results import plans_frame, write_table
+from .results import check_new_file, plans_frame, write_table
 
 OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
 
@@ -256,6 +256,7 @@ def cmd_pareto(args) -> int:
 
 def cmd_report(args) -> int:
     problem = load_problem(args.problem)
+    check_new_file(args.output, "-o")  # before the solve, not after it
     plan, result, front = html_report.report_inputs(problem, args)
     if plan is None:  # no plan exists: the reason, no page, status 1
         print(plan_result_table(planner_for(problem), problem, result))
