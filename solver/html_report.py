@@ -22,7 +22,6 @@ from .report import axis_label
 from .results import mapping_row, write_new_file
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
-FAMILY_COLOUR = {"compute": "#4e79a7", "comm": "#e15759", "memory": "#76b7b2", "pipeline": "#bab0ac", "scale": "#edc948"}
 WIDTH = 960
 MAX_PASSES = 5000  # schedule passes drawn at most; beyond, fewer micro-batches are shown (the bubble does not depend on them)
 STYLE = """
@@ -57,10 +56,6 @@ def _svg(chart_id: str, height: float, body: list, title: str) -> str:
         f'viewBox="0 0 {WIDTH} {height:.0f}" role="img" aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>" + "".join(body) + "</svg>"
     )
-
-
-def _colour(name: str, index: int) -> str:
-    return FAMILY_COLOUR.get(name.split("/")[0], PALETTE[index % len(PALETTE)]) if "/" in name else PALETTE[index % len(PALETTE)]
 
 
 def _table(rows: list[tuple]) -> str:
@@ -117,7 +112,10 @@ def schedule_svg(stages: list[dict], pp: int, vpp: int, microbatches: int, bubbl
         shown = min(microbatches, max(2 * pp, (MAX_PASSES // (2 * vpp * pp)) // pp * pp))
     fwd = [s["time_fwd_s"] for s in stages]
     bwd = [s["time_bwd_s"] for s in stages]
-    passes = pipeline_schedule(fwd, bwd, shown, vpp)
+    try:
+        passes = pipeline_schedule(fwd, bwd, shown, vpp)
+    except ValueError as exc:  # an order Megatron's rule would not run: say so rather than draw
+        return _svg("pipeline-schedule", 40, [_text(10, 24, f"no schedule drawn: {exc}", 12)], "pipeline schedule")
     end = max(p[5] for p in passes)
     busy = sum(p[5] - p[4] for p in passes)
     idle = 1 - busy / (end * pp)
