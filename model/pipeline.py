@@ -149,3 +149,62 @@ def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> 
     """``pipeline_parts`` on plain numbers: the pipeline's time for per-stage times, seconds."""
     busy, bubble = pipeline_parts(FloatOps(None, {}), microbatches, max(stage_times_s), sum(stage_times_s), vpp)
     return busy + bubble
+
+
+def schedule_order(stage: int, pp: int, microbatches: int, vpp: int) -> list[tuple[str, int, int]]:
+    """The order in which stage ``stage`` of ``pp`` runs its passes, as (``"F"`` or ``"B"``,
+    micro-batch, model chunk): Megatron-Core's 1F1B (``vpp`` = 1; warm-up of pp - stage - 1
+    forwards) and interleaved 1F1B (warm-up of 2(pp - stage - 1) + (vpp - 1)·pp forwards; micro-
+    batches in groups of pp through chunks 0..vpp-1 forward, vpp-1..0 backward), then one forward
+    and one backward in turn, then the remaining backwards (megatron/core/pipeline_parallel/
+    schedules.py, forward_backward_pipelining_with/without_interleaving; Narayanan et al. SC'21)."""
+    groups = [range(g, min(g + pp, microbatches)) for g in range(0, microbatches, pp)]
+    fwd = [(mb, c) for grp in groups for c in range(vpp) for mb in grp]
+    bwd = [(mb, c) for grp in groups for c in reversed(range(vpp)) for mb in grp]
+    total = len(fwd)
+    warm = min(pp - stage - 1 if vpp == 1 else 2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+    order = [("F", *fwd[k]) for k in range(warm)]
+    for k in range(total - warm):
+        order += [("F", *fwd[warm + k]), ("B", *bwd[k])]
+    return order + [("B", *bwd[k]) for k in range(total - warm, total)]
+
+
+def pipeline_schedule(fwd_s: list[float], bwd_s: list[float], microbatches: int, vpp: int = 1) -> list[tuple]:
+    """The 1F1B / interleaved schedule played out: (stage, "F"/"B", micro-batch, chunk, start s,
+    end s) of every pass, each stage running ``schedule_order`` and a pass starting when its stage is
+    free and its input is ready (a forward: the previous stage's forward of the same chunk, or the
+    last stage's forward of the previous chunk; a backward: the next stage's backward, or the first
+    stage's backward of the next chunk, or the last chunk's forward on the last stage). ``fwd_s`` /
+    ``bwd_s``: each stage's forward / backward time per micro-batch over all its chunks (a chunk
+    takes 1/vpp of it); point-to-point transfers are left out. With equal stages the last pass ends
+    at (m + (p-1)/v)·(f + b) for v = 1 as ``pipeline_time_s`` says; the idle time is the bubble."""
+    pp = len(fwd_s)
+    orders = [schedule_order(s, pp, microbatches, vpp) for s in range(pp)]
+    done, free, nxt, out = {}, [0.0] * pp, [0] * pp, []
+
+    def ready(s, kind, mb, c):
+        if kind == "F":
+            dep = ("F", s - 1, mb, c) if s > 0 else (("F", pp - 1, mb, c - 1) if c > 0 else None)
+        elif s < pp - 1:
+            dep = ("B", s + 1, mb, c)
+        else:
+            dep = ("B", 0, mb, c + 1) if c < vpp - 1 else ("F", pp - 1, mb, vpp - 1)
+        return 0.0 if dep is None else done.get(dep)
+
+    while any(nxt[s] < len(orders[s]) for s in range(pp)):
+        moved = False
+        for s in range(pp):
+            while nxt[s] < len(orders[s]):
+                kind, mb, c = orders[s][nxt[s]]
+                at = ready(s, kind, mb, c)
+                if at is None:
+                    break
+                start = max(free[s], at)
+                end = start + (fwd_s[s] if kind == "F" else bwd_s[s]) / vpp
+                done[(kind, s, mb, c)], free[s] = end, end
+                out.append((s, kind, mb, c, start, end))
+                nxt[s] += 1
+                moved = True
+        if not moved:
+            raise ValueError(f"the schedule of {microbatches} micro-batches on {pp} stages with vpp {vpp} does not run")
+    return out

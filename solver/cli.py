@@ -15,7 +15,7 @@ from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
-from . import progress
+from . import html_report, progress
 from .catalogue import LISTS, catalogue_json, catalogue_table
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
@@ -24,7 +24,7 @@ from .pareto import pareto_front
 from .planner import enumerate_space, planner_for, solve
 from .problem import MAPPING_KEYS, load_problem
 from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
-from .results import plans_frame, write_table
+from .results import check_new_file, plans_frame, write_table
 
 # exit status (README "Commands"): a plan; no plan exists (the binding limit named); bad input
 EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
@@ -112,6 +112,18 @@ def _build_parser() -> argparse.ArgumentParser:
     li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks")
     li.add_argument("what", choices=tuple(LISTS), help="which part of the library")
     li.add_argument("--json", action="store_true", help="print one JSON array of {name, ...}")
+    rp = sub.add_parser("report", help="solve (or --evaluate) a problem and write one self-contained HTML report")
+    rp.add_argument("problem", help="problem YAML file (serving or training)")
+    rp.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write (never over a file)")
+    rp.add_argument("--evaluate", action="store_true", help="report the mapping fixed in the file instead of solving")
+    rp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective (as solve)")
+    rp.add_argument("--pareto", type=_metric_pair, metavar="A,B", help="also draw the Pareto front of two metrics (as pareto)")
+    rp.add_argument(
+        "--time-limit", type=_positive_float, default=60.0, help="seconds for the solve, and for the front (default 60)"
+    )
+    rp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    rp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -294,6 +306,21 @@ def cmd_pareto(args) -> int:
     return EXIT_PLAN if result.plans else EXIT_NO_PLAN
 
 
+def cmd_report(args) -> int:
+    problem = load_problem(args.problem)
+    check_new_file(args.output, "-o")  # before the solve, not after it
+    with progress.showing(_progress(args)):
+        plan, result, front = html_report.report_inputs(problem, args)
+    if plan is None:  # no plan exists: the reason, no page
+        print(plan_result_table(planner_for(problem), problem, result))
+        print(f"parasol: no plan, so no report written to {args.output}", file=sys.stderr)
+        return EXIT_NO_PLAN
+    on_system = problem.for_system(plan.system_name)
+    html_report.write_report(args.output, html_report.report_html(planner_for(problem), on_system, plan, result, front))
+    print(f"wrote {args.output}")
+    return EXIT_PLAN
+
+
 def cmd_cost(args) -> int:
     doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
@@ -316,6 +343,7 @@ COMMANDS = {
     "solve": cmd_solve,
     "enumerate": cmd_enumerate,
     "pareto": cmd_pareto,
+    "report": cmd_report,
     "cost": cmd_cost,
     "collective": cmd_collective,
     "list": cmd_list,

@@ -133,6 +133,7 @@ class Problem:
                 source=self.source,
                 field="system.name",
             )
+
     # workload.framework: the framework release whose features bound the mapping (solver/frameworks.py), and
     # the mapping keys its restriction filled in (the user left them free)
     framework: frameworks.Framework | None = field(default=None, compare=False)

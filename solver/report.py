@@ -164,8 +164,40 @@ def front_table(planner, problem, result) -> str:
     return "\n".join(lines)
 
 
+# a front metric's axis title with its unit (``plot_front``, the report's front chart)
+METRIC_LABELS = {
+    "tokens_per_s": "tokens/s",
+    "tokens_per_s_per_gpu": "tokens/s per GPU",
+    "tokens_per_s_per_user": "output tokens/s per user",
+    "ttft_s": "time to first token (s)",
+    "tpot_s": "time per output token (s)",
+    "e2e_latency_s": "end-to-end latency (s)",
+    "peak_memory_gib": "peak memory per GPU (GiB)",
+    "step_time_s": "step time (s)",
+    "usd_per_million_tokens": "cost ($ per million tokens)",
+    "run_cost_usd": "run cost ($)",
+    "tokens_per_usd": "tokens per $",
+}
+
+
+def axis_label(metric: str) -> str:
+    """``metric`` as an axis title: its words and unit, then its key (e.g. 'time to first token (s)  [ttft_s]')."""
+    return f"{METRIC_LABELS[metric]}  [{metric}]" if metric in METRIC_LABELS else metric
+
+
+def point_label(planner, plan) -> str:
+    """A front point's short tag: training its GPUs (and chiplets), serving its decode tp/pp and batch."""
+    if planner.kind == "training":
+        met = plan.evaluation.metrics
+        return f"{plan.num_gpus}" + (f"x{met['chiplets']}c" if "chiplets" in met else "")
+    m = plan.mapping
+    return ("P/D " if m.prefill is not None else "") + f"tp{m.decode.tp} pp{m.decode.pp} b{m.batch}"
+
+
 def plot_front(planner, problem, result, path: str) -> None:
-    """Draw the front as a PNG (matplotlib, the optional `plot` extra) into a new file (``results.write_new_file``)."""
+    """Draw the front, training's or serving's, as a PNG (matplotlib, the optional `plot` extra) into a
+    new file (``results.write_new_file``): the first two metrics on the axes (``axis_label``), a third as
+    the colour, each point of a front of at most 12 tagged by ``point_label``."""
     try:
         import matplotlib
 
@@ -182,16 +214,14 @@ def plot_front(planner, problem, result, path: str) -> None:
     if len(result.objectives) == 3:
         c = planner.front_metric(problem, result.objectives[2]).metric
         dots = ax.scatter(xs, ys, c=[p.evaluation.metrics[c] for p in result.plans], cmap="viridis")
-        fig.colorbar(dots, ax=ax, label=c)
+        fig.colorbar(dots, ax=ax, label=axis_label(c))
     else:
         ax.scatter(xs, ys, color="tab:blue")
-    for p, x, y in zip(result.plans, xs, ys):
-        label = f"{p.num_gpus}" + (f"x{p.evaluation.metrics['chiplets']}c" if "chiplets" in p.evaluation.metrics else "")
-        if problem.alternatives:
-            label += f" {system_label(p.system_name)}"
+    for p, x, y in zip(result.plans, xs, ys) if len(xs) <= 12 else ():  # tags on a crowded front would overlap
+        label = point_label(planner, p) + (f" {system_label(p.system_name)}" if problem.alternatives else "")
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xlabel(a)
-    ax.set_ylabel(b)
+    ax.set_xlabel(axis_label(a))
+    ax.set_ylabel(axis_label(b))
     systems = ", ".join(system_label(p.system_name) for p in problem.systems)
     ax.set_title(f"{problem.model.name} on {systems}: {result.status} front ({len(xs)} points)", fontsize=9)
     ax.grid(alpha=0.3)

@@ -58,16 +58,23 @@ def write_table(frame: pd.DataFrame, path: str) -> None:
         write_new_file(path, "--out", lambda tmp: frame.to_json(tmp, orient="records", indent=1))
 
 
-def write_new_file(path: str, field: str, write) -> None:
-    """Create ``path`` with ``write(temporary path)``: written beside it, then linked into place, so a
-    reader never sees half a file and a file that exists is never replaced (nothing a user wrote is
-    overwritten). ProblemError (``field``) when the folder does not exist or the file does."""
+def check_new_file(path: str, field: str) -> tuple:
+    """(folder, the error for an existing file) of a file ``write_new_file`` may create; ProblemError
+    (``field``) now if the folder does not exist or the file does (a command checks before it works)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ProblemError(f"the folder {folder} does not exist", field=field)
     exists = ProblemError(f"{path} exists; parasol does not overwrite files (remove it or choose another name)", field=field)
     if os.path.exists(path):
         raise exists
+    return folder, exists
+
+
+def write_new_file(path: str, field: str, write) -> None:
+    """Create ``path`` with ``write(temporary path)``: written beside it, then linked into place, so a
+    reader never sees half a file and a file that exists is never replaced (nothing a user wrote is
+    overwritten). ProblemError (``field``) when the folder does not exist or the file does."""
+    folder, exists = check_new_file(path, field)
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
     os.close(fd)
     try:

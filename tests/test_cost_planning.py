@@ -205,7 +205,8 @@ def test_review_regressions_end_in_one_line_errors(tmp_path):
     ):
         proc = run_cli(args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
-    bad = write_yaml(tmp_path / "b.yaml", {**base, "system": {"name": ["dgx-h100"], "num_gpus": 8}})
+    # issue 14 made system.name a list (the system as a decision); a list of one unknown name is bad input
+    bad = write_yaml(tmp_path / "b.yaml", {**base, "system": {"name": ["dgx-z900"], "num_gpus": 8}})
     proc = run_cli(["solve", str(bad)])
     assert proc.returncode == 2 and "system.name" in proc.stderr and "Traceback" not in proc.stderr
 
