@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parasol.model import checks
 from parasol.model.errors import ProblemError
 
 from . import library
 
 PROFILE_KEYS = ("name", "kind", "emitter", "engine_profiles", "releases")
-RELEASE_KEYS = ("release", "source", "flags", "mapping", "workload", "defaults", "engine")
+RELEASE_KEYS = ("release", "source", "flags", "mapping", "workload", "defaults", "engine", "sequence_parallel_with_tp")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Framework:
     defaults: dict = field(default_factory=dict)
     flags: str | None = None  # recorded flag list, relative to problems/frameworks/
     engine: str | None = None  # serving: the engine efficiency profile (problems/engines/) of this release
+    # sequence parallelism exactly when tp > 1 (torchtitan's TP plan always shards the norms): the training
+    # space keeps only those (tp, sp) rows (solver/training_space.py)
+    sequence_parallel_with_tp: bool = False
     source: str = ""
 
     @property
@@ -79,6 +83,7 @@ def load(spec, source: str | None = None, fld: str = "workload.framework") -> Fr
         defaults=dict(entry.get("defaults") or {}),
         flags=entry.get("flags"),
         engine=entry.get("engine"),
+        sequence_parallel_with_tp=checks.flag(entry.get("sequence_parallel_with_tp", False), "sequence_parallel_with_tp", src),
         source=src,
     )
 

@@ -364,12 +364,15 @@ def build_space(problem) -> Space:
     micro_batches = allowed_values(problem, "micro_batch", divisors(gb))
     micro = [(dp, mb, gb // (dp * mb)) for dp in dps for mb in micro_batches if gb % (dp * mb) == 0]
     tps = sorted({point.tp for point in used})
+    sp_with_tp = problem.framework is not None and problem.framework.sequence_parallel_with_tp
     sp = [
         (tp, int(s), int(o))
         for tp in tps
         for s in allowed_values(problem, "sp", [False, True])
         for o in problem.mapping.get("tp_comm_overlap", (False,))  # off unless the mapping lists it
-        if (tp > 1 or not s) and (s or not o)  # the overlap needs sequence parallelism (hence tp > 1)
+        if (tp > 1 or not s)
+        and (s or not o)  # the overlap needs sequence parallelism (hence tp > 1)
+        and (not sp_with_tp or s == (tp > 1))  # a framework whose tensor parallelism always shards the sequence
     ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))

@@ -11,7 +11,7 @@ import sys
 import tomllib
 
 import pytest
-from conftest import REPO, run_cli, write_yaml
+from conftest import REPO, run_cli, run_main, write_yaml
 
 import parasol
 from parasol.solver import library, progress
@@ -59,7 +59,7 @@ def test_list_models_reports_the_parameter_counts(capsys):
 
 
 def test_list_of_an_unknown_part_is_bad_input():
-    proc = run_cli(["list", "gpus"])
+    proc = run_main(["list", "gpus"])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "models" in proc.stderr
 
 
@@ -74,7 +74,7 @@ def test_exit_codes_plan_no_plan_bad_input(tmp_path):
 
 def test_evaluate_exits_1_when_the_fixed_mapping_does_not_fit(tmp_path):
     fixed = INFEASIBLE | {"mapping": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1}}
-    proc = run_cli(["evaluate", str(write_yaml(tmp_path / "p.yaml", fixed))])
+    proc = run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", fixed))])
     assert proc.returncode == 1 and "DOES NOT FIT" in proc.stdout
 
 

@@ -9,8 +9,9 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO, TINY_GQA, TINY_MOE, run_cli, write_yaml
+from conftest import REPO, TINY_GQA, TINY_MOE, run_main, write_yaml
 
+import parasol
 from parasol.model.errors import ProblemError
 from parasol.solver import frameworks, launch
 from parasol.solver.problem import parse_problem
@@ -39,7 +40,7 @@ def flag_values(args: list[str]) -> dict:
 
 
 def emitted(tmp_path, problem: dict, command: str = "solve", extra=()) -> tuple[dict, dict]:
-    proc = run_cli([command, str(write_yaml(tmp_path / "p.yaml", problem)), "--emit", "--json", *extra])
+    proc = run_main([command, str(write_yaml(tmp_path / "p.yaml", problem)), "--emit", "--json", *extra])
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     return doc, flag_values(tokens(doc["launch"])[3:])  # after torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py
@@ -95,7 +96,7 @@ def test_evaluate_emits_the_fixed_mapping(tmp_path):
 )
 def test_a_listed_value_the_framework_lacks_is_one_line(tmp_path, mapping, field, allowed):
     path = write_yaml(tmp_path / "p.yaml", {**LLAMA_MEGATRON, "mapping": mapping})
-    proc = run_cli(["solve", str(path)])
+    proc = run_main(["solve", str(path)])
     assert proc.returncode == 2 and proc.stdout == ""
     line = proc.stderr.strip()
     assert "\n" not in line and field in line and "megatron-lm" in line and allowed in line
@@ -103,11 +104,11 @@ def test_a_listed_value_the_framework_lacks_is_one_line(tmp_path, mapping, field
 
 def test_unknown_framework_and_emit_without_one_are_one_line(tmp_path):
     bad = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "nemo-9"}}
-    proc = run_cli(["solve", str(write_yaml(tmp_path / "a.yaml", bad))])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "a.yaml", bad))])
     assert proc.returncode == 2 and "workload.framework" in proc.stderr and "megatron-lm" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     plain = {**LLAMA_MEGATRON, "workload": {k: v for k, v in LLAMA_MEGATRON["workload"].items() if k != "framework"}}
-    proc = run_cli(["solve", str(write_yaml(tmp_path / "b.yaml", plain)), "--emit"])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "b.yaml", plain)), "--emit"])
     assert proc.returncode == 2 and "--emit needs workload.framework" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     with pytest.raises(ProblemError, match="no release"):
@@ -204,18 +205,18 @@ def test_sglang_disaggregated_emits_a_prefill_and_a_decode_server(tmp_path):
 
 def test_a_serving_mode_the_framework_lacks_is_one_line(tmp_path):
     problem = {**SERVING, "workload": {**SERVING["workload"], "serving": "static", "framework": "vllm"}}
-    proc = run_cli(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "workload.serving" in proc.stderr and "allowed: continuous" in proc.stderr
     training = {**SERVING, "workload": {**SERVING["workload"], "framework": "megatron-lm"}}
-    proc = run_cli(["solve", str(write_yaml(tmp_path / "q.yaml", training))])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "q.yaml", training))])
     assert proc.returncode == 2 and "training framework" in proc.stderr
 
 
 def test_trtllm_05_brings_its_engine_profile_and_has_no_command_line(tmp_path):
     problem = parse_problem({**SERVING, "workload": {**SERVING["workload"], "framework": "trtllm@0.5"}})
     assert problem.workload.engine == "trtllm-0.5"
-    proc = run_cli(
+    proc = run_main(
         [
             "solve",
             str(write_yaml(tmp_path / "p.yaml", {**SERVING, "workload": {**SERVING["workload"], "framework": "trtllm@0.5"}})),
@@ -275,7 +276,7 @@ def test_deepspeed_json_has_known_keys_and_consistent_batches(tmp_path):
 
 def test_deepspeed_refuses_model_parallel_degrees(tmp_path):
     problem = {**LLAMA_MEGATRON, "workload": {**LLAMA_MEGATRON["workload"], "framework": "deepspeed"}, "mapping": {"tp": 8}}
-    proc = run_cli(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", problem))])
     assert proc.returncode == 2 and "mapping.tp" in proc.stderr and "deepspeed" in proc.stderr and "allowed: 1" in proc.stderr
 
 
@@ -300,3 +301,19 @@ def test_megatron_moe_fp8_and_optimizer_offload_arguments(tmp_path):
     assert flags["--moe-token-dispatcher-type"] == ["flex"] and "--moe-enable-deepep" in flags
     assert flags["--fp8-recipe"] == ["mxfp8"] and float(flags["--optimizer-offload-fraction"][0]) == 0.5
     assert "--optimizer-cpu-offload" in flags
+
+
+def test_torchtitan_keeps_sequence_parallelism_exactly_with_tensor_parallelism(tmp_path):
+    """torchtitan's TP plan always shards the norms (SequenceParallel): its space has sp = (tp > 1) only, so
+    every plan it enumerates is one its emitter can write, and tp 2 without sp is no plan at all."""
+    small = {
+        "model": "llama3-8b",
+        "system": {"name": "dgx-h100", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32, "framework": "torchtitan"},
+        "mapping": {"tp": [1, 2, 4], "pp": 1},
+    }
+    table = parasol.enumerate(small, keep_all=True).to_frame()
+    assert len(table) and ((table["tp"] > 1) == table["sp"].astype(bool)).all()
+    assert {1, 2, 4} <= set(table["tp"])
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", small | {"mapping": {"tp": 2, "sp": False}}))])
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_cli, write_yaml
+from conftest import REPO, run_main, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.model.params import total_params
@@ -127,7 +127,7 @@ def _mistral() -> dict:
 def test_bad_config_exits_2_naming_file_and_key(tmp_path, change, words):
     config = {**_mistral(), **change}
     config = {k: v for k, v in config.items() if v is not None or k == "sliding_window"}
-    proc = run_cli(["evaluate", str(_bad(tmp_path, config))])
+    proc = run_main(["evaluate", str(_bad(tmp_path, config))])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and str(tmp_path / "config.json") in line
@@ -141,7 +141,7 @@ def test_unreadable_configs_raise_naming_the_file(tmp_path):
         load_problem(problem)
     assert exc.value.source == str(tmp_path / "config.json")
     (tmp_path / "config.json").unlink()
-    proc = run_cli(["evaluate", str(problem)])
+    proc = run_main(["evaluate", str(problem)])
     assert proc.returncode == 2 and "config.json" in proc.stderr and "not found" in proc.stderr
 
 

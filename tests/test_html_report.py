@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, REPO, TINY_GQA, run_cli, run_json, write_yaml
+from conftest import EXAMPLE, REPO, TINY_GQA, run_main, write_yaml
 
 from parasol.model.pipeline import pipeline_schedule, pipeline_time_s, schedule_order
 
@@ -71,7 +71,7 @@ class Page(HTMLParser):
 
 
 def _report(args: list, path: Path) -> Page:
-    proc = run_cli(["report", *args, "-o", str(path)])
+    proc = run_main(["report", *args, "-o", str(path)])
     assert proc.returncode == 0, proc.stderr
     return Page(path.read_text(encoding="utf-8"))
 
@@ -91,7 +91,7 @@ def test_training_report_holds_the_plan_and_its_charts(training_page):
     the four training charts, each non-zero time and memory part in its chart, one schedule row per
     stage with each stage's forwards and backwards, one placement row per group of more than one."""
     _, page = training_page
-    doc = run_json(["evaluate", str(EXAMPLE)])
+    doc = json.loads(run_main(["evaluate", str(EXAMPLE), "--json"]).stdout)
     _self_contained(page)
     assert page.svgs == list(CHARTS[:4])
     mapping = dict(doc["mapping"])
@@ -117,8 +117,8 @@ def test_serving_report_with_its_pareto_front(tmp_path):
     schedule, the plan the solve returns, and the front with as many points as `pareto` finds."""
     objectives = "tokens_per_s_per_gpu,tokens_per_s_per_user"
     page = _report([str(SERVING_FRONT), "--pareto", objectives], tmp_path / "serve.html")
-    solved = run_json(["solve", str(SERVING_FRONT)])
-    front = run_json(["pareto", str(SERVING_FRONT), "--objectives", objectives])
+    solved = json.loads(run_main(["solve", str(SERVING_FRONT), "--json"]).stdout)
+    front = json.loads(run_main(["pareto", str(SERVING_FRONT), "--objectives", objectives, "--json"]).stdout)
     _self_contained(page)
     assert page.svgs == ["time-breakdown", "memory-breakdown", "placement", "pareto-front"]
     assert page.tables["plan"]["solve status"] == solved["status"]
@@ -146,13 +146,13 @@ def test_report_escapes_text_refuses_to_overwrite_and_writes_nothing_without_a_p
     assert "<b>tiny" not in raw and "&lt;b&gt;tiny&lt;/b&gt; &amp; co" in raw
     assert page.tables["plan"]["model"] == "<b>tiny</b> & co"
     before = out.read_bytes()
-    proc = run_cli(["report", str(path), "--evaluate", "-o", str(out)])
+    proc = run_main(["report", str(path), "--evaluate", "-o", str(out)])
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "exists" in proc.stderr
     assert out.read_bytes() == before
-    proc = run_cli(["report", str(path), "--pareto", "throughput,nonsense", "-o", str(tmp_path / "x.html")])
+    proc = run_main(["report", str(path), "--pareto", "throughput,nonsense", "-o", str(tmp_path / "x.html")])
     assert proc.returncode == 2 and "--pareto" in proc.stderr and not (tmp_path / "x.html").exists()
     missing = tmp_path / "none.html"
-    proc = run_cli(["report", str(INFEASIBLE), "-o", str(missing)])
+    proc = run_main(["report", str(INFEASIBLE), "-o", str(missing)])
     assert proc.returncode == 1 and "INFEASIBLE" in proc.stdout and not missing.exists()
 
 
@@ -218,7 +218,7 @@ def test_plot_draws_serving_and_training_fronts(tmp_path):
     ]
     for i, (problem, objectives) in enumerate(jobs):
         png = tmp_path / f"front{i}.png"
-        proc = run_cli(["pareto", str(problem), "--objectives", objectives, "--plot", str(png), "--json"])
+        proc = run_main(["pareto", str(problem), "--objectives", objectives, "--plot", str(png), "--json"])
         assert proc.returncode == 0, proc.stderr
         assert len(json.loads(proc.stdout)["front"]) >= 2
         _not_blank(png)

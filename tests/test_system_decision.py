@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from conftest import REPO, run_cli, write_yaml
+from conftest import REPO, run_main, write_yaml
 
 from parasol.solver.pareto import non_dominated, pareto_front
 from parasol.solver.planner import enumerate_space, solve
@@ -134,18 +134,18 @@ def test_a_list_of_system_mappings_is_accepted():
 
 def test_multi_system_cli_reports_name_the_system(tmp_path):
     path = write_yaml(tmp_path / "p.yaml", _training(["dgx-a100", "dgx-h100"]))
-    doc = json.loads(run_cli(["solve", str(path), "--top", "3", "--json"]).stdout)
+    doc = json.loads(run_main(["solve", str(path), "--top", "3", "--json"]).stdout)
     assert doc["system"] in ("dgx-a100", "dgx-h100")
     assert all(p["system"] in ("dgx-a100", "dgx-h100") for p in doc["plans"]) and doc["plans"][0]["system"] == doc["system"]
-    proc = run_cli(["solve", str(path), "--top", "3", "--out", str(tmp_path / "plans.csv")])
+    proc = run_main(["solve", str(path), "--top", "3", "--out", str(tmp_path / "plans.csv")])
     assert proc.returncode == 0, proc.stderr
     assert f"x {doc['system']} (" in proc.stdout  # the best plan's header line names its system
     assert "system" in proc.stdout.split("top 3:")[1].splitlines()[1]  # the top-K table's system column
     header = (tmp_path / "plans.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "system" and "num_gpus" in header
-    front = json.loads(run_cli(["pareto", str(path), "--objectives", "throughput,cost", "--json"]).stdout)["front"]
+    front = json.loads(run_main(["pareto", str(path), "--objectives", "throughput,cost", "--json"]).stdout)["front"]
     assert front and all(p["system"] in ("dgx-a100", "dgx-h100") for p in front)
-    points = json.loads(run_cli(["enumerate", str(path), "--all", "--json"]).stdout)["points"]
+    points = json.loads(run_main(["enumerate", str(path), "--all", "--json"]).stdout)["points"]
     assert {p["system"] for p in points} == {"dgx-a100", "dgx-h100"} and "system" not in points[0]["metrics"]
 
 
@@ -164,7 +164,7 @@ def test_bad_system_lists_are_one_line_errors(tmp_path, change, field):
     data = _training(["dgx-h100", "dgx-a100"])
     change(data)
     path = write_yaml(tmp_path / "p.yaml", data)
-    proc = run_cli(["solve", str(path)])
+    proc = run_main(["solve", str(path)])
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
@@ -175,7 +175,7 @@ def test_evaluate_with_a_list_of_systems_is_a_one_line_error(tmp_path):
     data = _training(["dgx-h100", "dgx-a100"], num_gpus=8)
     data["mapping"] = {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1}
     path = write_yaml(tmp_path / "p.yaml", data)
-    proc = run_cli(["evaluate", str(path)])
+    proc = run_main(["evaluate", str(path)])
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "one system" in proc.stderr and "system.name" in proc.stderr
 
@@ -188,7 +188,7 @@ def test_a_system_file_by_path_solves_as_the_library_system(tmp_path):
     by_name = solve(parse_problem(data, source=str(tmp_path / "p.yaml")))
     data["system"]["name"] = "systems/dgx-h100.yaml"  # relative to the problem file's folder
     path = write_yaml(tmp_path / "p.yaml", data)
-    doc = json.loads(run_cli(["solve", str(path), "--json"]).stdout)
+    doc = json.loads(run_main(["solve", str(path), "--json"]).stdout)
     assert doc["status"] == by_name.status == "OPTIMAL"
     assert doc["objective"] == pytest.approx(by_name.objective_value, rel=1e-9)
     assert doc["mapping"] == {**by_name.plans[0].mapping.as_dict(), "num_gpus": by_name.plans[0].num_gpus}
@@ -199,12 +199,12 @@ def test_a_system_file_by_path_solves_as_the_library_system(tmp_path):
 def test_a_missing_or_bad_system_file_names_the_file_and_field(tmp_path):
     data = _single(_training(), "missing/system.yaml")
     path = write_yaml(tmp_path / "p.yaml", data)
-    proc = run_cli(["solve", str(path)])
+    proc = run_main(["solve", str(path)])
     assert proc.returncode == 2 and "system.name" in proc.stderr and "missing/system.yaml" in proc.stderr
     bad = write_yaml(tmp_path / "bad.yaml", {"device": "h100-sxm-80gb", "gpus_per_node": 0, "scale_up": {}, "scale_out": {}})
     data["system"]["name"] = "bad.yaml"
     path = write_yaml(tmp_path / "p2.yaml", data)
-    proc = run_cli(["solve", str(path)])
+    proc = run_main(["solve", str(path)])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert str(bad) in proc.stderr and "gpus_per_node" in proc.stderr
 
@@ -238,8 +238,8 @@ def test_evaluate_on_a_system_file_equals_the_library_system(tmp_path):
     shutil.copy(REPO / "problems" / "systems" / "dgx-h100.yaml", tmp_path / "dgx-h100.yaml")
     data = _single(_training(), "dgx-h100", 8)
     data["mapping"] = {"tp": 2, "pp": 1, "dp": 4, "micro_batch": 1}
-    by_name = run_cli(["evaluate", str(write_yaml(tmp_path / "a.yaml", data)), "--json"])
+    by_name = run_main(["evaluate", str(write_yaml(tmp_path / "a.yaml", data)), "--json"])
     data["system"]["name"] = "./dgx-h100.yaml"
-    by_path = run_cli(["evaluate", str(write_yaml(tmp_path / "b.yaml", data)), "--json"])
+    by_path = run_main(["evaluate", str(write_yaml(tmp_path / "b.yaml", data)), "--json"])
     assert by_name.returncode == by_path.returncode == 0, by_path.stderr
     assert json.loads(by_path.stdout)["metrics"] == json.loads(by_name.stdout)["metrics"]
