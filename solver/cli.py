@@ -15,16 +15,15 @@ from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
-from . import html_report, progress
+from . import progress
 from .catalogue import LISTS, catalogue_json, catalogue_table
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
 from .launch import emit
-from .pareto import pareto_front
-from .planner import enumerate_space, planner_for, solve
 from .problem import MAPPING_KEYS, load_problem
-from .report import front_json, front_table, plan_result_json, plan_result_table, plot_front
-from .results import check_new_file, plans_frame, write_table
+
+# The planner, reports and tables (pandas, OR-Tools: about 0.6 s of imports on 2 cores) are imported by the
+# commands that plan, after the problem file has been read: bad input and `parasol list` answer without them.
 
 # exit status (README "Commands"): a plan; no plan exists (the binding limit named); bad input
 EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
@@ -200,6 +199,8 @@ def _size(text: str) -> int:
 
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem)
+    from .planner import planner_for  # noqa: PLC0415 (lazy: see the imports)
+
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
     launch = emit(problem, num_gpus, mapping) if args.emit else None
@@ -219,6 +220,10 @@ def cmd_evaluate(args) -> int:
 
 def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
+    from .planner import planner_for  # noqa: PLC0415
+    from .report import plan_result_json, plan_result_table  # noqa: PLC0415
+    from .results import plans_frame, write_table  # noqa: PLC0415
+
     planner = planner_for(problem)
     emitting = getattr(args, "emit", False)
     if emitting:
@@ -281,20 +286,35 @@ def _plain(value):
     return str(value) if isinstance(value, str) else value
 
 
-def cmd_solve(args) -> int:
-    return _plan_command(
-        args, lambda p, a: solve(p, objective=a.objective, top=a.top, time_limit=a.time_limit, workers=a.workers, seed=a.seed)
+def _solve(problem, args):
+    from .planner import solve  # noqa: PLC0415
+
+    return solve(
+        problem, objective=args.objective, top=args.top, time_limit=args.time_limit, workers=args.workers, seed=args.seed
     )
+
+
+def _enumerate(problem, args):
+    from .planner import enumerate_space  # noqa: PLC0415
+
+    return enumerate_space(problem, objective=args.objective, top=args.top, time_limit=args.time_limit, keep_all=args.all)
+
+
+def cmd_solve(args) -> int:
+    return _plan_command(args, _solve)
 
 
 def cmd_enumerate(args) -> int:
-    return _plan_command(
-        args, lambda p, a: enumerate_space(p, objective=a.objective, top=a.top, time_limit=a.time_limit, keep_all=a.all)
-    )
+    return _plan_command(args, _enumerate)
 
 
 def cmd_pareto(args) -> int:
     problem = load_problem(args.problem)
+    from .pareto import pareto_front  # noqa: PLC0415
+    from .planner import planner_for  # noqa: PLC0415
+    from .report import front_json, front_table, plot_front  # noqa: PLC0415
+    from .results import plans_frame, write_table  # noqa: PLC0415
+
     planner = planner_for(problem)
     with progress.showing(_progress(args)):
         result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
@@ -308,6 +328,11 @@ def cmd_pareto(args) -> int:
 
 def cmd_report(args) -> int:
     problem = load_problem(args.problem)
+    from . import html_report  # noqa: PLC0415
+    from .planner import planner_for  # noqa: PLC0415
+    from .report import plan_result_table  # noqa: PLC0415
+    from .results import check_new_file  # noqa: PLC0415
+
     check_new_file(args.output, "-o")  # before the solve, not after it
     with progress.showing(_progress(args)):
         plan, result, front = html_report.report_inputs(problem, args)

@@ -95,8 +95,8 @@ def test_progress_reports_incumbent_bound_and_gap_in_the_objective_unit():
 
 def test_progress_is_silent_without_a_terminal_or_by_default(tmp_path):
     path = write_yaml(tmp_path / "m.yaml", MEDIUM)
-    proc = run_cli(["solve", str(path), "--time-limit", "60"])
-    assert proc.returncode == 0 and proc.stderr == ""  # stderr is a pipe here: no progress
+    proc = run_main(["solve", str(path), "--time-limit", "60"])
+    assert proc.returncode == 0 and proc.stderr == ""  # stderr is not a terminal here: no progress
 
 
 def _stderr_on_a_terminal(args: list[str]) -> tuple[int, str]:
