@@ -128,5 +128,5 @@ def test_progress_on_a_terminal_and_quiet(tmp_path):
     path = str(write_yaml(tmp_path / "m.yaml", MEDIUM))
     code, shown = _stderr_on_a_terminal(["solve", path, "--time-limit", "60"])
     assert code == 0 and "solve:" in shown and "gap" in shown and shown.endswith("\r\033[K"), shown
-    code, shown = _stderr_on_a_terminal(["solve", path, "--time-limit", "60", "--quiet"])
-    assert code == 0 and shown == ""
+    code, shown = _stderr_on_a_terminal(["solve", path, "--time-limit", "1.5", "--quiet"])  # past the 1 s delay
+    assert code in (0, 1) and shown == ""
