@@ -85,10 +85,59 @@ def megatron_layout(layers: int, pp: int, vpp: int, first: int, last: int, mtp: 
     return "|".join(per_rank[r][v] for v in range(vpp) for r in range(pp))
 
 
+def megatron_model_args(model) -> list[tuple[str, object]]:
+    """The model's architecture as Megatron-LM arguments (core_v0.15.3 megatron/training/arguments.py): sizes,
+    grouped-query and multi-latent attention, the MLP's kind, norms, positions, embeddings, windows, experts."""
+    args = [
+        ("--num-layers", model.layers),
+        ("--hidden-size", model.hidden),
+        ("--ffn-hidden-size", model.ffn),
+        ("--num-attention-heads", model.heads),
+        ("--max-position-embeddings", model.max_seq_len),
+        ("--vocab-size", model.vocab),
+    ]
+    if model.mla is not None:  # MLATransformerConfig: qk_head_dim is the part without RoPE
+        mla = model.mla
+        args += [("--multi-latent-attention", None), ("--kv-lora-rank", mla.kv_lora_rank)]
+        args += [("--q-lora-rank", mla.q_lora_rank)] if mla.q_lora_rank else []
+        args += [("--qk-head-dim", mla.qk_nope_head_dim), ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim)]
+        args += [("--v-head-dim", mla.v_head_dim)]
+    else:
+        if model.kv_heads < model.heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", model.kv_heads)]
+        if model.head_dim != model.hidden // model.heads:
+            args.append(("--kv-channels", model.head_dim))
+    if model.activation == "swiglu":
+        args.append(("--swiglu", None))
+    if model.norm == "rmsnorm":
+        args += [("--normalization", "RMSNorm")]
+    if model.position_embedding == "rope":
+        args += [("--position-embedding-type", "rope")]
+    if not model.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if not model.bias:
+        args.append(("--disable-bias-linear", None))
+    if not model.dropout:
+        args += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    if model.sliding_window:  # tuple_type "left,right"; every N-th layer full attention (moe_freq_type N)
+        args.append(("--window-size", f"{model.sliding_window},0"))
+        if model.sliding_window_share < 1:
+            args.append(("--window-attn-skip-freq", max(2, round(1 / (1 - model.sliding_window_share)))))
+    moe = model.moe
+    if moe is not None:
+        args += [("--num-experts", moe.experts), ("--moe-router-topk", moe.top_k), ("--moe-ffn-hidden-size", moe.expert_ffn)]
+        if moe.shared_experts:
+            args.append(("--moe-shared-expert-intermediate-size", moe.shared_experts * moe.shared_expert_ffn))
+        if moe.first_dense_layers:  # moe_freq_type: a Python list expression, 0 dense, 1 MoE
+            dense, sparse = moe.first_dense_layers, model.layers - moe.first_dense_layers
+            args.append(("--moe-layer-freq", f"([0]*{dense}+[1]*{sparse})"))
+    return args
+
+
 def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     model, w = problem.model, problem.workload
     args = [
-        ("--num-layers", model.layers),
+        *megatron_model_args(model),
         ("--seq-length", w.seq_len),
         ("--micro-batch-size", m.micro_batch),
         ("--global-batch-size", w.global_batch),
@@ -106,6 +155,8 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
         )
     elif m.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", counts[0] // m.vpp))
+    if w.mtp_layers:
+        args.append(("--mtp-num-layers", w.mtp_layers))
     if m.cp > 1:
         args += [("--context-parallel-size", m.cp), ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a"}[m.cp_comm])]
     if model.moe is not None:

@@ -13,7 +13,7 @@ from conftest import REPO, TINY_GQA, TINY_MOE, run_main, write_yaml
 
 import parasol
 from parasol.model.errors import ProblemError
-from parasol.solver import frameworks, launch
+from parasol.solver import frameworks, launch, library
 from parasol.solver.problem import parse_problem
 
 LLAMA_MEGATRON = {
@@ -52,7 +52,8 @@ def check_megatron_flags(flags: dict) -> None:
     unknown = sorted(set(flags) - recorded)
     assert not unknown, f"flags not in Megatron-LM's arguments.py: {unknown}"
     for flag in flags:
-        if flag.endswith("-size") or flag in ("--num-layers", "--seq-length", "--recompute-num-layers"):
+        sized = flag.endswith("-size") and flag != "--window-size"  # --window-size is tuple_type "left,right"
+        if sized or flag in ("--num-layers", "--seq-length", "--recompute-num-layers"):
             assert len(flags[flag]) == 1 and flags[flag][0].isdigit(), (flag, flags[flag])
 
 
@@ -317,3 +318,31 @@ def test_torchtitan_keeps_sequence_parallelism_exactly_with_tensor_parallelism(t
     assert {1, 2, 4} <= set(table["tp"])
     proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", small | {"mapping": {"tp": 2, "sp": False}}))])
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["llama3-70b", "deepseek-v3", "gpt-oss-120b"])
+def test_megatron_model_arguments_give_back_the_model(name):
+    """The architecture arguments, read back as Megatron-LM would, rebuild the library model's shapes: a launch
+    line holds the model, not only the parallel degrees."""
+    model = library.load_model(name)
+    flags = flag_values(tokens(launch.command_line(["pretrain_gpt.py"], launch.megatron_model_args(model)))[1:])
+    check_megatron_flags(flags)
+    one = {flag: values[0] for flag, values in flags.items() if values}
+    assert (int(one["--num-layers"]), int(one["--hidden-size"]), int(one["--num-attention-heads"])) == (
+        model.layers,
+        model.hidden,
+        model.heads,
+    )
+    assert int(one["--vocab-size"]) == model.vocab and int(one["--ffn-hidden-size"]) == model.ffn
+    if model.mla is not None:
+        assert "--multi-latent-attention" in flags and int(one["--kv-lora-rank"]) == model.mla.kv_lora_rank
+        assert int(one["--qk-head-dim"]) + int(one["--qk-pos-emb-head-dim"]) == model.mla.qk_head_dim
+    else:
+        assert int(one.get("--num-query-groups", model.heads)) == model.kv_heads
+    if model.moe is not None:
+        assert int(one["--num-experts"]) == model.moe.experts and int(one["--moe-router-topk"]) == model.moe.top_k
+        layers = eval(one.get("--moe-layer-freq", f"[1]*{model.layers}"))  # moe_freq_type's Python list expression
+        assert len(layers) == model.layers and layers.count(0) == model.moe.first_dense_layers
+    if model.sliding_window:
+        assert one["--window-size"] == f"{model.sliding_window},0"
+    assert ("--swiglu" in flags) == (model.activation == "swiglu")
