@@ -12,7 +12,7 @@ from pathlib import Path
 
 from parasol.model.params import total_params
 
-from . import library
+from . import frameworks, library
 
 GIB = 2**30
 
@@ -54,15 +54,9 @@ def _engine_facts(name: str) -> dict:
 
 
 def _framework_facts(name: str) -> dict:
-    data = library.read_yaml(library.library_root() / "frameworks" / f"{name}.yaml", "framework profile")
-    releases = data.get("releases")
-    if isinstance(releases, list):
-        return {
-            "releases": ",".join(str(r.get("release", r.get("name", "?"))) if isinstance(r, dict) else str(r) for r in releases)
-        }
-    if isinstance(releases, dict):
-        return {"releases": ",".join(str(r) for r in releases)}
-    return {}
+    newest = frameworks.load(name)  # its loader checks the profile (the newest release is the default)
+    data = library.read_yaml(newest.source, "framework profile")
+    return {"kind": newest.kind, "releases": ",".join(str(r["release"]) for r in data["releases"])}
 
 
 LISTS = {

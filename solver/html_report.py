@@ -298,8 +298,9 @@ def _serving_charts(problem, plan) -> list[str]:
             continue
         prefix = f"{name} " if m.prefill is not None else ""
         size = pool.tp * pool.pp
-        local = size if size <= domain else domain
-        rows.append((f"{prefix}replica", size, local, f"tp {pool.tp} x pp {pool.pp}, {pool.dp} replicas (ep {pool.ep})"))
+        rows.append(
+            (f"{prefix}replica", size, min(size, domain), f"tp {pool.tp} x pp {pool.pp}, {pool.dp} replicas (ep {pool.ep})")
+        )
     out += ["<h2>Placement</h2>", placement_svg(rows, domain)]
     return out
 
