@@ -7,6 +7,7 @@ and exit status 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -19,8 +20,10 @@ from . import progress
 from .catalogue import LISTS, catalogue_json, catalogue_table
 from .collective import parse_bytes, result_json, result_table, run_collective
 from .cost_report import cost_document, cost_table
+from .fanout import Engine
 from .launch import emit
 from .problem import MAPPING_KEYS, load_problem
+from .suites import Tier, suite_names
 
 # The planner, reports and tables (pandas, OR-Tools: about 0.6 s of imports on 2 cores) are imported by the
 # commands that plan, after the problem file has been read: bad input and `parasol list` answer without them.
@@ -123,6 +126,12 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     rp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
+    _add_suite_parsers(sub)
+    sw = sub.add_parser("sweep", help="solve every point of a design-space sweep (models x systems x GPU counts x ...)")
+    sw.add_argument("spec", help="sweep spec YAML: a base problem and the axes to vary (docs/suites.md)")
+    _add_fanout_arguments(sw, "seconds per point (default: the spec's time_limit, else 60)")
+    sw.add_argument("--out", metavar="FILE", help="also write the table: .csv, .parquet or .json")
+    sw.add_argument("--json", action="store_true", help="print one JSON object {points, ...}")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
     co.add_argument("--num-gpus", type=_positive_int, help="devices in the system (default: one scale-up domain)")
@@ -162,6 +171,48 @@ def _build_parser() -> argparse.ArgumentParser:
         help="print one JSON object {time_s, algbw_gbps, busbw_gbps, algorithm} (GB/s = 1e9 bytes/s)",
     )
     return parser
+
+
+def _add_suite_parsers(sub) -> None:
+    su = sub.add_parser("suite", help="benchmark suites with known optima: run them, export their CP-SAT models")
+    verbs = su.add_subparsers(dest="verb", required=True, parser_class=_ArgumentParser)
+    run = verbs.add_parser("run", help="solve every instance of a suite and hold it to its known optimum")
+    run.add_argument("suite", help="a suite of the library (problems/suites/: " + ", ".join(suite_names()) + ") or a suite file")
+    run.add_argument("--tier", action="append", choices=tuple(Tier), help="only this tier (repeatable; default: all)")
+    _add_fanout_arguments(run, "seconds per instance (default: each instance's own)")
+    run.add_argument("--out", metavar="FILE", help="also write the per-instance table: .csv, .parquet or .json")
+    run.add_argument("--plot", metavar="FILE.png", help="draw the performance profile (needs the plot extra: matplotlib)")
+    run.add_argument(
+        "--compare",
+        action="append",
+        metavar="RESULTS",
+        help="an earlier run's --out table, drawn beside this run in --plot's profile (repeatable)",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON object {instances, summary}")
+    ex = verbs.add_parser("export", help="write each instance's CP-SAT model, for other solvers and versions")
+    ex.add_argument("suite", help="a suite of the library or a suite file")
+    ex.add_argument("--format", default="cpsat", choices=("cpsat",), help="cpsat: CP-SAT CpModelProto files (.pb)")
+    ex.add_argument("--tier", action="append", choices=tuple(Tier), help="only this tier (repeatable; default: all)")
+    ex.add_argument(
+        "--out", metavar="DIR", help="the folder to write into (default: SUITE-cpsat; files in it are never replaced)"
+    )
+
+
+def _add_fanout_arguments(parser, limit_help: str) -> None:
+    parser.add_argument(
+        "--engine", default="local", choices=tuple(Engine), help="local: processes on this machine; ray: a Ray cluster"
+    )
+    parser.add_argument(
+        "--address",
+        help="the Ray cluster to join (ray.init's address, e.g. 10.0.0.1:6379 or auto); "
+        "none: a Ray instance started on this machine",
+    )
+    parser.add_argument(
+        "--workers", type=_positive_int, help="tasks at once (local default 1: in this process; ray: the cluster's CPUs)"
+    )
+    parser.add_argument("--time-limit", type=_positive_float, help=limit_help)
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed of every solve")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal)")
 
 
 def _positive(kind):
@@ -363,6 +414,101 @@ def cmd_collective(args) -> int:
     return 0
 
 
+def _fanout_progress(args, what: str):
+    """on_done for run_tasks: a line per finished task on stderr when it is a terminal, unless --quiet."""
+    sink = _progress(args)
+    if sink is None:
+        return None
+
+    def on_done(result, finished, total):
+        sink.update(f"{what}: {finished}/{total} done, last {result.name} {result.status} in {result.wall_s:.2f} s")
+
+    return on_done
+
+
+def cmd_suite(args) -> int:
+    from . import suite_report  # noqa: PLC0415 (lazy: see the imports)
+    from .fanout import run_tasks  # noqa: PLC0415
+    from .results import check_new_file, write_table  # noqa: PLC0415
+    from .suites import load_suite  # noqa: PLC0415
+
+    suite = load_suite(args.suite)
+    instances = suite.select(tuple(Tier(t) for t in args.tier or ()))
+    if not instances:
+        raise ProblemError(f"no instance of tier {', '.join(args.tier)}", source=str(suite.path), field="--tier")
+    if args.verb == "export":
+        from .cpsat_export import export_suite  # noqa: PLC0415
+
+        written = export_suite(suite, instances, args.out or f"{suite.name}-cpsat", args.format)
+        print(f"wrote {len(written) - 1} CP-SAT models and manifest.json into {args.out or suite.name + '-cpsat'}")
+        return EXIT_PLAN
+    for path, field in ((args.out, "--out"), (args.plot, "--plot")):
+        if path:
+            check_new_file(path, field)
+    compared = {p: suite_report.read_results(p) for p in args.compare or ()}
+    engine = Engine(args.engine)
+    with progress.showing(_progress(args)):
+        results = run_tasks(
+            [i.task(args.time_limit, args.seed) for i in instances],
+            engine,
+            args.workers,
+            args.address,
+            _fanout_progress(args, f"suite {suite.name}"),
+        )
+    frame = suite_report.results_frame(suite, instances, results, str(engine), args.time_limit)
+    summary = suite_report.summary(frame)
+    if args.out:
+        write_table(frame, args.out)
+    if args.plot:
+        runs = {f"this run ({engine})": frame, **compared}
+        suite_report.plot_profile(runs, f"suite {suite.name}: performance profile", args.plot)
+    if args.json:
+        doc = {"suite": suite.name, "engine": str(engine), "instances": json.loads(frame.to_json(orient="records"))}
+        doc["summary"] = dataclasses.asdict(summary)
+        print(json.dumps(doc, indent=2))
+    else:
+        workers = args.workers or (1 if engine is Engine.LOCAL else "the cluster's CPUs")
+        print(f"suite {suite.name}: {len(instances)} instances, engine {engine}, workers {workers}")
+        print(suite_report.run_table(frame))
+        print(suite_report.summary_line(summary))
+    return EXIT_PLAN if summary.reproduced == summary.instances else EXIT_NO_PLAN
+
+
+def cmd_sweep(args) -> int:
+    from .fanout import run_tasks  # noqa: PLC0415
+    from .results import check_new_file, write_table  # noqa: PLC0415
+    from .sweep import check_points, invalid_result, load_sweep, sweep_frame, sweep_table  # noqa: PLC0415
+
+    sweep = load_sweep(args.spec, args.time_limit, args.seed if args.seed else None)
+    if args.out:
+        check_new_file(args.out, "--out")
+    refused = check_points(sweep)
+    runnable = [p.task for p in sweep.points if p.name not in refused]
+    with progress.showing(_progress(args)):
+        done = run_tasks(runnable, Engine(args.engine), args.workers, args.address, _fanout_progress(args, "sweep"))
+    results = {r.name: r for r in done}
+    results.update({name: invalid_result(name, why) for name, why in refused.items()})
+    frame = sweep_frame(sweep, results)
+    if args.out:
+        write_table(frame, args.out)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "spec": str(sweep.path),
+                    "axes": [str(a) for a in sweep.axes],
+                    "points": json.loads(frame.to_json(orient="records")),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"sweep {sweep.path}: {len(sweep.points)} points over {' x '.join(str(a) for a in sweep.axes)}")
+        print(sweep_table(sweep, frame))
+    planned = sum(1 for r in results.values() if r.num_gpus is not None)
+    return EXIT_PLAN if planned else EXIT_NO_PLAN
+
+
 COMMANDS = {
     "evaluate": cmd_evaluate,
     "solve": cmd_solve,
@@ -372,6 +518,8 @@ COMMANDS = {
     "cost": cmd_cost,
     "collective": cmd_collective,
     "list": cmd_list,
+    "suite": cmd_suite,
+    "sweep": cmd_sweep,
 }
 
 

@@ -37,6 +37,7 @@ class ParetoResult:
     solves: int = 0
     space_size: int = 0
     message: str | None = None
+    deterministic_time: float = 0.0  # CP-SAT's, summed over the front's solves (independent of load)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -112,6 +113,7 @@ def _union(planner, problem, objectives, results, start) -> ParetoResult:
         gap=max((r.gap or 0.0 for r in results), default=None) if status == "PARTIAL" else None,
         solve_time_s=time.perf_counter() - start,
         solves=sum(r.solves for r in results),
+        deterministic_time=sum(r.deterministic_time for r in results),
         space_size=sum(r.space_size for r in results),
         message="; ".join(r.message for r in results if r.message) or None,
     )
@@ -169,6 +171,7 @@ def _front_of_three(new_search, unit, objectives, deadline, workers, seed, max_p
             extra=(c,),
         )
         out.solves += step.solves
+        out.deterministic_time += step.deterministic_time
         found += step.plans
         if step.status == "PARTIAL":
             out.status, out.gap, out.message = "PARTIAL", step.gap, step.message
@@ -211,6 +214,7 @@ def _front_of_two(
         if status == "MODEL_INVALID":
             raise RuntimeError(f"invalid CP-SAT model: {model.validate()}")  # a bug in a backend
         result.solves += 1
+        result.deterministic_time += solver.deterministic_time
         return solver, status
 
     while len(result.plans) < max_points:
