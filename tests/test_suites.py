@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, run_main
+from conftest import run_main
 
 from parasol.solver.fanout import TaskKind, TaskResult
 from parasol.solver.suite_report import profile_curves, shifted_geometric_mean
