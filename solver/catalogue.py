@@ -23,6 +23,10 @@ class Catalogue:
 
     folder: str
     facts: Callable[[str], dict]
+    names: Callable[[], list] | None = None  # the entries' names (default: every YAML file's stem)
+
+    def entries(self) -> list:
+        return self.names() if self.names is not None else library.names(self.folder)
 
 
 def _model_facts(name: str) -> dict:
@@ -59,12 +63,27 @@ def _framework_facts(name: str) -> dict:
     return {"kind": newest.kind, "releases": ",".join(str(r["release"]) for r in data["releases"])}
 
 
+def _suite_facts(name: str) -> dict:
+    from .suites import Tier, load_suite  # noqa: PLC0415 (reads every instance's problem: only for this list)
+
+    suite = load_suite(name)
+    tiers = {str(t): len(suite.select((t,))) for t in Tier}
+    return {"instances": len(suite.instances), **tiers, "recorded": len(suite.known)}
+
+
+def _suite_names() -> list:
+    from .suites import suite_names  # noqa: PLC0415
+
+    return suite_names()
+
+
 LISTS = {
     "models": Catalogue("models", _model_facts),
     "systems": Catalogue("systems", _system_facts),
     "devices": Catalogue("systems/devices", _device_facts),
     "engines": Catalogue("engines", _engine_facts),
     "frameworks": Catalogue("frameworks", _framework_facts),
+    "suites": Catalogue("suites", _suite_facts, _suite_names),
 }
 
 
@@ -85,9 +104,7 @@ def catalogue_json(what: str) -> list:
     """[{name, <facts>, summary}] of every entry of one part of the library, sorted by name."""
     part = LISTS[what]
     folder = library.library_root() / part.folder
-    return [
-        {"name": name, **part.facts(name), "summary": _summary(folder / f"{name}.yaml")} for name in library.names(part.folder)
-    ]
+    return [{"name": name, **part.facts(name), "summary": _summary(folder / f"{name}.yaml")} for name in part.entries()]
 
 
 def catalogue_table(what: str) -> str:

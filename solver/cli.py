@@ -111,7 +111,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
     pa.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
-    li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks")
+    li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks, suites")
     li.add_argument("what", choices=tuple(LISTS), help="which part of the library")
     li.add_argument("--json", action="store_true", help="print one JSON array of {name, ...}")
     rp = sub.add_parser("report", help="solve (or --evaluate) a problem and write one self-contained HTML report")

@@ -108,7 +108,7 @@ def summary_line(s: Summary) -> str:
 
 
 def run_table(frame: pd.DataFrame) -> str:
-    head = ["instance", "tier", "kind", "status", "objective", "value", "gap %", "wall s", "det. time", "known", "same"]
+    head = ["instance", "tier", "kind", "status", "objective", "value", "bound", "gap %", "wall s", "det. time", "known", "same"]
     rows = []
     for r in frame.to_dict("records"):
         value = f"{len(json.loads(r['front']))} points" if r["kind"] == TaskKind.PARETO else _num(r["value"])
@@ -121,6 +121,7 @@ def run_table(frame: pd.DataFrame) -> str:
                 r["status"],
                 r["objective"],
                 value,
+                "-" if r["kind"] == TaskKind.PARETO else _num(r["bound"]),
                 gap,
                 f"{r['wall_s']:.2f}",
                 f"{r['deterministic_time']:.2f}",

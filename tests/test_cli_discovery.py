@@ -44,7 +44,9 @@ def test_version_is_the_package_and_the_distribution_version():
 def test_list_names_every_library_entry(what, capsys):
     assert main(["list", what, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [row["name"] for row in doc] == library.names(LISTS[what].folder)
+    assert [row["name"] for row in doc] == LISTS[what].entries()
+    if what != "suites":  # a suite's records (NAME.known.yaml) sit beside it and are not entries
+        assert LISTS[what].entries() == library.names(LISTS[what].folder)
     assert main(["list", what]) == 0
     table = capsys.readouterr().out
     for row in doc:
