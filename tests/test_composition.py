@@ -338,3 +338,23 @@ def test_space_counts_equal_the_points_it_lists():
     problem = parse_problem(BACKEND_CASES["dense-free-split"], source="t")
     space = planner_for(problem).space(problem)
     assert space.size() == sum(len(next(iter(c.values()))) for c in space.chunks(3000)) > 1000
+
+
+@pytest.mark.parametrize("example", ["gpt3-175b-a100-free.yaml", "llama3-70b-serving.yaml", "torus-placement.yaml"])
+def test_cover_is_the_join_of_the_relations_projections(example):
+    """Space.cover (numpy joins on codes) is, row for row and in order, the relations projected on the
+    keys they hold, joined on shared keys (a cross product where none is shared), distinct, sorted."""
+    import functools
+    import itertools
+
+    problem = parse_problem(library.read_yaml(library.library_root() / "examples" / example))
+    planner = planner_for(problem)
+    space = planner.space(planner.subproblems(problem)[0][1])
+    combos = [c for r in (1, 2, 3) for c in itertools.combinations(sorted(space.domains), r)]
+    for keys in random.Random(0).sample(combos, min(25, len(combos))):
+        parts = [rel.frame[[k for k in keys if k in rel.frame]].drop_duplicates() for rel in space.relations]
+        parts = [p for p in parts if len(p.columns)]
+        join = functools.reduce(lambda a, b: a.merge(b, how="inner" if set(a.columns) & set(b.columns) else "cross"), parts)
+        want = join[list(keys)].drop_duplicates().sort_values(list(keys)).to_numpy()
+        got = space.cover(keys)
+        assert list(got.columns) == list(keys) and got.to_numpy().tolist() == want.tolist(), keys
