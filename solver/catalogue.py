@@ -10,9 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parasol.model.params import total_params
-
-from . import frameworks, library
+# the parser imports this module for LISTS' names: the library (numpy, YAML) is imported where it is read
 
 GIB = 2**30
 
@@ -26,10 +24,16 @@ class Catalogue:
     names: Callable[[], list] | None = None  # the entries' names (default: every YAML file's stem)
 
     def entries(self) -> list:
+        from . import library  # noqa: PLC0415
+
         return self.names() if self.names is not None else library.names(self.folder)
 
 
 def _model_facts(name: str) -> dict:
+    from parasol.model.params import total_params  # noqa: PLC0415 (the parser imports this module: kept light)
+
+    from . import library  # noqa: PLC0415
+
     model = library.load_model(name)
     facts = {"params_b": round(total_params(model) / 1e9, 2), "layers": model.layers, "hidden": model.hidden}
     if model.moe is not None:
@@ -39,11 +43,15 @@ def _model_facts(name: str) -> dict:
 
 
 def _system_facts(name: str) -> dict:
+    from . import library  # noqa: PLC0415
+
     system = library.load_system(name, 1)
     return {"device": system.device.name, "gpus_per_node": system.gpus_per_node, "scale_up_domain": system.scale_up_domain}
 
 
 def _device_facts(name: str) -> dict:
+    from . import library  # noqa: PLC0415
+
     device = library.load_device(name)
     bf16 = device.peak_flops.get("bf16")
     return {
@@ -54,10 +62,14 @@ def _device_facts(name: str) -> dict:
 
 
 def _engine_facts(name: str) -> dict:
+    from . import library  # noqa: PLC0415
+
     return {"devices": ",".join(library.load_engine(name))}
 
 
 def _framework_facts(name: str) -> dict:
+    from . import frameworks, library  # noqa: PLC0415
+
     newest = frameworks.load(name)  # its loader checks the profile (the newest release is the default)
     data = library.read_yaml(newest.source, "framework profile")
     return {"kind": newest.kind, "releases": ",".join(str(r["release"]) for r in data["releases"])}
@@ -102,12 +114,16 @@ def _summary(path: Path) -> str:
 
 def catalogue_json(what: str) -> list:
     """[{name, <facts>, summary}] of every entry of one part of the library, sorted by name."""
+    from . import library  # noqa: PLC0415
+
     part = LISTS[what]
     folder = library.library_root() / part.folder
     return [{"name": name, **part.facts(name), "summary": _summary(folder / f"{name}.yaml")} for name in part.entries()]
 
 
 def catalogue_table(what: str) -> str:
+    from . import library  # noqa: PLC0415
+
     rows = catalogue_json(what)
     if not rows:
         return f"no {what} in the library ({library.library_root() / LISTS[what].folder})"

@@ -17,16 +17,14 @@ from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
 from . import progress
-from .catalogue import LISTS, catalogue_json, catalogue_table
-from .collective import parse_bytes, result_json, result_table, run_collective
-from .cost_report import cost_document, cost_table
+from .catalogue import LISTS
 from .fanout import Engine
-from .launch import emit
-from .problem import MAPPING_KEYS, load_problem
 from .suites import Tier, suite_names
 
-# The planner, reports and tables (pandas, OR-Tools: about 0.6 s of imports on 2 cores) are imported by the
-# commands that plan, after the problem file has been read: bad input and `parasol list` answer without them.
+# What a command needs is imported by that command: the problem files' parser and the library (numpy, about
+# 0.3 s), the planner, reports and tables (pandas, OR-Tools: about 0.6 s more on 2 cores) after the problem
+# file has been read. `parasol --help` and argument errors import none of them; bad input and `parasol list`
+# answer without the planner.
 
 # exit status (README "Commands"): a plan; no plan exists (the binding limit named); bad input
 EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
@@ -242,6 +240,8 @@ def _metric_pair(text: str) -> tuple:
 
 
 def _size(text: str) -> int:
+    from .collective import parse_bytes  # noqa: PLC0415 (lazy: see the imports)
+
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -249,8 +249,11 @@ def _size(text: str) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from .launch import emit  # noqa: PLC0415 (lazy: see the imports)
+    from .problem import load_problem  # noqa: PLC0415
+
     problem = load_problem(args.problem)
-    from .planner import planner_for  # noqa: PLC0415 (lazy: see the imports)
+    from .planner import planner_for  # noqa: PLC0415
 
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
@@ -270,6 +273,9 @@ def cmd_evaluate(args) -> int:
 
 
 def _plan_command(args, run) -> int:
+    from .launch import emit  # noqa: PLC0415 (lazy: see the imports)
+    from .problem import load_problem  # noqa: PLC0415
+
     problem = load_problem(args.problem)
     from .planner import planner_for  # noqa: PLC0415
     from .report import plan_result_json, plan_result_table  # noqa: PLC0415
@@ -314,21 +320,25 @@ def points_json(table) -> list:
     if table is None:
         return []
     feasible = table[table["fits"] & table.get("meets_slo", True)] if "fits" in table else table
-    metric_names = [c for c in table.columns if c not in MAPPING_COLUMNS and c != "system"]
+    mapping_columns = _mapping_columns()
+    metric_names = [c for c in table.columns if c not in mapping_columns and c != "system"]
     out = []
     for row in feasible.to_dict("records"):
         out.append(
             {
                 **({"system": row["system"]} if "system" in row else {}),  # several systems compared
-                "mapping": {k: _plain(v) for k, v in row.items() if k in MAPPING_COLUMNS},
+                "mapping": {k: _plain(v) for k, v in row.items() if k in mapping_columns},
                 "metrics": {k: _plain(row[k]) for k in metric_names},
             }
         )
     return out
 
 
-# a front table's mapping columns: the device count, a training mapping's keys, a serving plan's
-MAPPING_COLUMNS = ("num_gpus", *MAPPING_KEYS, "batch", "prefill.tp", "prefill.pp", "prefill.ep", "prefill.dp")
+def _mapping_columns() -> tuple:
+    """A front table's mapping columns: the device count, a training mapping's keys, a serving plan's."""
+    from .problem import MAPPING_KEYS  # noqa: PLC0415
+
+    return ("num_gpus", *MAPPING_KEYS, "batch", "prefill.tp", "prefill.pp", "prefill.ep", "prefill.dp")
 
 
 def _plain(value):
@@ -360,6 +370,8 @@ def cmd_enumerate(args) -> int:
 
 
 def cmd_pareto(args) -> int:
+    from .problem import load_problem  # noqa: PLC0415
+
     problem = load_problem(args.problem)
     from .pareto import pareto_front  # noqa: PLC0415
     from .planner import planner_for  # noqa: PLC0415
@@ -378,6 +390,8 @@ def cmd_pareto(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .problem import load_problem  # noqa: PLC0415
+
     problem = load_problem(args.problem)
     from . import html_report  # noqa: PLC0415
     from .planner import planner_for  # noqa: PLC0415
@@ -398,17 +412,23 @@ def cmd_report(args) -> int:
 
 
 def cmd_cost(args) -> int:
+    from .cost_report import cost_document, cost_table  # noqa: PLC0415
+
     doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
     return 0
 
 
 def cmd_list(args) -> int:
+    from .catalogue import catalogue_json, catalogue_table  # noqa: PLC0415
+
     print(json.dumps(catalogue_json(args.what), indent=2) if args.json else catalogue_table(args.what))
     return EXIT_PLAN
 
 
 def cmd_collective(args) -> int:
+    from .collective import result_json, result_table, run_collective  # noqa: PLC0415
+
     result = run_collective(args.system, args.op, args.nbytes, args.gpus, args.algorithm)
     print(json.dumps(result_json(result)) if args.json else result_table(args.system, result))
     return 0

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from parasol.model import checks
 from parasol.model.errors import ProblemError
 
 from .fanout import Task, TaskKind, TaskResult
-from .library import library_root, read_yaml
+
+# the command line's parser imports this module (Tier, suite_names): the library, numpy and YAML are
+# imported where a suite is read
 
 SUITE_KEYS = ("suite", "description", "time_limit", "instances")
 INSTANCE_KEYS = ("name", "tier", "problem", "objective", "objectives", "time_limit", "note")
@@ -72,7 +73,9 @@ class Suite:
 
 
 def suites_dir() -> Path:
-    return library_root() / "suites"
+    from importlib import resources  # noqa: PLC0415
+
+    return Path(str(resources.files("parasol.data"))) / "suites"  # library.library_root(), without the library
 
 
 def suite_names() -> list[str]:
@@ -98,6 +101,10 @@ def suite_path(name_or_path: str) -> Path:
 
 def load_suite(name_or_path: str) -> Suite:
     """The suite and its records, every instance checked (its problem parsed) before anything runs."""
+    from parasol.model import checks  # noqa: PLC0415
+
+    from .library import read_yaml  # noqa: PLC0415
+
     path = suite_path(name_or_path)
     src = str(path)
     data = read_yaml(path, "suite file")
@@ -116,6 +123,10 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def _instance(item, field: str, path: Path, default_limit: float) -> Instance:
+    from parasol.model import checks  # noqa: PLC0415
+
+    from .library import read_yaml  # noqa: PLC0415
+
     src = str(path)
     checks.mapping(item, field, src)
     checks.keys(item, INSTANCE_KEYS, ("name", "tier", "problem"), src, f"{field}.")
@@ -167,6 +178,10 @@ def _check_problem(instance: Instance, field: str) -> None:
 
 
 def _known(path: Path, names: set) -> dict:
+    from parasol.model import checks  # noqa: PLC0415
+
+    from .library import read_yaml  # noqa: PLC0415
+
     if not path.is_file():
         return {}
     data = read_yaml(path, "suite records")
