@@ -685,13 +685,37 @@ def _combine(planner, problem, objective, top, results, start) -> PlanResult:
         proven = statuses <= {"OPTIMAL", "INFEASIBLE"}
         out.status = "OPTIMAL" if proven else "FEASIBLE"
         out.objective_value = planner.objective_value(problem, objective, out.plans[0].evaluation.metrics)
-        out.bound, out.gap = (out.objective_value, 0.0) if proven else (None, None)
+        out.bound, out.gap = (out.objective_value, 0.0) if proven else _combined_bound(sense, out.objective_value, parts)
     elif statuses != {"INFEASIBLE"}:
         out.status = "UNKNOWN"
     else:
         out.message = "; ".join(f"{label}: {r.message}" for label, r in results if r.message)
     out.solve_time_s = time.perf_counter() - start
     return out
+
+
+def _combined_bound(sense: int, value: float, parts: list) -> tuple:
+    """(bound, gap) of the best over several parts when some stopped on time: each part's optimum lies
+    within its own bound, so the best over all within the best of the bounds (an infeasible part adds
+    none). (None, None) when a part ended with neither plan nor bound. The gap in the objective's unit
+    as ``_bound_of`` states it: 1 - value / bound for a rate (sense -1), 1 - bound / value otherwise."""
+    bounds = []
+    for r in parts:
+        if r.status == "INFEASIBLE":
+            continue
+        if r.bound is None:
+            return None, None
+        bounds.append(r.bound)
+    if not bounds:
+        return None, None
+    bound = max(bounds) if sense < 0 else min(bounds)
+    if sense < 0:
+        bound = max(bound, value)
+        gap = 1.0 - value / bound if bound > 0 else 0.0
+    else:
+        bound = min(bound, value)
+        gap = 1.0 - bound / value if value > 0 else 0.0
+    return bound, max(0.0, gap)
 
 
 # ---------------------------------------------------------------- the planners

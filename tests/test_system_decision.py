@@ -243,3 +243,17 @@ def test_evaluate_on_a_system_file_equals_the_library_system(tmp_path):
     by_path = run_main(["evaluate", str(write_yaml(tmp_path / "b.yaml", data)), "--json"])
     assert by_name.returncode == by_path.returncode == 0, by_path.stderr
     assert json.loads(by_path.stdout)["metrics"] == json.loads(by_name.stdout)["metrics"]
+
+
+def test_a_best_over_parts_cut_short_reports_the_best_of_their_bounds():
+    """issue 16: a solve over several parts (systems, chiplet counts) that stops on time returns a bound
+    and gap: the best of the parts' bounds (each part's optimum lies within its own)."""
+    from parasol.solver.planner import PlanResult, _combined_bound
+
+    feasible = [PlanResult("FEASIBLE", "throughput", bound=120.0), PlanResult("FEASIBLE", "throughput", bound=150.0)]
+    infeasible = PlanResult("INFEASIBLE", "throughput")
+    bound, gap = _combined_bound(-1, 100.0, [*feasible, infeasible])  # a rate: larger is better
+    assert bound == 150.0 and gap == pytest.approx(1 - 100 / 150)
+    bound, gap = _combined_bound(+1, 10.0, [PlanResult("OPTIMAL", "cost", bound=10.0), PlanResult("FEASIBLE", "cost", bound=8.0)])
+    assert bound == 8.0 and gap == pytest.approx(0.2)  # a cost: smaller is better
+    assert _combined_bound(-1, 100.0, [*feasible, PlanResult("UNKNOWN", "throughput")]) == (None, None)  # no bound known
