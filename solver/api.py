@@ -48,9 +48,13 @@ def solve(
     time_limit: float = 60.0,
     workers: int = 1,
     seed: int = 0,
+    method: str = "auto",
 ) -> PlanResult:
-    """The best plan (or the ``top`` best) by CP-SAT, with its status, bound and gap (``parasol solve``)."""
-    return _planner.solve(load(problem), objective=objective, top=top, time_limit=time_limit, workers=workers, seed=seed)
+    """The best plan (or the ``top`` best) with its status, bound and gap (``parasol solve``): by CP-SAT, or
+    by enumeration where the space is small enough (``method``: auto, cpsat, enumerate)."""
+    return _planner.solve(
+        load(problem), objective=objective, top=top, time_limit=time_limit, workers=workers, seed=seed, method=method
+    )
 
 
 def enumerate(  # noqa: A001 (the public name the CLI uses: parasol enumerate)

@@ -80,6 +80,12 @@ def _build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+            sp.add_argument(
+                "--method",
+                choices=("auto", "cpsat", "enumerate"),
+                default="auto",
+                help="auto (default): enumerate a space small enough that this is faster, else CP-SAT; or force one",
+            )
         else:
             sp.add_argument(
                 "--all",
@@ -351,7 +357,13 @@ def _solve(problem, args):
     from .planner import solve  # noqa: PLC0415
 
     return solve(
-        problem, objective=args.objective, top=args.top, time_limit=args.time_limit, workers=args.workers, seed=args.seed
+        problem,
+        objective=args.objective,
+        top=args.top,
+        time_limit=args.time_limit,
+        workers=args.workers,
+        seed=args.seed,
+        method=args.method,
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,16 @@ STATUS = {
     cp_model.UNKNOWN: "UNKNOWN",
     cp_model.MODEL_INVALID: "MODEL_INVALID",
 }
+
+
+class SolveMethod(StrEnum):
+    """How ``solve`` searches: ``auto`` enumerates a space small enough that every point through the model
+    costs less than a CP-SAT solve (``Planner.enumerate_below``) and solves the others; ``cpsat`` and
+    ``enumerate`` force one. Both are exact: OPTIMAL means proven, by CP-SAT or by evaluating every point."""
+
+    AUTO = "auto"
+    CPSAT = "cpsat"
+    ENUMERATE = "enumerate"
 
 
 @dataclass
@@ -91,6 +102,7 @@ class PlanResult:
     points_evaluated: int | None = None
     message: str | None = None
     table: pd.DataFrame | None = None  # enumerate keep_all: every point with its mapping and metrics
+    method: str = "cpsat"  # how it was found: "cpsat" (solve) or "enumerate" (every point through the model)
 
     def to_frame(self) -> pd.DataFrame:
         """The plans as a table, best first (enumerate with keep_all: every point of the space)."""
@@ -195,6 +207,10 @@ class Planner(ABC):
     def search_settings(self, problem) -> SearchSettings:
         """How CP-SAT searches this problem's model (default: presolve and the LP relaxation on)."""
         return SearchSettings()
+
+    def enumerate_below(self, problem) -> int:
+        """The largest space ``solve`` enumerates instead of solving (SolveMethod.AUTO; default: none)."""
+        return 0
 
     def check_objective(self, problem, objective: str | None) -> str:
         objective = objective or problem.objective
@@ -427,10 +443,10 @@ def enumerate_space(
     )
 
 
-def _enumerate_one(planner, problem, objective, top, time_limit, keep_all) -> PlanResult:
+def _enumerate_one(planner, problem, objective, top, time_limit, keep_all, space=None) -> PlanResult:
     start = time.perf_counter()
-    space = planner.space(problem)
-    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1)
+    space = planner.space(problem) if space is None else space
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1, method="enumerate")
     rows, evaluated, complete, least, table = best_points(planner, problem, space, objective, top, time_limit, keep_all)
     result.plans = [Plan(*planner.decode(problem, space, r), None) for r in rows]
     for plan in result.plans:
@@ -470,20 +486,31 @@ def _evaluated(planner, problem, space, stored) -> Plan:
 
 
 def solve(
-    problem, objective: str | None = None, top: int = 1, time_limit: float = 60.0, workers: int = 1, seed: int = 0
+    problem,
+    objective: str | None = None,
+    top: int = 1,
+    time_limit: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    method: SolveMethod | str = SolveMethod.AUTO,
 ) -> PlanResult:
-    """The best plan (or the ``top`` best distinct ones) under the model, with proof status. One
-    CP-SAT worker by default: deterministic for a given seed."""
+    """The best plan (or the ``top`` best distinct ones) under the model, with proof status: by CP-SAT,
+    one worker by default (deterministic for a given seed), or by enumeration where that is cheaper
+    (``SolveMethod``)."""
     planner = planner_for(problem)
     objective = planner.check_objective(problem, objective)
-    return _per_subproblem(
-        planner,
-        problem,
-        objective,
-        top,
-        time_limit,
-        lambda sub, left: _solve_one(planner, sub, objective, top, left, workers, seed),
-    )
+    try:
+        method = SolveMethod(method)
+    except ValueError:
+        raise ProblemError(f"{method!r} is not allowed; allowed: {', '.join(SolveMethod)}", field="method") from None
+
+    def run(sub, left):
+        space = planner.space(sub)
+        if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and space.size() <= planner.enumerate_below(sub)):
+            return _enumerate_one(planner, sub, objective, top, left, False, space)
+        return _solve_one(planner, sub, objective, top, left, workers, seed, space)
+
+    return _per_subproblem(planner, problem, objective, top, time_limit, run)
 
 
 def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict | None:
@@ -495,10 +522,10 @@ def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict 
     return rows[0] if rows else None
 
 
-def _solve_one(planner, problem, objective, top, time_limit, workers, seed) -> PlanResult:
+def _solve_one(planner, problem, objective, top, time_limit, workers, seed, space=None) -> PlanResult:
     start = time.perf_counter()
     deadline = start + (time_limit if time_limit is not None else 60.0)
-    space = planner.space(problem)
+    space = planner.space(problem) if space is None else space
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
     search = Search(planner, problem, space, (objective,))
     target = search.minimised(objective)
@@ -674,6 +701,7 @@ def _combine(planner, problem, objective, top, results, start) -> PlanResult:
         space_size=sum(r.space_size for r in parts),
         workers=max(r.workers for r in parts),
         deterministic_time=sum(r.deterministic_time for r in parts),
+        method="+".join(sorted({r.method for r in parts})),
     )
     if any(r.points_evaluated is not None for r in parts):
         out.points_evaluated = sum(r.points_evaluated or 0 for r in parts)

@@ -52,6 +52,7 @@ def plan_result_json(problem, result, top: int) -> dict:
         "solve_time_s": result.solve_time_s,
         "deterministic_time": result.deterministic_time,
         "workers": result.workers,
+        "method": result.method,
         "space_size": result.space_size,
     }
     if result.points_evaluated is not None:

@@ -49,6 +49,9 @@ PRICED = "cost_per_hour_usd"  # the metric that needs the system's prices
 FRONT_METRICS = {name: FrontMetric(name, name, sense) for name, sense in {**METRIC_SENSE, PRICED: 1}.items()}
 
 
+SERVING_ENUMERATE_BELOW = 200_000  # points: enumerating costs less than solving below this (enumerate_below)
+
+
 class ServingPlanner(Planner):
     kind = "inference"
     objectives = tuple(str(o) for o in O)
@@ -131,6 +134,12 @@ class ServingPlanner(Planner):
         if fits.all() or not fits.any():
             return space
         return space.extend("pool_fits", rows.loc[fits].reset_index(drop=True))
+
+    def enumerate_below(self, problem) -> int:
+        # measured, 2 cores, best of 2 (suite instances): 814 points 0.67 s solved against 0.09 s enumerated,
+        # 2,858 (Mixtral) 5.88 against 0.52 s, 30,440 (disaggregated) 2.67 against 0.23 s, 83,563 (a request
+        # rate over 64 device counts) 7.19 against 2.72 s
+        return SERVING_ENUMERATE_BELOW
 
     def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
         met = plan.evaluation.metrics

@@ -53,6 +53,10 @@ FRONT_METRICS = {
 HINT_MICRO_BATCHES = 2
 
 
+DENSE_ENUMERATE_BELOW = 1_000_000  # points: enumerating costs less than solving below this (enumerate_below)
+MOE_ENUMERATE_BELOW = 300_000
+
+
 class TrainingPlanner(Planner):
     kind = "training"
     objectives = tuple(str(o) for o in T)
@@ -176,6 +180,13 @@ class TrainingPlanner(Planner):
         if problem.model.moe is not None:
             return SearchSettings(presolve=False)
         return SearchSettings(linearization_level=0)
+
+    def enumerate_below(self, problem) -> int:
+        # measured, 2 cores, best of 2 (suite instances; CP-SAT one worker with its hint, against every point
+        # through the numpy composition): dense 282 points 0.22 s against 0.07 s, 1.0M 0.75 against 0.60 s,
+        # 1.18M 0.68 against 0.85 s, 1.9M 0.56 against 1.15 s; MoE (DeepSeek-V3 on 1,024 H800, pipeline split
+        # fixed) 159k points 18.3 s against 2.0 s
+        return MOE_ENUMERATE_BELOW if problem.model.moe is not None else DENSE_ENUMERATE_BELOW
 
     def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
         met = plan.evaluation.metrics

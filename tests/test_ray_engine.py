@@ -73,6 +73,7 @@ def test_suite_on_local_ray_equals_the_local_engine(ray_on_loopback, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.auto_method  # solve's small-space shortcut on in this process as it is in the Ray workers
 def test_sweep_on_local_ray_equals_the_local_engine(ray_on_loopback, tmp_path):
     spec = {
         "base": {
