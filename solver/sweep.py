@@ -116,6 +116,9 @@ def load_sweep(path: str, time_limit: float | None = None, seed: int | None = No
     for key, values in sweep.items():
         axes.append(checks.choice(key, Axis, f"sweep.{key}", src))
         lists.append(checks.nonempty_list(values, f"sweep.{key}", src))
+        if axes[-1] is Axis.WORKLOAD:  # each merged into the base's workload
+            for j, value in enumerate(values):
+                checks.mapping(value, f"sweep.workload[{j}]", src)
     size = 1
     for values in lists:
         size *= len(values)

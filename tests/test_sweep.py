@@ -105,6 +105,7 @@ def test_a_refused_point_is_a_row_and_an_all_refused_sweep_an_error(tmp_path):
         ({"base": BASE, "sweep": {"colour": [1]}}, "sweep.colour: 'colour' is not allowed; allowed: model, system, num_gpus"),
         ({"base": BASE, "sweep": {"model": []}}, "sweep.model: must be a non-empty list"),
         ({"base": BASE, "sweep": {}}, "sweep: must name at least one axis"),
+        ({"base": BASE, "sweep": {"workload": ["seq_len=4096"]}}, "sweep.workload[0]: must be a mapping, got str"),
         ({"sweep": {"model": ["llama3-8b"]}}, "base: is required"),
         ({"base": BASE, "sweep": {"num_gpus": list(range(1, 400))} | {"model": list(range(300))}}, "at most 100,000"),
     ],
