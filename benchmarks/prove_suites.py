@@ -87,11 +87,13 @@ def prove(name: str, args) -> bool:
         proven = result.status in ("OPTIMAL", "COMPLETE")
         if not proven:
             print(f"  {instance.name}: NOT PROVEN ({result.status} after {result.wall_s:.1f} s) {result.message}", flush=True)
+            records.pop(instance.name, None)  # an old record is not kept for an instance that no longer proves
             ok = False
             continue
         said, agrees = enumerator_proof(instance, result, args.enum_max, args.front_enum_max)
         print(f"  {instance.name}: {result.status} in {result.wall_s:.2f} s; enumerator {said}", flush=True)
         if not agrees:
+            records.pop(instance.name, None)
             ok = False
             continue
         records[instance.name] = record_of(result, {"cpsat": result.status, "enumerator": said})

@@ -79,7 +79,7 @@ def _build_parser() -> argparse.ArgumentParser:
         if name == "solve":
             sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
-            sp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+            sp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
             sp.add_argument(
                 "--method",
                 choices=("auto", "cpsat", "enumerate"),
@@ -112,7 +112,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--out", metavar="FILE", help="also write the front as a table: .csv, .parquet or .json")
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
-    pa.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    pa.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
     pa.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
     li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks, suites")
@@ -128,7 +128,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--time-limit", type=_positive_float, default=60.0, help="seconds for the solve, and for the front (default 60)"
     )
     rp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
-    rp.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    rp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
     _add_suite_parsers(sub)
     sw = sub.add_parser("sweep", help="solve every point of a design-space sweep (models x systems x GPU counts x ...)")
@@ -215,7 +215,7 @@ def _add_fanout_arguments(parser, limit_help: str) -> None:
         "--workers", type=_positive_int, help="tasks at once (local default 1: in this process; ray: the cluster's CPUs)"
     )
     parser.add_argument("--time-limit", type=_positive_float, help=limit_help)
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed of every solve")
+    parser.add_argument("--seed", type=_seed, default=None, help="CP-SAT random seed of every solve (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal)")
 
 
@@ -236,6 +236,17 @@ def _positive(kind):
 
 
 _positive_int, _positive_float = _positive(int), _positive(float)
+MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is an int32
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {text!r}")
+    return value
 
 
 def _metric_pair(text: str) -> tuple:
@@ -461,7 +472,7 @@ def _fanout_progress(args, what: str):
 def cmd_suite(args) -> int:
     from . import suite_report  # noqa: PLC0415 (lazy: see the imports)
     from .fanout import run_tasks  # noqa: PLC0415
-    from .results import check_new_file, write_table  # noqa: PLC0415
+    from .results import check_new_file, check_table_file, write_table  # noqa: PLC0415
     from .suites import load_suite  # noqa: PLC0415
 
     suite = load_suite(args.suite)
@@ -474,14 +485,15 @@ def cmd_suite(args) -> int:
         written = export_suite(suite, instances, args.out or f"{suite.name}-cpsat", args.format)
         print(f"wrote {len(written) - 1} CP-SAT models and manifest.json into {args.out or suite.name + '-cpsat'}")
         return EXIT_PLAN
-    for path, field in ((args.out, "--out"), (args.plot, "--plot")):
-        if path:
-            check_new_file(path, field)
+    if args.out:
+        check_table_file(args.out)
+    if args.plot:
+        check_new_file(args.plot, "--plot")
     compared = {p: suite_report.read_results(p) for p in args.compare or ()}
     engine = Engine(args.engine)
     with progress.showing(_progress(args)):
         results = run_tasks(
-            [i.task(args.time_limit, args.seed) for i in instances],
+            [i.task(args.time_limit, args.seed or 0) for i in instances],
             engine,
             args.workers,
             args.address,
@@ -508,12 +520,12 @@ def cmd_suite(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .fanout import run_tasks  # noqa: PLC0415
-    from .results import check_new_file, write_table  # noqa: PLC0415
+    from .results import check_table_file, write_table  # noqa: PLC0415
     from .sweep import check_points, invalid_result, load_sweep, sweep_frame, sweep_table  # noqa: PLC0415
 
-    sweep = load_sweep(args.spec, args.time_limit, args.seed if args.seed else None)
+    sweep = load_sweep(args.spec, args.time_limit, args.seed)
     if args.out:
-        check_new_file(args.out, "--out")
+        check_table_file(args.out)
     refused = check_points(sweep)
     runnable = [p.task for p in sweep.points if p.name not in refused]
     with progress.showing(_progress(args)):

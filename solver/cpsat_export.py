@@ -23,7 +23,7 @@ from .cpsat_ops import IntQ
 from .fanout import TaskKind
 from .planner import Search, planner_for
 from .problem import parse_problem
-from .results import write_new_file
+from .results import check_new_file, write_new_file
 
 FORMATS = ("cpsat",)
 
@@ -46,7 +46,7 @@ def _expr(q):
 
 
 def instance_models(instance) -> list:
-    """[(part label, CpModel, {variable name: what it is})] of one suite instance."""
+    """[(part label, CpModel, {variable name: what it is}, objective)] of one suite instance."""
     problem = parse_problem(instance.problem, source=instance.source)
     planner = planner_for(problem)
     out = []
@@ -62,13 +62,14 @@ def instance_models(instance) -> list:
                 named[var.name] = f"{metric} in CP-SAT's integer units (smaller is better)"
                 first = var if first is None else first
             search.model.minimize(first)
+            objective = ",".join(instance.objectives)
         else:
             objective = planner.check_objective(sub, instance.objective)
             search = Search(planner, sub, space, (objective,))
             search.model.minimize(_expr(search.minimised(objective)))
             named = {}
         named.update({str(k): f"decision {k}" for k in search.decisions})
-        out.append((label, search.model, named))
+        out.append((label, search.model, named, objective))
     return out
 
 
@@ -81,10 +82,12 @@ def export_suite(suite, instances, out_dir: str, fmt: str = "cpsat") -> list:
     if folder.exists() and not folder.is_dir():
         raise ProblemError(f"{folder} exists and is not a folder", field="--out")
     folder.mkdir(parents=True, exist_ok=True)
+    manifest_path = folder / "manifest.json"
+    check_new_file(str(manifest_path), "--out")  # before any model is written
     manifest = {"suite": suite.name, "version": __version__, "format": "CP-SAT CpModelProto (binary)", "models": []}
     written = []
     for instance in instances:
-        for label, model, named in instance_models(instance):
+        for label, model, named, objective in instance_models(instance):
             part = label.replace("/", "--").replace(" ", "-")
             name = instance.name + (f"--{part}" if part else "") + ".pb"
             path = folder / name
@@ -98,14 +101,13 @@ def export_suite(suite, instances, out_dir: str, fmt: str = "cpsat") -> list:
                     "tier": str(instance.tier),
                     "part": label or None,
                     "kind": str(instance.kind),
-                    "objective": ",".join(instance.objectives) or record.get("objective") or instance.objective,
+                    "objective": objective,
                     "variables": len(model.proto.variables),
                     "constraints": len(model.proto.constraints),
                     "named": named,
                     "known": {k: record[k] for k in ("status", "value", "front", "num_gpus", "system", "mapping") if k in record},
                 }
             )
-    manifest_path = folder / "manifest.json"
     write_new_file(str(manifest_path), "--out", lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n"))
     written.append(str(manifest_path))
     return written

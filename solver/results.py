@@ -58,6 +58,14 @@ def write_table(frame: pd.DataFrame, path: str) -> None:
         write_new_file(path, "--out", lambda tmp: frame.to_json(tmp, orient="records", indent=1))
 
 
+def check_table_file(path: str, field: str = "--out") -> None:
+    """ProblemError now (before a command works) if ``write_table`` could not write ``path``: a suffix it
+    does not write, a missing folder or a file that exists."""
+    if Path(path).suffix.lower() not in FORMATS:
+        raise ProblemError(f"cannot write {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field=field)
+    check_new_file(path, field)
+
+
 def check_new_file(path: str, field: str) -> tuple:
     """(folder, the error for an existing file) of a file ``write_new_file`` may create; ProblemError
     (``field``) now if the folder does not exist or the file does (a command checks before it works)."""

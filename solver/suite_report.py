@@ -150,7 +150,12 @@ def read_results(path: str) -> pd.DataFrame:
     missing = [c for c in ("instance", "status", "wall_s") if c not in frame.columns]
     if missing:
         raise ProblemError(f"not a suite run's table: no column {missing[0]!r}", source=path, field="--compare")
-    return frame
+    wall = pd.to_numeric(frame["wall_s"], errors="coerce")
+    if wall.isna().any() or (wall < 0).any():
+        raise ProblemError("column 'wall_s' must hold seconds (numbers >= 0) in every row", source=path, field="--compare")
+    if not frame["instance"].map(lambda v: isinstance(v, str) and bool(v)).all():
+        raise ProblemError("column 'instance' must name an instance in every row", source=path, field="--compare")
+    return frame.assign(wall_s=wall, status=frame["status"].astype(str))
 
 
 def profile_curves(runs: dict) -> tuple[str, dict]:

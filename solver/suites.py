@@ -119,8 +119,15 @@ def load_suite(name_or_path: str) -> Suite:
             raise ProblemError(f"a second instance named {instance.name!r}", source=src, field=f"instances[{i}].name")
         seen.add(instance.name)
         instances.append(instance)
+    name = data["suite"]
+    if not _is_name(name):
+        raise ProblemError(f"must be a name of letters, digits, '-', '_' and '.', got {name!r}", source=src, field="suite")
     known = _known(known_path(path), seen)
-    return Suite(str(data["suite"]), str(data.get("description", "")), path, tuple(instances), known)
+    return Suite(name, str(data.get("description", "")), path, tuple(instances), known)
+
+
+def _is_name(name) -> bool:
+    return isinstance(name, str) and bool(name) and all(c.isalnum() or c in "-_." for c in name) and name[0] != "."
 
 
 def _instance(item, field: str, path: Path, default_limit: float) -> Instance:
@@ -132,7 +139,7 @@ def _instance(item, field: str, path: Path, default_limit: float) -> Instance:
     checks.mapping(item, field, src)
     checks.keys(item, INSTANCE_KEYS, ("name", "tier", "problem"), src, f"{field}.")
     name = item["name"]
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
+    if not _is_name(name):
         raise ProblemError(
             f"must be a name of letters, digits, '-', '_' and '.', got {name!r}", source=src, field=f"{field}.name"
         )
@@ -155,11 +162,11 @@ def _instance(item, field: str, path: Path, default_limit: float) -> Instance:
         raise ProblemError("give objective (a solve) or objectives (a front), not both", source=src, field=f"{field}.objective")
     limit = checks.positive_number(item.get("time_limit", default_limit), f"{field}.time_limit", src, "number of seconds")
     instance = Instance(name, tier, problem, source, objective, objectives, limit, str(item.get("note", "")))
-    _check_problem(instance, field)
+    _check_problem(instance, field, src)
     return instance
 
 
-def _check_problem(instance: Instance, field: str) -> None:
+def _check_problem(instance: Instance, field: str, suite_src: str) -> None:
     """Parse the instance's problem (and its metrics) now: a mistake is one line naming the instance."""
     from .pareto import check_metrics  # noqa: PLC0415 (the planner's imports, after the file is read)
     from .planner import planner_for  # noqa: PLC0415
@@ -175,7 +182,9 @@ def _check_problem(instance: Instance, field: str) -> None:
     except ProblemError as exc:
         inner = (exc.field or "").lstrip("-")  # the planner names its CLI option: --objective(s)
         where = f"{field} ({instance.name})" + (f": {inner}" if inner else "")
-        raise ProblemError(exc.message, source=exc.source or instance.source, field=where) from None
+        # objective(s) are the suite's own keys; the problem's mistakes are in its file
+        source = suite_src if inner in ("objective", "objectives") else (exc.source or instance.source)
+        raise ProblemError(exc.message, source=source, field=where) from None
 
 
 def _known(path: Path, names: set) -> dict:
@@ -190,7 +199,27 @@ def _known(path: Path, names: set) -> dict:
     stray = sorted(set(records) - names)
     if stray:
         raise ProblemError(f"a record for {stray[0]!r}, which the suite does not have", source=str(path), field="instances")
+    for name, record in records.items():
+        _check_record(record, str(path), f"instances.{name}")
     return records
+
+
+def _check_record(record, src: str, field: str) -> None:
+    """A record as prove_suites writes it: a mapping with a status and a numeric value, or a front of
+    lists of numbers."""
+    from parasol.model import checks  # noqa: PLC0415
+
+    checks.mapping(record, field, src)
+    if not isinstance(record.get("status"), str):
+        raise ProblemError("must name the status the optimum was proven with", source=src, field=f"{field}.status")
+    if "front" in record:
+        front = record["front"]
+        if not isinstance(front, list) or not all(
+            isinstance(p, list) and p and all(checks.as_float(x) is not None for x in p) for p in front
+        ):
+            raise ProblemError("must be a list of points, each a list of numbers", source=src, field=f"{field}.front")
+    elif checks.as_float(record.get("value")) is None or isinstance(record.get("value"), str):
+        raise ProblemError(f"must be a number, got {record.get('value')!r}", source=src, field=f"{field}.value")
 
 
 # ---------------------------------------------------------------- a run against the records

@@ -39,6 +39,7 @@ from .report import text_table
 
 SPEC_KEYS = ("base", "sweep", "time_limit", "seed")
 DEFAULT_TIME_LIMIT_S = 60.0
+MAX_SEED = 2**31 - 1
 MAX_POINTS = 100_000  # a spec's product beyond this is refused (a typo in a range, not a sweep)
 
 
@@ -127,7 +128,10 @@ def load_sweep(path: str, time_limit: float | None = None, seed: int | None = No
     limit = time_limit or checks.positive_number(
         data.get("time_limit", DEFAULT_TIME_LIMIT_S), "time_limit", src, "number of seconds"
     )
-    seed = seed if seed is not None else int(checks.non_negative_int(data.get("seed", 0), "seed", src))
+    if seed is None:
+        seed = checks.non_negative_int(data.get("seed", 0), "seed", src)
+        if seed > MAX_SEED:
+            raise ProblemError(f"must be at most {MAX_SEED} (CP-SAT's seed is an int32), got {seed}", source=src, field="seed")
     points = []
     for index, combination in enumerate(itertools.product(*lists), start=1):
         problem = copy.deepcopy(base)
@@ -152,7 +156,7 @@ def check_points(sweep: Sweep) -> dict:
             refused[point.name] = str(exc)
             first = first or exc
     if first is not None and len(refused) == len(sweep.points):
-        raise first
+        raise ProblemError(f"every point is refused; the first: {first}", source=str(sweep.path), field="sweep")
     return refused
 
 
@@ -165,7 +169,7 @@ def sweep_frame(sweep: Sweep, results: dict) -> pd.DataFrame:
         row.update(
             {
                 "status": result.status,
-                "objective": result.objective,
+                "objective": row.get("objective", result.objective),  # an objective axis keeps its value
                 "value": result.value,
                 "bound": result.bound,
                 "gap": result.gap,
@@ -176,7 +180,10 @@ def sweep_frame(sweep: Sweep, results: dict) -> pd.DataFrame:
             }
         )
         for key, value in result.plan.items():
-            row.setdefault(key, value)
+            if key in point.values and point.values[key] != value:  # the plan's choice within the axis value
+                row[f"chosen_{key}"] = value
+            else:
+                row.setdefault(key, value)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -190,14 +197,15 @@ SHOWN = ("num_gpus", "tp", "pp", "dp", "cp", "ep", "micro_batch", "batch")
 
 def sweep_table(sweep: Sweep, frame: pd.DataFrame) -> str:
     axes = [str(a) for a in sweep.axes]
-    head = ["point", *axes, "status", "objective", "value", "plan", "tokens/s", "wall s"]
+    head = ["point", *axes, "status", *([] if "objective" in axes else ["objective"]), "value", "plan", "tokens/s", "wall s"]
     rows = []
     for r in frame.to_dict("records"):
         plan = " ".join(f"{k} {_cell(r[k])}" for k in SHOWN if k in r and k not in axes and not _missing(r[k]))
         value = "-" if _missing(r["value"]) else f"{r['value']:.6g}"
         tokens = "-" if _missing(r.get("tokens_per_s")) else f"{r['tokens_per_s']:,.0f}"
         status = r["status"] if r["status"] != INVALID else f"{INVALID}: {r['message']}"
-        rows.append([r["point"], *[str(r[a]) for a in axes], status, r["objective"], value, plan, tokens, f"{r['wall_s']:.2f}"])
+        objective = [] if "objective" in axes else [r["objective"]]
+        rows.append([r["point"], *[str(r[a]) for a in axes], status, *objective, value, plan, tokens, f"{r['wall_s']:.2f}"])
     return text_table(head, rows, markdown=False)
 
 

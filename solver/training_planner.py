@@ -129,7 +129,7 @@ class TrainingPlanner(Planner):
         for count in problem.chiplets:
             sub = dataclasses.replace(problem, chiplets=(count,))
             limited, why = cost_filter(sub)
-            parts.append((f"chiplets {count}", limited, why))
+            parts.append((None if count is None else f"chiplets {count}", limited, why))  # None: the device as described
         return parts
 
     def solver_space(self, problem, space: Space, tables: Tables) -> Space:

@@ -204,7 +204,8 @@ def test_export_writes_models_that_solve_to_the_recorded_optimum(tmp_path):
     # decode the exported model's solution with the planner's own search of the same instance
     problem = parse_problem(instance.problem, source=instance.source)
     planner = planner_for(problem)
-    [(_, built, _)] = instance_models(instance)
+    [(part, built, _, objective)] = instance_models(instance)
+    assert part == "" and objective == entry["objective"] == "throughput"
     assert len(built.proto.variables) == len(model.proto.variables)
     search = Search(planner, problem, planner.space(problem), (problem.objective,))
     n, mapping = planner.decode(problem, search.space, search.ops.stored(solver))
@@ -212,3 +213,39 @@ def test_export_writes_models_that_solve_to_the_recorded_optimum(tmp_path):
     assert value == pytest.approx(suite.known[instance.name]["value"], rel=1e-6)
     again = run_main(["suite", "export", "serving-cost-pareto", "--tier", "easy", "--out", out])
     assert again.returncode == 2 and "exists" in again.stderr  # nothing written is replaced
+
+
+@pytest.mark.parametrize(
+    "record, field",
+    [
+        ([1, 2], "instances.gpt-1.7b-8: must be a mapping"),
+        ({"status": "OPTIMAL"}, "instances.gpt-1.7b-8.value: must be a number, got None"),
+        ({"status": "OPTIMAL", "value": "x"}, "instances.gpt-1.7b-8.value: must be a number"),
+        ({"status": "COMPLETE", "front": 3}, "instances.gpt-1.7b-8.front: must be a list of points"),
+    ],
+)
+def test_bad_records_are_one_line_errors_before_the_run(tmp_path, record, field):
+    path = _one_instance_suite(tmp_path)
+    (tmp_path / "tiny.known.yaml").write_text(yaml.safe_dump({"suite": "tiny", "instances": {"gpt-1.7b-8": record}}))
+    for command in (["suite", "run", path], ["suite", "export", path, "--out", tmp_path / "models"]):
+        proc = run_main(command)
+        assert proc.returncode == 2 and field in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
+
+
+def test_bad_compare_tables_and_out_suffixes_are_refused_before_the_run(tmp_path):
+    path = _one_instance_suite(tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("instance,status,wall_s\na,OPTIMAL,fast\n")
+    proc = run_main(["suite", "run", path, "--compare", bad, "--plot", tmp_path / "p.png"])
+    assert proc.returncode == 2 and "column 'wall_s' must hold seconds" in proc.stderr
+    proc = run_main(["suite", "run", path, "--out", tmp_path / "out.txt"])
+    assert proc.returncode == 2 and "allowed suffixes: .csv, .parquet, .json" in proc.stderr
+    proc = run_main(["suite", "run", path, "--seed", "99999999999"])
+    assert proc.returncode == 2 and "--seed" in proc.stderr and "2147483647" in proc.stderr
+
+
+def test_a_suite_key_mistake_names_the_suite_file(tmp_path):
+    path = _one_instance_suite(tmp_path, objectives=["throughput", "bogus"])
+    proc = run_main(["suite", "run", path])
+    assert proc.returncode == 2 and proc.stderr.startswith(f"parasol: {path}: instances[0] (gpt-1.7b-8): objectives:")

@@ -125,3 +125,25 @@ def test_the_shipped_sweep_spec_reads_as_24_points():
 def test_address_without_ray_engine_is_refused(tmp_path):
     proc = run_main(["sweep", _spec(tmp_path, {"num_gpus": [8]}), "--address", "127.0.0.1:6379"])
     assert proc.returncode == 2 and "--address: --address names a Ray cluster; it needs --engine ray" in proc.stderr
+
+
+def test_axis_values_and_the_plans_choices_are_both_kept(tmp_path):
+    """An axis named like a result column keeps the spec's value; the plan's own choice within it is
+    chosen_<key> (a GPU-count list: the count the plan uses)."""
+    proc = run_main(["sweep", _spec(tmp_path, {"num_gpus": [[8, 16]], "objective": ["throughput", "bogus"]}), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    ok, refused = json.loads(proc.stdout)["points"]
+    assert ok["num_gpus"] == "[8,16]" and ok["chosen_num_gpus"] in (8, 16) and ok["objective"] == "throughput"
+    assert refused["status"] == "INVALID" and refused["objective"] == "bogus"
+
+
+def test_an_all_refused_sweep_names_the_spec_and_seed_flags_hold(tmp_path):
+    spec = _spec(tmp_path, {"objective": [5]})
+    proc = run_main(["sweep", spec])
+    assert proc.returncode == 2 and proc.stderr.startswith(f"parasol: {spec}: sweep: every point is refused; the first:")
+    seeded = _spec(tmp_path, {"num_gpus": [8]}, seed=5)
+    assert load_sweep(str(seeded)).points[0].task.seed == 5
+    assert load_sweep(str(seeded), seed=0).points[0].task.seed == 0  # --seed 0 wins over the spec's
+    big = _spec(tmp_path, {"num_gpus": [8]}, seed=2**40)
+    proc = run_main(["sweep", big])
+    assert proc.returncode == 2 and "seed: must be at most 2147483647" in proc.stderr
