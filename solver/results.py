@@ -41,11 +41,17 @@ def plans_frame(plans) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_table(frame: pd.DataFrame, path: str) -> None:
-    """Write ``frame`` to ``path`` as CSV, Parquet or JSON records by its suffix (``write_new_file``)."""
+def table_suffix(path: str, field: str = "--out", verb: str = "write") -> str:
+    """The table format of ``path`` by its suffix (one of FORMATS); ProblemError (``field``) otherwise."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise ProblemError(f"cannot write {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field="--out")
+        raise ProblemError(f"cannot {verb} {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field=field)
+    return suffix
+
+
+def write_table(frame: pd.DataFrame, path: str) -> None:
+    """Write ``frame`` to ``path`` as CSV, Parquet or JSON records by its suffix (``write_new_file``)."""
+    suffix = table_suffix(path)
     if suffix == ".csv":
         write_new_file(path, "--out", lambda tmp: frame.to_csv(tmp, index=False))
     elif suffix == ".parquet":
@@ -61,8 +67,7 @@ def write_table(frame: pd.DataFrame, path: str) -> None:
 def check_table_file(path: str, field: str = "--out") -> None:
     """ProblemError now (before a command works) if ``write_table`` could not write ``path``: a suffix it
     does not write, a missing folder or a file that exists."""
-    if Path(path).suffix.lower() not in FORMATS:
-        raise ProblemError(f"cannot write {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field=field)
+    table_suffix(path, field)
     check_new_file(path, field)
 
 

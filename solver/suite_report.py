@@ -23,7 +23,7 @@ from parasol.model.errors import ProblemError
 
 from .fanout import TaskKind
 from .report import text_table
-from .results import FORMATS, write_new_file
+from .results import table_suffix, write_new_file
 from .suites import reproduces
 
 SHIFT_S = 1.0  # the shifted geometric mean's shift
@@ -138,9 +138,7 @@ def _num(value) -> str:
 
 def read_results(path: str) -> pd.DataFrame:
     """A table an earlier ``suite run --out`` wrote (.csv, .parquet or .json)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise ProblemError(f"cannot read {Path(path).name!r}; allowed suffixes: {', '.join(FORMATS)}", field="--compare")
+    suffix = table_suffix(path, "--compare", "read")
     if not Path(path).is_file():
         raise ProblemError("results file not found", source=path, field="--compare")
     try:

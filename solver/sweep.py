@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -215,7 +214,3 @@ def _missing(value) -> bool:
 
 def _cell(value) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
-def points_json(sweep: Sweep, frame: pd.DataFrame) -> list:
-    return json.loads(frame.to_json(orient="records"))
