@@ -8,6 +8,8 @@ norms, activations, dropout and residual adds are memory-bound streams.
 
 from __future__ import annotations
 
+import functools
+
 from .choices import LowPrecisionRecipe
 from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
 from .specs import DeviceSpec, ModelSpec
@@ -102,6 +104,7 @@ def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool 
     return shapes
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def layer_gemm_forward_time_s(
     model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
 ) -> float:
@@ -110,6 +113,7 @@ def layer_gemm_forward_time_s(
     return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values())
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def tp_block_gemm_times_s(
     model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
 ) -> tuple[tuple[float, float], ...]:
@@ -155,6 +159,7 @@ def routed_gemm_shapes(model: ModelSpec, tokens: float, tp: int, etp: int = 1, e
     return mlp_gemm_shapes(model, rows, model.moe.expert_ffn / etp)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def moe_routed_forward_time_s(
     model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int, etp: int = 1
 ) -> float:

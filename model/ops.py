@@ -23,7 +23,8 @@ The operations (sums, differences and integer multiples are written with ``+``, 
 ``implied_at_least(q, bound)``     a redundant inequality the composition knows to hold, q >= bound,
                                    where ``bound`` (an ``ImpliedBound``) is linear in lookup outputs:
                                    the integer backend adds it, computed on its own integers and
-                                   rounded down; the others ignore it
+                                   rounded down (unless it holds on exact numbers only); the interval
+                                   backend raises lower ends to it; the others ignore it
 =================================  ===================================================================
 
 No backend adds or assumes anything: the integer backend scales each table to integers
@@ -106,12 +107,15 @@ class ImpliedBound:
     """A lower bound tabulated over ``keys`` (decisions) and the rows of ``factors``:
     ``fn(values, *rows)`` with ``values`` the decisions' values and one row of outputs per factor;
     ``fn`` must be linear with non-negative coefficients in the outputs, so that it stays a lower
-    bound when the integer backend evaluates it on its rounded values (and rounds it down)."""
+    bound when the integer backend evaluates it on its rounded values (and rounds it down).
+    ``integer`` False: it holds on exact numbers only (its quantity passes a quotient the integer
+    backend rounds down), so the integer backend leaves it out."""
 
     name: str
     keys: tuple
     factors: tuple
     fn: Callable
+    integer: bool = True
 
 
 class FloatOps:

@@ -7,6 +7,9 @@ its name carries the unit. Construction validates values and raises ``ProblemErr
 
 from __future__ import annotations
 
+import bisect
+import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,6 +237,8 @@ class DeviceSpec:
         for name, curve_x, curve_y in self.low_precision_gemm:
             if name == precision:
                 xs, ys = curve_x, curve_y
+        if isinstance(flops, (int, float)):  # one GEMM (the factor tables' case): the same interpolation, in Python
+            return _log_interp(math.log(max(flops, 1.0)), *_log_curve(tuple(xs), tuple(ys)))
         return np.interp(np.log(np.maximum(flops, 1.0)), np.log(xs), ys)
 
 
@@ -429,3 +434,21 @@ class ServingMapping:
         if self.prefill is None:
             return {**self.decode.as_dict(), "batch": self.batch}
         return {"prefill": self.prefill.as_dict(), "decode": self.decode.as_dict(), "batch": self.batch}
+
+
+@functools.lru_cache(maxsize=64)
+def _log_curve(xs: tuple, ys: tuple) -> tuple:
+    """(log x, y, slope of each segment) of a measured efficiency curve, for ``_log_interp``."""
+    lx = [math.log(x) for x in xs]
+    slopes = [(ys[i + 1] - ys[i]) / (lx[i + 1] - lx[i]) for i in range(len(lx) - 1)]
+    return lx, list(ys), slopes
+
+
+def _log_interp(x: float, lx: list, ys: list, slopes: list) -> float:
+    """``np.interp(x, lx, ys)`` for one x: linear between the points, constant beyond the ends."""
+    if x <= lx[0]:
+        return float(ys[0])
+    if x >= lx[-1]:
+        return float(ys[-1])
+    i = bisect.bisect_right(lx, x) - 1
+    return float(slopes[i] * (x - lx[i]) + ys[i])

@@ -423,17 +423,55 @@ def stage_memory(
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
     """A lower bound on m x the slowest stage: the micro-batches per stage, m/pp = global_batch·tp·cp /
-    (num_gpus·micro_batch), times every layer's time (the slowest stage is at least the mean stage,
-    which holds 1/pp of the layers and more). Linear in the layer times: it holds on the integer
-    backend's rounded values too, and gives the LP a direct handle on the dominant term."""
-    model, gb = ctx.model, ctx.workload.global_batch
+    (num_gpus·micro_batch), times the time of every stage together (the slowest stage is at least the
+    mean stage): every layer, the embedding and the output layer with its loss, and the MTP modules
+    (``mtp_terms``), boundary sends aside. Linear in the layer and edge times: it holds on the integer
+    backend's rounded values too, and gives the LP (and the interval bounds of ``bounded_search``) a
+    direct handle on the dominant term."""
+    model, wl = ctx.model, ctx.workload
+    gb, k, L, mtp = wl.global_batch, lead_layers(model), model.layers, wl.mtp_layers
+
+    def work(values, lead, body, edge):
+        per_stage = gb * values[D.TP] * values[D.CP] / (values[D.NUM_GPUS] * values[D.MICRO_BATCH])
+        edges = edge.first_fwd + edge.first_bwd + (1 + mtp) * (edge.last_fwd + edge.last_bwd)
+        return per_stage * (k * lead.total + (L - k + mtp) * body.total + edges)
+
+    return ImpliedBound("pipeline_work", (D.NUM_GPUS, D.TP, D.CP, D.MICRO_BATCH), (*layer_factors(model), EDGES), work)
+
+
+def pipeline_time(ctx: TrainingContext) -> ImpliedBound:
+    """A lower bound on the pipeline's busy time and bubble together, S·(m/p + (p-1)/(p·v)), with S the
+    time of every stage together as ``pipeline_work`` counts it: Megatron's (m + (p-1)/v)·t for p equal
+    stages of time t = S/p (Narayanan et al. SC'21, Sec. 2.2), and a floor for unequal ones. From
+    ``pipeline_parts``, busy + bubble = m·x + (S' - x)/v with x the slowest stage and S' ≥ S the stages'
+    sum (x ≤ S'); its coefficient of x, m - 1/v, is not negative, and x ≥ S'/p. The integer backend
+    rounds the bubble's quotient down, so this holds on exact numbers only (``ImpliedBound.integer``)."""
+    model, wl = ctx.model, ctx.workload
+    gb, k, L, mtp = wl.global_batch, lead_layers(model), model.layers, wl.mtp_layers
+
+    def time(values, lead, body, edge):
+        per_stage = gb * values[D.TP] * values[D.CP] / (values[D.NUM_GPUS] * values[D.MICRO_BATCH])
+        pp, vpp = values[D.PP], values[D.VPP]
+        edges = edge.first_fwd + edge.first_bwd + (1 + mtp) * (edge.last_fwd + edge.last_bwd)
+        stages = k * lead.total + (L - k + mtp) * body.total + edges
+        return stages * per_stage + stages * ((pp - 1) / (pp * vpp))
+
+    keys = (D.NUM_GPUS, D.TP, D.CP, D.MICRO_BATCH, D.PP, D.VPP)
+    return ImpliedBound("pipeline_time", keys, (*layer_factors(model), EDGES), time, integer=False)
+
+
+def mean_stage_states(ctx: TrainingContext) -> ImpliedBound:
+    """A lower bound on the peak memory per GPU: the mean stage's model states, (k lead layers + the
+    L - k body layers and the MTP modules' + the embedding) / pp, and ZeRO-3's gather buffers, which
+    every stage holds (``stage_memory``; the output layer, activations and working sets add more).
+    Linear in the states: it holds on the integer backend's values, rounded up, too."""
+    model, mtp = ctx.model, ctx.workload.mtp_layers
     k, L = lead_layers(model), model.layers
 
-    def work(values, lead, body):
-        per_stage = gb * values[D.TP] * values[D.CP] / (values[D.NUM_GPUS] * values[D.MICRO_BATCH])
-        return per_stage * (k * lead.total + (L - k) * body.total)
+    def states(values, row):
+        return (k * row.lead + (L - k + mtp) * row.body + row.embedding) / values[D.PP] + row.zero3
 
-    return ImpliedBound("pipeline_work", (D.NUM_GPUS, D.TP, D.CP, D.MICRO_BATCH), layer_factors(model), work)
+    return ImpliedBound("mean_stage_states", (D.PP,), (STATES,), states)
 
 
 def compose(o, ctx: TrainingContext) -> TrainingStep:
@@ -461,6 +499,8 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     stages_sum = o.where(single, s_first, s_first + s_last + o.product(pp - 2, s_mid))
     busy, bubble = pipeline_parts(o, m, slowest, stages_sum, vpp)
     o.implied_at_least(busy, pipeline_work(ctx))
+    pipeline = busy + bubble
+    o.implied_at_least(pipeline, pipeline_time(ctx))
 
     # stage 0's data-parallel traffic and optimizer step end the step
     fwd0 = o.product(b1, body.fwd) + edge.first_fwd + o.where(single, edge.last_fwd, 0)
@@ -479,7 +519,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         per_step = grads + gather
     per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
-    synchronous = busy + bubble + exposed + optimizer
+    synchronous = pipeline + exposed + optimizer
     # every GPU waits for the slowest (``training.straggler_stretch``, to a basis point)
     step = o.quotient(o.product(synchronous, o.lookup(STRAGGLE).basis_points), BASIS_POINTS, Rounding.DOWN)
 
@@ -521,6 +561,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     )
     mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0, off), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
+    o.implied_at_least(peak, mean_stage_states(ctx))
 
     minimised = {
         TrainingObjective.THROUGHPUT: step,

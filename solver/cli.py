@@ -82,9 +82,10 @@ def _build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
             sp.add_argument(
                 "--method",
-                choices=("auto", "cpsat", "enumerate"),
+                choices=("auto", "cpsat", "bound", "enumerate"),
                 default="auto",
-                help="auto (default): enumerate a space small enough that this is faster, else CP-SAT; or force one",
+                help="auto (default): enumerate a space small enough that this is faster, else bound blocks of it and "
+                "enumerate the rest (training), else CP-SAT; or force one",
             )
         else:
             sp.add_argument(

@@ -409,7 +409,7 @@ class CpSatOps:
     def implied_at_least(self, q, bound) -> None:
         """q >= the bound, tabulated on the cover of its keys from this model's own integer table
         values (so it holds for every integer solution), rounded down (``ops.ImpliedBound``)."""
-        if not isinstance(q, IntQ):
+        if not isinstance(q, IntQ) or not bound.integer:
             return
         space = self.tables.space
         keys = tuple(dict.fromkeys(tuple(bound.keys) + tuple(k for f in bound.factors for k in f.keys)))

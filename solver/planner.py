@@ -54,11 +54,14 @@ STATUS = {
 
 class SolveMethod(StrEnum):
     """How ``solve`` searches: ``auto`` enumerates a space small enough that every point through the model
-    costs less than a CP-SAT solve (``Planner.enumerate_below``) and solves the others; ``cpsat`` and
-    ``enumerate`` force one. Both are exact: OPTIMAL means proven, by CP-SAT or by evaluating every point."""
+    costs less than any search (``Planner.enumerate_below``), bounds and enumerates the larger ones where
+    the planner can bound blocks of its space (``Planner.bound_above``) and solves the others with CP-SAT;
+    ``cpsat``, ``bound`` and ``enumerate`` force one. All are exact: OPTIMAL means proven, by CP-SAT, by
+    bounds on every block not enumerated (``bounded_search``), or by evaluating every point."""
 
     AUTO = "auto"
     CPSAT = "cpsat"
+    BOUND = "bound"
     ENUMERATE = "enumerate"
 
 
@@ -208,9 +211,19 @@ class Planner(ABC):
         """How CP-SAT searches this problem's model (default: presolve and the LP relaxation on)."""
         return SearchSettings()
 
+    def block_levels(self, problem, space: Space) -> tuple:
+        """The decisions ``bounded_search`` fixes per block, level by level (default: none; the planner
+        cannot bound blocks of its spaces)."""
+        return ()
+
     def enumerate_below(self, problem) -> int:
         """The largest space ``solve`` enumerates instead of solving (SolveMethod.AUTO; default: none)."""
         return 0
+
+    def bound_above(self, problem) -> int | None:
+        """The space size above which ``solve`` bounds and enumerates rather than calling CP-SAT
+        (SolveMethod.AUTO; default None: never)."""
+        return None
 
     def check_objective(self, problem, objective: str | None) -> str:
         objective = objective or problem.objective
@@ -504,13 +517,50 @@ def solve(
     except ValueError:
         raise ProblemError(f"{method!r} is not allowed; allowed: {', '.join(SolveMethod)}", field="method") from None
 
+    if method is SolveMethod.BOUND and not planner.block_levels(problem, planner.space(problem)):
+        allowed = ", ".join(m for m in SolveMethod if m is not SolveMethod.BOUND)
+        raise ProblemError(f"'bound' cannot search {planner.kind} problems; allowed: {allowed}", field="method")
+
     def run(sub, left):
         space = planner.space(sub)
-        if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and space.size() <= planner.enumerate_below(sub)):
+        size = space.size()
+        if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= planner.enumerate_below(sub)):
             return _enumerate_one(planner, sub, objective, top, left, False, space)
+        bound_above = planner.bound_above(sub)
+        if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):
+            return _bound_one(planner, sub, objective, top, left, space)
         return _solve_one(planner, sub, objective, top, left, workers, seed, space)
 
     return _per_subproblem(planner, problem, objective, top, time_limit, run)
+
+
+def _bound_one(planner, problem, objective, top, time_limit, space=None) -> PlanResult:
+    """``bounded_search`` on one (sub-)problem: the best ``top`` plans, proven OPTIMAL when every block
+    was enumerated or bounded out, else the best so far with the least bound of the blocks left."""
+    from .bounded_search import bounded_best  # noqa: PLC0415 (only solves that bound need it)
+
+    start = time.perf_counter()
+    limit = 60.0 if time_limit is None else time_limit
+    space = planner.space(problem) if space is None else space
+    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1, method="bound")
+    outcome = bounded_best(planner, problem, space, objective, top, limit)
+    result.plans = [_evaluated(planner, problem, space, row) for row in outcome.rows]
+    result.points_evaluated = outcome.points_evaluated
+    if result.plans:
+        result.status = "OPTIMAL" if outcome.complete else "FEASIBLE"
+        result.objective_value = planner.objective_value(problem, objective, result.plans[0].evaluation.metrics)
+        if outcome.complete or outcome.least_bound is None:
+            result.bound, result.gap = result.objective_value, 0.0
+            result.status = "OPTIMAL"
+        else:
+            found = float(outcome.keys[0])
+            result.gap = max(0.0, (found - outcome.least_bound) / found) if found > 0 else 0.0
+            result.bound = _bound_of(planner, problem, objective, result.objective_value, result.gap)
+    elif outcome.complete:
+        result.status = "INFEASIBLE"
+        result.message = explain(planner, problem, space, start + limit, 1, 0)
+    result.solve_time_s = time.perf_counter() - start
+    return result
 
 
 def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict | None:

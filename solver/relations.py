@@ -135,6 +135,11 @@ class Space:
             self._cache[keep] = _eliminate([r.frame for r in self.relations], keep, self.domains)
         return self._cache[keep]
 
+    def counts_at(self, rows: pd.DataFrame) -> np.ndarray:
+        """The points of the space that agree with each row of ``rows`` (stored values of some of its
+        decisions; 0 where none does)."""
+        return _counts_at([r.frame for r in self.relations], rows, self.domains)
+
     def size(self) -> int:
         """Points of the space."""
         counted = self.counts(())
@@ -170,29 +175,42 @@ class Space:
 
     # ---- rows --------------------------------------------------------------------------------
 
-    def chunks(self, rows: int = 1 << 20):
+    def chunks(self, rows: int = 1 << 20, roots: np.ndarray | None = None, per_root: np.ndarray | None = None):
         """The points of the space, in a fixed order, as dicts of stored-value arrays of about
         ``rows`` points each (the first relation's rows split so that their joins stay near it).
-        The joins carry one row index per relation and gather the decisions' values once, at the end."""
+        The joins carry one row index per relation and gather the decisions' values once, at the end.
+        ``roots``: only the points of these rows of the first relation, in this order; ``per_root``:
+        the points behind each of them when the caller knows (else counted here)."""
         root = self.relations[0].frame
-        if not len(root):
+        roots = np.arange(len(root)) if roots is None else np.asarray(roots, dtype=np.int64)
+        if not len(roots):
             return
-        per_root = root.merge(self.counts(tuple(root.columns)), on=list(root.columns), how="left")[COUNT].fillna(0)
-        bounds = _chunk_bounds(per_root.to_numpy(dtype=np.int64), rows)
-        arrays = [{c: rel.frame[c].to_numpy(dtype=np.int64) for c in rel.frame.columns} for rel in self.relations]
-        owner = {}
-        for i, rel in enumerate(self.relations):
-            for c in rel.frame.columns:
-                owner.setdefault(c, i)
-        joins = [_Join(arrays[i], self.domains, on, owner) for i, on in enumerate(_shared_columns(self.relations)) if i > 0]
+        if per_root is None:
+            counted = root.merge(self.counts(tuple(root.columns)), on=list(root.columns), how="left")[COUNT].fillna(0)
+            per_root = counted.to_numpy(dtype=np.int64)[roots]
+        bounds = _chunk_bounds(np.asarray(per_root, dtype=np.int64), rows)
+        arrays, owner, joins = self._joins()
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            index = {0: np.arange(lo, hi)}
+            index = {0: roots[lo:hi]}
             for i, join in enumerate(joins, start=1):
                 index = join(index, arrays, i)
                 if not len(index[0]):
                     break
             if len(index[0]):
                 yield {c: arrays[i][c][index[i]] for c, i in owner.items()}
+
+    def _joins(self) -> tuple:
+        """(each relation's columns as arrays, the relation that owns each decision, the joins of the
+        relations after the first onto the rows before them), built once per space."""
+        if "joins" not in self._cache:
+            arrays = [{c: rel.frame[c].to_numpy(dtype=np.int64) for c in rel.frame.columns} for rel in self.relations]
+            owner = {}
+            for i, rel in enumerate(self.relations):
+                for c in rel.frame.columns:
+                    owner.setdefault(c, i)
+            joins = [_Join(arrays[i], self.domains, on, owner) for i, on in enumerate(_shared_columns(self.relations)) if i > 0]
+            self._cache["joins"] = (arrays, owner, joins)
+        return self._cache["joins"]
 
 
 def _shared_columns(relations):
@@ -331,9 +349,10 @@ def _sum_out(f: _Factor, keep: list, radix: dict) -> _Factor:
     return _Factor(tuple(keep), f.codes[first][:, idx], count)
 
 
-def _eliminate(frames: list, keep: tuple, domains: dict) -> pd.DataFrame:
-    """Sum-product variable elimination: the count of join rows per combination of ``keep``
-    (stored values), the variable whose elimination builds the smallest join first."""
+def _reduced(frames: list, keep: tuple, domains: dict) -> tuple[list, dict]:
+    """Sum-product variable elimination down to factors over ``keep`` only (the variable whose
+    elimination builds the smallest join first): the join of the factors returned, summed, counts
+    the points per combination of ``keep``. Also the radices of the codes."""
     radix = {c: len(domains[c].values) for f in frames for c in f.columns}
     factors = []
     for frame in frames:
@@ -353,6 +372,12 @@ def _eliminate(frames: list, keep: tuple, domains: dict) -> pd.DataFrame:
         factors = [f for f in factors if name not in f.columns]
         joined = functools.reduce(lambda a, b: _join(a, b, radix), involved)
         factors.append(_sum_out(joined, [c for c in joined.columns if c != name], radix))
+    return factors, radix
+
+
+def _eliminate(frames: list, keep: tuple, domains: dict) -> pd.DataFrame:
+    """The count of join rows per combination of ``keep`` (stored values)."""
+    factors, radix = _reduced(frames, keep, domains)
     result = functools.reduce(lambda a, b: _join(a, b, radix), factors) if factors else None
     if result is None or not len(result):
         return pd.DataFrame({**{c: np.zeros(0, dtype=np.int64) for c in keep}, COUNT: np.zeros(0, dtype=np.int64)})
@@ -360,6 +385,27 @@ def _eliminate(frames: list, keep: tuple, domains: dict) -> pd.DataFrame:
     out = {c: _stored(domains[c], result.codes[:, j]) for j, c in enumerate(result.columns)}
     out[COUNT] = result.count
     return pd.DataFrame(out)
+
+
+def _counts_at(frames: list, rows: pd.DataFrame, domains: dict) -> np.ndarray:
+    """The join rows of ``frames`` that agree with each row of ``rows`` (stored values of decisions),
+    without materialising the product of the factors over those decisions: each factor left by the
+    elimination is looked up per row, the counts multiplied."""
+    keep = tuple(c for c in rows.columns if any(c in f.columns for f in frames))
+    factors, radix = _reduced(frames, keep, domains)
+    total = np.ones(len(rows), dtype=np.int64)
+    for f in factors:
+        if not f.columns:
+            total *= int(f.count.sum())
+            continue
+        radices = [radix[c] for c in f.columns]
+        keys = _key(f.codes, radices)
+        order = np.argsort(keys)
+        wanted = _key(np.stack([domains[c].codes(rows[c].to_numpy(dtype=np.int64)) for c in f.columns], axis=1), radices)
+        pos = np.minimum(np.searchsorted(keys[order], wanted), max(len(keys) - 1, 0))
+        found = (keys[order][pos] == wanted) if len(keys) else np.zeros(len(rows), dtype=bool)
+        total *= np.where(found, f.count[order][pos] if len(keys) else 0, 0)
+    return total
 
 
 def _stored(domain: Domain, codes: np.ndarray) -> np.ndarray:

@@ -41,6 +41,13 @@ class Tables:
         self.space, self.ctx = space, ctx
         self._tables, self._index = {}, {}
 
+    def on(self, space: Space) -> Tables:
+        """These tables for a restriction of their space (its points are among theirs, so every table
+        still covers them), sharing what is already computed."""
+        other = Tables(space, self.ctx)
+        other._tables, other._index = self._tables, self._index
+        return other
+
     def table(self, factor: Factor) -> FactorTable:
         if factor.name not in self._tables:
             keys = self.space.cover(factor.keys)

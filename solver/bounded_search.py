@@ -1,0 +1,249 @@
+"""Bound and enumerate: the exact best plans of a space too large to enumerate whole, by bounding
+blocks of it on intervals and enumerating, best bound first, only the blocks that could hold a
+better plan than the best found (best-first branch and bound, Land and Doig 1960, with the model's
+own composition as the bounding function).
+
+A *block* is the set of points of the space that share the values of some decisions
+(``Planner.block_levels``: training fixes the grid point, the micro-batch size and recomputation at
+the first level, then the ZeRO stage, sequence parallelism and the schedule with its interleaving
+depth). The composition runs on ``IntervalOps`` over many blocks at once and gives, per block, a
+lower end of the objective and of each limit's quantity: a block whose limit cannot be met, or whose
+least objective is worse than the ``top``-th best plan found, holds no plan worth having.
+
+The search keeps one pool of blocks per level. It always works on the block of least bound over
+all pools (with those of about the same bound, a batch): a block of the last level is enumerated on
+the numpy backend, one of an earlier level is refined into the next level's blocks, which are
+bounded and pooled. It stops when no pool holds a block whose bound could beat the ``top``-th best
+plan: those plans are then proven the best (``OPTIMAL``). Stopped by the time limit, the best plan
+so far comes with the least bound of the blocks left (``bound``, ``gap``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from . import progress
+from .interval_ops import IntervalOps
+from .numpy_ops import NumpyOps
+from .relations import Relation, Space
+from .tables import Tables
+
+ENUMERATE_POINTS = 1 << 17  # points of last-level blocks enumerated at a time (and per numpy chunk)
+REFINE_POINTS = 1 << 21  # points of earlier-level blocks refined at a time
+RELATIVE_TOLERANCE = 1e-9  # a bound within this of the cut-off is kept (float rounding of the interval sums)
+
+
+@dataclass
+class BoundedOutcome:
+    """The best ``top`` points (stored-value dicts, best first) and what the search proved."""
+
+    rows: list
+    keys: np.ndarray  # their objective keys (what the composition minimises)
+    complete: bool  # every block enumerated or bounded out: the rows are the best of the space
+    least_bound: float | None  # the least objective key a block left could reach (None: none left)
+    points_evaluated: int
+    blocks_bounded: int
+
+
+def bounded_best(planner, problem, space: Space, objective: str, top: int, time_limit: float | None) -> BoundedOutcome:
+    """The ``top`` best feasible points of ``space`` for ``objective`` (see the module docstring)."""
+    start = time.perf_counter()
+    ctx = planner.context(problem, (objective,))
+    full = Tables(space, ctx)
+    space = planner.solver_space(problem, space, full)
+    search = _Search(planner, full.on(space), ctx, objective, top)
+    levels = planner.block_levels(problem, space)
+    pools = [_Pool(space, sum(levels[: i + 1], ())) for i in range(len(levels))]
+    pools[0].add(search.bound(space, None, levels[0]))
+    complete = True
+    while True:
+        least = [pool.least() for pool in pools]
+        depth = max(range(len(pools)), key=lambda i: (-least[i], i))  # least bound; the deepest on a tie
+        if not np.isfinite(least[depth]):
+            break
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            complete = False
+            break
+        pool = pools[depth]
+        if depth == len(pools) - 1:
+            search.enumerate(pool, pool.take(search, ENUMERATE_POINTS))
+        else:
+            pools[depth + 1].add(search.bound(space, pool.pop(pool.take(search, REFINE_POINTS)), levels[depth + 1]))
+        for p in pools:
+            p.keep(search.may_improve(p.lower))
+        _report(search, sum(len(p.lower) for p in pools))
+    left = [p.least() for p in pools]
+    return BoundedOutcome(
+        rows=search.rows,
+        keys=search.keys,
+        complete=complete,
+        least_bound=None if complete or not np.isfinite(min(left)) else float(min(left)),
+        points_evaluated=search.evaluated,
+        blocks_bounded=search.bounded,
+    )
+
+
+class _Search:
+    """The planner's composition on the space's tables, and the ``top`` best feasible points found."""
+
+    def __init__(self, planner, tables: Tables, ctx, objective: str, top: int):
+        self.planner, self.tables, self.ctx, self.objective, self.top = planner, tables, ctx, objective, top
+        self.keys = np.empty(0)
+        self.rows: list = []
+        self.evaluated = self.bounded = 0
+
+    def cutoff(self) -> float:
+        return float(self.keys[-1]) if len(self.keys) >= self.top else np.inf
+
+    def may_improve(self, lower: np.ndarray) -> np.ndarray:
+        """Where a block whose objective is at least ``lower`` could still enter the best ``top``."""
+        cut = self.cutoff()
+        return lower <= cut + RELATIVE_TOLERANCE * abs(cut) if np.isfinite(cut) else np.ones(len(lower), dtype=bool)
+
+    def bound(self, space: Space, parent: pd.DataFrame | None, decisions: tuple) -> tuple:
+        """The blocks of ``parent`` (None: the whole space) refined by ``decisions``, with their points and
+        the least objective key of each, without those that cannot meet a limit or beat the cut-off:
+        (frame, points, lower)."""
+        frame, counts = _refine(space, parent, decisions)
+        n = len(frame)
+        self.bounded += n
+        if not n:
+            return frame, counts, np.empty(0)
+        out = self.planner.compose(IntervalOps(self.tables, frame, _free_ranges(space, frame)), self.ctx)
+        ok = np.ones(n, dtype=bool)
+        for limit in out.limits:
+            ok &= np.broadcast_to(np.asarray(_lower(limit.quantity)) <= limit.bound, (n,))
+        lower = np.broadcast_to(np.asarray(_lower(out.minimised[self.objective]), dtype=float), (n,)).copy()
+        ok &= self.may_improve(lower)
+        return frame[ok].reset_index(drop=True), counts[ok], lower[ok]
+
+    def enumerate(self, pool: _Pool, rows: np.ndarray) -> None:
+        """Every point of ``pool``'s blocks ``rows`` through the composition (numpy) into the best found;
+        the blocks then leave the pool."""
+        space = pool.block_space()
+        tables = self.tables.on(space)
+        for cols in space.chunks(ENUMERATE_POINTS, roots=rows, per_root=pool.counts[rows]):
+            o = NumpyOps(tables, cols)
+            self._add(cols, o.size, self.planner.compose(o, self.ctx))
+            self.evaluated += o.size
+        pool.pop(rows)
+
+    def _add(self, cols: dict, size: int, out) -> None:
+        ok = np.ones(size, dtype=bool)
+        for limit in out.limits:
+            ok &= np.broadcast_to(np.asarray(limit.quantity) <= limit.bound, (size,))
+        idx = np.flatnonzero(ok)
+        if not len(idx):
+            return
+        key = np.broadcast_to(np.asarray(out.minimised[self.objective], dtype=float), (size,))
+        pick = idx[np.argsort(key[idx], kind="stable")[: self.top]]
+        keys = np.concatenate([self.keys, key[pick]])
+        rows = self.rows + [{k: int(v[i]) for k, v in cols.items()} for i in pick]
+        best = np.argsort(keys, kind="stable")[: self.top]
+        self.keys, self.rows = keys[best], [rows[i] for i in best]
+
+
+class _Pool:
+    """The blocks of one level waiting to be refined or enumerated: their decisions' values (``frame``),
+    their points and their lower bounds."""
+
+    def __init__(self, space: Space, decisions: tuple):
+        self.space, self.decisions = space, decisions
+        self.frame = pd.DataFrame({k: np.zeros(0, dtype=np.int64) for k in decisions})
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.lower = np.zeros(0)
+        self._space = None
+
+    def add(self, blocks: tuple) -> None:
+        frame, counts, lower = blocks
+        if len(frame):
+            self.frame = pd.concat([self.frame, frame[list(self.frame.columns)]], ignore_index=True) if len(self.frame) else frame
+            self.counts, self.lower = np.concatenate([self.counts, counts]), np.concatenate([self.lower, lower])
+            self._space = None
+
+    def least(self) -> float:
+        return float(self.lower.min()) if len(self.lower) else np.inf
+
+    def keep(self, mask: np.ndarray) -> None:
+        if not mask.all():
+            self.frame, self.counts, self.lower = self.frame[mask].reset_index(drop=True), self.counts[mask], self.lower[mask]
+            self._space = None
+
+    def take(self, search: _Search, points: int) -> np.ndarray:
+        """The blocks of least bound that hold about ``points`` points together (at least one)."""
+        order = np.argsort(self.lower, kind="stable")
+        order = order[search.may_improve(self.lower[order])]
+        return order[: max(1, int(np.searchsorted(np.cumsum(self.counts[order]), points, side="right")))]
+
+    def pop(self, rows: np.ndarray) -> pd.DataFrame:
+        """The blocks ``rows``' frame, the blocks removed from the pool."""
+        taken = self.frame.iloc[rows].reset_index(drop=True)
+        mask = np.ones(len(self.frame), dtype=bool)
+        mask[rows] = False
+        self.keep(mask)
+        return taken
+
+    def block_space(self) -> Space:
+        """The space with the blocks as its first relation (the points of a block: its row's), without
+        the relations the blocks' decisions hold whole."""
+        if self._space is None:
+            rest = tuple(r for r in self.space.relations if not set(r.frame.columns) <= set(self.frame.columns))
+            self._space = Space((Relation("blocks", self.frame),) + rest, self.space.domains)
+        return self._space
+
+
+def _refine(space: Space, parent: pd.DataFrame | None, decisions: tuple) -> tuple:
+    """The combinations of ``parent``'s decisions (None: none) and ``decisions`` that the relations allow
+    together (each relation projected on the decisions it holds), those some point of the space takes,
+    with the points each holds: (frame, points)."""
+    frame = parent
+    fixed = set(decisions) | (set(parent.columns) if parent is not None else set())
+    for rel in space.relations:
+        if not any(c in decisions and (frame is None or c not in frame.columns) for c in rel.frame.columns):
+            continue
+        part = rel.frame[[c for c in rel.frame.columns if c in fixed]].drop_duplicates()
+        if frame is None:
+            frame = part
+            continue
+        on = [c for c in part.columns if c in frame.columns]
+        frame = frame.merge(part, on=on) if on else frame.merge(part, how="cross")
+    counts = space.counts_at(frame)
+    return frame[counts > 0].reset_index(drop=True), counts[counts > 0]
+
+
+def _free_ranges(space: Space, frame: pd.DataFrame) -> dict:
+    """{decision: (lo, hi) arrays}: per block, the range each decision it does not fix takes in every
+    relation that holds it, given the block's values of that relation's other decisions."""
+    columns = set(frame.columns)
+    ranges = {}
+    for rel in space.relations:
+        shared = [c for c in rel.frame.columns if c in columns]
+        for key in rel.frame.columns:
+            if key in columns:
+                continue
+            if shared:
+                grouped = rel.frame.groupby(shared, sort=False)[key].agg(["min", "max"]).reset_index()
+                at = frame[shared].merge(grouped, on=shared, how="left")
+                lo, hi = at["min"].to_numpy(dtype=float), at["max"].to_numpy(dtype=float)
+            else:
+                lo = np.full(len(frame), float(rel.frame[key].min()))
+                hi = np.full(len(frame), float(rel.frame[key].max()))
+            if key in ranges:
+                lo, hi = np.maximum(lo, ranges[key][0]), np.minimum(hi, ranges[key][1])
+            ranges[key] = (lo, hi)
+    return ranges
+
+
+def _lower(q):
+    return q.lo if hasattr(q, "lo") else q
+
+
+def _report(search: _Search, left: int) -> None:
+    sink = progress.current()
+    if sink.due():
+        found = "a plan found" if search.rows else "no plan yet"
+        sink.update(f"solve (bound): {search.evaluated:,} points enumerated, {left:,} blocks left, {found}")
