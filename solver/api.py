@@ -50,8 +50,9 @@ def solve(
     seed: int = 0,
     method: str = "auto",
 ) -> PlanResult:
-    """The best plan (or the ``top`` best) with its status, bound and gap (``parasol solve``): by CP-SAT, or
-    by enumeration where the space is small enough (``method``: auto, cpsat, enumerate)."""
+    """The best plan (or the ``top`` best) with its status, bound and gap (``parasol solve``): by CP-SAT, by
+    bounding blocks of the space and enumerating the rest, or by enumeration where the space is small
+    enough (``method``: auto, cpsat, bound, enumerate)."""
     return _planner.solve(
         load(problem), objective=objective, top=top, time_limit=time_limit, workers=workers, seed=seed, method=method
     )
@@ -75,12 +76,13 @@ def pareto(
     time_limit: float = 120.0,
     workers: int = 1,
     seed: int = 0,
+    method: str = "auto",
 ) -> ParetoResult:
     """The exact Pareto front of two or three metrics (``parasol pareto``); ``objectives`` as a
-    sequence of names or one comma-separated string."""
+    sequence of names or one comma-separated string; ``method`` as ``solve``'s."""
     if isinstance(objectives, str):
         objectives = tuple(x.strip() for x in objectives.split(","))
-    return pareto_front(load(problem), tuple(objectives), time_limit, workers, seed)
+    return pareto_front(load(problem), tuple(objectives), time_limit, workers, seed, method=method)
 
 
 __all__ = ["Plan", "PlanResult", "ParetoResult", "Problem", "ProblemError", "load", "evaluate", "solve", "enumerate", "pareto"]

@@ -35,6 +35,7 @@ from .tables import Tables
 ENUMERATE_POINTS = 1 << 17  # points of last-level blocks enumerated at a time (and per numpy chunk)
 REFINE_POINTS = 1 << 21  # points of earlier-level blocks refined at a time
 RELATIVE_TOLERANCE = 1e-9  # a bound within this of the cut-off is kept (float rounding of the interval sums)
+_clock = time.perf_counter  # the search's clock (a test stops it part-way)
 
 
 @dataclass
@@ -42,8 +43,8 @@ class BoundedOutcome:
     """The best ``top`` points (stored-value dicts, best first) and what the search proved."""
 
     rows: list
-    keys: np.ndarray  # their objective keys (what the composition minimises)
-    complete: bool  # every block enumerated or bounded out: the rows are the best of the space
+    keys: np.ndarray  # their values of what the composition minimises (a front: points x quantities)
+    complete: bool  # every block enumerated or bounded out: the rows are the best (the front) of the space
     least_bound: float | None  # the least objective key a block left could reach (None: none left)
     points_evaluated: int
     blocks_bounded: int
@@ -51,11 +52,44 @@ class BoundedOutcome:
 
 def bounded_best(planner, problem, space: Space, objective: str, top: int, time_limit: float | None) -> BoundedOutcome:
     """The ``top`` best feasible points of ``space`` for ``objective`` (see the module docstring)."""
-    start = time.perf_counter()
-    ctx = planner.context(problem, (objective,))
+    return _run(planner, problem, space, (objective,), _Best((objective,), top), time_limit)
+
+
+def bounded_front(
+    planner, problem, space: Space, objectives: tuple, minimised: tuple, time_limit: float | None, max_points: int
+) -> BoundedOutcome:
+    """The non-dominated feasible points of ``space`` for the front metrics ``objectives``, ordered by the
+    composition's ``minimised`` quantities (all smaller-is-better), one per distinct tuple of values: a
+    block is left out when a point found already weakly dominates its lower corner. ``keys`` holds each
+    point's values (points x quantities)."""
+    return _run(planner, problem, space, objectives, _Front(minimised, max_points), time_limit)
+
+
+def enumerated_front(
+    planner, problem, space: Space, objectives: tuple, minimised: tuple, time_limit: float | None, max_points: int
+) -> BoundedOutcome:
+    """``bounded_front`` by evaluating every point of the space (numpy), for spaces small enough."""
+    from .planner import feasible_mask, scan  # noqa: PLC0415 (the planner imports this module lazily)
+
+    goal, evaluated = _Front(minimised, max_points), 0
+    for _, cols, o, out, _ in scan(planner, problem, space, objectives, time_limit):
+        idx = np.flatnonzero(np.broadcast_to(feasible_mask(out), (o.size,)))
+        if len(idx):
+            values = np.stack(
+                [np.broadcast_to(np.asarray(out.minimised[k], dtype=float), (o.size,))[idx] for k in minimised], axis=1
+            )
+            goal.add({k: v[idx] for k, v in cols.items()}, values)
+        evaluated += o.size
+    complete = evaluated >= space.size() and not goal.overflow
+    return BoundedOutcome(goal.rows, goal.keys, complete, None, evaluated, 0)
+
+
+def _run(planner, problem, space: Space, objectives: tuple, goal, time_limit: float | None) -> BoundedOutcome:
+    start = _clock()
+    ctx = planner.context(problem, objectives)
     full = Tables(space, ctx)
     space = planner.solver_space(problem, space, full)
-    search = _Search(planner, full.on(space), ctx, objective, top)
+    search = _Search(planner, full.on(space), ctx, goal)
     levels = planner.block_levels(problem, space)
     pools = [_Pool(space, sum(levels[: i + 1], ())) for i in range(len(levels))]
     pools[0].add(search.bound(space, None, levels[0]))
@@ -65,7 +99,7 @@ def bounded_best(planner, problem, space: Space, objective: str, top: int, time_
         depth = max(range(len(pools)), key=lambda i: (-least[i], i))  # least bound; the deepest on a tie
         if not np.isfinite(least[depth]):
             break
-        if time_limit is not None and time.perf_counter() - start > time_limit:
+        if time_limit is not None and _clock() - start > time_limit:
             complete = False
             break
         pool = pools[depth]
@@ -74,13 +108,13 @@ def bounded_best(planner, problem, space: Space, objective: str, top: int, time_
         else:
             pools[depth + 1].add(search.bound(space, pool.pop(pool.take(search, REFINE_POINTS)), levels[depth + 1]))
         for p in pools:
-            p.keep(search.may_improve(p.lower))
+            p.keep(goal.may_improve(p.lower))
         _report(search, sum(len(p.lower) for p in pools))
     left = [p.least() for p in pools]
     return BoundedOutcome(
-        rows=search.rows,
-        keys=search.keys,
-        complete=complete,
+        rows=goal.rows,
+        keys=goal.keys,
+        complete=complete and not goal.overflow,
         least_bound=None if complete or not np.isfinite(min(left)) else float(min(left)),
         points_evaluated=search.evaluated,
         blocks_bounded=search.bounded,
@@ -88,63 +122,146 @@ def bounded_best(planner, problem, space: Space, objective: str, top: int, time_
 
 
 class _Search:
-    """The planner's composition on the space's tables, and the ``top`` best feasible points found."""
+    """The planner's composition on the space's tables, feeding what it finds to a goal (``_Best``,
+    ``_Front``)."""
 
-    def __init__(self, planner, tables: Tables, ctx, objective: str, top: int):
-        self.planner, self.tables, self.ctx, self.objective, self.top = planner, tables, ctx, objective, top
-        self.keys = np.empty(0)
-        self.rows: list = []
+    def __init__(self, planner, tables: Tables, ctx, goal):
+        self.planner, self.tables, self.ctx, self.goal = planner, tables, ctx, goal
         self.evaluated = self.bounded = 0
 
-    def cutoff(self) -> float:
-        return float(self.keys[-1]) if len(self.keys) >= self.top else np.inf
-
-    def may_improve(self, lower: np.ndarray) -> np.ndarray:
-        """Where a block whose objective is at least ``lower`` could still enter the best ``top``."""
-        cut = self.cutoff()
-        return lower <= cut + RELATIVE_TOLERANCE * abs(cut) if np.isfinite(cut) else np.ones(len(lower), dtype=bool)
+    @property
+    def rows(self) -> list:
+        return self.goal.rows
 
     def bound(self, space: Space, parent: pd.DataFrame | None, decisions: tuple) -> tuple:
         """The blocks of ``parent`` (None: the whole space) refined by ``decisions``, with their points and
-        the least objective key of each, without those that cannot meet a limit or beat the cut-off:
-        (frame, points, lower)."""
+        the lower ends of the goal's quantities (blocks x quantities), without those that cannot meet a
+        limit or hold anything the goal wants: (frame, points, lower)."""
         frame, counts = _refine(space, parent, decisions)
         n = len(frame)
         self.bounded += n
         if not n:
-            return frame, counts, np.empty(0)
+            return frame, counts, np.empty((0, len(self.goal.names)))
         out = self.planner.compose(IntervalOps(self.tables, frame, _free_ranges(space, frame)), self.ctx)
         ok = np.ones(n, dtype=bool)
         for limit in out.limits:
             ok &= np.broadcast_to(np.asarray(_lower(limit.quantity)) <= limit.bound, (n,))
-        lower = np.broadcast_to(np.asarray(_lower(out.minimised[self.objective]), dtype=float), (n,)).copy()
-        ok &= self.may_improve(lower)
+        lower = np.stack(
+            [np.broadcast_to(np.asarray(_lower(out.minimised[k]), dtype=float), (n,)) for k in self.goal.names], axis=1
+        )
+        ok &= self.goal.may_improve(lower)
         return frame[ok].reset_index(drop=True), counts[ok], lower[ok]
 
     def enumerate(self, pool: _Pool, rows: np.ndarray) -> None:
-        """Every point of ``pool``'s blocks ``rows`` through the composition (numpy) into the best found;
-        the blocks then leave the pool."""
+        """Every point of ``pool``'s blocks ``rows`` through the composition (numpy) into the goal; the
+        blocks then leave the pool."""
         space = pool.block_space()
         tables = self.tables.on(space)
         for cols in space.chunks(ENUMERATE_POINTS, roots=rows, per_root=pool.counts[rows]):
             o = NumpyOps(tables, cols)
-            self._add(cols, o.size, self.planner.compose(o, self.ctx))
+            out = self.planner.compose(o, self.ctx)
+            ok = np.ones(o.size, dtype=bool)
+            for limit in out.limits:
+                ok &= np.broadcast_to(np.asarray(limit.quantity) <= limit.bound, (o.size,))
+            idx = np.flatnonzero(ok)
+            if len(idx):
+                values = np.stack(
+                    [np.broadcast_to(np.asarray(out.minimised[k], dtype=float), (o.size,))[idx] for k in self.goal.names], axis=1
+                )
+                self.goal.add({k: v[idx] for k, v in cols.items()}, values)
             self.evaluated += o.size
         pool.pop(rows)
 
-    def _add(self, cols: dict, size: int, out) -> None:
-        ok = np.ones(size, dtype=bool)
-        for limit in out.limits:
-            ok &= np.broadcast_to(np.asarray(limit.quantity) <= limit.bound, (size,))
-        idx = np.flatnonzero(ok)
-        if not len(idx):
-            return
-        key = np.broadcast_to(np.asarray(out.minimised[self.objective], dtype=float), (size,))
-        pick = idx[np.argsort(key[idx], kind="stable")[: self.top]]
+
+class _Best:
+    """The ``top`` least points of one quantity, and the cut-off they set."""
+
+    overflow = False
+
+    def __init__(self, names: tuple, top: int):
+        self.names, self.top = names, top
+        self.keys = np.empty(0)
+        self.rows: list = []
+
+    def may_improve(self, lower: np.ndarray) -> np.ndarray:
+        """Where a block whose quantity is at least ``lower`` (blocks x 1) could still enter the best ``top``."""
+        if len(self.keys) < self.top:
+            return np.ones(len(lower), dtype=bool)
+        cut = float(self.keys[-1])
+        return lower[:, 0] <= cut + RELATIVE_TOLERANCE * abs(cut)
+
+    def add(self, cols: dict, values: np.ndarray) -> None:
+        key = values[:, 0]
+        pick = np.argsort(key, kind="stable")[: self.top]
         keys = np.concatenate([self.keys, key[pick]])
         rows = self.rows + [{k: int(v[i]) for k, v in cols.items()} for i in pick]
         best = np.argsort(keys, kind="stable")[: self.top]
         self.keys, self.rows = keys[best], [rows[i] for i in best]
+
+
+class _Front:
+    """The non-dominated points found (all quantities minimised), one per distinct tuple of values."""
+
+    def __init__(self, names: tuple, max_points: int):
+        self.names, self.max_points = names, max_points
+        self.keys = np.empty((0, len(names)))
+        self.rows: list = []
+        self.overflow = False  # more non-dominated points than max_points
+
+    def may_improve(self, lower: np.ndarray) -> np.ndarray:
+        """Where a block whose quantities are at least ``lower`` (blocks x quantities) may hold a point
+        that no point found weakly dominates."""
+        keep = np.ones(len(lower), dtype=bool)
+        cut = lower - RELATIVE_TOLERANCE * np.abs(lower)
+        for start in range(0, len(self.keys), 64):
+            front = self.keys[start : start + 64]
+            keep &= ~(front[:, None, :] <= cut[None, :, :]).all(axis=2).any(axis=0)
+        return keep
+
+    def add(self, cols: dict, values: np.ndarray) -> None:
+        values = np.concatenate([self.keys, values])
+        rows = len(self.rows)
+        keep = non_dominated_rows(values)
+        new = [i for i in keep if i >= rows]
+        picked = {i: {k: int(v[i - rows]) for k, v in cols.items()} for i in new}
+        self.rows = [self.rows[i] if i < rows else picked[i] for i in keep]
+        self.keys = values[keep]
+        if len(self.rows) > self.max_points:
+            self.overflow = True
+            self.rows, self.keys = self.rows[: self.max_points], self.keys[: self.max_points]
+
+
+def non_dominated_rows(values: np.ndarray) -> list:
+    """The rows of ``values`` (points x quantities, all minimised) that no other row weakly dominates,
+    the first of equal rows only, in lexicographic order of their values (exact: every comparison is
+    of the floats themselves). A few points least in a weighted sum of the quantities are non-dominated
+    and remove most others first."""
+    n = len(values)
+    if not n:
+        return []
+    alive = np.ones(n, dtype=bool)
+    scale = np.maximum(np.abs(values).max(axis=0), 1e-300)
+    weights = np.vstack([np.eye(values.shape[1]), np.ones(values.shape[1])])
+    for w in weights:
+        pivot = values[np.lexsort(((values / scale) @ w,))[0]]
+        alive &= ~((pivot <= values).all(axis=1) & (pivot < values).any(axis=1))
+    idx = np.flatnonzero(alive)
+    idx = idx[np.lexsort(values[idx].T[::-1])]
+    front: list = []
+    kept = np.empty((0, values.shape[1]))
+    for start in range(0, len(idx), 512):
+        block = idx[start : start + 512]
+        v = values[block]
+        dominated = np.zeros(len(block), dtype=bool)
+        for s in range(0, len(kept), 512):
+            dominated |= (kept[s : s + 512, None, :] <= v[None, :, :]).all(axis=2).any(axis=0)
+        block, v = block[~dominated], v[~dominated]
+        within = np.triu((v[:, None, :] <= v[None, :, :]).all(axis=2), k=1).any(
+            axis=0
+        )  # an earlier row (lexicographic) dominates or equals
+        front += block[~within].tolist()
+        kept = np.concatenate([kept, v[~within]])
+    return front
 
 
 class _Pool:
@@ -155,18 +272,20 @@ class _Pool:
         self.space, self.decisions = space, decisions
         self.frame = pd.DataFrame({k: np.zeros(0, dtype=np.int64) for k in decisions})
         self.counts = np.zeros(0, dtype=np.int64)
-        self.lower = np.zeros(0)
+        self.lower = np.zeros((0, 1))
         self._space = None
 
     def add(self, blocks: tuple) -> None:
         frame, counts, lower = blocks
         if len(frame):
             self.frame = pd.concat([self.frame, frame[list(self.frame.columns)]], ignore_index=True) if len(self.frame) else frame
-            self.counts, self.lower = np.concatenate([self.counts, counts]), np.concatenate([self.lower, lower])
+            self.counts = np.concatenate([self.counts, counts])
+            self.lower = np.concatenate([self.lower, lower]) if len(self.lower) else lower
             self._space = None
 
     def least(self) -> float:
-        return float(self.lower.min()) if len(self.lower) else np.inf
+        """The least lower end of the first quantity over the blocks (inf: none left)."""
+        return float(self.lower[:, 0].min()) if len(self.lower) else np.inf
 
     def keep(self, mask: np.ndarray) -> None:
         if not mask.all():
@@ -174,9 +293,9 @@ class _Pool:
             self._space = None
 
     def take(self, search: _Search, points: int) -> np.ndarray:
-        """The blocks of least bound that hold about ``points`` points together (at least one)."""
-        order = np.argsort(self.lower, kind="stable")
-        order = order[search.may_improve(self.lower[order])]
+        """The blocks of least bound (first quantity) that hold about ``points`` points together (at least one)."""
+        order = np.argsort(self.lower[:, 0], kind="stable")
+        order = order[search.goal.may_improve(self.lower[order])]
         return order[: max(1, int(np.searchsorted(np.cumsum(self.counts[order]), points, side="right")))]
 
     def pop(self, rows: np.ndarray) -> pd.DataFrame:

@@ -31,6 +31,11 @@ EXIT_PLAN, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
 OBJECTIVES = tuple(dict.fromkeys(str(o) for o in (*TrainingObjective, *ServingObjective)))
 
 
+METHODS = ("auto", "cpsat", "bound", "enumerate")  # planner.SolveMethod (not imported: the parser starts fast)
+METHOD_HELP = (
+    "auto (default): every point of a space small enough that this is faster, else blocks of it bounded and "
+    "the rest enumerated (training), else CP-SAT; or force one"
+)
 EMIT_HELP = (
     "print the best plan as workload.framework's launch configuration (command line, TOML or JSON) instead "
     'of the table; with --json, under the key "launch" (docs/frameworks.md)'
@@ -80,13 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
             sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
-            sp.add_argument(
-                "--method",
-                choices=("auto", "cpsat", "bound", "enumerate"),
-                default="auto",
-                help="auto (default): enumerate a space small enough that this is faster, else bound blocks of it and "
-                "enumerate the rest (training), else CP-SAT; or force one",
-            )
+            sp.add_argument("--method", choices=METHODS, default="auto", help=METHOD_HELP)
         else:
             sp.add_argument(
                 "--all",
@@ -98,7 +97,7 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="also write the plans (enumerate --all: every point) as a table: .csv, .parquet or .json",
         )
-    pa = sub.add_parser("pareto", help="the exact Pareto front of two or three metrics (epsilon-constraint, CP-SAT)")
+    pa = sub.add_parser("pareto", help="the exact Pareto front of two or three metrics")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
     pa.add_argument(
         "--objectives",
@@ -114,6 +113,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
     pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
+    pa.add_argument("--method", choices=METHODS, default="auto", help=METHOD_HELP)
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
     pa.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
     li = sub.add_parser("list", help="what the built-in library holds: models, systems, devices, engines, frameworks, suites")
@@ -404,7 +404,7 @@ def cmd_pareto(args) -> int:
 
     planner = planner_for(problem)
     with progress.showing(_progress(args)):
-        result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed)
+        result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed, method=args.method)
     if args.plot:
         plot_front(planner, problem, result, args.plot)
     if args.out:

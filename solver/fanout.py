@@ -47,7 +47,7 @@ class Task:
     objectives: tuple = ()  # a front of these metrics instead of a solve
     time_limit: float = 60.0  # seconds, the planner's whole search
     seed: int = 0
-    method: str = "auto"  # a solve's SolveMethod: a suite's instances are CP-SAT's (cpsat), a sweep's points auto
+    method: str = "auto"  # SolveMethod of a solve or front: a suite's instances are CP-SAT's (cpsat), a sweep's points auto
 
     @property
     def kind(self) -> TaskKind:
@@ -91,7 +91,7 @@ def run_task(task: Task) -> TaskResult:
     try:
         problem = parse_problem(task.problem, source=task.source)
         if task.kind is TaskKind.PARETO:
-            result = pareto_front(problem, task.objectives, task.time_limit, 1, task.seed)
+            result = pareto_front(problem, task.objectives, task.time_limit, 1, task.seed, method=task.method)
         else:
             result = solve(
                 problem, objective=task.objective, time_limit=task.time_limit, workers=1, seed=task.seed, method=task.method

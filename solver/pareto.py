@@ -23,8 +23,12 @@ import pandas as pd
 from parasol.model.errors import ProblemError
 
 from . import progress
+from .bounded_search import bounded_front, enumerated_front
 from .cpsat_ops import IntQ
-from .planner import Plan, Search, cp_solver, explain, planner_for, status_name
+from .planner import Plan, Search, SolveMethod, check_method, cp_solver, evaluated_plan, explain, planner_for, status_name
+
+# mappings: a front over at most this many is found by evaluating every one (measured: docs/planner.md)
+FRONT_ENUMERATE_BELOW = 2_000_000
 
 
 @dataclass
@@ -66,17 +70,26 @@ def check_metrics(planner, problem, objectives) -> tuple:
 
 
 def pareto_front(
-    problem, objectives, time_limit: float = 60.0, workers: int = 1, seed: int = 0, max_points: int = 1000
+    problem,
+    objectives,
+    time_limit: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    max_points: int = 1000,
+    method: SolveMethod | str = SolveMethod.AUTO,
 ) -> ParetoResult:
-    """The exact front of ``objectives`` (two or three metric names) of ``problem``."""
+    """The exact front of ``objectives`` (two or three metric names) of ``problem``, found as ``method``
+    says (``SolveMethod``; auto: every point of a space of at most ``FRONT_ENUMERATE_BELOW``, blocks
+    bounded and enumerated above that where the planner can bound them, else CP-SAT)."""
     planner = planner_for(problem)
     objectives = check_metrics(planner, problem, objectives)
+    method = check_method(planner, problem, method)
     start = time.perf_counter()
     systems = problem.systems
     results = []
     for index, sub in enumerate(systems):
         left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(systems) - index))
-        result = _system_front(planner, sub, objectives, left, workers, seed, max_points)
+        result = _system_front(planner, sub, objectives, left, workers, seed, max_points, method)
         for plan in result.plans:
             plan.system_name = sub.system_name
         if len(systems) > 1 and result.message:
@@ -85,7 +98,7 @@ def pareto_front(
     return results[0] if len(results) == 1 else _union(planner, problem, objectives, results, start)
 
 
-def _system_front(planner, problem, objectives, time_limit, workers, seed, max_points) -> ParetoResult:
+def _system_front(planner, problem, objectives, time_limit, workers, seed, max_points, method) -> ParetoResult:
     """The front on one system: one front per sub-problem (training's chiplet counts), then their union's."""
     start = time.perf_counter()
     parts = planner.subproblems(problem)
@@ -95,7 +108,7 @@ def _system_front(planner, problem, objectives, time_limit, workers, seed, max_p
             results.append(ParetoResult(objectives=objectives, status="INFEASIBLE", message=why))
             continue
         left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
-        results.append(_front(planner, sub, objectives, left, workers, seed, max_points))
+        results.append(_front(planner, sub, objectives, left, workers, seed, max_points, method))
     return results[0] if len(results) == 1 else _union(planner, problem, objectives, results, start)
 
 
@@ -119,8 +132,14 @@ def _union(planner, problem, objectives, results, start) -> ParetoResult:
     )
 
 
-def _front(planner, problem, objectives, time_limit, workers, seed, max_points) -> ParetoResult:
+def _front(planner, problem, objectives, time_limit, workers, seed, max_points, method) -> ParetoResult:
     space = planner.space(problem)
+    size = space.size()
+    if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= FRONT_ENUMERATE_BELOW):
+        return _front_of_points(planner, problem, space, objectives, time_limit, max_points, enumerated_front)
+    bound_above = planner.bound_above(problem)
+    if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):
+        return _front_of_points(planner, problem, space, objectives, time_limit, max_points, bounded_front)
 
     def new_search():
         return Search(planner, problem, space, objectives)
@@ -140,6 +159,27 @@ def _front(planner, problem, objectives, time_limit, workers, seed, max_points) 
     result.space_size = space.size()
     if result.status == "INFEASIBLE" and result.message is None:
         result.message = explain(planner, problem, space, deadline, workers, seed)
+    return result
+
+
+def _front_of_points(planner, problem, space, objectives, time_limit, max_points, search) -> ParetoResult:
+    """The front as ``search`` (``bounded_search.enumerated_front`` or ``bounded_front``) finds it: the
+    non-dominated points of the model's own floats, one per distinct tuple of the metrics."""
+    start = time.perf_counter()
+    minimised = tuple(planner.front_metric(problem, n).minimised for n in objectives)
+    outcome = search(planner, problem, space, objectives, minimised, time_limit, max_points)
+    result = ParetoResult(objectives=objectives, space_size=space.size())
+    result.plans = [evaluated_plan(planner, problem, space, row) for row in outcome.rows]
+    if not outcome.complete:
+        result.status, result.gap = "PARTIAL", 1.0
+        more = len(outcome.rows) >= max_points
+        result.message = (
+            f"more than {max_points} points on the front" if more else f"time limit reached after {len(outcome.rows)} points"
+        )
+    elif not result.plans:
+        result.status = "INFEASIBLE"
+        result.message = explain(planner, problem, space, time.perf_counter() + time_limit, 1, 0)
+    result.solve_time_s = time.perf_counter() - start
     return result
 
 

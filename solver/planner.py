@@ -481,16 +481,17 @@ def _explain_from_least(planner, problem, space, least: dict) -> str:
     messages = []
     for name, (value, stored, limit) in least.items():
         if name != "memory" and value > limit.bound:
-            messages.append(planner.binds(problem, limit, _evaluated(planner, problem, space, stored), True))
+            messages.append(planner.binds(problem, limit, evaluated_plan(planner, problem, space, stored), True))
     if messages:
         return "; ".join(messages)
     if "memory" in least and least["memory"][0] > least["memory"][2].bound:
         _, stored, limit = least["memory"]
-        return planner.binds(problem, limit, _evaluated(planner, problem, space, stored), True)
+        return planner.binds(problem, limit, evaluated_plan(planner, problem, space, stored), True)
     return planner.together(problem, list(least))
 
 
-def _evaluated(planner, problem, space, stored) -> Plan:
+def evaluated_plan(planner, problem, space, stored) -> Plan:
+    """The plan of a point given by its stored values, evaluated by the model."""
     n, mapping = planner.decode(problem, space, stored)
     return Plan(n, mapping, planner.evaluate(problem, n, mapping))
 
@@ -512,14 +513,7 @@ def solve(
     (``SolveMethod``)."""
     planner = planner_for(problem)
     objective = planner.check_objective(problem, objective)
-    try:
-        method = SolveMethod(method)
-    except ValueError:
-        raise ProblemError(f"{method!r} is not allowed; allowed: {', '.join(SolveMethod)}", field="method") from None
-
-    if method is SolveMethod.BOUND and not planner.block_levels(problem, planner.space(problem)):
-        allowed = ", ".join(m for m in SolveMethod if m is not SolveMethod.BOUND)
-        raise ProblemError(f"'bound' cannot search {planner.kind} problems; allowed: {allowed}", field="method")
+    method = check_method(planner, problem, method)
 
     def run(sub, left):
         space = planner.space(sub)
@@ -534,6 +528,18 @@ def solve(
     return _per_subproblem(planner, problem, objective, top, time_limit, run)
 
 
+def check_method(planner: Planner, problem, method) -> SolveMethod:
+    """``method`` as a ``SolveMethod``, one the planner can run (ProblemError otherwise)."""
+    try:
+        method = SolveMethod(method)
+    except ValueError:
+        raise ProblemError(f"{method!r} is not allowed; allowed: {', '.join(SolveMethod)}", field="method") from None
+    if method is SolveMethod.BOUND and not planner.block_levels(problem, planner.space(problem)):
+        allowed = ", ".join(m for m in SolveMethod if m is not SolveMethod.BOUND)
+        raise ProblemError(f"'bound' cannot search {planner.kind} problems; allowed: {allowed}", field="method")
+    return method
+
+
 def _bound_one(planner, problem, objective, top, time_limit, space=None) -> PlanResult:
     """``bounded_search`` on one (sub-)problem: the best ``top`` plans, proven OPTIMAL when every block
     was enumerated or bounded out, else the best so far with the least bound of the blocks left."""
@@ -544,7 +550,7 @@ def _bound_one(planner, problem, objective, top, time_limit, space=None) -> Plan
     space = planner.space(problem) if space is None else space
     result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size(), workers=1, method="bound")
     outcome = bounded_best(planner, problem, space, objective, top, limit)
-    result.plans = [_evaluated(planner, problem, space, row) for row in outcome.rows]
+    result.plans = [evaluated_plan(planner, problem, space, row) for row in outcome.rows]
     result.points_evaluated = outcome.points_evaluated
     if result.plans:
         result.status = "OPTIMAL" if outcome.complete else "FEASIBLE"

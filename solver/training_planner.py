@@ -55,7 +55,9 @@ HINT_MICRO_BATCHES = 2
 
 DENSE_ENUMERATE_BELOW = 1_000_000  # points: enumerating costs less than solving below this (enumerate_below)
 MOE_ENUMERATE_BELOW = 300_000
-BOUND_ABOVE = 0  # points: bounding blocks and enumerating the rest beats CP-SAT above this (bound_above)
+# points: above the enumeration threshold, bounding blocks and enumerating the rest beats CP-SAT
+# (measured, benchmarks/solve_speed.py: docs/planner.md); None: CP-SAT
+BOUND_ABOVE: int | None = 0
 
 
 class TrainingPlanner(Planner):

@@ -23,18 +23,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def cpsat_unless_marked(request, monkeypatch):
-    """The tests hold the CP-SAT backend to the enumerator: in this process, solve() with SolveMethod.AUTO
-    solves every space with CP-SAT (no space is small enough to enumerate), unless the test is marked
-    ``auto_method`` (the shortcut's own tests). Commands run as subprocesses keep the shortcut."""
+    """The tests hold the CP-SAT backend to the enumerator: in this process, solve() and pareto_front() with
+    SolveMethod.AUTO search every space with CP-SAT (no space is small enough to enumerate, none is
+    bounded block by block), unless the test is marked ``auto_method`` (the shortcuts' own tests). Commands run as
+    subprocesses keep the shortcuts."""
     if request.node.get_closest_marker("auto_method") is None:
-        from parasol.solver import serving_planner, training_planner  # noqa: PLC0415
+        from parasol.solver import pareto, serving_planner, training_planner  # noqa: PLC0415
 
         for module, name in (
             (training_planner, "DENSE_ENUMERATE_BELOW"),
             (training_planner, "MOE_ENUMERATE_BELOW"),
             (serving_planner, "SERVING_ENUMERATE_BELOW"),
+            (pareto, "FRONT_ENUMERATE_BELOW"),
         ):
             monkeypatch.setattr(module, name, 0)
+        monkeypatch.setattr(training_planner, "BOUND_ABOVE", None)
 
 
 EXAMPLE = REPO / "problems" / "examples" / "gpt3-175b-a100.yaml"

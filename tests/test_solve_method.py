@@ -42,6 +42,12 @@ def test_a_large_space_is_solved_and_the_method_can_be_forced():
         solve(small, method="guess")
 
 
+def test_the_command_lines_methods_are_the_planners():
+    from parasol.solver.cli import METHODS  # noqa: PLC0415
+
+    assert METHODS == tuple(SolveMethod)
+
+
 def test_the_command_line_says_how_the_plan_was_found():
     proc = run_main(["solve", "problems/examples/llama3-70b-serving.yaml", "--json"])
     assert proc.returncode == 0 and '"method": "enumerate"' in proc.stdout
