@@ -1,15 +1,17 @@
 """CP-SAT solve time against exhaustive enumeration over the same space, and against an earlier
 version of parasol, on one machine, one run.
 
-    python benchmarks/solve_speed.py [--ladder dense|moe] [--sizes 8,64,...] [--restricted]
-                                     [--baseline DIR] [--repeat N] [--enum-limit S] [--markdown]
-                                     [--write-docs]
+    python benchmarks/solve_speed.py [--ladder dense|moe|targets] [--sizes 8,64,...] [--restricted]
+                                     [--method auto|cpsat|bound|enumerate] [--baseline DIR] [--repeat N]
+                                     [--enum-limit S] [--markdown] [--write-docs]
 
 Ladders: dense (default): GPT-3 175B on DGX A100, Llama 3 70B and Llama 3.1 405B on DGX H100, from 8
 to 16,384 GPUs; moe: DeepSeek-V3 on DGX H800 (FP8, seq 4096, the published 15,360-sequence batch,
 DeepEP-style dispatch with overlap, as problems/examples/deepseek-v3-h800.yaml) from 256 to 16,384
-GPUs, with ep free as well. Free: tp, pp, dp, cp, micro-batch, vpp, sp, recompute, zero and the
-first/last stage layer counts (--restricted: the default stage split and vpp 1 or 2).
+GPUs, with ep free as well; targets: issue 16's other problems (MT-NLG 530B and Megatron 1T on 5,120
+A100, the chiplet co-design example). Free: tp, pp, dp, cp, micro-batch, vpp, sp, recompute, zero and
+the first/last stage layer counts (--restricted: the default stage split and vpp 1 or 2). Each
+problem is solved with --method (default auto: what `parasol solve` does).
 
 The enumerator (numpy: every point through the model's composition) stops after --enum-limit
 seconds; its full time is then extrapolated from its rate ("est.") and its best is only that of the
@@ -43,8 +45,9 @@ LADDERS = {
         ("llama3.1-405b", "dgx-h100", 8192, 2048, "bf16"),
     ],
     "moe": [("deepseek-v3", "dgx-h800", 4096, 15360, "fp8")],
+    "targets": [("mt-nlg-530b", "dgx-a100", 2048, 1920, "bf16"), ("megatron-gpt-1t", "dgx-a100", 2048, 3072, "bf16")],
 }
-DEFAULT_SIZES = {"dense": "8,64,512,1024,4096,16384", "moe": "256,1024,2048,4096,16384"}
+DEFAULT_SIZES = {"dense": "8,64,512,1024,4096,16384", "moe": "256,1024,2048,4096,16384", "targets": "5120"}
 MOE_WORKLOAD = {"moe_dispatcher": "deepep", "moe_a2a_overlap": True}
 RESTRICTED = {"first_stage_layers": 0, "last_stage_layers": 0, "vpp": [1, 2]}
 
@@ -127,10 +130,23 @@ def main() -> int:
     parser.add_argument("--restricted", action="store_true", help="default stage split and vpp in {1, 2}")
     parser.add_argument("--baseline", help="a checkout of an earlier version to compare solve times with")
     parser.add_argument("--repeat", type=int, default=1, help="solves per problem and version (the best wall time counts)")
+    parser.add_argument("--method", default="auto", help="solve's method for this version (default auto)")
     parser.add_argument("--write-docs", action="store_true", help="rewrite this ladder's table in docs/benchmarks.md")
     args = parser.parse_args()
     sizes = [int(x) for x in (args.sizes or DEFAULT_SIZES[args.ladder]).split(",")]
-    head = ["model", "GPUs", "space", "enumeration s", "solve s", "ratio", "status", "enum best tok/s", "CP-SAT tok/s", "same"]
+    head = [
+        "model",
+        "GPUs",
+        "space",
+        "enumeration s",
+        "solve s",
+        "ratio",
+        "status",
+        "enum best tok/s",
+        "solve tok/s",
+        "same",
+        "method",
+    ]
     if args.baseline:
         prepare_baseline(args.baseline)
         head += ["baseline s", "speed-up", "det. s (baseline / this)", "baseline tok/s"]
@@ -145,7 +161,7 @@ def main() -> int:
                     base_walls.append(base["wall"])
                 p = parse_problem(data, source=f"{model}@{n}")
                 t0 = time.perf_counter()
-                s = solve(p, time_limit=args.time_limit, workers=args.workers)
+                s = solve(p, time_limit=args.time_limit, workers=args.workers, method=args.method)
                 walls.append(time.perf_counter() - t0)
             solve_s = min(walls)
             row = [model, f"{n:,}", f"{s.space_size:,}"]
@@ -158,9 +174,9 @@ def main() -> int:
                     if abs(s_val - e_val) <= 1e-3 * abs(e_val):
                         same = "yes"
                     elif not complete and s_val > e_val:
-                        same = "CP-SAT better (enum partial)"
+                        same = "solve better (enum partial)"
                     elif s.status != "OPTIMAL" and e_val > s_val:
-                        same = "enum better (CP-SAT not proven)"
+                        same = "enum better (solve not proven)"
                     else:
                         same = "NO"
                 else:
@@ -177,9 +193,11 @@ def main() -> int:
                     (f"{e_val:,.0f}" if e_val else "-") + ("" if complete else " partial"),
                     f"{s_val:,.0f}" if s_val else "-",
                     same,
+                    s.method,
                 ]
             else:
-                row += ["-", f"{solve_s:.2f}", "-", s.status, "-", f"{s.objective_value:,.0f}" if s.objective_value else "-", "-"]
+                value = f"{s.objective_value:,.0f}" if s.objective_value else "-"
+                row += ["-", f"{solve_s:.2f}", "-", s.status, "-", value, "-", s.method]
             if args.baseline:
                 b = min(base_walls)
                 speedups.append(b / solve_s)

@@ -20,8 +20,9 @@ from parasol import __version__
 from parasol.model.errors import ProblemError
 
 from .cpsat_ops import IntQ
+from .cpsat_search import Search
 from .fanout import TaskKind
-from .planner import Search, planner_for
+from .planner import planner_for
 from .problem import parse_problem
 from .results import check_new_file, write_new_file
 

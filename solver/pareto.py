@@ -1,5 +1,5 @@
 """Exact Pareto fronts of two or three metrics by the epsilon-constraint method with CP-SAT, for
-training and serving alike (``planner.Search``: the model's composition as a CP-SAT model, whose
+training and serving alike (``cpsat_search.Search``: the model's composition as a CP-SAT model, whose
 ``minimised`` quantities are the integers each metric is ordered by).
 
 Method (Haimes et al. 1971; exact for integer objectives, Ehrgott, "Multicriteria Optimization",
@@ -25,7 +25,8 @@ from parasol.model.errors import ProblemError
 from . import progress
 from .bounded_search import bounded_front, enumerated_front
 from .cpsat_ops import IntQ
-from .planner import Plan, Search, SolveMethod, check_method, cp_solver, evaluated_plan, explain, planner_for, status_name
+from .cpsat_search import Search, cp_solver, explain, status_name
+from .planner import Plan, SolveMethod, check_method, evaluated_plan, planner_for
 
 # mappings: a front over at most this many is found by evaluating every one (measured: docs/planner.md)
 FRONT_ENUMERATE_BELOW = 2_000_000
@@ -42,6 +43,8 @@ class ParetoResult:
     space_size: int = 0
     message: str | None = None
     deterministic_time: float = 0.0  # CP-SAT's, summed over the front's solves (independent of load)
+    method: str = "cpsat"  # how it was found: cpsat (epsilon-constraint), bound or enumerate (SolveMethod)
+    points_evaluated: int | None = None  # bound, enumerate: the mappings evaluated on numpy
 
     @property
     def table(self) -> pd.DataFrame:
@@ -129,6 +132,10 @@ def _union(planner, problem, objectives, results, start) -> ParetoResult:
         deterministic_time=sum(r.deterministic_time for r in results),
         space_size=sum(r.space_size for r in results),
         message="; ".join(r.message for r in results if r.message) or None,
+        method="+".join(sorted({r.method for r in results if r.status != "INFEASIBLE" or r.space_size} or {"cpsat"})),
+        points_evaluated=sum(r.points_evaluated for r in results if r.points_evaluated is not None)
+        if any(r.points_evaluated is not None for r in results)
+        else None,
     )
 
 
@@ -168,7 +175,10 @@ def _front_of_points(planner, problem, space, objectives, time_limit, max_points
     start = time.perf_counter()
     minimised = tuple(planner.front_metric(problem, n).minimised for n in objectives)
     outcome = search(planner, problem, space, objectives, minimised, time_limit, max_points)
-    result = ParetoResult(objectives=objectives, space_size=space.size())
+    method = "enumerate" if search is enumerated_front else "bound"
+    result = ParetoResult(
+        objectives=objectives, space_size=space.size(), method=method, points_evaluated=outcome.points_evaluated
+    )
     result.plans = [evaluated_plan(planner, problem, space, row) for row in outcome.rows]
     if not outcome.complete:
         result.status, result.gap = "PARTIAL", 1.0

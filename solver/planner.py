@@ -7,11 +7,12 @@ mapping is evaluated and reported, what its limits mean when they bind. On it:
 
 - ``enumerate_space``: every point of the space on the numpy backend, the best ``top`` re-evaluated
   by the model (the oracle);
-- ``solve``: the same composition as a CP-SAT model, hinted by a numpy enumeration of a slice of
-  the space, top-K by forbidding each plan found;
-- ``explain``: what binds when no plan exists, by relaxing one limit at a time (solver and
-  enumerator alike);
-- ``Search``: the CP-SAT model of a space, which ``pareto`` uses too.
+- ``solve``: by enumeration, by bounding blocks of the space and enumerating the rest
+  (``bounded_search``), or as a CP-SAT model (``cpsat_search``), as ``SolveMethod`` says;
+- what binds when no plan exists: from the enumeration's least quantities, or by CP-SAT relaxing one
+  limit at a time (``cpsat_search.explain``).
+
+It imports neither OR-Tools nor pandas (the commands that only evaluate start without them).
 
 Every plan returned carries the model's own float metrics; ``Plan.solver_values`` keeps the
 integer model's values of the same quantities for the round-trip check the tests run.
@@ -23,33 +24,25 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from ortools.sat.python import cp_model
 
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 
 from . import progress
-from .cpsat_ops import CpSatOps, IntQ
-from .numpy_ops import NumpyOps
-from .relations import Space
-from .scaling import Scale
-from .tables import Tables
+
+if TYPE_CHECKING:  # the planner's tables, numpy backend and pandas are imported where a search runs
+    import pandas as pd
+
+    from .relations import Space
+    from .tables import Tables
 
 ROUND_TRIP_TOLERANCE = 1e-3  # relative agreement of the integer model's quantities with the float model's
-HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
 # points per numpy chunk: 2^17 keeps a chunk's arrays in cache; measured on GPT-3 175B / 1,024 A100 (6.4M
 # points, 2 cores): 0.92M points/s at 2^14, 1.40M at 2^16, 1.51M at 2^17, 1.47M at 2^18, 1.19M at 2^20
 CHUNK_ROWS = 1 << 17
-STATUS = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.UNKNOWN: "UNKNOWN",
-    cp_model.MODEL_INVALID: "MODEL_INVALID",
-}
 
 
 class SolveMethod(StrEnum):
@@ -234,69 +227,6 @@ class Planner(ABC):
         return objective
 
 
-# ---------------------------------------------------------------- the CP-SAT model of a space
-
-
-class Search:
-    """The CP-SAT model of ``space``: the planner's composition on ``CpSatOps``, with the limits named
-    in ``enforce`` (all by default) required."""
-
-    def __init__(self, planner: Planner, problem, space: Space, names: tuple = (), enforce=None, prune: bool = True):
-        self.planner, self.problem = planner, problem
-        self.ctx = planner.context(problem, names)
-        tables = Tables(space, self.ctx)
-        if prune:
-            tables = Tables(planner.solver_space(problem, space, tables), self.ctx)
-        self.space = tables.space
-        self.scale = _scale(planner, problem, tables)
-        self.ops = CpSatOps(tables, self.scale)
-        self.out = planner.compose(self.ops, self.ctx)
-        self.limits = list(self.out.limits)
-        for limit in self.limits:
-            if enforce is None or limit.name in enforce:
-                self.ops.at_most(limit.quantity, limit.bound)
-        self.decisions = {k: self.ops.vars[k] for k in planner.mapping_keys if k in self.ops.vars}
-
-    @property
-    def model(self) -> cp_model.CpModel:
-        return self.ops.model
-
-    def minimised(self, name: str) -> IntQ:
-        return self.out.minimised[name]
-
-    def hint(self, stored: dict | None) -> None:
-        self.model.clear_hints()
-        if stored is None:
-            return
-        for key, var in self.ops.vars.items():
-            if key in stored and stored[key] in self.ops.values[key]:
-                self.model.add_hint(var, int(stored[key]))
-
-    def plan(self, solver: cp_model.CpSolver) -> Plan:
-        """The solution's plan, evaluated by the model, with the integer model's round-trip values."""
-        n, mapping = self.planner.decode(self.problem, self.space, self.ops.stored(solver))
-        plan = Plan(n, mapping, self.planner.evaluate(self.problem, n, mapping))
-        plan.solver_values = {key: self.ops.value(solver, q) for key, q in self.planner.round_trip(self.out).items()}
-        return plan
-
-
-def _scale(planner: Planner, problem, tables: Tables) -> Scale:
-    times = [
-        v
-        for factor in planner.time_reference(problem)
-        for j, out in enumerate(factor.outputs)
-        if out.reference
-        for v in tables.table(factor).values[:, j]
-        if v > 0
-    ]
-    prices = [v for factor in _price_factors(planner, problem, tables) for v in tables.table(factor).values[:, 0]]
-    return Scale(min(times) if times else 1e-3, min(prices) if prices else 1.0)
-
-
-def _price_factors(planner, problem, tables) -> list:
-    return [f for f in getattr(planner, "price_factors", lambda p, ctx: ())(problem, tables.ctx)]
-
-
 @dataclass(frozen=True)
 class SearchSettings:
     """The CP-SAT settings a planner chooses per problem (``Planner.search_settings``)."""
@@ -305,40 +235,14 @@ class SearchSettings:
     linearization_level: int = 1  # CP-SAT's: 0 no LP relaxation, 1 the default, 2 more cuts
 
 
-def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettings = SearchSettings()) -> cp_model.CpSolver:
-    """A CP-SAT solver: one presolve pass (measured on the 1,024-GPU ladder, later passes cost 0.4-1.3 s
-    and never shortened the search) without probing (measured on the dense ladder: deterministic time
-    2.26 s against 3.89 s with CP-SAT's default probing on GPT-3 175B at 1,024 A100, 1.60 against 3.46 s
-    at 16,384, 2.24 against 4.37 s on Llama 3 70B at 4,096 H100), the planner's ``settings``, a fixed
-    seed, ``workers`` workers."""
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(max(0.01, time_limit))
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.num_workers = int(workers)
-    solver.parameters.max_presolve_iterations = 1
-    solver.parameters.cp_model_presolve = settings.presolve
-    solver.parameters.cp_model_probing_level = 0
-    solver.parameters.linearization_level = settings.linearization_level
-    return solver
-
-
-def status_name(code) -> str:
-    if code not in STATUS:
-        raise RuntimeError(f"unexpected CP-SAT status {code!r}")  # a bug, not a user error
-    return STATUS[code]
-
-
-def relative_gap(solver: cp_model.CpSolver) -> float:
-    """CP-SAT's proven relative gap in its own integer units, (found - bound) / found."""
-    found = solver.objective_value
-    return max(0.0, (found - solver.best_objective_bound) / found) if found > 0 else 0.0
-
-
 # ---------------------------------------------------------------- enumeration (numpy)
 
 
 def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: float | None = None, rows: int = CHUNK_ROWS):
     """The points of ``space`` on the numpy backend, chunk by chunk: yields (offset, cols, ops, out)."""
+    from .numpy_ops import NumpyOps  # noqa: PLC0415 (numpy backend and tables: where a search runs)
+    from .tables import Tables  # noqa: PLC0415
+
     ctx = planner.context(problem, names)
     tables = Tables(space, ctx)
     start, offset = time.perf_counter(), 0
@@ -402,7 +306,7 @@ def best_points(
         if time_limit is not None and time.perf_counter() - start > time_limit and evaluated < space.size():
             complete = False
             break
-    table = pd.concat(frames, ignore_index=True) if keep_all and frames else None
+    table = _concat(frames) if keep_all and frames else None
     return best_rows, evaluated, complete, least, table
 
 
@@ -436,7 +340,15 @@ def _frame(planner, problem, space, cols, ctx, o, out) -> pd.DataFrame:
         )
     data.update(planner.frame(problem, ctx, o, out))
     n = o.size
+    import pandas as pd  # noqa: PLC0415
+
     return pd.DataFrame({k: np.broadcast_to(v, (n,)) if np.ndim(v) == 0 else v for k, v in data.items()})
+
+
+def _concat(frames: list) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415
+
+    return pd.concat(frames, ignore_index=True)
 
 
 def enumerate_space(
@@ -523,7 +435,9 @@ def solve(
         bound_above = planner.bound_above(sub)
         if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):
             return _bound_one(planner, sub, objective, top, left, space)
-        return _solve_one(planner, sub, objective, top, left, workers, seed, space)
+        from .cpsat_search import solve_one  # noqa: PLC0415 (OR-Tools: only where CP-SAT runs)
+
+        return solve_one(planner, sub, objective, top, left, workers, seed, space)
 
     return _per_subproblem(planner, problem, objective, top, time_limit, run)
 
@@ -564,146 +478,17 @@ def _bound_one(planner, problem, objective, top, time_limit, space=None) -> Plan
             result.bound = _bound_of(planner, problem, objective, result.objective_value, result.gap)
     elif outcome.complete:
         result.status = "INFEASIBLE"
+        from .cpsat_search import explain  # noqa: PLC0415
+
         result.message = explain(planner, problem, space, start + limit, 1, 0)
     result.solve_time_s = time.perf_counter() - start
     return result
-
-
-def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict | None:
-    """The best feasible point of the planner's hint slice of the space (numpy), or None."""
-    hint_space = planner.hint_space(problem, space)
-    if hint_space.size() > HINT_ROWS:
-        return None
-    rows, _, _, _, _ = best_points(planner, problem, hint_space, objective, 1, label="solve: hint")
-    return rows[0] if rows else None
-
-
-def _solve_one(planner, problem, objective, top, time_limit, workers, seed, space=None) -> PlanResult:
-    start = time.perf_counter()
-    deadline = start + (time_limit if time_limit is not None else 60.0)
-    space = planner.space(problem) if space is None else space
-    result = PlanResult(status="UNKNOWN", objective=objective, space_size=space.size())
-    search = Search(planner, problem, space, (objective,))
-    target = search.minimised(objective)
-    search.model.minimize(target.expr if isinstance(target, IntQ) else target)
-    point = hint_point(planner, problem, space, objective)
-    if point is not None:
-        search.hint(point)
-    for rank in range(top):
-        solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.search_settings(problem))
-        status = status_name(solver.solve(search.model, _progress_callback(search, objective, solver, rank)))
-        if status == "MODEL_INVALID":
-            raise RuntimeError(f"invalid CP-SAT model: {search.model.validate()}")  # a bug in a backend
-        result.deterministic_time += solver.deterministic_time
-        result.workers = solver.parameters.num_workers
-        if status not in ("OPTIMAL", "FEASIBLE"):
-            if rank == 0:
-                result.status = status
-                if status == "INFEASIBLE":
-                    result.message = explain(planner, problem, space, deadline, workers, seed)
-            break
-        plan = search.plan(solver)
-        result.plans.append(plan)
-        if rank == 0:
-            result.status = status
-            gap = relative_gap(solver)
-            result.objective_value = planner.objective_value(problem, objective, plan.evaluation.metrics)
-            result.gap = gap
-            result.bound = _bound(planner, problem, objective, plan, gap)
-        values = [solver.value(v) for v in search.decisions.values()]
-        search.model.add_forbidden_assignments(list(search.decisions.values()), [values])
-    result.solve_time_s = time.perf_counter() - start
-    return result
-
-
-class _SolveProgress(cp_model.CpSolverSolutionCallback):
-    """Reports each incumbent of a solve (in the objective's own unit, decoded and evaluated by the
-    model when a line is due) and each improvement of the bound, through ``progress.current()``."""
-
-    def __init__(self, search: Search, objective: str, solver: cp_model.CpSolver, rank: int):
-        super().__init__()
-        self.search, self.objective, self.rank = search, objective, rank
-        self.stored: dict | None = None  # the incumbent's decisions, decoded only when a line is due
-        self.found, self.bound = None, None
-        solver.best_bound_callback = self.on_bound
-
-    def on_solution_callback(self) -> None:
-        self.found, self.bound = self.objective_value, self.best_objective_bound
-        self.stored = self.search.ops.stored(self)
-        self.show()
-
-    def on_bound(self, bound: float) -> None:
-        self.bound = bound
-        self.show()
-
-    def show(self) -> None:
-        sink = progress.current()
-        if not sink.due():
-            return
-        rank = f"plan {self.rank + 1}: " if self.rank else ""
-        if self.stored is None:
-            sink.update(f"solve: {rank}no plan yet")
-            return
-        planner, problem = self.search.planner, self.search.problem
-        n, mapping = planner.decode(problem, self.search.space, self.stored)
-        value = planner.objective_value(problem, self.objective, planner.evaluate(problem, n, mapping).metrics)
-        gap = max(0.0, (self.found - self.bound) / self.found) if self.found and self.bound is not None else None
-        bound = "-" if gap is None else f"{_bound_of(planner, problem, self.objective, value, gap):.4g}"
-        sink.update(f"solve: {rank}{self.objective} {value:.4g}  bound {bound}  {progress.gap_text(gap)}")
-
-
-def _progress_callback(search: Search, objective: str, solver: cp_model.CpSolver, rank: int):
-    """A CP-SAT callback reporting progress, or None when nobody listens (no overhead)."""
-    if progress.current() is progress.SILENT:
-        return None
-    return _SolveProgress(search, objective, solver, rank)
-
-
-def _bound(planner, problem, objective, plan: Plan, gap: float) -> float:
-    """The proven bound on the objective in its natural unit, from the relative gap of what CP-SAT
-    minimises: a quantity proportional (or, for rates, inversely proportional) to the objective."""
-    return _bound_of(planner, problem, objective, planner.objective_value(problem, objective, plan.evaluation.metrics), gap)
 
 
 def _bound_of(planner, problem, objective, value: float, gap: float) -> float:
     if planner.front_metric(problem, objective).sense < 0:
         return value / (1.0 - gap) if gap < 1 else float("inf")
     return value * (1.0 - gap)
-
-
-def explain(planner, problem, space: Space, deadline: float, workers: int, seed: int) -> str:
-    """What binds when the problem has no plan: each limit but memory relaxed in turn (memory kept),
-    its quantity minimised; if one cannot be met, it binds. Else memory alone relaxed, the peak
-    minimised; else the limits only bind together."""
-    probe = Search(planner, problem, space, enforce=set(), prune=False)
-    messages = []
-    for limit in probe.limits:
-        if limit.name == "memory":
-            continue
-        search = Search(planner, problem, space, enforce={"memory"})
-        plan, proven = _least(search, limit.name, deadline, workers, seed, planner.search_settings(problem))
-        if plan is not None:
-            messages.append(planner.binds(problem, limit, plan, proven))
-    if messages:
-        return "; ".join(messages)
-    if any(lim.name == "memory" for lim in probe.limits):
-        plan, proven = _least(probe, "memory", deadline, workers, seed, planner.search_settings(problem))
-        if plan is not None:
-            return planner.binds(problem, next(lim for lim in probe.limits if lim.name == "memory"), plan, proven)
-    return planner.together(problem, [lim.name for lim in probe.limits])
-
-
-def _least(search: Search, name: str, deadline, workers, seed, settings: SearchSettings) -> tuple[Plan | None, bool]:
-    """The plan with the least quantity of limit ``name`` in ``search`` and whether that is proven,
-    or (None, False) when even the least meets the limit (it does not bind) or none is found."""
-    limit = next(lim for lim in search.limits if lim.name == name)
-    q = limit.quantity
-    search.model.minimize(q.expr if isinstance(q, IntQ) else q)
-    solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, settings)
-    status = status_name(solver.solve(search.model))
-    if status not in ("OPTIMAL", "FEASIBLE") or search.ops.value(solver, q) <= limit.bound:
-        return None, False
-    return search.plan(solver), status == "OPTIMAL"
 
 
 # ---------------------------------------------------------------- decomposition
@@ -763,7 +548,7 @@ def _combine(planner, problem, objective, top, results, start) -> PlanResult:
         out.points_evaluated = sum(r.points_evaluated or 0 for r in parts)
     out.plans = sorted((p for r in parts for p in r.plans), key=key)[:top]
     tables = [r.table for r in parts if r.table is not None]
-    out.table = pd.concat(tables, ignore_index=True) if tables else None
+    out.table = _concat(tables) if tables else None
     statuses = {r.status for r in parts}
     if out.plans:
         proven = statuses <= {"OPTIMAL", "INFEASIBLE"}

@@ -141,6 +141,8 @@ def front_json(planner, problem, result) -> dict:
         "solve_time_s": result.solve_time_s,
         "solves": result.solves,
         "space_size": result.space_size,
+        "method": result.method,
+        **({"points_evaluated": result.points_evaluated} if result.points_evaluated is not None else {}),
         **({"message": result.message} if result.message else {}),
     }
 
@@ -150,7 +152,13 @@ def front_table(planner, problem, result) -> str:
     head = (
         f"status {result.status}  {len(result.plans)} points on the front of {', '.join(result.objectives)}"
         + (f"  gap {100 * result.gap:.3f} %" if result.gap else "")
-        + f"  time {result.solve_time_s:.2f} s  {result.solves} CP-SAT solves  space {result.space_size:,} {planner.points_name}"
+        + f"  time {result.solve_time_s:.2f} s  "
+        + (
+            f"{result.solves} CP-SAT solves"
+            if result.method == "cpsat"
+            else f"{result.method}: {result.points_evaluated:,} evaluated"
+        )
+        + f"  space {result.space_size:,} {planner.points_name}"
     )
     names = [system_label(p.system_name) for p in result.plans] if problem.alternatives else []
     width = max([len("system"), *map(len, names)]) if names else 0

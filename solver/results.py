@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from parasol.model.choices import plain
 from parasol.model.errors import ProblemError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = (".csv", ".parquet", ".json")
 
@@ -38,6 +40,8 @@ def plans_frame(plans) -> pd.DataFrame:
         metrics = {k: v for k, v in p.evaluation.metrics.items() if isinstance(v, (int, float, bool))}
         system = {"system": p.system_name} if getattr(p, "system_name", None) is not None else {}
         rows.append({**system, **mapping_row(p.mapping, p.num_gpus), **metrics})
+    import pandas as pd  # noqa: PLC0415 (the commands that only evaluate start without pandas)
+
     return pd.DataFrame(rows)
 
 

@@ -15,9 +15,9 @@ is a ``model.specs.Mapping`` and the number of GPUs. Solver techniques it adds, 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from parasol.model.choices import COST_OBJECTIVES
 from parasol.model.choices import TrainingObjective as T
@@ -38,9 +38,10 @@ from parasol.model.training_step import (
 
 from . import costing, training_report
 from .planner import FrontMetric, Plan, Planner, SearchSettings
-from .relations import Space
-from .tables import Tables
-from .training_space import build_space, mapping_of
+
+if TYPE_CHECKING:  # the space (pandas) is built where a search runs: evaluate starts without it
+    from .relations import Space
+    from .tables import Tables
 
 FRONT_METRICS = {
     "throughput": FrontMetric(T.THROUGHPUT, "tokens_per_s", -1),
@@ -72,6 +73,8 @@ class TrainingPlanner(Planner):
         return problem.num_gpus[0], problem.fixed_mapping()
 
     def space(self, problem) -> Space:
+        from .training_space import build_space  # noqa: PLC0415
+
         return build_space(problem)
 
     def context(self, problem, names: tuple = ()) -> TrainingContext:
@@ -94,6 +97,8 @@ class TrainingPlanner(Planner):
         return (HOURLY_PRICE,) if ctx.hourly_usd is not None else ()
 
     def decode(self, problem, space: Space, stored: dict):
+        from .training_space import mapping_of  # noqa: PLC0415
+
         return mapping_of(space, stored)
 
     def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation:
@@ -152,6 +157,8 @@ class TrainingPlanner(Planner):
         """The first placement of each grid point, the two smallest micro-batches per dp, and per
         pipeline depth one partition (the default split where allowed, else the middle one) with
         every interleaving depth it allows."""
+        import pandas as pd  # noqa: PLC0415
+
         grid = space.relation("grid")
         grid = grid.drop_duplicates(subset=[D.NUM_GPUS, D.TP, D.PP, D.DP, D.CP, D.EP], keep="first")
         micro = space.relation("micro").sort_values([D.DP, D.MICRO_BATCH]).groupby(D.DP).head(HINT_MICRO_BATCHES)

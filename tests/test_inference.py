@@ -15,7 +15,7 @@ from parasol.model import compute, inference, kv_cache
 from parasol.model.errors import ProblemError
 from parasol.model.serving_step import METRIC_SENSE, evaluate_inference
 from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
-from parasol.solver import pareto, planner, serving_space
+from parasol.solver import pareto, serving_space
 from parasol.solver.inference_validation import (
     evaluate_all,
     evaluate_oos,
@@ -524,7 +524,7 @@ def test_pareto_front_equals_the_enumerators_non_dominated_points(data, objectiv
 
 
 def test_pareto_reports_partial_when_time_runs_out(monkeypatch):
-    real = planner.cp_solver
+    real = pareto.cp_solver
 
     def starved(time_limit, workers, seed, presolve=True):
         s = real(time_limit, workers, seed, presolve)
