@@ -267,15 +267,18 @@ def _size(text: str) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .launch import emit  # noqa: PLC0415 (lazy: see the imports)
-    from .problem import load_problem  # noqa: PLC0415
+    from .problem import load_problem  # noqa: PLC0415 (lazy: see the imports)
 
     problem = load_problem(args.problem)
     from .planner import planner_for  # noqa: PLC0415
 
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
-    launch = emit(problem, num_gpus, mapping) if args.emit else None
+    launch = None
+    if args.emit:
+        from .launch import emit  # noqa: PLC0415 (the framework profiles: only with --emit)
+
+        launch = emit(problem, num_gpus, mapping)
     evaluation = planner.evaluate(problem, num_gpus, mapping)
     if args.json:
         doc = planner.evaluation_json(problem, mapping, evaluation)

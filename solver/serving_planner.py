@@ -8,6 +8,8 @@ be in a plan, so CP-SAT does not see it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from parasol.model.choices import ServingObjective as O
@@ -29,12 +31,12 @@ from parasol.model.serving_step import (
 )
 
 from . import costing, serving_report
-from .numpy_ops import NumpyOps
 from .planner import FrontMetric, Plan, Planner
-from .relations import Space
-from .serving_space import build_space, plan_of
-from .tables import Tables
 from .training_planner import _per_gpu_count
+
+if TYPE_CHECKING:  # the space (pandas) is built where a search runs: evaluate starts without it
+    from .relations import Space
+    from .tables import Tables
 
 # objective -> the metric it optimises
 OBJECTIVE_METRICS = {
@@ -67,6 +69,8 @@ class ServingPlanner(Planner):
         return (S.NUM_GPUS, S.TP, S.PP, S.EP, S.DP, S.BATCH, S.PREFILL_TP, S.PREFILL_PP, S.PREFILL_EP, S.PREFILL_DP)
 
     def space(self, problem) -> Space:
+        from .serving_space import build_space  # noqa: PLC0415
+
         return build_space(problem)
 
     def context(self, problem, names: tuple = ()) -> ServingContext:
@@ -88,6 +92,8 @@ class ServingPlanner(Planner):
         return time_reference(problem.model, problem.workload)
 
     def decode(self, problem, space: Space, stored: dict):
+        from .serving_space import plan_of  # noqa: PLC0415
+
         return plan_of(space, stored)
 
     def evaluate(self, problem, num_gpus: int, mapping) -> Evaluation:
@@ -126,6 +132,8 @@ class ServingPlanner(Planner):
         keys = [S.TP, S.PP, S.EP, S.MICRO_BATCH, S.BATCH]
         rows = space.project(keys)
         cols = {k: rows[k].to_numpy() for k in keys}
+        from .numpy_ops import NumpyOps  # noqa: PLC0415
+
         o = NumpyOps(tables, cols)
         peak = replica_memory(
             o, o.lookup(WEIGHTS), o.lookup(KV), o.decision(S.BATCH), o.lookup(ACTIVATIONS), o.decision(S.PP) == 1
