@@ -17,7 +17,7 @@ from parasol.model.specs import Mapping, Workload
 from parasol.model.training import stage_host_bytes, stage_state_bytes
 from parasol.model.training_step import evaluate_training
 from parasol.solver.library import load_model, load_system
-from parasol.solver.planner import solve
+from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
 
 H100 = load_system("dgx-h100", 64)
@@ -186,4 +186,8 @@ def test_weight_offload_is_a_decision_and_the_solver_equals_the_enumerator():
     plan = solved_as_enumerated(problem)
     assert plan.mapping.weight_offload and plan.mapping.zero == 3  # nothing holds less
     throughput = solved_as_enumerated(parse_problem({**data, "objective": "throughput"}, source="t"))
-    assert not throughput.mapping.weight_offload
+    # offloading weights never makes a step faster: the best plan without it is as fast (here the copy
+    # hides under compute, so both tie and either may be returned)
+    kept = {**data, "objective": "throughput", "mapping": {**data["mapping"], "weight_offload": [False]}}
+    best_kept = enumerate_space(parse_problem(kept, source="t")).plans[0].evaluation.metrics["step_time_s"]
+    assert best_kept <= throughput.evaluation.metrics["step_time_s"] * (1 + 1e-3)

@@ -176,7 +176,8 @@ def test_export_writes_models_that_solve_to_the_recorded_optimum(tmp_path):
     from ortools.sat.python import cp_model
 
     from parasol.solver.cpsat_export import instance_models
-    from parasol.solver.planner import Search, planner_for
+    from parasol.solver.cpsat_search import Search
+    from parasol.solver.planner import planner_for
     from parasol.solver.problem import parse_problem
 
     out = tmp_path / "models"
