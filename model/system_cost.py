@@ -40,6 +40,8 @@ def fat_tree_tiers(endpoints: int, radix: int) -> int:
     Unit: tiers."""
     if endpoints <= 0:
         return 0
+    if radix < 4:
+        raise ValueError(f"a fat tree needs switches of radix >= 4, got {radix}")  # k/2 = 1 never grows
     tiers = 1
     while 2 * (radix / 2) ** tiers < endpoints:
         tiers += 1

@@ -83,7 +83,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
         if name == "solve":
             sp.add_argument("--emit", action="store_true", help=EMIT_HELP)
-            sp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+            sp.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers (default 1: deterministic)")
             sp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
             sp.add_argument("--method", choices=METHODS, default="auto", help=METHOD_HELP)
         else:
@@ -111,7 +111,7 @@ def _build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--plot", metavar="FILE.png", help="also draw the front into a PNG (needs the plot extra: matplotlib)")
     pa.add_argument("--out", metavar="FILE", help="also write the front as a table: .csv, .parquet or .json")
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
-    pa.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    pa.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
     pa.add_argument("--method", choices=METHODS, default="auto", help=METHOD_HELP)
     pa.add_argument("--json", action="store_true", help="print one JSON object {front, status, ...}")
@@ -128,7 +128,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--time-limit", type=_positive_float, default=60.0, help="seconds for the solve, and for the front (default 60)"
     )
-    rp.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers (default 1: deterministic)")
+    rp.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers (default 1: deterministic)")
     rp.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal after 1 s)")
     _add_suite_parsers(sub)
@@ -220,23 +220,27 @@ def _add_fanout_arguments(parser, limit_help: str) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal)")
 
 
-def _positive(kind):
-    """An argparse type: a positive int or float, with a one-line message otherwise."""
+def _positive(kind, most):
+    """An argparse type: a positive int or (finite) float up to ``most``, with a one-line message otherwise."""
     noun = "integer" if kind is int else "number"
 
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}")
+        if value is None or not 0 < value <= most:  # NaN and inf fail this too
+            raise argparse.ArgumentTypeError(f"expected a positive {noun} up to {most:g}, got {text[:40]!r}")
         return value
 
     return parse
 
 
-_positive_int, _positive_float = _positive(int), _positive(float)
+MAX_COUNT = 2**31 - 1  # counts on the command line: within CP-SAT's int32 parameters
+MAX_NUMBER = 1e12  # seconds, prices and other numbers on the command line
+MAX_WORKERS = 256  # CP-SAT workers: threads on this machine
+_positive_int, _positive_float = _positive(int, MAX_COUNT), _positive(float, MAX_NUMBER)
+_workers = _positive(int, MAX_WORKERS)
 MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is an int32
 
 
@@ -571,12 +575,24 @@ COMMANDS = {
 }
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
     try:
+        args = _build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except ProblemError as exc:
-        print(f"parasol: {exc}", file=sys.stderr)
+        print(f"parasol: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("parasol: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (newlines, escapes, NUL) written as Python escapes, so
+    that a key or value from a file can neither start a second line nor drive the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

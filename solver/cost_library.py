@@ -38,6 +38,8 @@ _CHECKS = {
     "pue": (lambda v: v >= 1, "a number >= 1"),
 }
 
+MAX_SWITCH_RADIX = 4096  # ports per switch: a sanity limit on the input (a cap, not a device fact)
+
 
 def _num(data: dict, key: str, src: str, prefix: str, check: str = "positive", default=_REQUIRED) -> float:
     """A checked number from a YAML mapping (``default`` when absent, if given)."""
@@ -325,8 +327,13 @@ def _price_values(data, src: str, prefix: str, keys: tuple, required: tuple = ()
     out = {k: _num(data, k, src, prefix, _PRICE_CHECKS.get(k, "positive")) for k in data}
     if "switch_radix" in out:
         radix = data["switch_radix"]
-        if isinstance(radix, bool) or not isinstance(radix, int) or radix < 2 or radix % 2:
-            raise ProblemError(f"must be an even integer >= 2, got {radix!r}", source=src, field=prefix + "switch_radix")
+        if isinstance(radix, bool) or not isinstance(radix, int) or not 4 <= radix <= MAX_SWITCH_RADIX or radix % 2:
+            raise ProblemError(
+                f"must be an even integer from 4 to {MAX_SWITCH_RADIX} (a fat tree of radix-2 switches never grows), "
+                f"got {radix!r}",
+                source=src,
+                field=prefix + "switch_radix",
+            )
     return out
 
 

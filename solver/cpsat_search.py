@@ -20,6 +20,7 @@ from .tables import Tables
 
 HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
 DEFAULT_SETTINGS = SearchSettings()
+INTERRUPT_MARGIN_S = 0.25  # a search that ends this far inside its limits without a proof was interrupted
 STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
     cp_model.FEASIBLE: "FEASIBLE",
@@ -109,6 +110,21 @@ def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettin
     return solver
 
 
+def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> str:
+    """``solver.solve(model)``'s status name; KeyboardInterrupt when the user stopped it (Ctrl-C), which
+    CP-SAT catches and answers as if time had run out: a FEASIBLE or UNKNOWN status well within both
+    of its limits."""
+    status = status_name(solver.solve(model, callback))
+    limits = solver.parameters
+    if (
+        status in ("FEASIBLE", "UNKNOWN")
+        and solver.wall_time < limits.max_time_in_seconds - INTERRUPT_MARGIN_S
+        and solver.deterministic_time < limits.max_deterministic_time - INTERRUPT_MARGIN_S
+    ):
+        raise KeyboardInterrupt
+    return status
+
+
 def status_name(code) -> str:
     if code not in STATUS:
         raise RuntimeError(f"unexpected CP-SAT status {code!r}")  # a bug, not a user error
@@ -143,7 +159,7 @@ def solve_one(planner, problem, objective, top, time_limit, workers, seed, space
         search.hint(point)
     for rank in range(top):
         solver = cp_solver(deadline - time.perf_counter(), workers, seed, planner.search_settings(problem))
-        status = status_name(solver.solve(search.model, _progress_callback(search, objective, solver, rank)))
+        status = run(solver, search.model, _progress_callback(search, objective, solver, rank))
         if status == "MODEL_INVALID":
             raise RuntimeError(f"invalid CP-SAT model: {search.model.validate()}")  # a bug in a backend
         result.deterministic_time += solver.deterministic_time
@@ -246,7 +262,7 @@ def _least(search: Search, name: str, deadline, workers, seed, settings: SearchS
     q = limit.quantity
     search.model.minimize(q.expr if isinstance(q, IntQ) else q)
     solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, settings)
-    status = status_name(solver.solve(search.model))
+    status = run(solver, search.model)
     if status not in ("OPTIMAL", "FEASIBLE") or search.ops.value(solver, q) <= limit.bound:
         return None, False
     return search.plan(solver), status == "OPTIMAL"

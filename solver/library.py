@@ -50,17 +50,34 @@ def library_root() -> Path:
     return Path(str(resources.files("parasol.data")))
 
 
+MAX_YAML_BYTES = 4 << 20  # a problem, suite or library file: the largest shipped is under 100 KiB
+MAX_YAML_DEPTH = 32  # nested mappings and lists: a problem file needs 5
+
+
 def read_yaml(path: Path | str, what: str = "file") -> dict:
-    """Parse a YAML file into a mapping; ProblemError on a missing file or bad syntax."""
+    """Parse a YAML file into a mapping; ProblemError on a missing file, bad syntax, a file over
+    ``MAX_YAML_BYTES``, nesting deeper than ``MAX_YAML_DEPTH``, an alias (``*name``: a file's
+    anchors could expand it without bound) or a key given twice."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ProblemError(f"cannot read {what}: not a regular file", source=str(path))
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise ProblemError(f"the {what} is larger than {MAX_YAML_BYTES >> 20} MiB", source=str(path))
+        with path.open("rb") as handle:  # never more than the limit, whatever the file became meanwhile
+            raw = handle.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ProblemError(f"the {what} is larger than {MAX_YAML_BYTES >> 20} MiB", source=str(path))
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ProblemError(f"{what} not found", source=str(path)) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
         raise ProblemError(f"cannot read {what}: {exc.__class__.__name__}", source=str(path)) from None
     try:
+        _check_events(text, path)
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a safe loader: StrictLoader is yaml's SafeLoader)
+    except RecursionError:
+        raise ProblemError(f"nested deeper than {MAX_YAML_DEPTH} levels", source=str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -70,14 +87,52 @@ def read_yaml(path: Path | str, what: str = "file") -> dict:
     return data
 
 
+def _check_events(text: str, path: Path) -> None:
+    """ProblemError at the first alias or at nesting deeper than ``MAX_YAML_DEPTH`` (libyaml's event
+    stream, before anything is built)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=StrictLoader):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark else "?"
+            raise ProblemError(f"an alias (*{event.anchor}) at line {line}: write the value out instead", source=str(path))
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise ProblemError(f"nested deeper than {MAX_YAML_DEPTH} levels at line {line}", source=str(path))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def names(kind: str) -> list[str]:
     """Names available in the library for ``kind`` ('models', 'systems', 'systems/devices')."""
     return sorted(p.stem for p in (library_root() / kind).glob("*.yaml"))
 
 
+NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_NAME_LENGTH = 64
+
+
+def is_name(value) -> bool:
+    """Whether ``value`` can name a library entry: 1-64 letters, digits, '.', '_' or '-', not starting
+    with '.' (so that it names a file of the library's folder and nothing else)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_NAME_LENGTH
+        and value[0] != "."
+        and all(c in NAME_CHARACTERS for c in value)
+    )
+
+
 def _library_file(kind: str, name, field: str, source: str | None) -> Path:
-    if not isinstance(name, str) or not name:
-        raise ProblemError(f"must be a name from the library, got {name!r}", source=source, field=field)
+    if not is_name(name):
+        shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
+        raise ProblemError(
+            f"must be a name from the library (1-{MAX_NAME_LENGTH} letters, digits, '.', '_', '-') or a path to "
+            f"a .yaml file, got {shown}",
+            source=source,
+            field=field,
+        )
     path = library_root() / kind / f"{name}.yaml"
     if not path.is_file():
         raise ProblemError(f"unknown name {name!r}; allowed: {', '.join(names(kind))}", source=source, field=field)

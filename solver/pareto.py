@@ -25,7 +25,8 @@ from parasol.model.errors import ProblemError
 from . import progress
 from .bounded_search import bounded_front, enumerated_front
 from .cpsat_ops import IntQ
-from .cpsat_search import Search, cp_solver, explain, status_name
+from .cpsat_search import Search, cp_solver, explain
+from .cpsat_search import run as run_cp
 from .planner import Plan, SolveMethod, check_method, evaluated_plan, planner_for
 
 # mappings: a front over at most this many is found by evaluating every one (measured: docs/planner.md)
@@ -260,7 +261,7 @@ def _front_of_two(
         model.minimize(_expr(objective))
         model.clear_assumptions()
         model.add_assumptions(list(assumptions))
-        status = status_name(solver.solve(model))
+        status = run_cp(solver, model)
         if status == "MODEL_INVALID":
             raise RuntimeError(f"invalid CP-SAT model: {model.validate()}")  # a bug in a backend
         result.solves += 1

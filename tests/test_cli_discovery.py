@@ -163,3 +163,20 @@ def test_evaluate_imports_neither_pandas_nor_ortools(kind, tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() in ("0 []", "1 []"), out  # the plan evaluated (fits or not), without them
+
+
+@pytest.mark.parametrize("seconds", [1.0, 6.0])  # while the tables are built; inside CP-SAT's search
+def test_ctrl_c_ends_with_one_line_and_exit_130(seconds):
+    """issue 17: Ctrl-C prints one line and exits 130, wherever it lands (CP-SAT catches SIGINT and would
+    answer as if time had run out)."""
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    args = ["solve", "problems/examples/deepseek-v3-h800.yaml", "--method", "cpsat", "--time-limit", "60", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parasol", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "parasol: interrupted" and out == "", (proc.returncode, err[-500:])

@@ -1,0 +1,101 @@
+"""issue 17 (in part): hostile files and arguments end as one line on stderr, exit 2, before any
+work: YAML aliases, deep nesting, huge files, duplicate keys, files that are not regular files,
+control characters in keys, numbers out of range on the command line, a switch radix that never
+builds a fat tree."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import REPO, run_main, write_yaml
+
+GOOD = (REPO / "problems/examples/gpt3-175b-a100.yaml").read_text()
+
+
+def _one_line_exit_2(proc, *words):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("parasol: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("a: &x [1, 2]\nb: *x\n", ("alias (*x)", "line 2")),
+        ("lol: &a [1, 1]\nlol2: &b [*a, *a, *a]\nlol3: [*b, *b, *b]\n", ("alias",)),
+        ("model: " + "[" * 100 + "]" * 100 + "\n", ("nested deeper than 32",)),
+        ("model: gpt3-175b\nmodel: llama3-8b\n", ("found the key 'model' twice",)),
+        (GOOD + "\nsystem: {name: dgx-h100, num_gpus: 8}\n", ("twice",)),
+        ("- 1\n- 2\n", ("must be a YAML mapping",)),
+    ],
+    ids=["alias", "billion-laughs", "deep", "duplicate", "duplicate-section", "not-a-mapping"],
+)
+def test_hostile_yaml_is_refused_in_one_line(tmp_path, text, words):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    _one_line_exit_2(run_main(["evaluate", str(path)]), str(path), *words)
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("model: gpt3-175b\n" + "#" * (5 << 20) + "\n")
+    _one_line_exit_2(run_main(["evaluate", str(path)]), "larger than 4 MiB")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "DIR"])
+def test_a_path_that_is_not_a_regular_file_is_refused(tmp_path, target):
+    target = str(tmp_path) if target == "DIR" else target
+    _one_line_exit_2(run_main(["evaluate", target]), "not a regular file")
+
+
+def test_control_characters_from_a_file_are_escaped(tmp_path):
+    data = yaml.safe_load(GOOD)
+    data["bad\nparasol: forged line\x1b[2J"] = 1
+    line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data))]), "unknown key")
+    assert "\\n" in line and "\\x1b" in line and "\x1b" not in line
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--workers", "100000"], ("--workers", "up to 256")),
+        (["--time-limit", "nan"], ("--time-limit",)),
+        (["--time-limit", "inf"], ("--time-limit",)),
+        (["--top", "99999999999999999999"], ("--top",)),
+        (["--seed", "99999999999999999999"], ("--seed",)),
+    ],
+)
+def test_numbers_out_of_range_on_the_command_line(args, words):
+    _one_line_exit_2(run_main(["solve", "problems/examples/gpt3-175b-a100.yaml", *args]), *words)
+
+
+def test_cost_refuses_an_infinite_price():
+    _one_line_exit_2(run_main(["cost", "dgx-h100", "--gpu-hour-usd", "inf", "--json"]), "--gpu-hour-usd")
+
+
+@pytest.mark.parametrize("radix", [2, 3, 0, 10**6])
+def test_a_switch_radix_that_builds_no_fat_tree_is_refused(tmp_path, radix):
+    """A radix-2 fat tree never grows (k/2 = 1): `parasol cost` looped forever on such a system file."""
+    data = yaml.safe_load((REPO / "problems/systems/dgx-h100.yaml").read_text())
+    data["cost"] = {**(data.get("cost") or {}), "switch_radix": radix}
+    path = write_yaml(tmp_path / "sys.yaml", data)
+    _one_line_exit_2(run_main(["cost", "--system", str(path)]), "switch_radix")
+
+
+def test_the_fat_tree_itself_refuses_a_radix_below_four():
+    from parasol.model.system_cost import fat_tree_tiers  # noqa: PLC0415
+
+    with pytest.raises(ValueError):
+        fat_tree_tiers(1024, 2)
+    assert fat_tree_tiers(1024, 64) == 2  # 32 leaves and 16 spines serve 2 (64/2)^2 = 2,048 ports
+
+
+@pytest.mark.parametrize("name", ["x" * 5000, "gpt3\x00-175b", "gpt3 175b", ".hidden", 12])
+def test_a_model_name_outside_the_library_alphabet_is_refused(tmp_path, name):
+    data = yaml.safe_load(GOOD)
+    data["model"] = name
+    line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data))]), "model")
+    assert "x" * 100 not in line  # a long name is not echoed whole
