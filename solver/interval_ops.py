@@ -120,32 +120,22 @@ class IntervalOps(FloatOps):
     @staticmethod
     def product(a, b):
         a, b = interval(a), interval(b)
-        corners = (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
-        return Interval(np.minimum.reduce(np.broadcast_arrays(*corners)), np.maximum.reduce(np.broadcast_arrays(*corners)))
+        return _hull(a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
 
     @staticmethod
     def quotient(a, d, rounding: Rounding, fine: bool = False):
         a, d = interval(a), interval(d)
         if np.any(np.asarray(d.lo) <= 0):
             raise ValueError("a quotient's divisor must be positive")  # a count: micro-batches, vpp, basis points
-        corners = (a.lo / d.lo, a.lo / d.hi, a.hi / d.lo, a.hi / d.hi)
-        return Interval(np.minimum.reduce(np.broadcast_arrays(*corners)), np.maximum.reduce(np.broadcast_arrays(*corners)))
+        return _hull(a.lo / d.lo, a.lo / d.hi, a.hi / d.lo, a.hi / d.hi)
 
     @staticmethod
     def maximum(*xs):
-        xs = [interval(x) for x in xs]
-        return Interval(
-            np.maximum.reduce(np.broadcast_arrays(*[x.lo for x in xs])),
-            np.maximum.reduce(np.broadcast_arrays(*[x.hi for x in xs])),
-        )
+        return _each_end(np.maximum, xs)
 
     @staticmethod
     def minimum(*xs):
-        xs = [interval(x) for x in xs]
-        return Interval(
-            np.minimum.reduce(np.broadcast_arrays(*[x.lo for x in xs])),
-            np.minimum.reduce(np.broadcast_arrays(*[x.hi for x in xs])),
-        )
+        return _each_end(np.minimum, xs)
 
     @staticmethod
     def where(cond, a, b):
@@ -182,3 +172,17 @@ def _code(space, keys, radices, cols) -> np.ndarray:
     for k, r in zip(keys, radices):
         code = code * r + space.domains[k].codes(cols[k])
     return code
+
+
+def _hull(*corners) -> Interval:
+    """The least interval holding every corner (a product's or a quotient's four)."""
+    corners = np.broadcast_arrays(*corners)
+    return Interval(np.minimum.reduce(corners), np.maximum.reduce(corners))
+
+
+def _each_end(extreme, xs) -> Interval:
+    """``extreme`` (np.maximum, np.minimum) of several intervals: taken end by end."""
+    xs = [interval(x) for x in xs]
+    return Interval(
+        extreme.reduce(np.broadcast_arrays(*[x.lo for x in xs])), extreme.reduce(np.broadcast_arrays(*[x.hi for x in xs]))
+    )
