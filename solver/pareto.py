@@ -29,9 +29,6 @@ from .cpsat_search import Search, cp_solver, explain
 from .cpsat_search import run as run_cp
 from .planner import Plan, SolveMethod, check_method, evaluated_plan, planner_for
 
-# mappings: a front over at most this many is found by evaluating every one (measured: docs/planner.md)
-FRONT_ENUMERATE_BELOW = 2_000_000
-
 
 @dataclass
 class ParetoResult:
@@ -83,8 +80,8 @@ def pareto_front(
     method: SolveMethod | str = SolveMethod.AUTO,
 ) -> ParetoResult:
     """The exact front of ``objectives`` (two or three metric names) of ``problem``, found as ``method``
-    says (``SolveMethod``; auto: every point of a space of at most ``FRONT_ENUMERATE_BELOW``, blocks
-    bounded and enumerated above that where the planner can bound them, else CP-SAT)."""
+    says (``SolveMethod``; auto: every point of a space of at most ``Planner.front_enumerate_below``,
+    blocks bounded and enumerated above that where the planner bounds them, else CP-SAT)."""
     planner = planner_for(problem)
     objectives = check_metrics(planner, problem, objectives)
     method = check_method(planner, problem, method)
@@ -143,7 +140,7 @@ def _union(planner, problem, objectives, results, start) -> ParetoResult:
 def _front(planner, problem, objectives, time_limit, workers, seed, max_points, method) -> ParetoResult:
     space = planner.space(problem)
     size = space.size()
-    if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= FRONT_ENUMERATE_BELOW):
+    if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= planner.front_enumerate_below(problem)):
         return _front_of_points(planner, problem, space, objectives, time_limit, max_points, enumerated_front)
     bound_above = planner.bound_above(problem)
     if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):

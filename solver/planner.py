@@ -213,6 +213,11 @@ class Planner(ABC):
         """The largest space ``solve`` enumerates instead of solving (SolveMethod.AUTO; default: none)."""
         return 0
 
+    def front_enumerate_below(self, problem) -> int:
+        """The largest space whose front ``pareto`` finds by evaluating every point (SolveMethod.AUTO;
+        default: the solve's threshold, ``enumerate_below``)."""
+        return self.enumerate_below(problem)
+
     def bound_above(self, problem) -> int | None:
         """The space size above which ``solve`` bounds and enumerates rather than calling CP-SAT
         (SolveMethod.AUTO; default None: never)."""

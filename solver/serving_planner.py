@@ -52,6 +52,10 @@ FRONT_METRICS = {name: FrontMetric(name, name, sense) for name, sense in {**METR
 
 
 SERVING_ENUMERATE_BELOW = 200_000  # points: enumerating costs less than solving below this (enumerate_below)
+# points: a front found by evaluating every point (front_enumerate_below); measured (docs/serving.md): 53k-169k
+# plans in 0.3-5.4 s against 13-125 s (two of four PARTIAL at 120 s) for CP-SAT's fronts; at ~30k plans/s
+# 2M plans take about a minute, which CP-SAT's fronts already exceed at 169k
+SERVING_FRONT_ENUMERATE_BELOW = 2_000_000
 
 
 class ServingPlanner(Planner):
@@ -142,6 +146,9 @@ class ServingPlanner(Planner):
         if fits.all() or not fits.any():
             return space
         return space.extend("pool_fits", rows.loc[fits].reset_index(drop=True))
+
+    def front_enumerate_below(self, problem) -> int:
+        return SERVING_FRONT_ENUMERATE_BELOW
 
     def enumerate_below(self, problem) -> int:
         # measured, 2 cores, best of 2 (suite instances): 814 points 0.67 s solved against 0.09 s enumerated,

@@ -28,13 +28,13 @@ def cpsat_unless_marked(request, monkeypatch):
     bounded block by block), unless the test is marked ``auto_method`` (the shortcuts' own tests). Commands run as
     subprocesses keep the shortcuts."""
     if request.node.get_closest_marker("auto_method") is None:
-        from parasol.solver import pareto, serving_planner, training_planner  # noqa: PLC0415
+        from parasol.solver import serving_planner, training_planner  # noqa: PLC0415
 
         for module, name in (
             (training_planner, "DENSE_ENUMERATE_BELOW"),
             (training_planner, "MOE_ENUMERATE_BELOW"),
             (serving_planner, "SERVING_ENUMERATE_BELOW"),
-            (pareto, "FRONT_ENUMERATE_BELOW"),
+            (serving_planner, "SERVING_FRONT_ENUMERATE_BELOW"),
         ):
             monkeypatch.setattr(module, name, 0)
         monkeypatch.setattr(training_planner, "BOUND_ABOVE", None)
