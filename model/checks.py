@@ -26,15 +26,31 @@ def as_float(value) -> float | None:
     return None
 
 
-def positive_int(value, field: str, source: str | None = None) -> int:
+MAX_INT = 2**31 - 1  # any count in a file: within CP-SAT's and numpy's 32-bit integers, before any arithmetic
+
+
+def shown(value) -> str:
+    """``value`` as an error message quotes it: a huge integer by its digits, a long text cut short."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def positive_int(value, field: str, source: str | None = None, most: int = MAX_INT) -> int:
+    """A positive integer up to ``most``: every count is checked against its range before use."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ProblemError(f"must be a positive integer, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a positive integer, got {shown(value)}", source=source, field=field)
+    if value > most:
+        raise ProblemError(f"must be at most {most:,}, got {shown(value)}", source=source, field=field)
     return int(value)
 
 
-def non_negative_int(value, field: str, source: str | None = None) -> int:
+def non_negative_int(value, field: str, source: str | None = None, most: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ProblemError(f"must be a non-negative integer, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a non-negative integer, got {shown(value)}", source=source, field=field)
+    if value > most:
+        raise ProblemError(f"must be at most {most:,}, got {shown(value)}", source=source, field=field)
     return int(value)
 
 
@@ -42,21 +58,21 @@ def positive_number(value, field: str, source: str | None = None, what: str = "n
     """A number > 0 (``what`` names it in the message: 'number of seconds', 'price', ...)."""
     number = as_float(value)
     if number is None or not number > 0:
-        raise ProblemError(f"must be a positive {what}, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a positive {what}, got {shown(value)}", source=source, field=field)
     return number
 
 
 def non_negative_number(value, field: str, source: str | None = None) -> float:
     number = as_float(value)
     if number is None or number < 0:
-        raise ProblemError(f"must be a non-negative number, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a non-negative number, got {shown(value)}", source=source, field=field)
     return number
 
 
 def fraction(value, field: str, source: str | None = None) -> float:
     number = as_float(value)
     if number is None or not 0 < number <= 1:
-        raise ProblemError(f"must be a fraction in (0, 1], got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a fraction in (0, 1], got {shown(value)}", source=source, field=field)
     return number
 
 
@@ -64,13 +80,13 @@ def share(value, field: str, source: str | None = None) -> float:
     """A share from 0 to 1, both included."""
     number = as_float(value)
     if number is None or not 0 <= number <= 1:
-        raise ProblemError(f"must be a share from 0 to 1, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be a share from 0 to 1, got {shown(value)}", source=source, field=field)
     return number
 
 
 def flag(value, field: str, source: str | None = None) -> bool:
     if not isinstance(value, bool):
-        raise ProblemError(f"must be true or false, got {value!r}", source=source, field=field)
+        raise ProblemError(f"must be true or false, got {shown(value)}", source=source, field=field)
     return value
 
 

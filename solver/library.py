@@ -78,6 +78,10 @@ def read_yaml(path: Path | str, what: str = "file") -> dict:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a safe loader: StrictLoader is yaml's SafeLoader)
     except RecursionError:
         raise ProblemError(f"nested deeper than {MAX_YAML_DEPTH} levels", source=str(path)) from None
+    except ProblemError:
+        raise
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise ProblemError(f"malformed YAML: {str(exc).split(':')[0]}", source=str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

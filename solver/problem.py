@@ -67,6 +67,11 @@ WORKLOAD_KEYS = (
 )
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
+# ranges every problem is checked against before any arithmetic (docs/problem-files.md, "Limits")
+MAX_SEQ_LEN = 1 << 24  # tokens per sequence (16.8M)
+MAX_GLOBAL_BATCH = 1 << 24  # sequences per step
+MAX_DEVICES = 1 << 20  # devices in one system (1,048,576)
+MAX_DEVICE_COUNTS = 4096  # device counts one problem may compare
 ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
 MAPPING_DEFAULTS = {
@@ -282,8 +287,8 @@ def _parse_workload(data, src: str) -> Workload:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
     return Workload(
         kind="training",
-        seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src),
-        global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src),
+        seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src, MAX_SEQ_LEN),
+        global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src, MAX_GLOBAL_BATCH),
         precision=precision,
         low_precision_recipe=None if recipe is None else str(recipe),
         attention=attention,
@@ -338,19 +343,28 @@ def _parse_mapping(data, src: str) -> dict:
 
 
 def _counts(value, src: str, field_name: str) -> tuple:
-    """A positive integer, a list of them, or a range {min, max, step} (step defaults to min)."""
+    """A positive integer, a list of them, or a range {min, max, step} (step defaults to min): device
+    counts up to ``MAX_DEVICES``, at most ``MAX_DEVICE_COUNTS`` of them."""
     if isinstance(value, dict):
         checks.keys(value, ("min", "max", "step"), ("min", "max"), src, f"{field_name}.")
-        lo, hi = (checks.positive_int(value[k], f"{field_name}.{k}", src) for k in ("min", "max"))
-        step = checks.positive_int(value.get("step", lo), f"{field_name}.step", src)
+        lo, hi = (checks.positive_int(value[k], f"{field_name}.{k}", src, MAX_DEVICES) for k in ("min", "max"))
+        step = checks.positive_int(value.get("step", lo), f"{field_name}.step", src, MAX_DEVICES)
         if hi < lo:
             raise ProblemError(f"max {hi} is below min {lo}", source=src, field=f"{field_name}.max")
+        if (hi - lo) // step + 1 > MAX_DEVICE_COUNTS:
+            raise ProblemError(
+                f"gives {(hi - lo) // step + 1:,} device counts, more than {MAX_DEVICE_COUNTS:,}: raise step or narrow min..max",
+                source=src,
+                field=f"{field_name}.step",
+            )
         values = list(range(lo, hi + 1, step))
     else:
         values = value if isinstance(value, list) else [value]
     if not values:
         raise ProblemError("an empty list allows nothing", source=src, field=field_name)
-    return tuple(dict.fromkeys(checks.positive_int(n, field_name, src) for n in values))
+    if len(values) > MAX_DEVICE_COUNTS:
+        raise ProblemError(f"lists {len(values):,} device counts, more than {MAX_DEVICE_COUNTS:,}", source=src, field=field_name)
+    return tuple(dict.fromkeys(checks.positive_int(n, field_name, src, MAX_DEVICES) for n in values))
 
 
 SYSTEM_KEYS = ("name", "num_gpus", "chiplets", "gpu_hour_usd")

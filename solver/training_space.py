@@ -18,6 +18,7 @@ relations, in the order rows are materialised:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -56,7 +57,9 @@ MIN_TOKENS_PER_CP_RANK = 2048
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n``, ascending (trial division up to its square root)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def allowed_values(problem, key: str, free) -> list:

@@ -99,3 +99,35 @@ def test_a_model_name_outside_the_library_alphabet_is_refused(tmp_path, name):
     data["model"] = name
     line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data))]), "model")
     assert "x" * 100 not in line  # a long name is not echoed whole
+
+
+@pytest.mark.parametrize(
+    "path,value,words",
+    [
+        (("workload", "global_batch"), 2**31, ("workload.global_batch", "at most 16,777,216")),
+        (("workload", "seq_len"), 2**40, ("workload.seq_len", "at most")),
+        (("system", "num_gpus"), 10**12, ("system.num_gpus", "at most 1,048,576")),
+        (("system", "num_gpus"), {"min": 1, "max": 100000}, ("system.num_gpus.step", "more than 4,096")),
+        (("workload", "global_batch"), 10**60, ("an integer of about 61 digits",)),
+    ],
+    ids=["global-batch", "seq-len", "devices", "device-range", "huge-integer"],
+)
+def test_counts_beyond_their_documented_range_are_refused_before_any_work(tmp_path, path, value, words):
+    """These ran for minutes (divisors of 2^31 counted one by one, 100,000 systems built) or crashed."""
+    data = yaml.safe_load(GOOD)
+    data[path[0]][path[1]] = value
+    data.pop("mapping")
+    _one_line_exit_2(run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data))]), *words)
+
+
+def test_an_integer_of_thousands_of_digits_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.replace("global_batch: 1536", "global_batch: " + "9" * 5000))
+    _one_line_exit_2(run_main(["evaluate", str(path)]), "malformed YAML")
+
+
+def test_divisors_by_trial_division_to_the_square_root():
+    from parasol.solver.training_space import divisors  # noqa: PLC0415
+
+    for n in (1, 2, 36, 97, 5120, 15360, 2**20):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
