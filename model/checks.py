@@ -10,20 +10,29 @@ import numpy as np
 
 from .errors import ProblemError
 
+MAX_MAGNITUDE = 1e30  # any number in a file: far above every physical quantity here (FLOP/s, bytes, $, tokens)
+
 
 def as_float(value) -> float | None:
     """A YAML number as float. PyYAML (YAML 1.1) reads ``312.0e12`` (no exponent sign) as a
-    string, so numeric strings are accepted; None for anything else."""
+    string, so numeric strings are accepted; None for anything else, and for NaN, infinities and
+    magnitudes above ``MAX_MAGNITUDE`` (which later arithmetic would turn into inf or an overflow)."""
     if isinstance(value, bool):
         return None
+    number = None
     if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    if isinstance(value, str):
         try:
-            return float(value)
+            number = float(value)
+        except OverflowError:
+            return None
+    elif isinstance(value, str) and len(value) <= 64:
+        try:
+            number = float(value)
         except ValueError:
             return None
-    return None
+    if number is None or not abs(number) <= MAX_MAGNITUDE:  # NaN fails this too
+        return None
+    return number
 
 
 MAX_INT = 2**31 - 1  # any count in a file: within CP-SAT's and numpy's 32-bit integers, before any arithmetic
