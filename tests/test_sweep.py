@@ -146,4 +146,4 @@ def test_an_all_refused_sweep_names_the_spec_and_seed_flags_hold(tmp_path):
     assert load_sweep(str(seeded), seed=0).points[0].task.seed == 0  # --seed 0 wins over the spec's
     big = _spec(tmp_path, {"num_gpus": [8]}, seed=2**40)
     proc = run_main(["sweep", big])
-    assert proc.returncode == 2 and "seed: must be at most 2147483647" in proc.stderr
+    assert proc.returncode == 2 and "seed: must be at most 2,147,483,647" in proc.stderr
