@@ -407,8 +407,12 @@ def cmd_pareto(args) -> int:
     from .pareto import pareto_front  # noqa: PLC0415
     from .planner import planner_for  # noqa: PLC0415
     from .report import front_json, front_table, plot_front  # noqa: PLC0415
-    from .results import plans_frame, write_table  # noqa: PLC0415
+    from .results import check_new_file, check_table_file, plans_frame, write_table  # noqa: PLC0415
 
+    if args.plot:
+        check_new_file(args.plot, "--plot")  # before the front is searched, not after
+    if args.out:
+        check_table_file(args.out)
     planner = planner_for(problem)
     with progress.showing(_progress(args)):
         result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed, method=args.method)

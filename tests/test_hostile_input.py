@@ -131,3 +131,18 @@ def test_divisors_by_trial_division_to_the_square_root():
 
     for n in (1, 2, 36, 97, 5120, 15360, 2**20):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+@pytest.mark.parametrize("target", ["DIR", "FILE", "/dev/null"])
+def test_pareto_never_replaces_what_is_at_its_plot_path_and_says_so_before_searching(tmp_path, target):
+    if target == "DIR":
+        target = str(tmp_path)
+    elif target == "FILE":
+        target = str(tmp_path / "mine.png")
+        (tmp_path / "mine.png").write_text("the user's")
+    args = ["pareto", "problems/examples/llama3-8b-pareto.yaml", "--objectives", "tokens_per_s_per_gpu,tokens_per_s_per_user"]
+    proc = run_main([*args, "--plot", target])
+    _one_line_exit_2(proc, "--plot")
+    assert proc.stdout == ""  # refused before the front was searched
+    if target.endswith("mine.png"):
+        assert (tmp_path / "mine.png").read_text() == "the user's"
