@@ -386,3 +386,21 @@ def test_fits_flag_matches_usable_memory(example):
     problem, _, ev = example
     assert ev.metrics["fits"] == (ev.metrics["peak_memory_gib"] <= ev.metrics["usable_memory_gib"])
     assert rel_close(ev.metrics["usable_memory_gib"], problem.system().usable_memory_bytes / 2**30, 1e-12)
+
+
+def test_the_scalar_gemm_efficiency_is_numpys_interpolation():
+    """issue 16: one GEMM's efficiency is interpolated in Python (the factor tables' hot path); it must
+    equal np.interp's on the measured curve for every device and precision of the library."""
+    import numpy as np  # noqa: PLC0415
+
+    from parasol.solver.library import load_device, names  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    for name in names("systems/devices"):
+        device = load_device(name)
+        for precision in device.peak_flops:
+            for flops in 10 ** rng.uniform(0, 17, 200):
+                assert (
+                    device.gemm_efficiency_at(float(flops), precision)
+                    == device.gemm_efficiency_at(np.array([flops]), precision)[0]
+                )
