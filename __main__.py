@@ -2,6 +2,10 @@
 
 import sys
 
-from parasol.solver.cli import main
+try:
+    from parasol.solver.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line is still being imported: one line, as main's
+    print("parasol: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

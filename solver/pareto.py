@@ -22,12 +22,12 @@ import pandas as pd
 
 from parasol.model.errors import ProblemError
 
-from . import progress
+from . import deadline, progress
 from .bounded_search import bounded_front, enumerated_front
 from .cpsat_ops import IntQ
 from .cpsat_search import Search, cp_solver, explain
 from .cpsat_search import run as run_cp
-from .planner import Plan, SolveMethod, check_method, evaluated_plan, planner_for
+from .planner import TIME_UP, Plan, SolveMethod, check_method, evaluated_plan, planner_for
 
 
 @dataclass
@@ -109,7 +109,11 @@ def _system_front(planner, problem, objectives, time_limit, workers, seed, max_p
             results.append(ParetoResult(objectives=objectives, status="INFEASIBLE", message=why))
             continue
         left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
-        results.append(_front(planner, sub, objectives, left, workers, seed, max_points, method))
+        try:
+            with deadline.until(left + deadline.GRACE_S):
+                results.append(_front(planner, sub, objectives, left, workers, seed, max_points, method))
+        except deadline.TimeUp:
+            results.append(ParetoResult(objectives=objectives, status="PARTIAL", gap=1.0, message=TIME_UP))
     return results[0] if len(results) == 1 else _union(planner, problem, objectives, results, start)
 
 

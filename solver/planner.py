@@ -31,7 +31,7 @@ import numpy as np
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 
-from . import progress
+from . import deadline, progress
 
 if TYPE_CHECKING:  # the planner's tables, numpy backend and pandas are imported where a search runs
     import pandas as pd
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the planner's tables, numpy backend and pandas are imported
     from .relations import Space
     from .tables import Tables
 
+TIME_UP = "the time limit passed while the model's tables were built; raise --time-limit"
 ROUND_TRIP_TOLERANCE = 1e-3  # relative agreement of the integer model's quantities with the float model's
 # points per numpy chunk: 2^17 keeps a chunk's arrays in cache; measured on GPT-3 175B / 1,024 A100 (6.4M
 # points, 2 cores): 0.92M points/s at 2^14, 1.40M at 2^16, 1.51M at 2^17, 1.47M at 2^18, 1.19M at 2^20
@@ -508,7 +509,8 @@ def _per_subproblem(planner, problem, objective, top, time_limit, run) -> PlanRe
     results = []
     for index, sub in enumerate(systems):
         left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(systems) - index))
-        result = _per_planner_part(planner, sub, objective, top, left, run)
+        with deadline.until(None if time_limit is None else time_limit - (time.perf_counter() - start) + deadline.GRACE_S):
+            result = _per_planner_part(planner, sub, objective, top, left, run)
         for plan in result.plans:
             plan.system_name = sub.system_name
         if len(systems) > 1 and result.table is not None:
@@ -528,7 +530,13 @@ def _per_planner_part(planner, problem, objective, top, time_limit, run) -> Plan
             results.append((label, PlanResult(status="INFEASIBLE", objective=objective, message=why)))
             continue
         left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
-        results.append((label, run(sub, left)))
+        begun = time.perf_counter()
+        try:
+            with deadline.until(None if left is None else left + deadline.GRACE_S):
+                results.append((label, run(sub, left)))
+        except deadline.TimeUp:
+            cut = PlanResult(status="UNKNOWN", objective=objective, message=TIME_UP, solve_time_s=time.perf_counter() - begun)
+            results.append((label, cut))
     if len(results) == 1:
         return results[0][1]
     return _combine(planner, problem, objective, top, results, start)

@@ -14,9 +14,11 @@ import pandas as pd
 
 from parasol.model.ops import Factor
 
+from . import deadline
 from .relations import Space
 
 DENSE_LIMIT = 1 << 22  # a table over fewer key combinations than this is gathered from a dense array
+CHECK_EVERY = 256  # rows computed between two looks at the time limit (each row: about 0.1-0.3 ms)
 
 
 @dataclass
@@ -52,10 +54,11 @@ class Tables:
         if factor.name not in self._tables:
             keys = self.space.cover(factor.keys)
             domains = [self.space.domains[k] for k in factor.keys]
-            rows = [
-                factor.evaluate(self.ctx, {k: d.value(v) for k, d, v in zip(factor.keys, domains, row)})
-                for row in keys.itertuples(index=False, name=None)
-            ]
+            rows = []
+            for i, row in enumerate(keys.itertuples(index=False, name=None)):
+                if i % CHECK_EVERY == 0:
+                    deadline.check()  # a large table takes seconds: the search's time limit holds here too
+                rows.append(factor.evaluate(self.ctx, {k: d.value(v) for k, d, v in zip(factor.keys, domains, row)}))
             values = np.array(rows, dtype=float).reshape(len(rows), len(factor.outputs))
             self._tables[factor.name] = FactorTable(factor, keys.reset_index(drop=True), values)
         return self._tables[factor.name]
