@@ -29,8 +29,10 @@ import pandas as pd
 from . import progress
 from .interval_ops import IntervalOps
 from .numpy_ops import NumpyOps
+from .planner import feasible_mask, scan
 from .relations import Relation, Space
 from .tables import Tables
+from .top_k import TopK
 
 ENUMERATE_POINTS = 1 << 17  # points of last-level blocks enumerated at a time (and per numpy chunk)
 REFINE_POINTS = 1 << 21  # points of earlier-level blocks refined at a time
@@ -69,16 +71,9 @@ def enumerated_front(
     planner, problem, space: Space, objectives: tuple, minimised: tuple, time_limit: float | None, max_points: int
 ) -> BoundedOutcome:
     """``bounded_front`` by evaluating every point of the space (numpy), for spaces small enough."""
-    from .planner import feasible_mask, scan  # noqa: PLC0415 (the planner imports this module lazily)
-
     goal, evaluated = _Front(minimised, max_points), 0
     for _, cols, o, out, _ in scan(planner, problem, space, objectives, time_limit):
-        idx = np.flatnonzero(np.broadcast_to(feasible_mask(out), (o.size,)))
-        if len(idx):
-            values = np.stack(
-                [np.broadcast_to(np.asarray(out.minimised[k], dtype=float), (o.size,))[idx] for k in minimised], axis=1
-            )
-            goal.add({k: v[idx] for k, v in cols.items()}, values)
+        _feed(goal, cols, o.size, out)
         evaluated += o.size
     complete = evaluated >= space.size() and not goal.overflow
     return BoundedOutcome(goal.rows, goal.keys, complete, None, evaluated, 0)
@@ -129,10 +124,6 @@ class _Search:
         self.planner, self.tables, self.ctx, self.goal = planner, tables, ctx, goal
         self.evaluated = self.bounded = 0
 
-    @property
-    def rows(self) -> list:
-        return self.goal.rows
-
     def bound(self, space: Space, parent: pd.DataFrame | None, decisions: tuple) -> tuple:
         """The blocks of ``parent`` (None: the whole space) refined by ``decisions``, with their points and
         the lower ends of the goal's quantities (blocks x quantities), without those that cannot meet a
@@ -159,29 +150,19 @@ class _Search:
         tables = self.tables.on(space)
         for cols in space.chunks(ENUMERATE_POINTS, roots=rows, per_root=pool.counts[rows]):
             o = NumpyOps(tables, cols)
-            out = self.planner.compose(o, self.ctx)
-            ok = np.ones(o.size, dtype=bool)
-            for limit in out.limits:
-                ok &= np.broadcast_to(np.asarray(limit.quantity) <= limit.bound, (o.size,))
-            idx = np.flatnonzero(ok)
-            if len(idx):
-                values = np.stack(
-                    [np.broadcast_to(np.asarray(out.minimised[k], dtype=float), (o.size,))[idx] for k in self.goal.names], axis=1
-                )
-                self.goal.add({k: v[idx] for k, v in cols.items()}, values)
+            _feed(self.goal, cols, o.size, self.planner.compose(o, self.ctx))
             self.evaluated += o.size
         pool.pop(rows)
 
 
-class _Best:
+class _Best(TopK):
     """The ``top`` least points of one quantity, and the cut-off they set."""
 
     overflow = False
 
     def __init__(self, names: tuple, top: int):
-        self.names, self.top = names, top
-        self.keys = np.empty(0)
-        self.rows: list = []
+        super().__init__(top)
+        self.names = names
 
     def may_improve(self, lower: np.ndarray) -> np.ndarray:
         """Where a block whose quantity is at least ``lower`` (blocks x 1) could still enter the best ``top``."""
@@ -190,13 +171,8 @@ class _Best:
         cut = float(self.keys[-1])
         return lower[:, 0] <= cut + RELATIVE_TOLERANCE * abs(cut)
 
-    def add(self, cols: dict, values: np.ndarray) -> None:
-        key = values[:, 0]
-        pick = np.argsort(key, kind="stable")[: self.top]
-        keys = np.concatenate([self.keys, key[pick]])
-        rows = self.rows + [{k: int(v[i]) for k, v in cols.items()} for i in pick]
-        best = np.argsort(keys, kind="stable")[: self.top]
-        self.keys, self.rows = keys[best], [rows[i] for i in best]
+    def add(self, cols: dict, idx: np.ndarray, values: np.ndarray) -> None:
+        super().add(cols, idx, values[:, 0])
 
 
 class _Front:
@@ -218,12 +194,13 @@ class _Front:
             keep &= ~(front[:, None, :] <= cut[None, :, :]).all(axis=2).any(axis=0)
         return keep
 
-    def add(self, cols: dict, values: np.ndarray) -> None:
+    def add(self, cols: dict, idx: np.ndarray, values: np.ndarray) -> None:
+        """The points ``idx`` of the chunk ``cols``, whose quantities are the rows of ``values``."""
         values = np.concatenate([self.keys, values])
         rows = len(self.rows)
         keep = non_dominated_rows(values)
         new = [i for i in keep if i >= rows]
-        picked = {i: {k: int(v[i - rows]) for k, v in cols.items()} for i in new}
+        picked = {i: {k: int(v[idx[i - rows]]) for k, v in cols.items()} for i in new}
         self.rows = [self.rows[i] if i < rows else picked[i] for i in keep]
         self.keys = values[keep]
         if len(self.rows) > self.max_points:
@@ -357,6 +334,15 @@ def _free_ranges(space: Space, frame: pd.DataFrame) -> dict:
     return ranges
 
 
+def _feed(goal, cols: dict, size: int, out) -> None:
+    """The feasible points of a chunk (``cols``, ``size`` points, the composition's ``out``) to ``goal``,
+    with their values of the goal's quantities (points x quantities)."""
+    idx = np.flatnonzero(np.broadcast_to(feasible_mask(out), (size,)))
+    if len(idx):
+        columns = [np.broadcast_to(np.asarray(out.minimised[k], dtype=float), (size,))[idx] for k in goal.names]
+        goal.add(cols, idx, np.stack(columns, axis=1))
+
+
 def _lower(q):
     return q.lo if hasattr(q, "lo") else q
 
@@ -364,5 +350,5 @@ def _lower(q):
 def _report(search: _Search, left: int) -> None:
     sink = progress.current()
     if sink.due():
-        found = "a plan found" if search.rows else "no plan yet"
+        found = "a plan found" if search.goal.rows else "no plan yet"
         sink.update(f"solve (bound): {search.evaluated:,} points enumerated, {left:,} blocks left, {found}")

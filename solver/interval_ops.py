@@ -103,10 +103,11 @@ class IntervalOps(FloatOps):
         if not shared:
             return [Interval(c.min(initial=np.inf), c.max(initial=-np.inf)) for c in table.columns]
         radices = [len(self.space.domains[k].values) for k in shared]
-        table_key = _code(self.space, shared, radices, {k: table.keys[k].to_numpy(dtype=np.int64) for k in shared})
+        table_key = self.tables.codes(shared, radices, {k: table.keys[k].to_numpy(dtype=np.int64) for k in shared})
+        block_key = self.tables.codes(shared, radices, self._cols)
         unique, inverse = np.unique(table_key, return_inverse=True)
-        at = np.searchsorted(unique, _code(self.space, shared, radices, self._cols))
-        if len(unique) == 0 or (unique[np.minimum(at, len(unique) - 1)] != _code(self.space, shared, radices, self._cols)).any():
+        at = np.searchsorted(unique, block_key)
+        if len(unique) == 0 or (unique[np.minimum(at, len(unique) - 1)] != block_key).any():
             raise AssertionError(f"a block has no row of factor {factor.name}'s table")  # a bug: tables cover the space
         out = []
         for column in table.columns:
@@ -165,13 +166,6 @@ class IntervalOps(FloatOps):
         values = {k: self.decision(k).lo for k in bound.keys}
         rows = [f.row(*[out.lo for out in self.lookup(f)]) for f in bound.factors]
         q.lo = np.maximum(q.lo, bound.fn(values, *rows))
-
-
-def _code(space, keys, radices, cols) -> np.ndarray:
-    code = np.zeros(len(cols[keys[0]]), dtype=np.int64)
-    for k, r in zip(keys, radices):
-        code = code * r + space.domains[k].codes(cols[k])
-    return code
 
 
 def _hull(*corners) -> Interval:

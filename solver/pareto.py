@@ -27,7 +27,7 @@ from .bounded_search import bounded_front, enumerated_front
 from .cpsat_ops import IntQ
 from .cpsat_search import Search, cp_solver, explain
 from .cpsat_search import run as run_cp
-from .planner import TIME_UP, Plan, SolveMethod, check_method, evaluated_plan, planner_for
+from .planner import TIME_UP, Plan, SolveMethod, check_method, evaluated_plan, planner_for, resolve_method
 
 
 @dataclass
@@ -143,12 +143,10 @@ def _union(planner, problem, objectives, results, start) -> ParetoResult:
 
 def _front(planner, problem, objectives, time_limit, workers, seed, max_points, method) -> ParetoResult:
     space = planner.space(problem)
-    size = space.size()
-    if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= planner.front_enumerate_below(problem)):
-        return _front_of_points(planner, problem, space, objectives, time_limit, max_points, enumerated_front)
-    bound_above = planner.bound_above(problem)
-    if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):
-        return _front_of_points(planner, problem, space, objectives, time_limit, max_points, bounded_front)
+    how = resolve_method(planner, problem, method, space.size(), planner.front_enumerate_below(problem))
+    if how is not SolveMethod.CPSAT:
+        search = enumerated_front if how is SolveMethod.ENUMERATE else bounded_front
+        return _front_of_points(planner, problem, space, objectives, time_limit, max_points, search)
 
     def new_search():
         return Search(planner, problem, space, objectives)

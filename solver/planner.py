@@ -32,6 +32,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 
 from . import deadline, progress
+from .top_k import TopK
 
 if TYPE_CHECKING:  # the planner's tables, numpy backend and pandas are imported where a search runs
     import pandas as pd
@@ -282,7 +283,7 @@ def best_points(
     """The ``top`` best feasible points (stored-value dicts, best first; ties in the space's order),
     the points evaluated, whether the scan completed, the explanation data and, with ``keep_all``,
     every point's table."""
-    best_key, best_rows = np.empty(0), []
+    best = TopK(top)
     evaluated, frames = 0, []
     least = {}  # limit name -> (value, stored point) of its least quantity where the others allow
     complete = True
@@ -293,12 +294,8 @@ def best_points(
         key = np.broadcast_to(np.asarray(out.minimised[objective], dtype=float), (o.size,))
         idx = np.flatnonzero(ok)
         if len(idx):
-            pick = idx[np.argsort(key[idx], kind="stable")[:top]]
-            best_key = np.concatenate([best_key, key[pick]])
-            best_rows += [{k: int(v[i]) for k, v in cols.items()} for i in pick]
-            order = np.argsort(best_key, kind="stable")[:top]
-            best_key, best_rows = best_key[order], [best_rows[i] for i in order]
-        _report_scan(label, evaluated, space, best_rows)
+            best.add(cols, idx, key[idx])
+        _report_scan(label, evaluated, space, best.rows)
         for limit in out.limits:
             allowed = np.broadcast_to(memory_allows(out, limit), (o.size,))
             cand = np.flatnonzero(allowed)
@@ -313,7 +310,7 @@ def best_points(
             complete = False
             break
     table = _concat(frames) if keep_all and frames else None
-    return best_rows, evaluated, complete, least, table
+    return best.rows, evaluated, complete, least, table
 
 
 def _report_scan(label: str, evaluated: int, space: Space, best_rows: list) -> None:
@@ -435,11 +432,10 @@ def solve(
 
     def run(sub, left):
         space = planner.space(sub)
-        size = space.size()
-        if method is SolveMethod.ENUMERATE or (method is SolveMethod.AUTO and size <= planner.enumerate_below(sub)):
+        how = resolve_method(planner, sub, method, space.size(), planner.enumerate_below(sub))
+        if how is SolveMethod.ENUMERATE:
             return _enumerate_one(planner, sub, objective, top, left, False, space)
-        bound_above = planner.bound_above(sub)
-        if method is SolveMethod.BOUND or (method is SolveMethod.AUTO and bound_above is not None and size > bound_above):
+        if how is SolveMethod.BOUND:
             return _bound_one(planner, sub, objective, top, left, space)
         from .cpsat_search import solve_one  # noqa: PLC0415 (OR-Tools: only where CP-SAT runs)
 
@@ -458,6 +454,17 @@ def check_method(planner: Planner, problem, method) -> SolveMethod:
         allowed = ", ".join(m for m in SolveMethod if m is not SolveMethod.BOUND)
         raise ProblemError(f"'bound' cannot search {planner.kind} problems; allowed: {allowed}", field="method")
     return method
+
+
+def resolve_method(planner: Planner, problem, method: SolveMethod, size: int, enumerate_below: int) -> SolveMethod:
+    """The method that searches a space of ``size`` points: ``method`` itself unless AUTO, which
+    enumerates up to ``enumerate_below`` points, bounds blocks above ``Planner.bound_above``, else CP-SAT."""
+    if method is not SolveMethod.AUTO:
+        return method
+    if size <= enumerate_below:
+        return SolveMethod.ENUMERATE
+    bound_above = planner.bound_above(problem)
+    return SolveMethod.BOUND if bound_above is not None and size > bound_above else SolveMethod.CPSAT
 
 
 def _bound_one(planner, problem, objective, top, time_limit, space=None) -> PlanResult:

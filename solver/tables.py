@@ -81,7 +81,7 @@ class Tables:
         for k, r in zip(factor.keys[1:], radices[1:]):
             code = code * r + codes[k]
         if factor.name not in self._index:
-            keys = self._code(factor.keys, radices, {k: table.keys[k].to_numpy() for k in factor.keys})
+            keys = self.codes(factor.keys, radices, {k: table.keys[k].to_numpy() for k in factor.keys})
             size = int(np.prod(radices, dtype=np.float64))
             if size <= DENSE_LIMIT:
                 dense = np.full(max(size, 1), -1, dtype=np.int64)
@@ -96,7 +96,8 @@ class Tables:
         sorted_keys, order = index
         return order[np.searchsorted(sorted_keys, code)]
 
-    def _code(self, keys, radices, cols) -> np.ndarray:
+    def codes(self, keys, radices, cols) -> np.ndarray:
+        """One integer per row of ``cols`` for its values of ``keys`` (each decision's code, mixed radix)."""
         code = np.zeros(len(cols[keys[0]]) if keys else 1, dtype=np.int64)
         for k, r in zip(keys, radices):
             code = code * r + self.space.domains[k].codes(cols[k])
