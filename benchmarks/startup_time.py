@@ -2,12 +2,18 @@
 shipped examples, each run N times in a fresh interpreter (best and median), and the part of it spent
 importing (``python -X importtime``: the imports' cumulative microseconds).
 
+Python normally caches compiled modules (``__pycache__``; ``pip install`` writes them); where the
+environment turns that off (``PYTHONDONTWRITEBYTECODE``, as on our CI machines) every start compiles
+parasol's sources again. Both are measured: "cached" with bytecode written to a private folder (a
+warm-up run first; the checkout gets no ``__pycache__``), "compiling" as the environment is.
+
     python benchmarks/startup_time.py [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -26,15 +32,24 @@ COMMANDS = {
 SERVING_PLAN = {"tp": 4, "pp": 1, "dp": 2}  # and workload.batch 64 per replica
 
 
-def wall_s(args: list) -> float:
+def environment(cache: str | None) -> dict:
+    """This environment, with compiled modules cached in ``cache`` (None: as the environment says)."""
+    env = dict(os.environ)
+    if cache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
+    return env
+
+
+def wall_s(args: list, env: dict) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "parasol", *args], cwd=REPO, capture_output=True, check=False)
+    subprocess.run([sys.executable, "-m", "parasol", *args], cwd=REPO, capture_output=True, check=False, env=env)
     return time.perf_counter() - start
 
 
-def import_s(args: list) -> float:
+def import_s(args: list, env: dict) -> float:
     err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "parasol", *args], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-X", "importtime", "-m", "parasol", *args], cwd=REPO, capture_output=True, text=True, env=env
     ).stderr
     total = 0
     for line in err.splitlines():
@@ -58,13 +73,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     folder = tempfile.mkdtemp()
-    print(f"{'command':<22} {'best s':>7} {'median s':>9} {'imports s':>10}")
+    print(f"{'command':<22} {'bytecode':<10} {'best s':>7} {'median s':>9} {'imports s':>10}")
     for name, argv in COMMANDS.items():
         argv = [serving_file(folder) if a == "SERVING" else a for a in argv]
-        if subprocess.run([sys.executable, "-m", "parasol", *argv], cwd=REPO, capture_output=True).returncode == 2:
-            raise SystemExit(f"{name}: the command refused its input")
-        walls = [wall_s(argv) for _ in range(args.runs)]
-        print(f"{name:<22} {min(walls):>7.2f} {statistics.median(walls):>9.2f} {import_s(argv):>10.2f}")
+        for label, env in (("cached", environment(os.path.join(folder, "pycache"))), ("compiling", environment(None))):
+            run = subprocess.run([sys.executable, "-m", "parasol", *argv], cwd=REPO, capture_output=True, env=env)
+            if run.returncode == 2:  # (this run also warms the bytecode cache)
+                raise SystemExit(f"{name}: the command refused its input")
+            walls = [wall_s(argv, env) for _ in range(args.runs)]
+            imports = import_s(argv, env)
+            print(f"{name:<22} {label:<10} {min(walls):>7.2f} {statistics.median(walls):>9.2f} {imports:>10.2f}")
     return 0
 
 

@@ -4,9 +4,8 @@ allowed, as a ``ProblemError``."""
 
 from __future__ import annotations
 
+import numbers
 from enum import Enum
-
-import numpy as np
 
 from .errors import ProblemError
 
@@ -20,7 +19,7 @@ def as_float(value) -> float | None:
     if isinstance(value, bool):
         return None
     number = None
-    if isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, numbers.Real):
         try:
             number = float(value)
         except OverflowError:
@@ -48,7 +47,7 @@ def shown(value) -> str:
 
 def positive_int(value, field: str, source: str | None = None, most: int = MAX_INT) -> int:
     """A positive integer up to ``most``: every count is checked against its range before use."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ProblemError(f"must be a positive integer, got {shown(value)}", source=source, field=field)
     if value > most:
         raise ProblemError(f"must be at most {most:,}, got {shown(value)}", source=source, field=field)
@@ -56,7 +55,7 @@ def positive_int(value, field: str, source: str | None = None, most: int = MAX_I
 
 
 def non_negative_int(value, field: str, source: str | None = None, most: int = MAX_INT) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ProblemError(f"must be a non-negative integer, got {shown(value)}", source=source, field=field)
     if value > most:
         raise ProblemError(f"must be at most {most:,}, got {shown(value)}", source=source, field=field)

@@ -87,7 +87,11 @@ class Factor:
 
     def evaluate(self, ctx, values: dict) -> tuple:
         """The factor's outputs at ``values`` (a mapping with at least its keys), floats."""
-        out = self.fn(ctx, *[values[k] for k in self.keys])
+        return self.evaluate_at(ctx, [values[k] for k in self.keys])
+
+    def evaluate_at(self, ctx, args) -> tuple:
+        """The factor's outputs at ``args``, its keys' values in order, floats."""
+        out = self.fn(ctx, *args)
         return tuple(out) if isinstance(out, tuple) else (out,)
 
 

@@ -69,6 +69,17 @@ def split_stages(layers: int, pp: int, first: int, last: int) -> tuple[list[int]
     return [first] + [middle_total // (pp - 2)] * (pp - 2) + [last], "", ""
 
 
+def last_stage_options(layers: int, pp: int, first: int) -> range:
+    """The last-stage layer counts ``split_stages`` accepts after a first stage of ``first`` layers,
+    largest first: with pp 2 the rest, with pp >= 3 those leaving each of the pp - 2 middle stages the
+    same whole number (at least one) of layers; with pp 1 the whole model."""
+    if pp == 1:
+        return range(layers, layers - 1, -1) if first == layers else range(0)
+    if pp == 2:
+        return range(layers - first, layers - first - 1, -1) if 1 <= first < layers else range(0)
+    return range(layers - first - (pp - 2), 0, -(pp - 2)) if first >= 1 else range(0)
+
+
 def stage_layer_counts(layers: int, pp: int, first: int = 0, last: int = 0) -> list[int]:
     """Transformer layers held by each pipeline stage, first to last.
 

@@ -49,7 +49,6 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
 
 from . import collectives, comm
 from .errors import ProblemError
@@ -248,6 +247,8 @@ def _topology_placement(topo: Topology, num_gpus: int, factors: tuple) -> Placem
     A group that does not divide the units evenly (3 ranks on 4-GPU nodes) is taken where the group
     of rank 0 sits, the positions it reaches in each unit counted whole: an approximation, as
     ``comm.ranks_per_domain`` is on two tiers."""
+    import numpy as np  # noqa: PLC0415 (a group's members as an array: only a new placement needs numpy)
+
     job = topo.place(num_gpus)
     members = np.zeros(1, dtype=np.int64)
     for n, s in factors:

@@ -12,7 +12,6 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from . import checks
 from .errors import ProblemError
@@ -230,7 +229,7 @@ class DeviceSpec:
         device file's ``efficiency.kv_stream`` where measured, else ``memory``."""
         return self.kv_stream_efficiency or self.memory_efficiency
 
-    def gemm_efficiency_at(self, flops, precision: str = "bf16") -> np.ndarray:
+    def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear
         interpolation of the measured curve; FP8/FP4 have their own curve when the file gives one)."""
         xs, ys = self.gemm_efficiency_flops, self.gemm_efficiency
@@ -239,6 +238,8 @@ class DeviceSpec:
                 xs, ys = curve_x, curve_y
         if isinstance(flops, (int, float)):  # one GEMM (the factor tables' case): the same interpolation, in Python
             return _log_interp(math.log(max(flops, 1.0)), *_log_curve(tuple(xs), tuple(ys)))
+        import numpy as np  # noqa: PLC0415 (arrays of GEMMs only: evaluating one plan needs no numpy)
+
         return np.interp(np.log(np.maximum(flops, 1.0)), np.log(xs), ys)
 
 

@@ -499,6 +499,7 @@ def pipeline_p2p_time_s(
     return 2.0 * collective_time_s("p2p", nbytes, pp_layout, system)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int, moe_layers: int = 0) -> float:
     """Parameters held by one GPU of a stage, routed experts aside (``stage_expert_params``): its
     layers split by tp, plus the embedding on the first stage and the output layer on the last

@@ -11,8 +11,6 @@ order. docs/suites.md.
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
@@ -152,6 +150,9 @@ def _local_results(tasks: list, workers: int, on_done) -> list:
             _report(on_done, results[i], i + 1, len(tasks))
         return results
     # spawned, not forked: OR-Tools' threads and Ray's do not survive a fork
+    import concurrent.futures  # noqa: PLC0415 (lazy: the command line imports this module for its enums)
+    import multiprocessing  # noqa: PLC0415
+
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
         futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}

@@ -26,15 +26,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
 
 from . import deadline, progress
-from .top_k import TopK
 
-if TYPE_CHECKING:  # the planner's tables, numpy backend and pandas are imported where a search runs
+if TYPE_CHECKING:  # numpy, the planner's tables, numpy backend and pandas are imported where a search runs
+    import numpy as np
     import pandas as pd
 
     from .relations import Space
@@ -262,6 +260,8 @@ def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: floa
 
 
 def feasible_mask(out, skip: str | None = None) -> np.ndarray | bool:
+    import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
     ok = True
     for limit in out.limits:
         if limit.name != skip:
@@ -283,6 +283,10 @@ def best_points(
     """The ``top`` best feasible points (stored-value dicts, best first; ties in the space's order),
     the points evaluated, whether the scan completed, the explanation data and, with ``keep_all``,
     every point's table."""
+    import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
+    from .top_k import TopK  # noqa: PLC0415
+
     best = TopK(top)
     evaluated, frames = 0, []
     least = {}  # limit name -> (value, stored point) of its least quantity where the others allow
@@ -324,6 +328,8 @@ def _report_scan(label: str, evaluated: int, space: Space, best_rows: list) -> N
 def memory_allows(out, limit):
     """Where the points meet the memory limit (every point, for the memory limit itself): the
     relaxation ``explain`` makes for each limit."""
+    import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
     memory = next((lim for lim in out.limits if lim.name == "memory"), None)
     if limit.name == "memory" or memory is None:
         return True
@@ -331,6 +337,8 @@ def memory_allows(out, limit):
 
 
 def _frame(planner, problem, space, cols, ctx, o, out) -> pd.DataFrame:
+    import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
     data = {}
     for key in planner.mapping_keys:
         if key not in cols:

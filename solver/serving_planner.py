@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
@@ -34,7 +32,9 @@ from . import costing, serving_report
 from .planner import FrontMetric, Plan, Planner
 from .training_planner import _per_gpu_count
 
-if TYPE_CHECKING:  # the space (pandas) is built where a search runs: evaluate starts without it
+if TYPE_CHECKING:
+
+    # the space (pandas) is built where a search runs: evaluate starts without it
     from .relations import Space
     from .tables import Tables
 
@@ -133,6 +133,8 @@ class ServingPlanner(Planner):
     def solver_space(self, problem, space: Space, tables: Tables) -> Space:
         """``space`` without the (tp, pp, ep, batch) whose pool alone exceeds the usable memory
         (``serving_step.replica_memory`` on numpy), unless none fits (then CP-SAT proves it)."""
+        import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
         keys = [S.TP, S.PP, S.EP, S.MICRO_BATCH, S.BATCH]
         rows = space.project(keys)
         cols = {k: rows[k].to_numpy() for k in keys}

@@ -53,15 +53,26 @@ class Tables:
     def table(self, factor: Factor) -> FactorTable:
         if factor.name not in self._tables:
             keys = self.space.cover(factor.keys)
-            domains = [self.space.domains[k] for k in factor.keys]
             rows = []
-            for i, row in enumerate(keys.itertuples(index=False, name=None)):
+            for i, args in enumerate(self._decoded(factor.keys, keys)):
                 if i % CHECK_EVERY == 0:
                     deadline.check()  # a large table takes seconds: the search's time limit holds here too
-                rows.append(factor.evaluate(self.ctx, {k: d.value(v) for k, d, v in zip(factor.keys, domains, row)}))
+                rows.append(factor.evaluate_at(self.ctx, args))
             values = np.array(rows, dtype=float).reshape(len(rows), len(factor.outputs))
             self._tables[factor.name] = FactorTable(factor, keys.reset_index(drop=True), values)
         return self._tables[factor.name]
+
+    def _decoded(self, names: tuple, keys: pd.DataFrame):
+        """The model values of each row of ``keys`` (stored values), in ``names`` order; each distinct
+        stored value is decoded once."""
+        if not names:
+            return [()] * len(keys)
+        columns = []
+        for name in names:
+            unique, inverse = np.unique(keys[name].to_numpy(), return_inverse=True)
+            decoded = [self.space.domains[name].value(v) for v in unique]
+            columns.append([decoded[i] for i in inverse.ravel()])
+        return zip(*columns)
 
     def gather(self, factor: Factor, cols: dict, codes: dict | None = None) -> list:
         """The factor's outputs (one array per output) at every point of ``cols`` (stored-value arrays)."""

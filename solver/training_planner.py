@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from parasol.model.choices import COST_OBJECTIVES
 from parasol.model.choices import TrainingObjective as T
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
@@ -39,7 +37,9 @@ from parasol.model.training_step import (
 from . import costing, training_report
 from .planner import FrontMetric, Plan, Planner, SearchSettings
 
-if TYPE_CHECKING:  # the space (pandas) is built where a search runs: evaluate starts without it
+if TYPE_CHECKING:
+
+    # the space (pandas) is built where a search runs: evaluate starts without it
     from .relations import Space
     from .tables import Tables
 
@@ -243,6 +243,8 @@ TRAINING = TrainingPlanner()
 
 def _per_gpu_count(n, values: dict):
     """An array (or a number) of ``values[n]`` for every entry of ``n``."""
+    import numpy as np  # noqa: PLC0415 (evaluating one plan needs no numpy)
+
     if np.ndim(n) == 0:
         return values[int(n)]
     keys = np.array(sorted(values))

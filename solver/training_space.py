@@ -28,7 +28,14 @@ from parasol.model.choices import CpComm, Recompute, ZeroStage, plain
 from parasol.model.decisions import GROUP_KEYS, TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
-from parasol.model.pipeline import default_edge_stage_layers, edge_stage_slots, layers_held, split_stages, vpp_splits_stage
+from parasol.model.pipeline import (
+    default_edge_stage_layers,
+    edge_stage_slots,
+    last_stage_options,
+    layers_held,
+    split_stages,
+    vpp_splits_stage,
+)
 from parasol.model.placement import (
     PLACEMENTS,
     check_placement,
@@ -205,8 +212,10 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
         split = default_edge_stage_layers(L, pp)
         return [split] if split_stages(L, pp, *split)[0] and split[0] >= lead else []
     firsts = [v for v in first if v > 0] or range(1, L + 1)
-    lasts = [v for v in last if v > 0] or range(1, L + 1)
-    return [(f, la) for f in firsts for la in lasts if split_stages(L, pp, f, la)[0] and f >= lead]
+    lasts = {v for v in last if v > 0} or None
+    return [
+        (f, la) for f in firsts if f >= lead for la in reversed(last_stage_options(L, pp, f)) if lasts is None or la in lasts
+    ]
 
 
 def _pipeline_rows(problem, pps, device) -> list[tuple]:

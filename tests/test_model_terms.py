@@ -130,6 +130,16 @@ def test_stage_layer_counts_bad_splits_raise(layers, pp, first, last):
         pipeline.stage_layer_counts(layers, pp, first, last)
 
 
+@pytest.mark.parametrize("layers", [1, 2, 7, 32, 61, 96])
+def test_last_stage_options_are_the_splits_split_stages_accepts(layers):
+    """The planner lists a pipeline's edge layer counts from ``last_stage_options``; they are exactly
+    the (first, last) pairs ``split_stages`` accepts, for every pp and first stage."""
+    for pp in range(1, min(layers, 12) + 1):
+        for first in range(0, layers + 2):
+            want = sorted(last for last in range(0, layers + 2) if pipeline.split_stages(layers, pp, first, last)[0])
+            assert sorted(pipeline.last_stage_options(layers, pp, first)) == want, (pp, first)
+
+
 @pytest.mark.parametrize("m,p,v", [(1, 1, 1), (8, 4, 1), (16, 4, 2), (64, 8, 4), (3, 8, 1)])
 def test_pipeline_time_equal_stages(m, p, v):
     """Narayanan SC'21 Sec. 2.2: (m + (p-1)/v)·t for p equal stages of t per micro-batch."""
