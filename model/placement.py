@@ -49,7 +49,6 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-
 from . import collectives, comm
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash

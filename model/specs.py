@@ -12,7 +12,6 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-
 from . import checks
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash

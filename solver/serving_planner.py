@@ -33,7 +33,6 @@ from .planner import FrontMetric, Plan, Planner
 from .training_planner import _per_gpu_count
 
 if TYPE_CHECKING:
-
     # the space (pandas) is built where a search runs: evaluate starts without it
     from .relations import Space
     from .tables import Tables

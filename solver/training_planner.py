@@ -38,7 +38,6 @@ from . import costing, training_report
 from .planner import FrontMetric, Plan, Planner, SearchSettings
 
 if TYPE_CHECKING:
-
     # the space (pandas) is built where a search runs: evaluate starts without it
     from .relations import Space
     from .tables import Tables

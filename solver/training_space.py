@@ -213,9 +213,7 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
         return [split] if split_stages(L, pp, *split)[0] and split[0] >= lead else []
     firsts = [v for v in first if v > 0] or range(1, L + 1)
     lasts = {v for v in last if v > 0} or None
-    return [
-        (f, la) for f in firsts if f >= lead for la in reversed(last_stage_options(L, pp, f)) if lasts is None or la in lasts
-    ]
+    return [(f, la) for f in firsts if f >= lead for la in reversed(last_stage_options(L, pp, f)) if lasts is None or la in lasts]
 
 
 def _pipeline_rows(problem, pps, device) -> list[tuple]:
