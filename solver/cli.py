@@ -48,6 +48,9 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+FORCE_HELP = "replace an output file that exists (only a regular file; without it parasol never overwrites)"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog="parasol",
@@ -97,6 +100,7 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="also write the plans (enumerate --all: every point) as a table: .csv, .parquet or .json",
         )
+        sp.add_argument("--force", action="store_true", help=FORCE_HELP)
     pa = sub.add_parser("pareto", help="the exact Pareto front of two or three metrics")
     pa.add_argument("problem", help="problem YAML file (serving or training)")
     pa.add_argument(
@@ -110,6 +114,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     pa.add_argument("--plot", metavar="FILE.png", help="also draw the front into a PNG (needs the plot extra: matplotlib)")
     pa.add_argument("--out", metavar="FILE", help="also write the front as a table: .csv, .parquet or .json")
+    pa.add_argument("--force", action="store_true", help=FORCE_HELP)
     pa.add_argument("--time-limit", type=_positive_float, default=120.0, help="seconds for the whole front (default 120)")
     pa.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers (default 1: deterministic)")
     pa.add_argument("--seed", type=_seed, default=0, help="CP-SAT random seed")
@@ -121,7 +126,10 @@ def _build_parser() -> argparse.ArgumentParser:
     li.add_argument("--json", action="store_true", help="print one JSON array of {name, ...}")
     rp = sub.add_parser("report", help="solve (or --evaluate) a problem and write one self-contained HTML report")
     rp.add_argument("problem", help="problem YAML file (serving or training)")
-    rp.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write (never over a file)")
+    rp.add_argument(
+        "-o", "--output", required=True, metavar="FILE.html", help="the page to write (never over a file without --force)"
+    )
+    rp.add_argument("--force", action="store_true", help=FORCE_HELP)
     rp.add_argument("--evaluate", action="store_true", help="report the mapping fixed in the file instead of solving")
     rp.add_argument("--objective", choices=OBJECTIVES, help="overrides the problem's objective (as solve)")
     rp.add_argument("--pareto", type=_metric_pair, metavar="A,B", help="also draw the Pareto front of two metrics (as pareto)")
@@ -136,6 +144,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sw.add_argument("spec", help="sweep spec YAML: a base problem and the axes to vary (docs/suites.md)")
     _add_fanout_arguments(sw, "seconds per point (default: the spec's time_limit, else 60)")
     sw.add_argument("--out", metavar="FILE", help="also write the table: .csv, .parquet or .json")
+    sw.add_argument("--force", action="store_true", help=FORCE_HELP)
     sw.add_argument("--json", action="store_true", help="print one JSON object {points, ...}")
     co = sub.add_parser("cost", help="device cost (chiplets, yield, packaging, HBM, NRE) and system capex, power, $/hour")
     co.add_argument("--system", required=True, help="a library system name (e.g. dgx-h100) or a system YAML file")
@@ -187,6 +196,7 @@ def _add_suite_parsers(sub) -> None:
     _add_fanout_arguments(run, "seconds per instance (default: each instance's own)")
     run.add_argument("--out", metavar="FILE", help="also write the per-instance table: .csv, .parquet or .json")
     run.add_argument("--plot", metavar="FILE.png", help="draw the performance profile (needs the plot extra: matplotlib)")
+    run.add_argument("--force", action="store_true", help=FORCE_HELP)
     run.add_argument(
         "--compare",
         action="append",
@@ -199,8 +209,9 @@ def _add_suite_parsers(sub) -> None:
     ex.add_argument("--format", default="cpsat", choices=("cpsat",), help="cpsat: CP-SAT CpModelProto files (.pb)")
     ex.add_argument("--tier", action="append", choices=tuple(Tier), help="only this tier (repeatable; default: all)")
     ex.add_argument(
-        "--out", metavar="DIR", help="the folder to write into (default: SUITE-cpsat; files in it are never replaced)"
+        "--out", metavar="DIR", help="the folder to write into (default: SUITE-cpsat; files in it are replaced only with --force)"
     )
+    ex.add_argument("--force", action="store_true", help=FORCE_HELP)
 
 
 def _add_fanout_arguments(parser, limit_help: str) -> None:
@@ -304,8 +315,10 @@ def _plan_command(args, run) -> int:
     problem = load_problem(args.problem)
     from .planner import planner_for  # noqa: PLC0415
     from .report import plan_result_json, plan_result_table  # noqa: PLC0415
-    from .results import plans_frame, write_table  # noqa: PLC0415
+    from .results import check_table_file, plans_frame, write_table  # noqa: PLC0415
 
+    if args.out:
+        check_table_file(args.out)  # before the search, not after it
     planner = planner_for(problem)
     emitting = getattr(args, "emit", False)
     if emitting:
@@ -585,7 +598,10 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        from .results import replacing  # noqa: PLC0415
+
+        with replacing(getattr(args, "force", False)):
+            return COMMANDS[args.command](args)
     except ProblemError as exc:
         print(f"parasol: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -90,12 +90,14 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
 
 
 def _engine(value, src: str) -> str | None:
-    """A library engine name, or an engine file's path (resolved against the problem file's folder)."""
+    """A library engine name, or the path of an engine file given as ``{file: PATH}`` (resolved
+    against the problem file's folder)."""
     if value is None:
         return None
-    if not library.is_path(value):
+    path = library.file_path(value, src, "workload.engine")
+    if path is None:
         return checks.choice(value, tuple(library.names("engines")), "workload.engine", src)
-    path = str(library.resolve(value, src))
+    path = str(path)
     try:
         library.load_engine(path)
     except ProblemError as exc:

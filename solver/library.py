@@ -253,8 +253,38 @@ def load_model(name: str) -> ModelSpec:
 
 
 def is_path(value) -> bool:
-    """Whether a name given in a file is a path to a YAML file rather than a library name."""
+    """Whether a name is a path to a YAML file rather than a library name (inside parasol: files named
+    by ``{file: PATH}`` travel as their resolved paths; a problem or system file writes ``file_path``'s form)."""
     return isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value or "\\" in value)
+
+
+FILE_KEY = "file"
+MAX_PATH_LENGTH = 4096
+
+
+def file_path(value, source: str | None, field: str) -> Path | None:
+    """The file ``{file: PATH}`` names, read from the folder of ``source`` when relative; None when
+    ``value`` is not such a mapping (a library name, or another form the caller reads). A name is
+    resolved only inside the library: a bare string that looks like a path (a '/', a .yaml suffix) is
+    refused, so no name in a file reads a file outside the library unless the file says ``file:``."""
+    if isinstance(value, str) and is_path(value):
+        raise ProblemError(
+            f"is a name from the library; a file outside it is given as {{{FILE_KEY}: PATH}}: "
+            f"write {{{FILE_KEY}: {checks.shown(value)}}}",
+            source=source,
+            field=field,
+        )
+    if not isinstance(value, dict) or FILE_KEY not in value:
+        return None
+    checks.keys(value, (FILE_KEY,), (FILE_KEY,), source, f"{field}.")
+    path = value[FILE_KEY]
+    if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_LENGTH or "\x00" in path:
+        raise ProblemError(
+            f"must be a file's path of 1-{MAX_PATH_LENGTH} characters, got {checks.shown(path)}",
+            source=source,
+            field=f"{field}.{FILE_KEY}",
+        )
+    return resolve(path, source)
 
 
 def resolve(value: str, source: str | None) -> Path:
@@ -454,7 +484,8 @@ SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
 def _system_parts(src: str, data: dict) -> tuple:
     """(source, device, gpus per node, scale-up domain, tiers, reserve, straggler, topology) of a system mapping.
     ``cost:`` is read by solver.cost_library."""
-    device = load_device(data["device"], src)
+    device_file = file_path(data["device"], src, "device")
+    device = load_device(str(device_file) if device_file else data["device"], src)
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     topology = topology_from_dict(data["topology"], src) if "topology" in data else None
     return (
@@ -515,8 +546,12 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
     data = read_yaml(path, "system file")
     src = str(path)
     checks.keys(data, SYSTEM_KEYS, SYSTEM_REQUIRED, src, "")
-    if not isinstance(data["device"], str):
-        raise ProblemError(f"must be a device name; allowed: {', '.join(names('systems/devices'))}", source=src, field="device")
+    if not isinstance(data["device"], str) and not (isinstance(data["device"], dict) and FILE_KEY in data["device"]):
+        raise ProblemError(
+            f"must be a device name or {{{FILE_KEY}: PATH}}; allowed names: {', '.join(names('systems/devices'))}",
+            source=src,
+            field="device",
+        )
     for key, value in (
         ("gpus_per_node", data["gpus_per_node"]),
         ("scale_up.domain_size", data["scale_up"].get("domain_size", 1) if isinstance(data["scale_up"], dict) else 1),

@@ -372,18 +372,16 @@ RANGE_KEYS = ("min", "max", "step")
 
 
 def _system_name(name, src: str, field_name: str) -> str:
-    """A library system's name, or a system file's path resolved against the problem file's folder
-    (``library.is_system_path``), checked like the library's own systems."""
+    """A library system's name, or the resolved path of a system file given as ``{file: PATH}``
+    (relative to the problem file's folder), checked like the library's own systems."""
     allowed = ", ".join(library.names("systems"))
-    if not isinstance(name, str) or not name:
-        raise ProblemError(f"must be a system name or a system file; allowed names: {allowed}", source=src, field=field_name)
-    if library.is_system_path(name):
-        path = Path(name).expanduser()
-        if not path.is_absolute() and src and not src.startswith("<"):
-            path = Path(src).parent / path
+    path = library.file_path(name, src, field_name)
+    if path is not None:
         if not path.is_file():
-            raise ProblemError(f"no system file {str(path)!r}", source=src, field=field_name)
+            raise ProblemError(f"no system file {str(path)!r}", source=src, field=f"{field_name}.file")
         name = str(path.resolve())
+    elif not isinstance(name, str) or not name:
+        raise ProblemError(f"must be a system name or {{file: PATH}}; allowed names: {allowed}", source=src, field=field_name)
     try:
         library.load_system(name, 1)
     except ProblemError as exc:
@@ -411,25 +409,27 @@ def _parse_system(data, src: str) -> list[tuple[str, tuple, tuple, float | None]
     if not names:
         raise ProblemError("an empty list compares no system", source=src, field="system.name")
     checks.keys(data, SYSTEM_KEYS, ("name", "num_gpus"), src, "system.")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) and library.file_path(name, src, f"system.name[{i}]") is None:
+            raise ProblemError("must be a system name or {file: PATH}", source=src, field=f"system.name[{i}]")
+    keys = [name if isinstance(name, str) else name[library.FILE_KEY] for name in names]  # a file by its PATH
     counts = data["num_gpus"]
     per_system = isinstance(counts, dict) and not set(counts) <= set(RANGE_KEYS)
     if per_system:
-        unknown = [k for k in counts if k not in names]
+        unknown = [k for k in counts if k not in keys]
         if unknown:
             raise ProblemError(
-                f"names {unknown[0]!r}, which system.name does not list; listed: {', '.join(map(str, names))}",
+                f"names {unknown[0]!r}, which system.name does not list; listed: {', '.join(map(str, keys))}",
                 source=src,
                 field=f"system.num_gpus.{unknown[0]}",
             )
-        missing = [n for n in names if n not in counts]
+        missing = [k for k in keys if k not in counts]
         if missing:
             raise ProblemError(f"gives no counts for {missing[0]!r}", source=src, field="system.num_gpus")
     out = []
-    for i, name in enumerate(names):
-        if isinstance(name, (list, dict)):
-            raise ProblemError("must be a system name or a system file", source=src, field=f"system.name[{i}]")
-        entry = {**data, "name": name, "num_gpus": counts[name] if per_system else counts}
-        field_name = f"system.num_gpus.{name}" if per_system else "system.num_gpus"
+    for i, (name, key) in enumerate(zip(names, keys)):
+        entry = {**data, "name": name, "num_gpus": counts[key] if per_system else counts}
+        field_name = f"system.num_gpus.{key}" if per_system else "system.num_gpus"
         out.append(_one_system(entry, src, "system", name_field=f"system.name[{i}]", counts_field=field_name))
     return _distinct(out, src, "system.name")
 
@@ -495,19 +495,20 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     """A Problem from a parsed YAML mapping."""
     checks.keys(data, TOP_KEYS, ("model", "system", "workload"), source, "")
     model = data["model"]
-    if isinstance(model, dict) and "hf_config" in model:
+    model_file = library.file_path(model, source, "model")
+    if model_file is not None:
+        model_spec = library.model_from_path(model_file)
+    elif isinstance(model, dict) and "hf_config" in model:
         model_spec = library.model_from_hf_config(model, source)
     elif isinstance(model, dict):
         model_spec = library.model_from_dict(model, source)
     elif not isinstance(model, str):
         raise ProblemError(
-            f"must be a library name, a model file's path or a mapping of model fields, got {model!r}; "
+            f"must be a library name, {{file: PATH}} or a mapping of model fields, got {checks.shown(model)}; "
             f"allowed names: {', '.join(library.names('models'))}",
             source=source,
             field="model",
         )
-    elif library.is_path(model):
-        model_spec = library.model_from_path(library.resolve(model, source))
     else:
         try:
             model_spec = library.load_model(model)

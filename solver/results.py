@@ -8,7 +8,10 @@ that exists (nothing a user wrote is overwritten).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,27 +78,54 @@ def check_table_file(path: str, field: str = "--out") -> None:
     check_new_file(path, field)
 
 
+_REPLACING = contextvars.ContextVar("parasol_replacing", default=False)
+
+
+@contextlib.contextmanager
+def replacing(allowed: bool):
+    """Inside, ``write_new_file`` may replace a regular file that exists (the commands' ``--force``)."""
+    token = _REPLACING.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _REPLACING.reset(token)
+
+
 def check_new_file(path: str, field: str) -> tuple:
     """(folder, the error for an existing file) of a file ``write_new_file`` may create; ProblemError
-    (``field``) now if the folder does not exist or the file does (a command checks before it works)."""
+    (``field``) now if the folder does not exist, if something other than a regular file is there (a
+    directory, link, device or FIFO: never replaced), or if a file is and ``--force`` was not given."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ProblemError(f"the folder {folder} does not exist", field=field)
-    exists = ProblemError(f"{path} exists; parasol does not overwrite files (remove it or choose another name)", field=field)
-    if os.path.exists(path):
-        raise exists
+    exists = ProblemError(
+        f"{path} exists; parasol does not overwrite files (remove it, choose another name, or pass --force)", field=field
+    )
+    if os.path.lexists(path):
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise ProblemError(
+                f"{path} exists and is not a regular file (a folder, link, device or FIFO): parasol replaces only regular files",
+                field=field,
+            )
+        if not _REPLACING.get():
+            raise exists
     return folder, exists
 
 
 def write_new_file(path: str, field: str, write) -> None:
     """Create ``path`` with ``write(temporary path)``: written beside it, then linked into place, so a
     reader never sees half a file and a file that exists is never replaced (nothing a user wrote is
-    overwritten). ProblemError (``field``) when the folder does not exist or the file does."""
+    overwritten) unless ``replacing`` allows it, and then only a regular file, in one rename.
+    ProblemError (``field``) when the folder does not exist or the file does."""
     folder, exists = check_new_file(path, field)
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
     os.close(fd)
     try:
         write(tmp)
+        if _REPLACING.get():
+            check_new_file(path, field)  # still a regular file (or nothing)
+            os.replace(tmp, path)
+            return
         try:
             os.link(tmp, path)  # fails, rather than replaces, if the file appeared meanwhile
         except FileExistsError:

@@ -146,11 +146,16 @@ def test_unreadable_configs_raise_naming_the_file(tmp_path):
 
 
 def test_model_device_and_engine_files_by_path(tmp_path):
+    """Files outside the library are named by {file: PATH} (issue 17: a bare path in a name is refused)."""
     model = yaml.safe_load((REPO / "problems" / "models" / "llama3-8b.yaml").read_text())
     model.pop("name", None)
     (tmp_path / "models").mkdir()
     write_yaml(tmp_path / "models" / "my-llama.yaml", model)
     data = {"model": "models/my-llama.yaml", "system": {"name": "dgx-h100", "num_gpus": 8}, "workload": TRAINING}
+    with pytest.raises(ProblemError, match=r"write \{file: 'models/my-llama.yaml'\}") as exc:
+        parse_problem(data, str(write_yaml(tmp_path / "p.yaml", data)))
+    assert exc.value.field == "model"
+    data["model"] = {"file": "models/my-llama.yaml"}
     spec = parse_problem(data, str(write_yaml(tmp_path / "p.yaml", data))).model
     assert spec.name == "my-llama" and structure(spec) == structure(library.load_model("llama3-8b"))
     model["layers"] = 0  # validated as the library's models are
@@ -165,9 +170,13 @@ def test_model_device_and_engine_files_by_path(tmp_path):
     write_yaml(tmp_path / "my-h100.yaml", device)
     system = yaml.safe_load((REPO / "problems" / "systems" / "dgx-h100.yaml").read_text())
     system["device"] = "my-h100.yaml"
+    with pytest.raises(ProblemError, match="file: PATH") as exc:
+        library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
+    assert exc.value.field == "device"
+    system["device"] = {"file": "my-h100.yaml"}
     spec = library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
     assert spec.device == dataclasses.replace(library.load_device("h100-sxm-80gb"), name="my-h100")
-    system["device"] = "missing.yaml"
+    system["device"] = {"file": "missing.yaml"}
     with pytest.raises(ProblemError, match="not found") as exc:
         library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
     assert exc.value.source == str(tmp_path / "missing.yaml")
@@ -180,12 +189,15 @@ def test_model_device_and_engine_files_by_path(tmp_path):
         "system": {"name": "dgx-h100", "num_gpus": 8},
         "workload": {"kind": "inference", "input_len": 128, "output_len": 16, "precision": "bf16", "engine": "engine.yaml"},
     }
+    with pytest.raises(ProblemError, match="file: PATH"):
+        parse_problem(serving, str(write_yaml(tmp_path / "s.yaml", serving)))
+    serving["workload"]["engine"] = {"file": "engine.yaml"}
     problem = parse_problem(serving, str(write_yaml(tmp_path / "s.yaml", serving)))
     assert (
         problem.system().device.stream_efficiency
         == library.device_under_engine(library.load_device("h100-sxm-80gb"), "trtllm-0.5").stream_efficiency
     )
-    serving["workload"]["engine"] = "nope.yaml"
+    serving["workload"]["engine"] = {"file": "nope.yaml"}
     with pytest.raises(ProblemError, match="not found") as exc:
         parse_problem(serving, str(write_yaml(tmp_path / "s.yaml", serving)))
     assert exc.value.source == str(tmp_path / "nope.yaml")

@@ -157,3 +157,84 @@ def test_a_time_limit_holds_while_the_tables_are_built():
     proc = run_main(["solve", "problems/examples/deepseek-v3-h800.yaml", "--time-limit", "1", "--method", "cpsat"])
     assert time.perf_counter() - start < 1 + 1 + 1.0  # the limit, the grace the issue allows, loading the file
     assert proc.returncode == 1 and "status UNKNOWN" in proc.stdout and "time limit passed" in proc.stdout
+
+
+def _secret(tmp_path):
+    """A YAML file elsewhere on the machine whose content must never reach an error message."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "secret.yaml").write_text("password_hash: s3cr3t-value\n")
+    return folder / "secret.yaml"
+
+
+@pytest.mark.parametrize("where", ["model", "engine", "system", "system-list", "device"])
+def test_a_name_never_reads_a_file_outside_the_library(tmp_path, where):
+    """A path where a name belongs (absolute, ../, a .yaml name) is refused before anything is read:
+    files outside the library are named explicitly, {file: PATH}; the message shows that form."""
+    secret = _secret(tmp_path)
+    problem = yaml.safe_load(GOOD)
+    if where == "model":
+        problem["model"] = str(secret)
+    elif where == "engine":
+        problem = yaml.safe_load((REPO / "problems/examples/llama3-70b-serving.yaml").read_text())
+        problem["workload"]["engine"] = "../elsewhere/secret.yaml"
+    elif where == "system":
+        problem["system"]["name"] = str(secret)
+    elif where == "system-list":
+        problem["system"]["name"] = ["dgx-a100", "elsewhere/secret.yml"]
+    else:  # a system file (named explicitly) naming its device by a bare path
+        system = yaml.safe_load((REPO / "problems/systems/dgx-a100.yaml").read_text())
+        system["device"] = str(secret)
+        problem["system"]["name"] = {"file": str(write_yaml(tmp_path / "sys.yaml", system))}
+    line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", problem))]), "{file:")
+    assert "s3cr3t" not in line and "password_hash" not in line
+
+
+def test_a_file_named_explicitly_is_read_and_its_errors_name_it(tmp_path):
+    secret = _secret(tmp_path)
+    problem = yaml.safe_load(GOOD)
+    problem["model"] = {"file": "elsewhere/secret.yaml"}  # relative to the problem file's folder
+    line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", problem))]), str(secret))
+    assert "password_hash" in line  # the user named this file: its unknown key is shown
+    problem["model"] = {"file": "elsewhere/secret.yaml", "extra": 1}
+    _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", problem))]), "model.extra")
+    problem["model"] = {"file": "x" * 5000}
+    line = _one_line_exit_2(run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", problem))]), "model.file")
+    assert "x" * 100 not in line
+
+
+PARETO = ["pareto", "problems/examples/llama3-8b-pareto.yaml", "--objectives", "tokens_per_s_per_gpu,tokens_per_s_per_user"]
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link", "device"])
+def test_an_output_option_never_replaces_anything_but_a_regular_file(tmp_path, kind):
+    """Not even with --force: a folder, a FIFO, a symbolic link or a device node is left as it was."""
+    import os  # noqa: PLC0415
+
+    target = tmp_path / "out.csv"
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "link":
+        (tmp_path / "real.csv").write_text("mine\n")
+        target.symlink_to(tmp_path / "real.csv")
+    else:
+        target = "/dev/null"
+    why = "--out" if kind == "device" else "not a regular file"  # /dev/null: no table suffix either
+    for force in ([], ["--force"]):
+        _one_line_exit_2(run_main([*PARETO, "--out", str(target), *force]), why)
+        _one_line_exit_2(run_main(["solve", "problems/examples/gpt3-175b-a100.yaml", "--out", str(target), *force]), "--out")
+    if kind == "link":
+        assert target.is_symlink() and (tmp_path / "real.csv").read_text() == "mine\n"
+
+
+def test_force_replaces_a_regular_file_and_only_when_asked(tmp_path):
+    out = tmp_path / "front.csv"
+    out.write_text("mine\n")
+    _one_line_exit_2(run_main([*PARETO, "--out", str(out)]), "exists", "--force")
+    assert out.read_text() == "mine\n"
+    proc = run_main([*PARETO, "--out", str(out), "--force"])
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("tp,") or "tokens_per_s_per_gpu" in out.read_text().splitlines()[0]
+    assert not [p for p in tmp_path.iterdir() if p.name != "front.csv"]  # no temporary file left beside it

@@ -186,7 +186,7 @@ def test_a_system_file_by_path_solves_as_the_library_system(tmp_path):
     shutil.copy(REPO / "problems" / "systems" / "dgx-h100.yaml", folder / "dgx-h100.yaml")
     data = _single(_training(), "dgx-h100")
     by_name = solve(parse_problem(data, source=str(tmp_path / "p.yaml")))
-    data["system"]["name"] = "systems/dgx-h100.yaml"  # relative to the problem file's folder
+    data["system"]["name"] = {"file": "systems/dgx-h100.yaml"}  # relative to the problem file's folder
     path = write_yaml(tmp_path / "p.yaml", data)
     doc = json.loads(run_main(["solve", str(path), "--json"]).stdout)
     assert doc["status"] == by_name.status == "OPTIMAL"
@@ -197,12 +197,12 @@ def test_a_system_file_by_path_solves_as_the_library_system(tmp_path):
 
 
 def test_a_missing_or_bad_system_file_names_the_file_and_field(tmp_path):
-    data = _single(_training(), "missing/system.yaml")
+    data = _single(_training(), {"file": "missing/system.yaml"})
     path = write_yaml(tmp_path / "p.yaml", data)
     proc = run_main(["solve", str(path)])
-    assert proc.returncode == 2 and "system.name" in proc.stderr and "missing/system.yaml" in proc.stderr
+    assert proc.returncode == 2 and "system.name.file" in proc.stderr and "missing/system.yaml" in proc.stderr
     bad = write_yaml(tmp_path / "bad.yaml", {"device": "h100-sxm-80gb", "gpus_per_node": 0, "scale_up": {}, "scale_out": {}})
-    data["system"]["name"] = "bad.yaml"
+    data["system"]["name"] = {"file": "bad.yaml"}
     path = write_yaml(tmp_path / "p2.yaml", data)
     proc = run_main(["solve", str(path)])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
@@ -239,7 +239,7 @@ def test_evaluate_on_a_system_file_equals_the_library_system(tmp_path):
     data = _single(_training(), "dgx-h100", 8)
     data["mapping"] = {"tp": 2, "pp": 1, "dp": 4, "micro_batch": 1}
     by_name = run_main(["evaluate", str(write_yaml(tmp_path / "a.yaml", data)), "--json"])
-    data["system"]["name"] = "./dgx-h100.yaml"
+    data["system"]["name"] = {"file": "./dgx-h100.yaml"}
     by_path = run_main(["evaluate", str(write_yaml(tmp_path / "b.yaml", data)), "--json"])
     assert by_name.returncode == by_path.returncode == 0, by_path.stderr
     assert json.loads(by_path.stdout)["metrics"] == json.loads(by_name.stdout)["metrics"]
