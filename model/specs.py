@@ -18,6 +18,7 @@ from .hashing import hash_once, state_without_hash
 from .topology import default_topology
 
 ACTIVATIONS = ("gelu", "swiglu")
+MAX_LAYERS = 1024  # transformer layers of a model: 8x the deepest published LLM here (Megatron 1T: 128), a sanity limit
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
 ATTENTION_KERNELS = ("flash", "standard")
@@ -103,6 +104,7 @@ class ModelSpec:
         src = self.source
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len"):
             checks.positive_int(getattr(self, name), name, src)
+        checks.positive_int(self.layers, "layers", src, MAX_LAYERS)
         checks.non_negative_int(self.sliding_window, "sliding_window", src)
         checks.fraction(self.sliding_window_share, "sliding_window_share", src)
         checks.choice(self.activation, ACTIVATIONS, "activation", src)

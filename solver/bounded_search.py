@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import progress
+from . import deadline, progress
 from .interval_ops import IntervalOps
 from .numpy_ops import NumpyOps
 from .planner import feasible_mask, scan
@@ -94,7 +94,7 @@ def _run(planner, problem, space: Space, objectives: tuple, goal, time_limit: fl
         depth = max(range(len(pools)), key=lambda i: (-least[i], i))  # least bound; the deepest on a tie
         if not np.isfinite(least[depth]):
             break
-        if time_limit is not None and _clock() - start > time_limit:
+        if (time_limit is not None and _clock() - start > time_limit) or deadline.interrupted():
             complete = False
             break
         pool = pools[depth]

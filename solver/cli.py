@@ -7,6 +7,7 @@ and exit status 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -16,7 +17,7 @@ from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
-from . import progress
+from . import deadline, progress
 from .catalogue import LISTS
 from .fanout import Engine
 from .suites import Tier, suite_names
@@ -392,7 +393,7 @@ def _solve(problem, args):
         problem,
         objective=args.objective,
         top=args.top,
-        time_limit=args.time_limit,
+        time_limit=deadline.left(args.time_limit),
         workers=args.workers,
         seed=args.seed,
         method=args.method,
@@ -402,7 +403,9 @@ def _solve(problem, args):
 def _enumerate(problem, args):
     from .planner import enumerate_space  # noqa: PLC0415
 
-    return enumerate_space(problem, objective=args.objective, top=args.top, time_limit=args.time_limit, keep_all=args.all)
+    return enumerate_space(
+        problem, objective=args.objective, top=args.top, time_limit=deadline.left(args.time_limit), keep_all=args.all
+    )
 
 
 def cmd_solve(args) -> int:
@@ -428,7 +431,8 @@ def cmd_pareto(args) -> int:
         check_table_file(args.out)
     planner = planner_for(problem)
     with progress.showing(_progress(args)):
-        result = pareto_front(problem, args.objectives, args.time_limit, args.workers, args.seed, method=args.method)
+        limit = deadline.left(args.time_limit)
+        result = pareto_front(problem, args.objectives, limit, args.workers, args.seed, method=args.method)
     if args.plot:
         plot_front(planner, problem, result, args.plot)
     if args.out:
@@ -593,15 +597,22 @@ COMMANDS = {
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
+STOPPABLE = ("solve", "enumerate", "pareto")  # a first Ctrl-C ends their search with what it has found
 
 
 def main(argv: list[str] | None = None) -> int:
+    deadline.start_command()  # --time-limit counts from here: loading and imports too
     try:
         args = _build_parser().parse_args(argv)
         from .results import replacing  # noqa: PLC0415
 
-        with replacing(getattr(args, "force", False)):
-            return COMMANDS[args.command](args)
+        stopping = deadline.stopping_on_ctrl_c() if args.command in STOPPABLE else contextlib.nullcontext()
+        with replacing(getattr(args, "force", False)), stopping:
+            code = COMMANDS[args.command](args)
+            if deadline.interrupted():
+                print("parasol: interrupted: what is printed above is the best found so far, unproven", file=sys.stderr)
+                return EXIT_INTERRUPTED
+        return code
     except ProblemError as exc:
         print(f"parasol: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -13,6 +13,7 @@ from ortools.sat.python import cp_model
 
 from . import progress
 from .cpsat_ops import CpSatOps, IntQ
+from .deadline import TimeUp, at, interrupt, interrupted
 from .planner import Plan, Planner, PlanResult, SearchSettings, _bound_of, best_points
 from .relations import Space
 from .scaling import Scale
@@ -100,6 +101,7 @@ def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettin
     at 16,384, 2.24 against 4.37 s on Llama 3 70B at 4,096 H100), the planner's ``settings``, a fixed
     seed, ``workers`` workers."""
     solver = cp_model.CpSolver()
+    time_limit = 0.01 if interrupted() else time_limit  # after Ctrl-C a new search only reports what it has
     solver.parameters.max_time_in_seconds = float(max(0.01, time_limit))
     solver.parameters.random_seed = int(seed)
     solver.parameters.num_workers = int(workers)
@@ -111,9 +113,9 @@ def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettin
 
 
 def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> str:
-    """``solver.solve(model)``'s status name; KeyboardInterrupt when the user stopped it (Ctrl-C), which
-    CP-SAT catches and answers as if time had run out: a FEASIBLE or UNKNOWN status well within both
-    of its limits."""
+    """``solver.solve(model)``'s status name. CP-SAT catches Ctrl-C itself and answers as if time had
+    run out (a FEASIBLE or UNKNOWN status well within both of its limits): that marks the command
+    interrupted (``deadline.interrupt``), and what the search found is answered as after a time-out."""
     status = status_name(solver.solve(model, callback))
     limits = solver.parameters
     if (
@@ -121,7 +123,7 @@ def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> st
         and solver.wall_time < limits.max_time_in_seconds - INTERRUPT_MARGIN_S
         and solver.deterministic_time < limits.max_deterministic_time - INTERRUPT_MARGIN_S
     ):
-        raise KeyboardInterrupt
+        interrupt()
     return status
 
 
@@ -233,12 +235,32 @@ def _bound(planner, problem, objective, plan: Plan, gap: float) -> float:
     return _bound_of(planner, problem, objective, planner.objective_value(problem, objective, plan.evaluation.metrics), gap)
 
 
+NOT_EXPLAINED = (
+    "no plan exists (proven), but the time limit passed before the limit that binds was found; raise --time-limit to see which"
+)
+
+
 def explain(planner, problem, space: Space, deadline: float, workers: int, seed: int) -> str:
-    """What binds when the problem has no plan: each limit but memory relaxed in turn (memory kept),
-    its quantity minimised; if one cannot be met, it binds. Else memory alone relaxed, the peak
-    minimised; else the limits only bind together."""
-    probe = Search(planner, problem, space, enforce=set(), prune=False)
+    """What binds when the problem has no plan (``_explain``), or ``NOT_EXPLAINED`` when ``deadline``
+    (or the command's) passes first: the proof stands, the explanation is cut short."""
     messages = []
+    outer = at()  # the command's own deadline, where it comes first
+    deadline = deadline if outer is None else min(deadline, outer)
+    try:
+        return _explain(planner, problem, space, deadline, workers, seed, messages)
+    except TimeUp:
+        if messages:
+            return "; ".join(messages) + " (the time limit passed before every limit was checked)"
+        return NOT_EXPLAINED
+
+
+def _explain(planner, problem, space: Space, deadline: float, workers: int, seed: int, messages: list) -> str:
+    """Each limit but memory relaxed in turn (memory kept), its quantity minimised; if one cannot be
+    met, it binds (its message added to ``messages``). Else memory alone relaxed, the peak minimised;
+    else the limits only bind together."""
+    if time.perf_counter() >= deadline or interrupted():
+        raise TimeUp
+    probe = Search(planner, problem, space, enforce=set(), prune=False)
     for limit in probe.limits:
         if limit.name == "memory":
             continue
@@ -261,8 +283,12 @@ def _least(search: Search, name: str, deadline, workers, seed, settings: SearchS
     limit = next(lim for lim in search.limits if lim.name == name)
     q = limit.quantity
     search.model.minimize(q.expr if isinstance(q, IntQ) else q)
-    solver = cp_solver(max(0.1, deadline - time.perf_counter()), workers, seed, settings)
+    if time.perf_counter() >= deadline or interrupted():
+        raise TimeUp
+    solver = cp_solver(deadline - time.perf_counter(), workers, seed, settings)
     status = run(solver, search.model)
+    if status == "UNKNOWN":  # the time ran out before this limit was settled
+        raise TimeUp
     if status not in ("OPTIMAL", "FEASIBLE") or search.ops.value(solver, q) <= limit.bound:
         return None, False
     return search.plan(solver), status == "OPTIMAL"

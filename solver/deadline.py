@@ -1,16 +1,81 @@
-"""The time a search must end by, for the work CP-SAT's own limit does not cover (building the factor
-tables the model's terms are read from): ``until(seconds)`` sets it for the code inside, ``check()``
-raises ``TimeUp`` once it has passed. A search cut short this way has nothing to answer with: it ends
-UNKNOWN and says the time limit passed while its tables were built."""
+"""The time a search must end by, for the work CP-SAT's own limit does not cover (building the space
+and the factor tables the model's terms are read from, explaining an infeasible problem):
+``until(seconds)`` sets it for the code inside, ``check()`` raises ``TimeUp`` once it has passed. A
+search cut short this way has nothing to answer with: it ends UNKNOWN and says where the time went.
+
+A command's ``--time-limit`` counts from the command's start (``start_command``), so loading the
+problem and importing the search's libraries come out of it too (``left``)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import signal
+import threading
 import time
 
 _DEADLINE: contextvars.ContextVar = contextvars.ContextVar("parasol_deadline", default=None)
-GRACE_S = 0.5  # past the time limit, the tables may still be finished (a search under way answers within limit + 1 s)
+GRACE_S = 0.0  # past the time limit nothing new starts: what is under way ends (the command answers within limit + 1 s)
+_COMMAND_START = [time.perf_counter()]  # when the command began (reset by start_command)
+
+
+def start_command() -> None:
+    """The command starts now: ``left`` counts from here."""
+    _COMMAND_START[0] = time.perf_counter()
+
+
+def left(limit: float | None) -> float | None:
+    """Seconds left of a command's ``limit`` (None: no limit), at least 0.05."""
+    return None if limit is None else max(0.05, limit - (time.perf_counter() - _COMMAND_START[0]))
+
+
+def at() -> float | None:
+    """The deadline set by ``until`` (``time.perf_counter()`` seconds), None when there is none."""
+    return _DEADLINE.get()
+
+
+def passed() -> bool:
+    """Whether the deadline set by ``until`` has passed, or the user interrupted the command."""
+    deadline = _DEADLINE.get()
+    return _INTERRUPTED[0] or (deadline is not None and time.perf_counter() > deadline)
+
+
+_INTERRUPTED = [False]
+
+
+def interrupt() -> None:
+    """The user asked the command to stop (Ctrl-C): searches end as if their time had run out."""
+    _INTERRUPTED[0] = True
+
+
+def interrupted() -> bool:
+    return _INTERRUPTED[0]
+
+
+@contextlib.contextmanager
+def stopping_on_ctrl_c():
+    """Inside, a first Ctrl-C (SIGINT) stops the search gracefully (``interrupt``: it answers with what
+    it has, the command exits 130); a second one raises KeyboardInterrupt at once. In the main thread
+    only (elsewhere Ctrl-C raises KeyboardInterrupt, as Python does)."""
+    _INTERRUPTED[0] = False
+    if threading.current_thread() is not threading.main_thread():
+        try:
+            yield
+        finally:
+            _INTERRUPTED[0] = False
+        return
+
+    def on_sigint(signum, frame):
+        if _INTERRUPTED[0]:
+            raise KeyboardInterrupt
+        interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _INTERRUPTED[0] = False  # the next command starts afresh
 
 
 class TimeUp(Exception):  # noqa: N818 (an event, not an error: the time limit passed)
@@ -31,7 +96,6 @@ def until(seconds: float | None):
 
 
 def check() -> None:
-    """Raise ``TimeUp`` if the deadline set by ``until`` has passed."""
-    deadline = _DEADLINE.get()
-    if deadline is not None and time.perf_counter() > deadline:
+    """Raise ``TimeUp`` if the deadline set by ``until`` has passed (or the command was interrupted)."""
+    if passed():
         raise TimeUp

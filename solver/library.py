@@ -45,6 +45,7 @@ class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
+@functools.cache
 def library_root() -> Path:
     """Folder holding models/, systems/ and examples/ however parasol was installed."""
     return Path(str(resources.files("parasol.data")))

@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # numpy, the planner's tables, numpy backend and pandas are i
     from .relations import Space
     from .tables import Tables
 
-TIME_UP = "the time limit passed while the model's tables were built; raise --time-limit"
+TIME_UP = "the time limit passed while the space and the model's tables were built; raise --time-limit"
+INTERRUPTED = "interrupted while the space and the model's tables were built"
 ROUND_TRIP_TOLERANCE = 1e-3  # relative agreement of the integer model's quantities with the float model's
 # points per numpy chunk: 2^17 keeps a chunk's arrays in cache; measured on GPT-3 175B / 1,024 A100 (6.4M
 # points, 2 cores): 0.92M points/s at 2^14, 1.40M at 2^16, 1.51M at 2^17, 1.47M at 2^18, 1.19M at 2^20
@@ -255,7 +256,7 @@ def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: floa
         o = NumpyOps(tables, cols)
         yield offset, cols, o, planner.compose(o, ctx), ctx
         offset += o.size
-        if time_limit is not None and time.perf_counter() - start > time_limit:
+        if (time_limit is not None and time.perf_counter() - start > time_limit) or deadline.interrupted():
             return
 
 
@@ -439,7 +440,9 @@ def solve(
     method = check_method(planner, problem, method)
 
     def run(sub, left):
+        begun = time.perf_counter()
         space = planner.space(sub)
+        left = None if left is None else max(0.05, left - (time.perf_counter() - begun))  # the space's time counts
         how = resolve_method(planner, sub, method, space.size(), planner.enumerate_below(sub))
         if how is SolveMethod.ENUMERATE:
             return _enumerate_one(planner, sub, objective, top, left, False, space)
@@ -550,7 +553,8 @@ def _per_planner_part(planner, problem, objective, top, time_limit, run) -> Plan
             with deadline.until(None if left is None else left + deadline.GRACE_S):
                 results.append((label, run(sub, left)))
         except deadline.TimeUp:
-            cut = PlanResult(status="UNKNOWN", objective=objective, message=TIME_UP, solve_time_s=time.perf_counter() - begun)
+            why = INTERRUPTED if deadline.interrupted() else TIME_UP
+            cut = PlanResult(status="UNKNOWN", objective=objective, message=why, solve_time_s=time.perf_counter() - begun)
             results.append((label, cut))
     if len(results) == 1:
         return results[0][1]

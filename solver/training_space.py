@@ -58,6 +58,7 @@ from parasol.model.training import (
 )
 from parasol.model.training_step import lead_layers
 
+from . import deadline
 from .relations import CompactForm, Identity, Relation, Space, categorical, numeric
 
 MIN_TOKENS_PER_CP_RANK = 2048
@@ -168,6 +169,7 @@ def _grid(problem) -> list[GridPoint]:
     model, wl = problem.model, problem.workload
     grid, unplaceable = [], None
     for n in problem.num_gpus:
+        deadline.check()  # thousands of device counts take seconds
         system = problem.system(n)
         try:
             check_system(system)
@@ -216,6 +218,9 @@ def pipeline_partitions(problem, pp: int) -> list[tuple[int, int]]:
     return [(f, la) for f in firsts if f >= lead for la in reversed(last_stage_options(L, pp, f)) if lasts is None or la in lasts]
 
 
+MAX_PIPELINE_ROWS = 1_000_000  # layouts of the pipeline relation: a cap on the space's memory (about 0.2 GB)
+
+
 def _pipeline_rows(problem, pps, device) -> list[tuple]:
     """(pp, single stage, first, last, middle, vpp, interleaved, uneven chunks) of every partition and
     interleaving depth allowed (``pipeline.split_stages``; vpp splitting each stage,
@@ -236,6 +241,14 @@ def _pipeline_rows(problem, pps, device) -> list[tuple]:
 
     rows = []
     for pp in pps:
+        deadline.check()  # a deep model with free stage edges lists millions of layouts
+        if len(rows) > MAX_PIPELINE_ROWS:
+            raise ProblemError(
+                f"more than {MAX_PIPELINE_ROWS:,} pipeline layouts (pp, stage layer counts, vpp); restrict "
+                "mapping.pp, mapping.first_stage_layers, mapping.last_stage_layers or mapping.vpp",
+                source=problem.source,
+                field="mapping",
+            )
         for f, la in pipeline_partitions(problem, pp):
             for u in unevens:
                 if pp == 1:

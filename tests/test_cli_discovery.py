@@ -165,18 +165,56 @@ def test_evaluate_imports_neither_numpy_pandas_nor_ortools(kind, tmp_path):
     assert out.strip() in ("0 []", "1 []"), out  # the plan evaluated (fits or not), without them
 
 
-@pytest.mark.parametrize("seconds", [2.5, 7.0])  # while the tables are built; inside CP-SAT's search
-def test_ctrl_c_ends_with_one_line_and_exit_130(seconds):
-    """issue 17: Ctrl-C prints one line and exits 130, wherever it lands (CP-SAT catches SIGINT and would
-    answer as if time had run out)."""
+def _interrupted(args: list, seconds: list) -> tuple:
+    """(exit status, stdout, stderr) of ``parasol *args`` sent SIGINT after each of ``seconds``."""
     import signal  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    args = ["solve", "problems/examples/deepseek-v3-h800.yaml", "--method", "cpsat", "--time-limit", "60", "--quiet"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "parasol", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    time.sleep(seconds)
-    proc.send_signal(signal.SIGINT)
+    for wait in seconds:
+        time.sleep(wait)
+        proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.strip() == "parasol: interrupted" and out == "", (proc.returncode, err[-500:])
+    return proc.returncode, out, err
+
+
+DEEPSEEK = ["solve", "problems/examples/deepseek-v3-h800.yaml", "--time-limit", "60", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "method,seconds,status",
+    [("cpsat", 2.5, "UNKNOWN"), ("cpsat", 7.0, "FEASIBLE"), ("bound", 2.5, None)],
+    ids=["cpsat-tables", "cpsat-search", "bound"],
+)
+def test_ctrl_c_answers_with_the_best_plan_so_far_and_exit_130(method, seconds, status):
+    """issue 17: Ctrl-C ends the search with what it has (the best plan so far, its bound and gap, or
+    UNKNOWN while the tables are still built), one line on stderr, exit 130: never a traceback, never
+    exit 0 (CP-SAT catches SIGINT itself and would answer as if time had run out)."""
+    code, out, err = _interrupted([*DEEPSEEK, "--method", method], [seconds])
+    assert code == 130 and "Traceback" not in err, (code, err[-500:])
+    assert err.strip().splitlines() == ["parasol: interrupted: what is printed above is the best found so far, unproven"]
+    assert out.startswith("status ")
+    if status is not None:
+        assert out.startswith(f"status {status}"), out[:300]
+    if "FEASIBLE" in out.splitlines()[0]:
+        assert "gap" in out.splitlines()[0] and "tp " in out or "tp" in out
+
+
+def test_a_first_ctrl_c_stops_the_search_and_a_second_the_command():
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    from parasol.solver import deadline  # noqa: PLC0415
+
+    before = signal.getsignal(signal.SIGINT)
+    with deadline.stopping_on_ctrl_c():
+        assert not deadline.interrupted()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert deadline.interrupted() and deadline.passed()
+        with pytest.raises(deadline.TimeUp):
+            deadline.check()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before and not deadline.interrupted()  # restored
