@@ -238,3 +238,31 @@ def test_force_replaces_a_regular_file_and_only_when_asked(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert out.read_text().startswith("tp,") or "tokens_per_s_per_gpu" in out.read_text().splitlines()[0]
     assert not [p for p in tmp_path.iterdir() if p.name != "front.csv"]  # no temporary file left beside it
+
+
+def test_keeping_every_point_of_a_huge_space_is_refused_before_the_search():
+    """`enumerate --all` keeps every point's metrics: 24M mappings took 380 s and 5.5 GB before."""
+    _one_line_exit_2(run_main(["enumerate", "problems/examples/chiplet-codesign.yaml", "--all", "--json"]), "--all", "1,000,000")
+
+
+def test_a_model_deeper_than_the_cap_is_refused(tmp_path):
+    data = yaml.safe_load(GOOD)
+    data["model"] = {"layers": 5000, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 32000, "activation": "gelu"}
+    data.pop("mapping")
+    _one_line_exit_2(run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data))]), "model.layers", "at most 1,024")
+
+
+@pytest.mark.parametrize("case", ["range", "infeasible"])
+def test_the_time_limit_bounds_the_whole_command(tmp_path, case):
+    """issue 17: building a 4,096-count space and explaining an infeasible problem ran 1-2 s past a
+    3 s limit (4.95 s and 4.59 s, loading included); now nothing new starts past the limit."""
+    import time  # noqa: PLC0415
+
+    data = yaml.safe_load((REPO / "problems/examples/gpt3-175b-a100-free.yaml").read_text())
+    data["system"]["num_gpus"] = {"min": 1, "max": 4096} if case == "range" else 8
+    path = write_yaml(tmp_path / "p.yaml", data)
+    start = time.perf_counter()
+    proc = run_main(["solve", str(path), "--time-limit", "3", "--quiet"])
+    wall = time.perf_counter() - start
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert wall < 3 + 1.0, f"{wall:.2f} s"
