@@ -94,7 +94,7 @@ def _run(planner, problem, space: Space, objectives: tuple, goal, time_limit: fl
         depth = max(range(len(pools)), key=lambda i: (-least[i], i))  # least bound; the deepest on a tie
         if not np.isfinite(least[depth]):
             break
-        if (time_limit is not None and _clock() - start > time_limit) or deadline.interrupted():
+        if (time_limit is not None and _clock() - start > time_limit) or deadline.passed():
             complete = False
             break
         pool = pools[depth]

@@ -33,8 +33,9 @@ from ortools.sat.python import cp_model
 
 from parasol.model.ops import Factor, Rounding, Unit
 
+from . import deadline
 from .scaling import Scale
-from .tables import Tables
+from .tables import CHECK_EVERY, Tables
 
 SMALL_TABLE = 16
 QUOTIENT_STEPS = 10**6
@@ -417,6 +418,7 @@ class CpSatOps:
         stored = {k: rows[k].to_numpy() for k in keys}
         outs = []
         for factor in bound.factors:
+            deadline.check()  # a bound over millions of rows takes seconds of Python
             table = self.tables.table(factor)
             ints = np.stack([self.scale.to_ints(o.unit, table.values[:, j]) for j, o in enumerate(factor.outputs)], axis=1)
             position = {tuple(r): i for i, r in enumerate(table.keys.itertuples(index=False, name=None))}
@@ -424,6 +426,8 @@ class CpSatOps:
             outs.append((factor, ints[at]))
         values = []
         for i in range(len(rows)):
+            if i % CHECK_EVERY == 0:
+                deadline.check()
             decided = {k: space.domains[k].value(stored[k][i]) for k in bound.keys}
             values.append(math.floor(bound.fn(decided, *(f.row(*v[i].tolist()) for f, v in outs)) + 1e-9))
         index = self._index(keys, rows, bound.name)

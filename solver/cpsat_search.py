@@ -13,7 +13,7 @@ from ortools.sat.python import cp_model
 
 from . import progress
 from .cpsat_ops import CpSatOps, IntQ
-from .deadline import TimeUp, at, interrupt, interrupted
+from .deadline import TimeUp, at, interrupt, interrupted, stopping
 from .planner import Plan, Planner, PlanResult, SearchSettings, _bound_of, best_points
 from .relations import Space
 from .scaling import Scale
@@ -114,8 +114,9 @@ def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettin
 
 def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> str:
     """``solver.solve(model)``'s status name. CP-SAT catches Ctrl-C itself and answers as if time had
-    run out (a FEASIBLE or UNKNOWN status well within both of its limits): that marks the command
-    interrupted (``deadline.interrupt``), and what the search found is answered as after a time-out."""
+    run out (a FEASIBLE or UNKNOWN status well within both of its limits): in a command that stops
+    gracefully (``deadline.stopping``) that marks it interrupted and what the search found is answered
+    as after a time-out; elsewhere it is the KeyboardInterrupt Ctrl-C raises."""
     status = status_name(solver.solve(model, callback))
     limits = solver.parameters
     if (
@@ -123,6 +124,8 @@ def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> st
         and solver.wall_time < limits.max_time_in_seconds - INTERRUPT_MARGIN_S
         and solver.deterministic_time < limits.max_deterministic_time - INTERRUPT_MARGIN_S
     ):
+        if not stopping():
+            raise KeyboardInterrupt
         interrupt()
     return status
 

@@ -14,8 +14,7 @@ import signal
 import threading
 import time
 
-_DEADLINE: contextvars.ContextVar = contextvars.ContextVar("parasol_deadline", default=None)
-GRACE_S = 0.0  # past the time limit nothing new starts: what is under way ends (the command answers within limit + 1 s)
+_DEADLINE: contextvars.ContextVar = contextvars.ContextVar("parasol_deadline", default=None)  # past it nothing new starts
 _COMMAND_START = [time.perf_counter()]  # when the command began (reset by start_command)
 
 
@@ -34,6 +33,11 @@ def at() -> float | None:
     return _DEADLINE.get()
 
 
+def stopping() -> bool:
+    """Whether a first Ctrl-C is to stop the search gracefully (inside ``stopping_on_ctrl_c``)."""
+    return _STOPPING[0]
+
+
 def passed() -> bool:
     """Whether the deadline set by ``until`` has passed, or the user interrupted the command."""
     deadline = _DEADLINE.get()
@@ -41,6 +45,7 @@ def passed() -> bool:
 
 
 _INTERRUPTED = [False]
+_STOPPING = [False]
 
 
 def interrupt() -> None:
@@ -71,11 +76,12 @@ def stopping_on_ctrl_c():
         interrupt()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    _STOPPING[0] = True
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _INTERRUPTED[0] = False  # the next command starts afresh
+        _INTERRUPTED[0] = _STOPPING[0] = False  # the next command starts afresh
 
 
 class TimeUp(Exception):  # noqa: N818 (an event, not an error: the time limit passed)

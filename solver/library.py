@@ -254,8 +254,8 @@ def load_model(name: str) -> ModelSpec:
 
 
 def is_path(value) -> bool:
-    """Whether a name is a path to a YAML file rather than a library name (inside parasol: files named
-    by ``{file: PATH}`` travel as their resolved paths; a problem or system file writes ``file_path``'s form)."""
+    """Whether a name is a YAML file's path rather than a library name. Inside parasol, a file a problem
+    or system file names as ``{file: PATH}`` (``file_path``) travels as its resolved path."""
     return isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value or "\\" in value)
 
 

@@ -110,7 +110,7 @@ def _system_front(planner, problem, objectives, time_limit, workers, seed, max_p
             continue
         left = max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
         try:
-            with deadline.until(left + deadline.GRACE_S):
+            with deadline.until(left):
                 results.append(_front(planner, sub, objectives, left, workers, seed, max_points, method))
         except deadline.TimeUp:
             results.append(ParetoResult(objectives=objectives, status="PARTIAL", gap=1.0, message=TIME_UP))

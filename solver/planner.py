@@ -257,8 +257,8 @@ def scan(planner: Planner, problem, space: Space, names: tuple, time_limit: floa
         o = NumpyOps(tables, cols)
         yield offset, cols, o, planner.compose(o, ctx), ctx
         offset += o.size
-        if (time_limit is not None and time.perf_counter() - start > time_limit) or deadline.interrupted():
-            return
+        if (time_limit is not None and time.perf_counter() - start > time_limit) or deadline.passed():
+            return  # the scan's own limit, the command's (``deadline.until``) or Ctrl-C
 
 
 def feasible_mask(out, skip: str | None = None) -> np.ndarray | bool:
@@ -312,7 +312,9 @@ def best_points(
                     least[limit.name] = (float(q[i]), {k: int(v[i]) for k, v in cols.items()}, limit)
         if keep_all:
             frames.append(_frame(planner, problem, space, cols, ctx, o, out))
-        if time_limit is not None and time.perf_counter() - start > time_limit and evaluated < space.size():
+        if evaluated < space.size() and (
+            (time_limit is not None and time.perf_counter() - start > time_limit) or deadline.passed()
+        ):
             complete = False
             break
     table = _concat(frames) if keep_all and frames else None
@@ -535,7 +537,7 @@ def _per_subproblem(planner, problem, objective, top, time_limit, run) -> PlanRe
     results = []
     for index, sub in enumerate(systems):
         left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(systems) - index))
-        with deadline.until(None if time_limit is None else time_limit - (time.perf_counter() - start) + deadline.GRACE_S):
+        with deadline.until(None if time_limit is None else time_limit - (time.perf_counter() - start)):
             result = _per_planner_part(planner, sub, objective, top, left, run)
         for plan in result.plans:
             plan.system_name = sub.system_name
@@ -558,7 +560,7 @@ def _per_planner_part(planner, problem, objective, top, time_limit, run) -> Plan
         left = None if time_limit is None else max(0.1, (time_limit - (time.perf_counter() - start)) / (len(parts) - index))
         begun = time.perf_counter()
         try:
-            with deadline.until(None if left is None else left + deadline.GRACE_S):
+            with deadline.until(left):
                 results.append((label, run(sub, left)))
         except deadline.TimeUp:
             why = INTERRUPTED if deadline.interrupted() else TIME_UP

@@ -196,8 +196,8 @@ class Space:
                 index = join(index, arrays, i)
                 if not len(index[0]):
                     break
-            if len(index[0]):
-                yield {c: arrays[i][c][index[i]] for c, i in owner.items()}
+            for at in range(0, len(index[0]), rows):  # a root behind many points still comes in chunks of ``rows``
+                yield {c: arrays[i][c][index[i][at : at + rows]] for c, i in owner.items()}
 
     def _joins(self) -> tuple:
         """(each relation's columns as arrays, the relation that owns each decision, the joins of the

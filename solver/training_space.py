@@ -363,7 +363,9 @@ def build_space(problem) -> Space:
         )
     rows, used = [], set()
     layouts = defaultdict(dict)  # group kind -> {Layout: code}
-    for point in grid:
+    for i, point in enumerate(grid):
+        if i % 64 == 0:
+            deadline.check()  # tens of thousands of grid points, each placed, take seconds
         n, tp, pp, dp, cp, ep, etp = point
         if pp not in usable_pp:
             continue

@@ -236,6 +236,7 @@ BACKEND_CASES = {
         "model": TINY_MOE,
         "system": {"name": "slingshot-a100-dragonfly", "num_gpus": 8},
         "workload": {"kind": "inference", "input_len": 512, "output_len": 64, "serving": "continuous", "slo": {"tpot_s": 0.01}},
+        "mapping": {"batch": [1, 4, 16, 64, 256]},
     },
 }
 
