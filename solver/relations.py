@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 COUNT = "_rows"  # the count column of the elimination's factors
+LUT_LIMIT = 1 << 20  # a numeric domain's values up to this are coded by a lookup table (8 MiB at most)
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,13 @@ class Domain:
         return int(stored) if self.numeric else self.values[int(stored)]
 
     @functools.cached_property
-    def _lut(self) -> np.ndarray:
-        """stored value -> code, for numeric domains (values are small non-negative integers)."""
-        lut = np.full(max(self.values) + 1 if self.values else 1, -1, dtype=np.int64)
+    def _lut(self) -> np.ndarray | None:
+        """stored value -> code, for numeric domains whose largest value is below ``LUT_LIMIT`` (None
+        above it: a batch of 2^31 requests would need a 16 GiB table; ``codes`` searches instead)."""
+        largest = max(self.values) if self.values else 0
+        if largest >= LUT_LIMIT:
+            return None
+        lut = np.full(largest + 1, -1, dtype=np.int64)
         lut[np.asarray(self.values, dtype=np.int64)] = np.arange(len(self.values))
         return lut
 
@@ -58,6 +63,10 @@ class Domain:
         """Codes 0..len-1 of stored integers (vectorised)."""
         if not self.numeric:
             return np.asarray(stored, dtype=np.int64)
+        if self._lut is None:  # as the table would: -1 for a value not in the domain
+            values = np.asarray(self.values, dtype=np.int64)
+            at = np.minimum(np.searchsorted(values, stored), len(values) - 1)
+            return np.where(values[at] == stored, at, -1)
         return self._lut[stored]
 
 

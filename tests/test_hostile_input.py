@@ -266,3 +266,27 @@ def test_the_time_limit_bounds_the_whole_command(tmp_path, case):
     wall = time.perf_counter() - start
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     assert wall < 3 + 1.0, f"{wall:.2f} s"
+
+
+def test_a_huge_listed_value_codes_without_a_table_as_large():
+    """A serving batch of 2^31 - 1 requests took 24 GB (a lookup table from 0 to the largest value);
+    above 2^20 the codes are searched, and a value outside the domain is still -1."""
+    import numpy as np  # noqa: PLC0415
+
+    from parasol.solver.relations import LUT_LIMIT, numeric  # noqa: PLC0415
+
+    small, huge = numeric([1, 4, 64]), numeric([1, 4, 2**31 - 1])
+    assert huge._lut is None and small._lut is not None and LUT_LIMIT <= 2**31 - 1
+    assert huge.codes(np.array([2**31 - 1, 1, 4, 5])).tolist() == [2, 0, 1, -1]
+    assert small.codes(np.array([64, 1, 4, 5])).tolist() == [2, 0, 1, -1]
+
+
+def test_a_serving_batch_of_two_billion_requests_solves_in_bounded_memory(tmp_path):
+    import resource  # noqa: PLC0415
+
+    data = yaml.safe_load((REPO / "problems/examples/llama3-8b-pareto.yaml").read_text())
+    data["mapping"]["batch"] = [1, 2**31 - 1]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data)), "--time-limit", "5"])
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: under 0.5 GiB more
