@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from ortools.sat.python import cp_model
 
+from parasol.model.errors import ProblemError
 from parasol.model.ops import Factor, Rounding, Unit
 
 from . import deadline
@@ -193,6 +194,7 @@ class CpSatOps:
     # ---- helpers -----------------------------------------------------------------------------
 
     def var(self, lo: int, hi: int, name: str):
+        self._check(lo, hi, name)
         return self.model.new_int_var(int(lo), int(hi), name)
 
     def _new(self, lo, hi, unit, scale, name) -> IntQ:
@@ -210,9 +212,14 @@ class CpSatOps:
             self._materialised[key] = (q, IntQ(x, q.lo, q.hi, q.unit, q.scale))
         return self._materialised[key][1]
 
-    def _check(self, lo: int, hi: int) -> None:
-        if max(abs(lo), abs(hi)) >= INT_LIMIT:
-            raise OverflowError(f"an integer quantity reaches {max(abs(lo), abs(hi)):.3g}, past CP-SAT's range")
+    def _check(self, lo: int, hi: int, name: str = "quantity") -> None:
+        """ProblemError (one line) when an integer of the model would pass CP-SAT's 64-bit range."""
+        if max(abs(int(lo)), abs(int(hi))) >= INT_LIMIT:
+            raise ProblemError(
+                f"the model's {name} reaches {max(abs(int(lo)), abs(int(hi))):.3g} in the solver's integer units, past "
+                "CP-SAT's 64-bit range; restrict the problem (shorter sequences, smaller batches) or use --method enumerate",
+                field="workload",
+            )
 
     # ---- the operations ----------------------------------------------------------------------
 

@@ -7,13 +7,18 @@ the others start without OR-Tools.
 
 from __future__ import annotations
 
+import contextlib
+import select
+import signal
+import socket
+import threading
 import time
 
 from ortools.sat.python import cp_model
 
 from . import progress
 from .cpsat_ops import CpSatOps, IntQ
-from .deadline import TimeUp, at, interrupt, interrupted, stopping
+from .deadline import TimeUp, at, interrupted
 from .planner import Plan, Planner, PlanResult, SearchSettings, _bound_of, best_points
 from .relations import Space
 from .scaling import Scale
@@ -21,7 +26,6 @@ from .tables import Tables
 
 HINT_ROWS = 2_000_000  # the hint enumeration's largest slice of the space
 DEFAULT_SETTINGS = SearchSettings()
-INTERRUPT_MARGIN_S = 0.25  # a search that ends this far inside its limits without a proof was interrupted
 STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
     cp_model.FEASIBLE: "FEASIBLE",
@@ -113,21 +117,43 @@ def cp_solver(time_limit: float, workers: int, seed: int, settings: SearchSettin
 
 
 def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> str:
-    """``solver.solve(model)``'s status name. CP-SAT catches Ctrl-C itself and answers as if time had
-    run out (a FEASIBLE or UNKNOWN status well within both of its limits): in a command that stops
-    gracefully (``deadline.stopping``) that marks it interrupted and what the search found is answered
-    as after a time-out; elsewhere it is the KeyboardInterrupt Ctrl-C raises."""
-    status = status_name(solver.solve(model, callback))
-    limits = solver.parameters
-    if (
-        status in ("FEASIBLE", "UNKNOWN")
-        and solver.wall_time < limits.max_time_in_seconds - INTERRUPT_MARGIN_S
-        and solver.deterministic_time < limits.max_deterministic_time - INTERRUPT_MARGIN_S
-    ):
-        if not stopping():
-            raise KeyboardInterrupt
-        interrupt()
-    return status
+    """``solver.solve(model)``'s status name. Ctrl-C during the search stops it at once
+    (``_stopping_on_ctrl_c``) and then acts as anywhere else in Python: KeyboardInterrupt, or, inside
+    ``deadline.stopping_on_ctrl_c``, the command marked interrupted and the search's findings answered."""
+    with _stopping_on_ctrl_c(solver):
+        return status_name(solver.solve(model, callback))
+
+
+@contextlib.contextmanager
+def _stopping_on_ctrl_c(solver: cp_model.CpSolver):
+    """CP-SAT left to Python's SIGINT handling (``catch_sigint_signal`` off: CP-SAT's own handler would
+    answer as if time had run out, indistinguishable from a time-out): a thread woken by the signal
+    (``signal.set_wakeup_fd``) stops the search; Python's handler runs when ``solve`` returns. Outside
+    the main thread (Ray workers) CP-SAT keeps its own handling."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    solver.parameters.catch_sigint_signal = False
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if select.select([reader], [], [], 0.05)[0] and signal.SIGINT in reader.recv(64):
+                solver.stop_search()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
 
 
 def status_name(code) -> str:

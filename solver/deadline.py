@@ -33,11 +33,6 @@ def at() -> float | None:
     return _DEADLINE.get()
 
 
-def stopping() -> bool:
-    """Whether a first Ctrl-C is to stop the search gracefully (inside ``stopping_on_ctrl_c``)."""
-    return _STOPPING[0]
-
-
 def passed() -> bool:
     """Whether the deadline set by ``until`` has passed, or the user interrupted the command."""
     deadline = _DEADLINE.get()
@@ -45,7 +40,6 @@ def passed() -> bool:
 
 
 _INTERRUPTED = [False]
-_STOPPING = [False]
 
 
 def interrupt() -> None:
@@ -76,12 +70,11 @@ def stopping_on_ctrl_c():
         interrupt()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    _STOPPING[0] = True
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _INTERRUPTED[0] = _STOPPING[0] = False  # the next command starts afresh
+        _INTERRUPTED[0] = False  # the next command starts afresh
 
 
 class TimeUp(Exception):  # noqa: N818 (an event, not an error: the time limit passed)

@@ -58,8 +58,8 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
     checks.keys(slo, ("ttft_s", "tpot_s"), (), src, "workload.slo.")
     batch = data.get("batch")
     return InferenceWorkload(
-        input_len=checks.positive_int(data["input_len"], "workload.input_len", src),
-        output_len=checks.positive_int(data["output_len"], "workload.output_len", src),
+        input_len=checks.positive_int(data["input_len"], "workload.input_len", src, checks.MAX_SEQ_LEN),
+        output_len=checks.positive_int(data["output_len"], "workload.output_len", src, checks.MAX_SEQ_LEN),
         batch=None if batch is None else checks.positive_int(batch, "workload.batch", src),
         precision=precision,
         kv_precision=checks.choice(data.get("kv_precision", precision), KV_PRECISIONS, "workload.kv_precision", src),

@@ -68,7 +68,7 @@ WORKLOAD_KEYS = (
 MOE_DISPATCHERS = ("alltoall", "deepep")
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
 # ranges every problem is checked against before any arithmetic (docs/problem-files.md, "Limits")
-MAX_SEQ_LEN = 1 << 24  # tokens per sequence (16.8M)
+MAX_SEQ_LEN = checks.MAX_SEQ_LEN  # tokens per sequence (16.8M)
 MAX_GLOBAL_BATCH = 1 << 24  # sequences per step
 MAX_DEVICES = 1 << 20  # devices in one system (1,048,576)
 MAX_DEVICE_COUNTS = 4096  # device counts one problem may compare

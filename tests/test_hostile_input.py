@@ -290,3 +290,20 @@ def test_a_serving_batch_of_two_billion_requests_solves_in_bounded_memory(tmp_pa
     proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data)), "--time-limit", "5"])
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: under 0.5 GiB more
+
+
+def test_serving_lengths_beyond_their_range_are_refused(tmp_path):
+    """An answer of 442,979,766 tokens reached CP-SAT as an integer past 64 bits (a TypeError traceback,
+    found by the fuzz run)."""
+    data = yaml.safe_load((REPO / "problems/examples/llama3-8b-pareto.yaml").read_text())
+    data["workload"]["output_len"] = 442_979_766
+    path = write_yaml(tmp_path / "p.yaml", data)
+    _one_line_exit_2(run_main(["solve", str(path), "--method", "cpsat"]), "workload.output_len", "at most 16,777,216")
+
+
+def test_a_quantity_past_the_solvers_integers_is_one_line():
+    from parasol.model.errors import ProblemError  # noqa: PLC0415
+    from parasol.solver.cpsat_ops import INT_LIMIT, CpSatOps  # noqa: PLC0415
+
+    with pytest.raises(ProblemError, match="64-bit"):
+        CpSatOps._check(None, 0, INT_LIMIT * 4, "e2e")
