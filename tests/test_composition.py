@@ -224,7 +224,7 @@ BACKEND_CASES = {
         "model": TINY_MOE,
         "system": {"name": "tpu-v5p-torus", "num_gpus": 16},
         "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "overlap_dp": False},
-        "mapping": {"vpp": [1], "micro_batch": [1, 2], "recompute": ["none", "full"]},
+        "mapping": {"vpp": [1], "micro_batch": [1, 2], "recompute": ["full"]},
     },
     "serving-disaggregated": {
         "model": "llama3.1-8b",

@@ -52,7 +52,7 @@ HOSTILE = [
     {"min": 1, "max": 3},
     {"a": {"b": {"c": 1}}},
 ]
-SMALL_BUDGET = int(os.environ.get("FUZZ_SMALL_EXAMPLES", "40"))  # in CI; more on demand
+SMALL_BUDGET = int(os.environ.get("FUZZ_SMALL_EXAMPLES", "30"))  # in CI; more on demand
 TIME_LIMIT_S = 2
 
 

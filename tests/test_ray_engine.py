@@ -14,7 +14,7 @@ pytest.importorskip("ray")
 
 SAME = ["status", "objective", "value", "bound", "gap", "space_size", "num_gpus", "system", "mapping", "front", "reproduces"]
 
-# two instances of the shipped suites (a serving solve and a front) and one training solve, with their records
+# two instances of the shipped suites (a serving solve and a front), with their records
 SUITE = {
     "suite": "ray-check",
     "instances": [
@@ -25,17 +25,7 @@ SUITE = {
             "problem": "SUITES/../examples/llama3-8b-pareto.yaml",
             "objectives": ["tokens_per_s_per_gpu", "tokens_per_s_per_user"],
         },
-        {
-            "name": "training",
-            "tier": "easy",
-            "problem": {
-                "model": "llama3-8b",
-                "system": {"name": "dgx-h100", "num_gpus": [8, 16]},
-                "workload": {"kind": "training", "seq_len": 8192, "global_batch": 128, "precision": "bf16"},
-                "mapping": {"pp": 1, "cp": 1, "vpp": 1, "zero": [1, 3]},
-            },
-        },
-    ],
+    ],  # training on Ray: test_sweep_on_local_ray_equals_the_local_engine
 }
 
 
@@ -62,7 +52,7 @@ def test_suite_on_local_ray_equals_the_local_engine(ray_on_loopback, tmp_path):
     on_ray = run_main(["suite", "run", path, "--engine", "ray", "--workers", "2", "--out", tmp_path / "ray.json"])
     assert local.returncode == on_ray.returncode == 1, on_ray.stderr  # no records: nothing to reproduce
     a, b = pd.read_json(tmp_path / "local.json"), pd.read_json(tmp_path / "ray.json")
-    assert list(a["instance"]) == list(b["instance"]) == ["serving", "front", "training"]
+    assert list(a["instance"]) == list(b["instance"]) == ["serving", "front"]
     assert (a["engine"] == "local").all() and (b["engine"] == "ray").all()
     assert a["status"].isin(["OPTIMAL", "COMPLETE"]).all()
     pd.testing.assert_frame_equal(a[SAME], b[SAME])
