@@ -103,8 +103,7 @@ class ModelSpec:
     def __post_init__(self):
         src = self.source
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len"):
-            checks.positive_int(getattr(self, name), name, src)
-        checks.positive_int(self.layers, "layers", src, MAX_LAYERS)
+            checks.positive_int(getattr(self, name), name, src, MAX_LAYERS if name == "layers" else checks.MAX_INT)
         checks.non_negative_int(self.sliding_window, "sliding_window", src)
         checks.fraction(self.sliding_window_share, "sliding_window_share", src)
         checks.choice(self.activation, ACTIVATIONS, "activation", src)

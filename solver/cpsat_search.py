@@ -283,12 +283,17 @@ def explain(planner, problem, space: Space, deadline: float, workers: int, seed:
         return NOT_EXPLAINED
 
 
+def _check_time(deadline: float) -> None:
+    """TimeUp once ``deadline`` has passed or the command was interrupted: nothing new starts."""
+    if time.perf_counter() >= deadline or interrupted():
+        raise TimeUp
+
+
 def _explain(planner, problem, space: Space, deadline: float, workers: int, seed: int, messages: list) -> str:
     """Each limit but memory relaxed in turn (memory kept), its quantity minimised; if one cannot be
     met, it binds (its message added to ``messages``). Else memory alone relaxed, the peak minimised;
     else the limits only bind together."""
-    if time.perf_counter() >= deadline or interrupted():
-        raise TimeUp
+    _check_time(deadline)
     probe = Search(planner, problem, space, enforce=set(), prune=False)
     for limit in probe.limits:
         if limit.name == "memory":
@@ -312,8 +317,7 @@ def _least(search: Search, name: str, deadline, workers, seed, settings: SearchS
     limit = next(lim for lim in search.limits if lim.name == name)
     q = limit.quantity
     search.model.minimize(q.expr if isinstance(q, IntQ) else q)
-    if time.perf_counter() >= deadline or interrupted():
-        raise TimeUp
+    _check_time(deadline)
     solver = cp_solver(deadline - time.perf_counter(), workers, seed, settings)
     status = run(solver, search.model)
     if status == "UNKNOWN":  # the time ran out before this limit was settled

@@ -292,8 +292,6 @@ def best_points(
     best = TopK(top)
     evaluated, frames = 0, []
     least = {}  # limit name -> (value, stored point) of its least quantity where the others allow
-    complete = True
-    start = time.perf_counter()
     for _offset, cols, o, out, ctx in scan(planner, problem, space, names or (objective,), time_limit):
         evaluated += o.size
         ok = np.broadcast_to(feasible_mask(out), (o.size,))
@@ -312,13 +310,8 @@ def best_points(
                     least[limit.name] = (float(q[i]), {k: int(v[i]) for k, v in cols.items()}, limit)
         if keep_all:
             frames.append(_frame(planner, problem, space, cols, ctx, o, out))
-        if evaluated < space.size() and (
-            (time_limit is not None and time.perf_counter() - start > time_limit) or deadline.passed()
-        ):
-            complete = False
-            break
     table = _concat(frames) if keep_all and frames else None
-    return best.rows, evaluated, complete, least, table
+    return best.rows, evaluated, evaluated >= space.size(), least, table  # incomplete: the scan stopped on time
 
 
 def _report_scan(label: str, evaluated: int, space: Space, best_rows: list) -> None:
