@@ -91,6 +91,21 @@ def mixed_pass(workload: InferenceWorkload, seqs: float) -> Pass:
     )
 
 
+def request_waves(requests: int, slots: int) -> int:
+    """Waves in which a pool of ``slots`` sequence slots (dp·batch) serves a finite set of ``requests``
+    identical requests queued at once (an offline run: trtllm-bench throughput, vLLM
+    benchmark_throughput): ceil(requests / slots), waves.
+
+    Requests of the same input and output length admitted together finish together, so the slots
+    free, and the next requests are admitted, in waves rather than in a staggered steady state: the
+    first wave's prompts are prefilled before any token is decoded (ramp-up), and the last wave runs
+    as long as a full one while it holds only the remainder (drain; exact when decode streams weights,
+    an upper bound when it is compute-bound). Chunked prefill staggers a wave by at most
+    slots·input_len/max_prefill_tokens iterations, which leaves it a wave while that is short beside
+    output_len (Orca, Yu et al., OSDI 2022, Sec. 4 on in-flight batching of finished requests)."""
+    return -(-requests // slots)
+
+
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
     """Prompts one prefill pass of a disaggregated prefill pool takes: as many whole prompts as
     ``max_prefill_tokens`` holds, at least one, prompts."""

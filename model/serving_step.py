@@ -22,7 +22,11 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
   the engine leaves) + the largest pass's activations;
 - a load target (``workload.request_rate``, requests/s): the plan sustains the requests per second
   its slots turn over in steady state (``seconds_per_request``; Little's law), with TTFT and TPOT
-  those of the plan at its batch (no queueing tail).
+  those of the plan at its batch (no queueing tail);
+- a finite set (``workload.requests``, queued at once): served in waves of the dp·batch slots
+  (``inference.request_waves``), each one end-to-end latency (static, continuous); disaggregated, the
+  first request's latency plus the later decode waves or prefill passes, whichever take longer. Its
+  makespan sets tokens/s and requests/s.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from .inference import (
     p2p_time_s,
     prefill_pass,
     prefill_prompts_per_pass,
+    request_waves,
     serving_layouts,
     stage_layouts,
     stage_weight_bytes,
@@ -227,6 +232,22 @@ KV_TRANSFER = Factor(
 )
 
 
+def _waves(ctx: ServingContext, dp, batch) -> tuple:
+    """(waves, later waves) in which the pool's dp·batch slots serve ``workload.requests`` (``inference.request_waves``)."""
+    waves = request_waves(ctx.workload.requests, dp * batch)
+    return waves, waves - 1
+
+
+WAVES = Factor("waves", (S.DP, S.BATCH), (Output("waves", COUNT), Output("later", COUNT)), _waves)
+# a disaggregated prefill pool's passes: prefill_dp x prompts_per_pass prompts a cycle
+PREFILL_WAVES = Factor(
+    "prefill_waves",
+    (S.PREFILL_DP,),
+    (Output("later", COUNT),),
+    lambda ctx, dp: request_waves(ctx.workload.requests, dp * prefill_prompts_per_pass(ctx.workload)) - 1,
+)
+
+
 HOURLY_PRICE = Factor(
     "hourly_price", (S.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
 )
@@ -271,11 +292,12 @@ class ServingStep:
     tpot: object
     e2e: object
     seconds_per_token: object  # wall seconds per output token of the whole plan (1 / tokens/s)
-    seconds_per_request: object  # wall seconds per request the plan sustains in steady state (1 / requests/s)
+    seconds_per_request: object  # wall seconds per request in steady state, or of a finite set (1 / requests/s)
     gpu_seconds_per_token: object  # GPU-seconds per output token (1 / tokens/s per GPU)
     peak_memory: object  # bytes per GPU
     minimised: dict  # metric name -> what is minimised for it
     limits: list
+    makespan: object = None  # seconds to serve ``workload.requests`` queued at once; None in steady state
 
 
 def compose(o, ctx: ServingContext) -> ServingStep:
@@ -325,6 +347,22 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         # same as its token throughput / output_len; continuous: the TTFT wait (its prompt prefilled
         # in chunks, its KV cache filling) holds the slot too, so this is at most tokens/s / output_len
         seconds_per_request = o.quotient(e2e, requests, Rounding.DOWN, fine=True)
+    makespan = None
+    if wl.requests is not None:
+        # a finite set of identical requests queued at once runs in waves (``inference.request_waves``): each
+        # wave of static or continuous serving is one request's end-to-end latency. Disaggregated, the two
+        # pools pipeline: after the first request's latency, the later decode waves (output_len - 1 TPOTs
+        # each) or the later prefill passes (a cycle each), whichever take longer
+        waves = o.lookup(WAVES)
+        if mode is ServingMode.DISAGGREGATED:
+            decode_later = o.product(waves.later, (out - 1) * tpot)
+            makespan = e2e + o.maximum(decode_later, o.product(o.lookup(PREFILL_WAVES).later, prefill.cycle))
+        else:
+            makespan = o.product(waves.waves, e2e)
+        n_tokens = wl.requests * out
+        seconds_per_token = o.quotient(makespan, n_tokens, Rounding.DOWN, fine=True)
+        gpu_seconds_per_token = o.quotient(o.product(makespan, o.decision(S.NUM_GPUS)), n_tokens, Rounding.DOWN, fine=True)
+        seconds_per_request = o.quotient(makespan, wl.requests, Rounding.DOWN, fine=True)
     limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if wl.request_rate is not None:
         # the load is sustained when requests/s = 1 / seconds_per_request >= request_rate
@@ -356,6 +394,7 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         peak_memory=peak,
         minimised=minimised,
         limits=limits,
+        makespan=makespan,
     )
 
 
@@ -410,6 +449,8 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
     extra = {}
     if wl.request_rate is not None:
         extra["sustains_rate"] = q.seconds_per_request <= 1.0 / wl.request_rate
+    if wl.requests is not None:
+        extra["makespan_s"] = q.makespan
     return {
         "ttft_s": q.ttft,
         "tpot_s": q.tpot,

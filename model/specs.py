@@ -396,6 +396,9 @@ class InferenceWorkload:
     # the load to sustain, requests per second (each of input_len prompt and output_len generated tokens);
     # None: no load target (serving_step.compose: the request_rate limit)
     request_rate: float | None = None
+    # a finite set of this many identical requests queued at once (an offline run), served in waves
+    # (inference.request_waves); None: the steady state
+    requests: int | None = None
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

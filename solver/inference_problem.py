@@ -7,7 +7,8 @@ mapping: {tp: 2, pp: 1, ep: 1, dp: 4}           # static | continuous; dp = repl
 mapping: {prefill: {tp: 2, dp: 2}, decode: {tp: 4, dp: 1}}   # disaggregated
 objective: throughput                           # throughput | ttft | tpot | latency | gpus | cost
 ```
-``workload.request_rate`` (requests/s) is a load the plan must sustain (``serving_step.compose``).
+``workload.request_rate`` (requests/s) is a load the plan must sustain (``serving_step.compose``);
+``workload.requests`` a finite set queued at once, served in waves (``inference.request_waves``).
 ``batch`` (requests per replica) absent means the planner chooses it; it may also be listed in
 ``mapping.batch`` (as ``solve`` reports it). Every mistake is a one-line ``ProblemError``.
 """
@@ -39,6 +40,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "kv_cache_memory_fraction",
     "engine",
     "request_rate",
+    "requests",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -84,9 +86,24 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         request_rate=None
         if data.get("request_rate") is None
         else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
+        requests=_requests(data, src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
+
+
+def _requests(data: dict, src: str) -> int | None:
+    """``workload.requests``: a finite set of requests queued at once, which a sustained load
+    (``request_rate``) contradicts."""
+    if data.get("requests") is None:
+        return None
+    if data.get("request_rate") is not None:
+        raise ProblemError(
+            "a finite set of requests queued at once and a sustained load (request_rate) exclude each other; give one",
+            source=src,
+            field="workload.requests",
+        )
+    return checks.positive_int(data["requests"], "workload.requests", src, checks.MAX_REQUESTS)
 
 
 def _engine(value, src: str) -> str | None:

@@ -47,8 +47,13 @@ def evaluation_table(problem, mapping, evaluation) -> str:
                 f"{met['tokens_per_s_per_user']:,.1f} per user)",
             ),
             ("concurrent requests", f"{met['concurrent_requests']:,}"),
+            *(
+                [("time to serve the set", f"{met['makespan_s']:,.1f} s  ({wl.requests:,} requests queued at once)")]
+                if "makespan_s" in met
+                else []
+            ),
             (
-                "requests/s sustained",
+                "requests/s" if wl.requests is not None else "requests/s sustained",
                 f"{met['requests_per_s']:,.2f}"
                 + (
                     ""

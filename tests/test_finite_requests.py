@@ -1,0 +1,157 @@
+"""Finite request sets: workload.requests, N identical requests queued at once (an offline run such as
+trtllm-bench throughput), served in waves of the pool's dp·batch slots (model/inference.request_waves,
+model/serving_step.compose)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import rel_close, run_cli
+
+from parasol.model.errors import ProblemError
+from parasol.model.inference import request_waves
+from parasol.model.serving_step import evaluate_inference
+from parasol.solver.planner import enumerate_space, solve
+from parasol.solver.problem import parse_problem
+
+
+def _data(serving="continuous", requests=None, batch=64, dp=2, objective="throughput"):
+    wl = {"kind": "inference", "input_len": 512, "output_len": 128, "precision": "fp8", "serving": serving}
+    if requests is not None:
+        wl["requests"] = requests
+    mapping = {"tp": 1, "pp": 1, "dp": dp, "batch": batch}
+    if serving == "disaggregated":
+        mapping = {"prefill": {"tp": 1, "dp": 1}, "decode": {"tp": 1, "dp": dp}, "batch": batch}
+    return {
+        "model": "llama3.1-8b",
+        "system": {"name": "dgx-h100", "num_gpus": dp + (serving == "disaggregated")},
+        "workload": wl,
+        "mapping": mapping,
+        "objective": objective,
+    }
+
+
+def _metrics(**kw):
+    problem = parse_problem(_data(**kw), source="t")
+    ev = evaluate_inference(problem.model, problem.system(), problem.workload, problem.fixed_serving_mapping())
+    return ev.metrics
+
+
+@pytest.mark.parametrize(
+    ("requests", "slots", "waves"), [(1, 128, 1), (128, 128, 1), (129, 128, 2), (3000, 464, 7), (30000, 1, 30000)]
+)
+def test_waves_are_the_requests_over_the_slots_rounded_up(requests, slots, waves):
+    assert request_waves(requests, slots) == waves
+
+
+@pytest.mark.parametrize("serving", ["static", "continuous"])
+def test_a_set_takes_one_end_to_end_latency_per_wave(serving):
+    """128 slots (dp 2 x batch 64): 1,000 requests are 8 waves, each one request's end-to-end latency;
+    the throughput is the set's output tokens over that time, per GPU over the 2 GPUs."""
+    steady = _metrics(serving=serving)
+    finite = _metrics(serving=serving, requests=1000)
+    assert finite["ttft_s"] == steady["ttft_s"] and finite["tpot_s"] == steady["tpot_s"]
+    assert rel_close(finite["makespan_s"], 8 * steady["e2e_latency_s"], 1e-12)
+    assert rel_close(finite["tokens_per_s"], 1000 * 128 / finite["makespan_s"], 1e-12)
+    assert rel_close(finite["tokens_per_s_per_gpu"], finite["tokens_per_s"] / 2, 1e-12)
+    assert rel_close(finite["requests_per_s"], 1000 / finite["makespan_s"], 1e-12)
+    assert "makespan_s" not in steady
+
+
+@pytest.mark.parametrize("serving", ["static", "continuous"])
+def test_a_remainder_costs_a_whole_wave_and_full_waves_approach_the_steady_state(serving):
+    """129 requests in 128 slots take two waves: about half the rate of 128. Full waves, many of them,
+    come within the first wave's ramp-up of the steady state; they never beat it."""
+    full, one_more = _metrics(serving=serving, requests=128), _metrics(serving=serving, requests=129)
+    assert one_more["makespan_s"] > 1.5 * full["makespan_s"]
+    assert rel_close(full["makespan_s"], full["e2e_latency_s"], 1e-12)  # one wave: every request runs at once
+    steady = _metrics(serving=serving)
+    many = _metrics(serving=serving, requests=128 * 400)
+    assert many["tokens_per_s"] <= steady["tokens_per_s"] * (1 + 1e-9)
+    assert rel_close(many["tokens_per_s"], steady["tokens_per_s"], 0.02 if serving == "continuous" else 1e-9)
+    assert rel_close(_metrics(serving=serving, requests=128 * 399)["makespan_s"], 399 * steady["e2e_latency_s"], 1e-12)
+
+
+@pytest.mark.parametrize("batch", [16, 64, 512])
+def test_a_disaggregated_set_pipelines_its_two_pools(batch):
+    """After the first request's latency, the later decode waves (output_len - 1 TPOTs each) or the later
+    prefill passes, whichever take longer; over many requests that is the steady state's rate (the slower
+    pool's), and a prefill-bound plan (the largest batch) is limited by its prefill passes, not its slots."""
+    steady = _metrics(serving="disaggregated", batch=batch, dp=1)
+    finite = _metrics(serving="disaggregated", batch=batch, dp=1, requests=1000)
+    decode_later = (request_waves(1000, batch) - 1) * 127 * steady["tpot_s"]
+    assert finite["makespan_s"] >= steady["e2e_latency_s"] + decode_later * (1 - 1e-9)
+    many = _metrics(serving="disaggregated", batch=batch, dp=1, requests=batch * 1000)
+    assert rel_close(many["requests_per_s"], steady["requests_per_s"], 0.01)
+    assert many["requests_per_s"] <= steady["requests_per_s"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("serving", ["static", "continuous", "disaggregated"])
+def test_solve_equals_enumerate_on_a_finite_set_with_the_batch_free(serving):
+    """With the batch a decision the optimum may leave slots empty to save a wave: CP-SAT agrees with the
+    enumerator, and the plan it returns re-evaluates to its objective."""
+    data = _data(serving=serving, requests=700)
+    data["mapping"]["batch"] = [8, 16, 32, 48, 64, 96, 128, 176, 256]
+    problem = parse_problem(data, source="t")
+    enum, sol = enumerate_space(problem), solve(problem, workers=1, time_limit=60)
+    assert enum.status == sol.status == "OPTIMAL"
+    assert rel_close(sol.objective_value, enum.objective_value, 1e-4)
+    plan = sol.plans[0]
+    again = evaluate_inference(problem.model, problem.system(plan.num_gpus), problem.workload, plan.mapping)
+    assert rel_close(again.metrics["tokens_per_s"], plan.evaluation.metrics["tokens_per_s"], 1e-9)
+    table = enumerate_space(problem, keep_all=True).table
+    assert rel_close(table["tokens_per_s"].max(), enum.objective_value, 1e-9)
+
+
+def test_the_optimum_of_a_set_need_not_be_the_largest_batch():
+    """1,000 requests on one GPU: 176 slots leave 6 waves (the last 120 full), 128 take 8, 256 only 4 but
+    longer ones; whichever wins, the enumerator's best is the fastest makespan over the listed batches."""
+    data = _data(requests=1000, dp=1)
+    data["mapping"]["batch"] = [128, 176, 200, 256]
+    problem = parse_problem(data, source="t")
+    table = enumerate_space(problem, keep_all=True).table
+    best = enumerate_space(problem).plans[0].evaluation.metrics
+    assert rel_close(best["makespan_s"], table["makespan_s"].min(), 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "must be a positive integer"),
+        (-5, "must be a positive integer"),
+        ("many", "must be a positive integer"),
+        (1.5, "must be a positive integer"),
+        (10**9, "must be at most 100,000,000"),
+    ],
+)
+def test_a_bad_request_count_is_one_line_naming_the_field(value, message):
+    with pytest.raises(ProblemError, match=message) as err:
+        parse_problem(_data(requests=value), source="t")
+    assert err.value.field == "workload.requests"
+
+
+def test_a_finite_set_and_a_sustained_load_exclude_each_other(tmp_path):
+    data = copy.deepcopy(_data(requests=100))
+    data["workload"]["request_rate"] = 5
+    with pytest.raises(ProblemError, match="exclude each other") as err:
+        parse_problem(data, source="t")
+    assert err.value.field == "workload.requests"
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "model: llama3.1-8b\nsystem: {name: dgx-h100, num_gpus: 1}\n"
+        "workload: {kind: inference, input_len: 64, output_len: 64, batch: 8, requests: 100, request_rate: 5}\n"
+    )
+    proc = run_cli(["evaluate", str(path)])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "workload.requests" in proc.stderr
+
+
+def test_a_training_problem_refuses_requests():
+    data = {
+        "model": "llama3.1-8b",
+        "system": {"name": "dgx-h100", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "requests": 10},
+    }
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="t")
+    assert "requests" in str(err.value)
