@@ -102,7 +102,8 @@ def request_waves(requests: int, slots: int) -> int:
     as long as a full one while it holds only the remainder (drain; exact when decode streams weights,
     an upper bound when it is compute-bound). Chunked prefill staggers a wave by at most
     slots·input_len/max_prefill_tokens iterations, which leaves it a wave while that is short beside
-    output_len (Orca, Yu et al., OSDI 2022, Sec. 4 on in-flight batching of finished requests)."""
+    output_len (iteration-level scheduling admits a request when a finished one frees its slot: Orca,
+    Yu et al., OSDI 2022)."""
     return -(-requests // slots)
 
 

@@ -155,3 +155,20 @@ def test_a_training_problem_refuses_requests():
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t")
     assert "requests" in str(err.value)
+
+
+def test_the_shipped_offline_example_leaves_no_small_last_wave():
+    """problems/examples/llama3-8b-offline-requests.yaml: the best batch serves the 3,000 requests in
+    ceil(3000 / batch) waves, and no longer than the largest batch that fits would (a small last wave)."""
+    from conftest import REPO  # noqa: PLC0415
+
+    from parasol.model.specs import ServingMapping  # noqa: PLC0415
+    from parasol.solver.problem import load_problem  # noqa: PLC0415
+
+    problem = load_problem(REPO / "problems" / "examples" / "llama3-8b-offline-requests.yaml")
+    plan = solve(problem, workers=1, time_limit=60).plans[0]
+    met = plan.evaluation.metrics
+    assert rel_close(met["makespan_s"], request_waves(3000, met["batch"]) * met["e2e_latency_s"], 1e-12)
+    largest = ServingMapping(batch=met["max_batch"], decode=plan.mapping.decode)
+    full = evaluate_inference(problem.model, problem.system(), problem.workload, largest).metrics
+    assert met["makespan_s"] <= full["makespan_s"] and met["batch"] <= met["max_batch"]
