@@ -181,16 +181,17 @@ def training_problem(
     return out
 
 
-def solved_as_enumerated(problem):
+def solved_as_enumerated(problem, workers: int = 2):
     """Solve ``problem`` and enumerate it; assert both are OPTIMAL with the same objective and that the
-    plan re-evaluates on floats to the step time it reports; return the solver's plan."""
-    from parasol.model.training_step import evaluate_training  # noqa: PLC0415
-    from parasol.solver.planner import enumerate_space, solve  # noqa: PLC0415
+    plan re-evaluates on floats to the step time (training) or tokens/s (serving) it reports; return
+    the solver's plan."""
+    from parasol.solver.planner import enumerate_space, planner_for, solve  # noqa: PLC0415
 
-    enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60)
+    enum, sol = enumerate_space(problem), solve(problem, workers=workers, time_limit=60)
     assert enum.status == sol.status == "OPTIMAL"
     assert rel_close(sol.objective_value, enum.objective_value, 1e-3)
     plan = sol.plans[0]
-    again = evaluate_training(problem.model, problem.system(plan.num_gpus), problem.workload, plan.mapping)
-    assert rel_close(again.metrics["step_time_s"], plan.evaluation.metrics["step_time_s"], 1e-9)
+    again = planner_for(problem).evaluate(problem, plan.num_gpus, plan.mapping)
+    key = "step_time_s" if problem.workload.kind == "training" else "tokens_per_s"
+    assert rel_close(again.metrics[key], plan.evaluation.metrics[key], 1e-9)
     return plan

@@ -130,15 +130,17 @@ def test_bad_load_is_a_one_line_error(change, field, words):
     assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_rate_on_a_training_workload_is_an_error():
+@pytest.mark.parametrize("key", ["request_rate", "requests"])
+def test_a_serving_load_on_a_training_workload_is_an_error(key):
+    """A rate to sustain or a finite set of requests (tests/test_finite_requests.py) is a serving load."""
     data = {
         "model": "llama2-7b",
         "system": {"name": "dgx-h100", "num_gpus": 8},
-        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32, "request_rate": 10},
+        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32, key: 10},
     }
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t")
-    assert err.value.field == "workload.request_rate" and "inference" in str(err.value)
+    assert f"workload.{key}" in f"{err.value.field} {err.value}"
 
 
 @pytest.mark.slow
