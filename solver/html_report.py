@@ -278,6 +278,7 @@ def _serving_charts(problem, plan) -> list[str]:
         + escape(
             f"{met['tokens_per_s']:,.0f} output tokens/s ({met['tokens_per_s_per_gpu']:,.1f} per GPU, "
             f"{met['tokens_per_s_per_user']:,.1f} per user), {met['concurrent_requests']:,} concurrent requests"
+            + (f"; the set served in {met['makespan_s']:,.1f} s" if "makespan_s" in met else "")
         )
         + "</p>",
         "<h2>Memory</h2>",

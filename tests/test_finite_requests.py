@@ -156,3 +156,14 @@ def test_the_shipped_offline_example_leaves_no_small_last_wave():
     largest = ServingMapping(batch=met["max_batch"], decode=plan.mapping.decode)
     full = evaluate_inference(problem.model, problem.system(), problem.workload, largest).metrics
     assert met["makespan_s"] <= full["makespan_s"] and met["batch"] <= met["max_batch"]
+
+
+def test_the_text_and_html_reports_say_how_long_the_set_takes(tmp_path):
+    from conftest import REPO  # noqa: PLC0415
+
+    example = str(REPO / "problems" / "examples" / "llama3-8b-offline-requests.yaml")
+    text = run_cli(["solve", example])
+    assert text.returncode == 0 and "time to serve the set" in text.stdout and "3,000 requests queued at once" in text.stdout
+    page = tmp_path / "plan.html"
+    assert run_cli(["report", example, "-o", str(page)]).returncode == 0
+    assert "the set served in" in page.read_text()
