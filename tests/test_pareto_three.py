@@ -29,7 +29,7 @@ def test_three_objective_training_front_equals_the_non_dominated_enumerated_poin
                 "last_stage_layers": 0,
                 "zero": [0, 1],
                 "recompute": ["none", "full"],
-                "micro_batch": [1, 2],
+                "micro_batch": [2],
             },
             "objective": "cost",
         },
