@@ -150,9 +150,7 @@ def test_run_length_limit_that_no_plan_meets_names_the_binding_limit():
     assert sol.message.startswith("max_run_hours binds: the fastest allowed plan")
 
 
-@pytest.mark.parametrize(
-    ("objectives", "num_gpus"), [(("throughput", "cost"), (8, 16, 32)), (("throughput", "memory"), (8, 16))]
-)
+@pytest.mark.parametrize(("objectives", "num_gpus"), [(("throughput", "cost"), (8, 16, 32)), (("throughput", "memory"), (8, 16))])
 @pytest.mark.slow
 def test_training_front_equals_the_non_dominated_enumerated_points(objectives, num_gpus):
     """issue 7: on a small problem the exact front (epsilon-constraint with CP-SAT) is the
