@@ -36,7 +36,7 @@ def as_float(value) -> float | None:
 
 MAX_INT = 2**31 - 1  # any count in a file: within CP-SAT's and numpy's 32-bit integers, before any arithmetic
 MAX_SEQ_LEN = 1 << 24  # tokens of a sequence, a prompt or an answer (16.8M)
-MAX_REQUESTS = 10**8  # requests of a finite serving set: keeps its makespan within CP-SAT's integers
+MAX_REQUESTS = 10**6  # requests of a finite serving set (offline benchmarks run 1k-30k): bounds its wave count
 
 
 def shown(value) -> str:

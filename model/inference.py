@@ -99,12 +99,20 @@ def request_waves(requests: int, slots: int) -> int:
     Requests of the same input and output length admitted together finish together, so the slots
     free, and the next requests are admitted, in waves rather than in a staggered steady state: the
     first wave's prompts are prefilled before any token is decoded (ramp-up), and the last wave runs
-    as long as a full one while it holds only the remainder (drain; exact when decode streams weights,
-    an upper bound when it is compute-bound). Chunked prefill staggers a wave by at most
+    as long as a full one while it holds only the remainder (drain; exact where a step's time does not
+    depend on the batch, as when it streams the weights, an upper bound otherwise: a partial wave reads
+    less KV cache and computes fewer rows). Chunked prefill staggers a wave by at most
     slots·input_len/max_prefill_tokens iterations, which leaves it a wave while that is short beside
     output_len (iteration-level scheduling admits a request when a finished one frees its slot: Orca,
     Yu et al., OSDI 2022)."""
     return -(-requests // slots)
+
+
+def wave_batches(requests: int, largest: int) -> tuple:
+    """The slot counts up to ``largest`` that split ``requests`` into waves as evenly as any can:
+    ceil(requests / k) for k = 1, 2, ... (k waves, the last as full as k waves allow), ascending."""
+    first = max(1, -(-requests // max(largest, 1)))  # the fewest waves the largest batch allows
+    return tuple(sorted({-(-requests // k) for k in range(first, requests + 1)}))
 
 
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:

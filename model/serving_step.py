@@ -25,8 +25,8 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
   those of the plan at its batch (no queueing tail);
 - a finite set (``workload.requests``, queued at once): served in waves of the dp·batch slots
   (``inference.request_waves``), each one end-to-end latency (static, continuous); disaggregated, the
-  first request's latency plus the later decode waves or prefill passes, whichever take longer. Its
-  makespan sets tokens/s and requests/s.
+  first request's latency plus the first wave's prefill passes and the later decode waves, or the
+  set's later prefill passes, whichever take longer. Its makespan sets tokens/s and requests/s.
 """
 
 from __future__ import annotations
@@ -239,12 +239,18 @@ def _waves(ctx: ServingContext, dp, batch) -> tuple:
 
 
 WAVES = Factor("waves", (S.DP, S.BATCH), (Output("waves", COUNT), Output("later", COUNT)), _waves)
-# a disaggregated prefill pool's passes: prefill_dp x prompts_per_pass prompts a cycle
+
+
+def _prefill_waves(ctx: ServingContext, prefill_dp, dp, batch) -> tuple:
+    """A disaggregated set's prefill passes after the first (prefill_dp x ``prefill_prompts_per_pass``
+    prompts a cycle): for the whole set, and for the first decode wave (its slots, or the set if smaller)."""
+    per_cycle = prefill_dp * prefill_prompts_per_pass(ctx.workload)
+    first = min(ctx.workload.requests, dp * batch)
+    return request_waves(ctx.workload.requests, per_cycle) - 1, request_waves(first, per_cycle) - 1
+
+
 PREFILL_WAVES = Factor(
-    "prefill_waves",
-    (S.PREFILL_DP,),
-    (Output("later", COUNT),),
-    lambda ctx, dp: request_waves(ctx.workload.requests, dp * prefill_prompts_per_pass(ctx.workload)) - 1,
+    "prefill_waves", (S.PREFILL_DP, S.DP, S.BATCH), (Output("later", COUNT), Output("fill", COUNT)), _prefill_waves
 )
 
 
@@ -312,7 +318,7 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         kind: pass_cycle(o, counts, o.lookup(PASS_LAYERS[kind]), o.lookup(SENDS[kind]).time, single) for kind in PASS_KINDS[mode]
     }
     peak = replica_memory(o, o.lookup(WEIGHTS), o.lookup(KV), batch, o.lookup(ACTIVATIONS), single)
-    requests = o.product(dp, batch)  # sequences decoded at once by the (decode) pool
+    slots = o.product(dp, batch)  # sequences decoded at once by the (decode) pool
     if mode is ServingMode.STATIC:
         ttft = o.product(2 * pp - 1, cycles["prefill"])
         tpot = o.product(pp, cycles["decode"])
@@ -329,39 +335,43 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         # the slower pool's seconds per request: max(prefill cycle / (prefill dp x prompts per pass),
         # (output_len - 1) x tpot / (dp x batch)), over one denominator; per output token: / output_len
         prompts = o.decision(S.PREFILL_DP) * prefill_prompts_per_pass(wl)
-        slower = o.maximum(o.product(prefill.cycle, requests), o.product((out - 1) * tpot, prompts))
-        seconds_per_token = o.quotient(slower, o.product(prompts, requests) * out, Rounding.DOWN, fine=True)
+        slower = o.maximum(o.product(prefill.cycle, slots), o.product((out - 1) * tpot, prompts))
+        seconds_per_token = o.quotient(slower, o.product(prompts, slots) * out, Rounding.DOWN, fine=True)
         gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))
         # each pool is its own Little's law: prefill holds pp passes of prompts for pp cycles, decode
         # dp·batch sequences for (output_len - 1) TPOTs; the slower pool sets the rate
-        seconds_per_request = o.quotient(slower, o.product(prompts, requests), Rounding.DOWN, fine=True)
+        seconds_per_request = o.quotient(slower, o.product(prompts, slots), Rounding.DOWN, fine=True)
     else:
         # static: dp·batch·output_len tokens per end-to-end latency; continuous: dp·batch per iteration.
         # Per GPU: x num_gpus = tp·pp·dp GPUs, and dp·batch = num_gpus·micro_batch / tp
         busy, tokens = (e2e, out) if mode is ServingMode.STATIC else (tpot, 1)
-        seconds_per_token = o.quotient(busy, requests * tokens, Rounding.DOWN, fine=True)
+        seconds_per_token = o.quotient(busy, slots * tokens, Rounding.DOWN, fine=True)
         gpu_seconds_per_token = o.quotient(o.product(busy, tp), micro * tokens, Rounding.DOWN, fine=True)
         # Little's law (Little 1961; the steady state of a closed batch): each of the dp·batch slots
         # (a sequence of the batch and its KV cache) holds one request from admission to its last
         # token, e2e seconds, so the plan completes dp·batch requests per e2e latency. Static: the
         # same as its token throughput / output_len; continuous: the TTFT wait (its prompt prefilled
         # in chunks, its KV cache filling) holds the slot too, so this is at most tokens/s / output_len
-        seconds_per_request = o.quotient(e2e, requests, Rounding.DOWN, fine=True)
+        seconds_per_request = o.quotient(e2e, slots, Rounding.DOWN, fine=True)
     makespan = None
     if wl.requests is not None:
         # a finite set of identical requests queued at once runs in waves (``inference.request_waves``): each
         # wave of static or continuous serving is one request's end-to-end latency. Disaggregated, the two
-        # pools pipeline: after the first request's latency, the later decode waves (output_len - 1 TPOTs
-        # each) or the later prefill passes (a cycle each), whichever take longer
+        # pools pipeline: after the first request's latency, the first wave's prefill passes and the later
+        # decode waves (output_len - 1 TPOTs each), or the set's later prefill passes (a cycle each),
+        # whichever take longer. Counts are clamped to their tables' range for the integer backend's bounds.
         waves = o.lookup(WAVES)
         if mode is ServingMode.DISAGGREGATED:
-            decode_later = o.product(waves.later, (out - 1) * tpot)
-            makespan = e2e + o.maximum(decode_later, o.product(o.lookup(PREFILL_WAVES).later, prefill.cycle))
+            passes = o.lookup(PREFILL_WAVES)
+            decode_bound = o.product(o.maximum(waves.later, 0), (out - 1) * tpot) + o.product(
+                o.maximum(passes.fill, 0), prefill.cycle
+            )
+            makespan = e2e + o.maximum(decode_bound, o.product(o.maximum(passes.later, 0), prefill.cycle))
         else:
-            makespan = o.product(waves.waves, e2e)
+            makespan = o.product(o.maximum(waves.waves, 1), e2e)
         n_tokens = wl.requests * out
         seconds_per_token = o.quotient(makespan, n_tokens, Rounding.DOWN, fine=True)
-        gpu_seconds_per_token = o.quotient(o.product(makespan, o.decision(S.NUM_GPUS)), n_tokens, Rounding.DOWN, fine=True)
+        gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))
         seconds_per_request = o.quotient(makespan, wl.requests, Rounding.DOWN, fine=True)
     limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if wl.request_rate is not None:

@@ -217,7 +217,8 @@ class CpSatOps:
         if max(abs(int(lo)), abs(int(hi))) >= INT_LIMIT:
             raise ProblemError(
                 f"the model's {name} reaches {max(abs(int(lo)), abs(int(hi))):.3g} in the solver's integer units, past "
-                "CP-SAT's 64-bit range; restrict the problem (shorter sequences, smaller batches) or use --method enumerate",
+                "CP-SAT's 64-bit range; restrict the problem (shorter sequences, smaller batches, fewer requests) or use "
+                "--method enumerate",
                 field="workload",
             )
 

@@ -6,7 +6,8 @@
 - ``batch``: pp, the sequences of one pipeline micro-batch and the batch per replica (a multiple of
   pp): the listed batches, or by default pp x the step sizes serving engines run at (1, 2, 4 and the
   multiples of 8: vLLM captures CUDA graphs for exactly these and pads a step up to the next one,
-  vllm/config.py), up to the largest that fits and at most ``MAX_DEFAULT_BATCH`` per replica;
+  vllm/config.py), up to the largest that fits and at most ``MAX_DEFAULT_BATCH`` per replica; for a
+  finite set of requests also the micro-batches that split it into full waves (``inference.wave_batches``);
 - disaggregated serving adds ``prefill`` (its pool: GPUs, tp, pp, ep, dp, groups) and ``split``
   (the plan's GPUs, the two pools' and where the KV cache crosses between them).
 """
@@ -17,7 +18,7 @@ import pandas as pd
 
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
-from parasol.model.inference import check_pool, kv_link_layout, serving_layouts
+from parasol.model.inference import check_pool, kv_link_layout, serving_layouts, wave_batches
 from parasol.model.serving_step import ServingContext, max_batch
 from parasol.model.specs import PoolMapping, ServingMapping
 
@@ -90,7 +91,10 @@ def build_space(problem) -> Space:
     else:
         ctx = ServingContext(model, problem.system(problem.num_gpus[0]), wl)
         largest = max(max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), MAX_DEFAULT_BATCH) // r[3] for r in decode)
-        batches = [(pp, m, pp * m) for pp in pps for m in default_micro_batches(largest) if pp * m <= MAX_DEFAULT_BATCH]
+        micro = set(default_micro_batches(largest))
+        if wl.requests is not None:  # a finite set: also the batches that fill its waves (any dp, pp)
+            micro |= set(wave_batches(wl.requests, largest))
+        batches = [(pp, m, pp * m) for pp in pps for m in sorted(micro) if pp * m <= MAX_DEFAULT_BATCH]
     if not batches:
         raise ProblemError(
             f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "

@@ -181,13 +181,14 @@ def training_problem(
     return out
 
 
-def solved_as_enumerated(problem, workers: int = 2):
-    """Solve ``problem`` and enumerate it; assert both are OPTIMAL with the same objective and that the
-    plan re-evaluates on floats to the step time (training) or tokens/s (serving) it reports; return
-    the solver's plan."""
+def solved_as_enumerated(problem, workers: int = 2, method: str = "auto"):
+    """Solve ``problem`` (``method``: cpsat forces CP-SAT where a small space would be enumerated) and
+    enumerate it; assert both are OPTIMAL with the same objective and that the plan re-evaluates on
+    floats to the step time (training) or tokens/s (serving) it reports; return the solver's plan."""
     from parasol.solver.planner import enumerate_space, planner_for, solve  # noqa: PLC0415
 
-    enum, sol = enumerate_space(problem), solve(problem, workers=workers, time_limit=60)
+    enum, sol = enumerate_space(problem), solve(problem, workers=workers, time_limit=60, method=method)
+    assert sol.method == method or method == "auto"
     assert enum.status == sol.status == "OPTIMAL"
     assert rel_close(sol.objective_value, enum.objective_value, 1e-3)
     plan = sol.plans[0]

@@ -141,6 +141,8 @@ def test_a_serving_load_on_a_training_workload_is_an_error(key):
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t")
     assert f"workload.{key}" in f"{err.value.field} {err.value}"
+    if key == "request_rate":
+        assert "inference" in str(err.value)
 
 
 @pytest.mark.slow
