@@ -138,7 +138,9 @@ def differential(data: dict, source: str):
     return enum, sol
 
 
-DIFF_SEEDS = list(range(50))  # 50 random problems (80 until issue 14, 60 until issue 13's finite sets grew the suite toward 5 minutes on 2 cores)
+DIFF_SEEDS = list(
+    range(50)
+)  # 50 random problems (80 until issue 14, 60 until issue 13's finite sets grew the suite toward 5 minutes on 2 cores)
 
 
 @pytest.mark.parametrize("seed", DIFF_SEEDS)
