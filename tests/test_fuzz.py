@@ -25,7 +25,13 @@ from conftest import REPO, run_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-EXAMPLES = ["gpt3-175b-a100.yaml", "llama3-70b-serving.yaml", "llama3-8b-pareto.yaml", "torus-placement.yaml"]
+EXAMPLES = [
+    "gpt3-175b-a100.yaml",
+    "llama3-70b-serving.yaml",
+    "llama3-8b-pareto.yaml",
+    "torus-placement.yaml",
+    "llama3-8b-offline-requests.yaml",
+]
 HOSTILE = [
     None,
     True,
