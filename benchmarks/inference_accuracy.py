@@ -25,21 +25,22 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import statistics
 import sys
 
-from parasol.model.serving_step import evaluate_inference, max_batch
-from parasol.model.specs import PoolMapping, ServingMapping
+from parasol.model.serving_step import max_batch
+from parasol.model.specs import PoolMapping
 from parasol.solver.inference_validation import (
     InferenceRunResult,
     evaluate_all,
     evaluate_oos,
     evaluate_planned_run,
+    evaluate_run,
     load_engine_runs,
     load_latency_oos_runs,
     load_oos_runs,
+    problem_from_entry,
 )
 from parasol.solver.report import text_table
 
@@ -165,12 +166,11 @@ def steady_state_run(entry: dict) -> InferenceRunResult:
 def largest_batch_run(entry: dict) -> InferenceRunResult:
     """An out-of-sample run at the largest batch that fits its published pool (TensorRT-LLM admits requests
     up to its KV capacity and max_batch_size), not at the planner's best batch."""
-    planned = evaluate_planned_run(entry)
-    problem, system = planned.problem, planned.problem.system()
+    problem = problem_from_entry(entry)
     pool = PoolMapping(**{k: problem.mapping.get(k, (1,))[0] for k in ("tp", "pp", "ep", "dp")})
-    batch = min(TRTLLM_MAX_BATCH, max_batch(problem.model, system, problem.workload, pool))
-    evaluation = evaluate_inference(problem.model, system, problem.workload, ServingMapping(batch=batch, decode=pool))
-    return dataclasses.replace(planned, evaluation=evaluation)
+    entry = copy.deepcopy(entry)
+    entry["mapping"]["batch"] = min(TRTLLM_MAX_BATCH, max_batch(problem.model, problem.system(), problem.workload, pool))
+    return evaluate_run(entry)
 
 
 def main() -> int:

@@ -232,26 +232,39 @@ KV_TRANSFER = Factor(
 )
 
 
-def _waves(ctx: ServingContext, dp, batch) -> tuple:
-    """(waves, later waves) in which the pool's dp·batch slots serve ``workload.requests`` (``inference.request_waves``)."""
-    waves = request_waves(ctx.workload.requests, dp * batch)
-    return waves, waves - 1
+# a finite set (``workload.requests``): the waves of the pool's dp·batch slots (``inference.request_waves``)
+WAVES = Factor(
+    "waves", (S.DP, S.BATCH), (Output("waves", COUNT),), lambda ctx, dp, batch: request_waves(ctx.workload.requests, dp * batch)
+)
 
 
-WAVES = Factor("waves", (S.DP, S.BATCH), (Output("waves", COUNT), Output("later", COUNT)), _waves)
-
-
-def _prefill_waves(ctx: ServingContext, prefill_dp, dp, batch) -> tuple:
-    """A disaggregated set's prefill passes after the first (prefill_dp x ``prefill_prompts_per_pass``
-    prompts a cycle): for the whole set, and for the first decode wave (its slots, or the set if smaller)."""
+def _prefill_passes(ctx: ServingContext, prefill_dp, dp, batch) -> tuple:
+    """A disaggregated set's prefill passes (prefill_dp x ``prefill_prompts_per_pass`` prompts a cycle):
+    for the whole set, and for its first decode wave (the slots, or the set if smaller)."""
     per_cycle = prefill_dp * prefill_prompts_per_pass(ctx.workload)
     first = min(ctx.workload.requests, dp * batch)
-    return request_waves(ctx.workload.requests, per_cycle) - 1, request_waves(first, per_cycle) - 1
+    return request_waves(ctx.workload.requests, per_cycle), request_waves(first, per_cycle)
 
 
-PREFILL_WAVES = Factor(
-    "prefill_waves", (S.PREFILL_DP, S.DP, S.BATCH), (Output("later", COUNT), Output("fill", COUNT)), _prefill_waves
+PREFILL_PASSES = Factor(
+    "prefill_passes", (S.PREFILL_DP, S.DP, S.BATCH), (Output("set", COUNT), Output("first_wave", COUNT)), _prefill_passes
 )
+
+
+def set_makespan(o, ctx: ServingContext, e2e, tpot, prefill):
+    """Seconds to serve ``workload.requests`` queued at once, in waves (``inference.request_waves``): each
+    wave of static or continuous serving is one request's end-to-end latency. Disaggregated (``prefill``,
+    the prefill pool's row), the pools pipeline: after the first request's latency, the first wave's later
+    prefill passes and the later decode waves (output_len - 1 TPOTs each), or the set's later prefill
+    passes (a cycle each), whichever take longer. Counts are clamped to at least one, their tables' least,
+    for the integer backend's bounds."""
+    waves = o.maximum(o.lookup(WAVES).waves, 1)
+    if prefill is None:
+        return o.product(waves, e2e)
+    passes = o.lookup(PREFILL_PASSES)
+    first_wave, whole_set = o.maximum(passes.first_wave, 1) - 1, o.maximum(passes.set, 1) - 1
+    decode_bound = o.product(waves - 1, (ctx.workload.output_len - 1) * tpot) + o.product(first_wave, prefill.cycle)
+    return e2e + o.maximum(decode_bound, o.product(whole_set, prefill.cycle))
 
 
 HOURLY_PRICE = Factor(
@@ -331,7 +344,15 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         tpot = o.product(pp, cycles["decode"])
         peak = o.maximum(peak, prefill.memory)
     e2e = ttft + (out - 1) * tpot
-    if mode is ServingMode.DISAGGREGATED:
+    makespan = None
+    if wl.requests is not None:
+        # a finite set: its makespan sets the rates
+        makespan = set_makespan(o, ctx, e2e, tpot, prefill if mode is ServingMode.DISAGGREGATED else None)
+        n_tokens = wl.requests * out
+        seconds_per_token = o.quotient(makespan, n_tokens, Rounding.DOWN, fine=True)
+        gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))
+        seconds_per_request = o.quotient(makespan, wl.requests, Rounding.DOWN, fine=True)
+    elif mode is ServingMode.DISAGGREGATED:
         # the slower pool's seconds per request: max(prefill cycle / (prefill dp x prompts per pass),
         # (output_len - 1) x tpot / (dp x batch)), over one denominator; per output token: / output_len
         prompts = o.decision(S.PREFILL_DP) * prefill_prompts_per_pass(wl)
@@ -353,26 +374,6 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         # same as its token throughput / output_len; continuous: the TTFT wait (its prompt prefilled
         # in chunks, its KV cache filling) holds the slot too, so this is at most tokens/s / output_len
         seconds_per_request = o.quotient(e2e, slots, Rounding.DOWN, fine=True)
-    makespan = None
-    if wl.requests is not None:
-        # a finite set of identical requests queued at once runs in waves (``inference.request_waves``): each
-        # wave of static or continuous serving is one request's end-to-end latency. Disaggregated, the two
-        # pools pipeline: after the first request's latency, the first wave's prefill passes and the later
-        # decode waves (output_len - 1 TPOTs each), or the set's later prefill passes (a cycle each),
-        # whichever take longer. Counts are clamped to their tables' range for the integer backend's bounds.
-        waves = o.lookup(WAVES)
-        if mode is ServingMode.DISAGGREGATED:
-            passes = o.lookup(PREFILL_WAVES)
-            decode_bound = o.product(o.maximum(waves.later, 0), (out - 1) * tpot) + o.product(
-                o.maximum(passes.fill, 0), prefill.cycle
-            )
-            makespan = e2e + o.maximum(decode_bound, o.product(o.maximum(passes.later, 0), prefill.cycle))
-        else:
-            makespan = o.product(o.maximum(waves.waves, 1), e2e)
-        n_tokens = wl.requests * out
-        seconds_per_token = o.quotient(makespan, n_tokens, Rounding.DOWN, fine=True)
-        gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))
-        seconds_per_request = o.quotient(makespan, wl.requests, Rounding.DOWN, fine=True)
     limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
     if wl.request_rate is not None:
         # the load is sustained when requests/s = 1 / seconds_per_request >= request_rate
