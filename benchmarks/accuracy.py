@@ -61,7 +61,7 @@ def table(results, markdown: bool) -> str:
     rows = []
     for r in results:
         m = r.mapping
-        mem = f"{r.measured_memory_gib:.0f} / {r.evaluation.metrics['peak_memory_gib']:.1f}" if r.measured_memory_gib else ""
+        mem = f"{r.measured_memory_gib:.0f} / {r.predicted_device_memory_gib:.1f}" if r.measured_memory_gib else ""
         rows.append(
             [
                 r.run_id,
@@ -172,6 +172,7 @@ def main() -> int:
                             "mapping": r.mapping.as_dict(),
                             "measured_memory_gib": r.measured_memory_gib,
                             "predicted_memory_gib": r.evaluation.metrics["peak_memory_gib"],
+                            "predicted_device_memory_gib": r.predicted_device_memory_gib,
                         }
                         for r in results
                     ],
@@ -204,14 +205,17 @@ def main() -> int:
             )
     mem = [r for r in results if r.measured_memory_gib]
     if mem:
-        merr = [r.evaluation.metrics["peak_memory_gib"] / r.measured_memory_gib - 1 for r in mem]
+        merr = [r.memory_error for r in mem]
         print(
-            f"peak memory vs measured ({len(mem)} BLOOM runs): mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
+            f"peak memory (+ the system's CUDA/NCCL reserve) vs measured ({len(mem)} BLOOM runs): "
+            f"mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
             f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %"
         )
     unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
     if unfit:
         print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
+    else:
+        print(f"every published run fits in memory ({len(results)} runs)")
     for entry in load_runs(expressible=False):
         print(f"published run the model cannot express yet: {entry['id']}: {entry['not_expressible']}")
     for name, s in summary["by_family"].items():

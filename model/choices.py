@@ -45,6 +45,17 @@ class ZeroStage(IntEnum):
     WEIGHTS = 3
 
 
+class Zero3Gather(StrEnum):
+    """What ZeRO-3 gathers at once, and so holds unsharded on each GPU (``workload.zero3_gather``).
+    ``block``: whole transformer blocks, the current one and the prefetched next (PyTorch FSDP, one
+    unit per block as torchtitan wraps it). ``module``: one submodule at a time (DeepSpeed ZeRO-3
+    fetches per nn.Module, its live set bounded by stage3_max_live_parameters); the working set is the
+    largest module's 16-bit weights and gradients, as DeepSpeed's own estimator counts it."""
+
+    BLOCK = "block"
+    MODULE = "module"
+
+
 class CpComm(StrEnum):
     """How context parallelism exchanges attention's inputs (Megatron-Core --cp-comm-type): ``ring``
     passes K/V blocks around the group behind the attention compute (p2p; Liu et al., Ring Attention,

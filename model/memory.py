@@ -8,6 +8,7 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
+from .choices import Zero3Gather
 from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
 from .specs import ModelSpec
 
@@ -232,8 +233,19 @@ def state_bytes_per_param(
     return (weight_bytes + grad_bytes + optimizer) / dp
 
 
-def zero3_gather_buffer_bytes(layer_params_per_rank: float, weight_bytes: float) -> float:
-    """ZeRO-3 keeps the gathered weights of the current and the prefetched layer: 2 layers."""
+def zero3_gather_buffer_bytes(
+    gather: str, layer_params_per_rank: float, module_params_per_rank: float, weight_bytes: float
+) -> float:
+    """Unsharded weights (and gradients) ZeRO-3 holds at once on a GPU, bytes (``choices.Zero3Gather``).
+
+    ``block`` (FSDP, one unit per transformer block): the current and the prefetched block's weights,
+    2 layers. ``module`` (DeepSpeed ZeRO-3, per-submodule fetch): the largest module's 16-bit weights
+    and gradients, 4 B per parameter at 16-bit weights, as DeepSpeed's estimator counts them
+    (deepspeed/runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs: largest_layer_memory =
+    4 * largest_layer_params).
+    """
+    if gather == Zero3Gather.MODULE:
+        return 2.0 * module_params_per_rank * weight_bytes
     return 2.0 * layer_params_per_rank * weight_bytes
 
 

@@ -60,6 +60,31 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
     )
 
 
+def largest_module_params(model: ModelSpec) -> int:
+    """Weights of the model's largest single module (one nn.Linear or nn.Embedding as Megatron builds
+    it), in parameters: the fused QKV projection (h x (q + 2·kv)), the output projection, the MLP's
+    first linear (h x 2f for SwiGLU, gate and up fused; h x f for GeLU), a routed or shared expert's, the MLA up-projections, the token embedding and an untied output layer (V x h). What
+    DeepSpeed ZeRO-3 gathers at once (``memory.zero3_gather_buffer_bytes``)."""
+    h = model.hidden
+    gated = 2 if model.activation == "swiglu" else 1
+    widths = [model.ffn]
+    if model.moe is not None:
+        widths += [model.moe.expert_ffn, model.moe.shared_experts * model.moe.shared_expert_ffn]
+    if model.mla is not None:
+        m, a = model.mla, model.heads
+        attention = [
+            h * (m.q_lora_rank or a * m.qk_head_dim),
+            m.q_lora_rank * a * m.qk_head_dim,
+            h * (m.kv_lora_rank + m.qk_rope_head_dim),
+            m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim),
+            a * m.v_head_dim * h,
+        ]
+    else:
+        attention = [h * (model.q_width + 2 * model.kv_width), model.q_width * h]
+    tables = [model.vocab * h]
+    return max(attention + [h * w * gated for w in widths] + tables)  # an MLP's second linear (f x h) is never larger
+
+
 def norm_params_per_layer(model: ModelSpec) -> int:
     """Two norms per layer: LayerNorm has a scale and a shift (2h each), RMSNorm a scale (h)."""
     per_norm = 2 * model.hidden if model.norm == "layernorm" else model.hidden

@@ -295,6 +295,8 @@ class Workload:
         None  # how fp8/fp4 GEMM inputs are quantised (choices.LowPrecisionRecipe); None: the default
     )
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
+    lowp_grad_bytes: float = 0.0  # a 16-bit .grad kept beside the accumulation buffer (2: DeepSpeed BF16_Optimizer, 2022)
+    zero3_gather: str = "block"  # what ZeRO-3 gathers at once (choices.Zero3Gather): block (FSDP) | module (DeepSpeed)
     adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
     master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)
     recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)

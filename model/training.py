@@ -574,11 +574,13 @@ def stage_state_bytes(
     model: ModelSpec, workload: Workload, mapping: Mapping, params_on_gpu: float, expert_params_on_gpu: float = 0.0
 ) -> dict:
     """Weights, gradients and optimizer states on one GPU of a stage, bytes, by component; expert
-    weights shard their states over the expert data-parallel group tp·dp·cp/ep. The
+    weights shard their states over the expert data-parallel group tp·dp·cp/ep. Gradients count the
+    accumulation buffer (``workload.grad_bytes``) and any 16-bit .grad kept beside it
+    (``workload.lowp_grad_bytes``); under ZeRO-3, the unsharded working set (``zero3_buffers``). The
     ``mapping.optimizer_offload`` share of the optimizer state this rank owns is held on the host
     instead (``stage_host_bytes``)."""
     g = grad_bytes(workload)
-    weights = grads = total = 0.0
+    weights = grads = lowp_grads = total = 0.0
     for count, n in ((params_on_gpu, dp_group_size(mapping)), (expert_params_on_gpu, expert_dp_group_size(mapping))):
         if count:
             total += (
@@ -589,13 +591,20 @@ def stage_state_bytes(
             )
             weights += count * WEIGHT_BYTES / (n if mapping.zero == 3 else 1)
             grads += count * g / (n if mapping.zero >= 2 else 1)
+            # a 16-bit .grad the framework keeps beside the accumulation buffer: one per parameter held
+            lowp_grads += count * workload.lowp_grad_bytes / (n if mapping.zero == 3 else 1)
     optimizer = (total - weights - grads) * (1.0 - mapping.optimizer_offload)  # the rest waits on the host
+    grads += lowp_grads
     if mapping.weight_offload:  # ZeRO-3's weight shard waits on the host; the gathered layers are the zero3 buffers
         weights = 0.0
     out = {"weights": weights, "gradients": grads, "optimizer": optimizer}
     if mapping.zero == 3:
-        layer_rank = params.layer_params(model) / mapping.tp
-        out["zero3_buffers"] = memory.zero3_gather_buffer_bytes(layer_rank, WEIGHT_BYTES)
+        out["zero3_buffers"] = memory.zero3_gather_buffer_bytes(
+            workload.zero3_gather,
+            params.layer_params(model) / mapping.tp,
+            params.largest_module_params(model) / mapping.tp,
+            WEIGHT_BYTES,
+        )
     return out
 
 

@@ -11,6 +11,7 @@ what the framework does when a flag is absent (documentation, and what the emitt
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from parasol.model import checks
@@ -128,6 +129,17 @@ def check_workload(framework: Framework, workload, source: str) -> None:
                     source=source,
                     field=f"workload.{key}",
                 )
+
+
+def implied_workload(framework: Framework, workload, given: dict):
+    """``workload`` with each key the problem left out that the profile allows one value of set to that
+    value (DeepSpeed's ``zero3_gather: [module]``): what the framework does is what the model counts."""
+    implied = {
+        key: allowed[0]
+        for key, allowed in framework.workload.items()
+        if len(allowed) == 1 and key not in given and hasattr(workload, key) and getattr(workload, key) != allowed[0]
+    }
+    return dataclasses.replace(workload, **implied) if implied else workload
 
 
 def check_kind(framework: Framework, kind: str, source: str) -> None:

@@ -25,6 +25,7 @@ from parasol.model.choices import (
     RecomputeModule,
     TrainingObjective,
     WorkloadKind,
+    Zero3Gather,
     ZeroStage,
     allowed,
 )
@@ -53,6 +54,8 @@ WORKLOAD_KEYS = (
     "low_precision_recipe",
     "attention",
     "grad_bytes",
+    "lowp_grad_bytes",
+    "zero3_gather",
     "adam_moment_bytes",
     "master_weight_bytes",
     "recompute_modules",
@@ -257,6 +260,10 @@ def _parse_workload(data, src: str) -> Workload:
     # Megatron accumulates and reduces gradients in fp32 for bf16 (and fp8) training, in fp16 for
     # fp16 training (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32).
     grad_bytes = checks.choice(data.get("grad_bytes", 2.0 if precision == "fp16" else 4.0), (2, 4), "workload.grad_bytes", src)
+    # DeepSpeed's BF16_Optimizer (2022) keeps each bf16 .grad beside its fp32 accumulation buffer until the next
+    # backward (deepspeed/runtime/bf16_optimizer.py, pipe/engine.py clear_lp_grads); Megatron folds it into main_grad
+    lowp_grad_bytes = checks.choice(data.get("lowp_grad_bytes", 0), (0, 2), "workload.lowp_grad_bytes", src)
+    zero3_gather = checks.choice(data.get("zero3_gather", Zero3Gather.BLOCK.value), Zero3Gather, "workload.zero3_gather", src)
     moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
     master_bytes = checks.choice(data.get("master_weight_bytes", 4), (2, 4), "workload.master_weight_bytes", src)
     modules = data.get("recompute_modules", [RecomputeModule.CORE_ATTN.value])
@@ -293,6 +300,8 @@ def _parse_workload(data, src: str) -> Workload:
         low_precision_recipe=None if recipe is None else str(recipe),
         attention=attention,
         grad_bytes=float(grad_bytes),
+        lowp_grad_bytes=float(lowp_grad_bytes),
+        zero3_gather=str(zero3_gather),
         adam_moment_bytes=float(moment_bytes),
         master_weight_bytes=float(master_bytes),
         recompute_modules=tuple(dict.fromkeys(modules)),
@@ -524,6 +533,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     workload = _parse_workload(workload_data, source)
     if framework is not None:
         frameworks.check_kind(framework, workload.kind, source)
+        workload = frameworks.implied_workload(framework, workload, workload_data)
         frameworks.check_workload(framework, workload, source)
         if framework.engine is not None and getattr(workload, "engine", "") is None:
             workload = dataclasses.replace(workload, engine=framework.engine)

@@ -28,10 +28,24 @@ class RunResult:
     evaluation: Evaluation
     measured_step_s: float
     measured_memory_gib: float | None
+    reserve_gib: float = 0.0  # the system's memory_reserve_bytes: CUDA context and NCCL buffers
 
     @property
     def predicted_step_s(self) -> float:
         return self.evaluation.metrics["step_time_s"]
+
+    @property
+    def predicted_device_memory_gib(self) -> float:
+        """What nvidia-smi shows on the peak GPU, as the published memory figures read: the model's peak
+        (states, activations, buffers) plus the runtime's reserve (the CUDA context and NCCL buffers)."""
+        return self.evaluation.metrics["peak_memory_gib"] + self.reserve_gib
+
+    @property
+    def memory_error(self) -> float | None:
+        """Signed relative peak-memory error against the published figure; None where none is published."""
+        if not self.measured_memory_gib:
+            return None
+        return self.predicted_device_memory_gib / self.measured_memory_gib - 1.0
 
     @property
     def error(self) -> float:
@@ -116,6 +130,7 @@ def evaluate_run(entry: dict, system_override=None) -> RunResult:
         evaluation=best[2],
         measured_step_s=float(measured["step_time_s"]),
         measured_memory_gib=measured.get("memory_gib"),
+        reserve_gib=system.memory_reserve_bytes / 2**30,
     )
 
 

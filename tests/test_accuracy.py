@@ -111,14 +111,25 @@ def test_runs_marked_not_expressible_are_still_rejected():
             evaluate_run(entry)
 
 
-def test_every_published_run_fits_but_one_zero3_baseline(results):
+def test_every_published_run_fits(results):
     """Every published run ran, so each must fit. With what the recipes set for memory (bf16 gradients,
     bf16 Adam moments, master weights as 16-bit remainders, Megatron-Core's selective recomputation of
     the listed modules, Megatron FSDP where the table lists it, the Llama 3 70B runs' activation
-    offloading) every run fits but the 640-GPU ZeRO-3 baseline of Megatron SC'21 Table 2 (DeepSpeed
-    settings not published; 80.9 GiB predicted of 78). Eight did not fit before issue 13's memory work."""
+    offloading, DeepSpeed ZeRO-3 gathering one module at a time) every run fits. Eight did not fit
+    before issue 13's memory work; the last, the 640-GPU ZeRO-3 baseline of Megatron SC'21 Table 2,
+    did not while ZeRO-3 was counted as holding two whole gathered layers (80.9 GiB of 78)."""
     unfit = {r.run_id for r in results if not r.evaluation.metrics["fits"]}
-    assert unfit <= {"megatron21-t2-zero-3-529.6b-640gpu"}
+    assert not unfit
+
+
+def test_bloom_peak_memory_against_nvidia_smi(results):
+    """BLOOM's pre-launch benchmarks publish nvidia-smi's memory per GPU (in sample: no fit uses it).
+    With DeepSpeed's BF16_Optimizer buffers (a full fp32 gradient buffer and the bf16 .grad kept beside
+    it) and the system's CUDA/NCCL reserve, the model is 23-28 % under (40 % before); what it does not
+    count is transient (the bf16 all-reduce copy, the fp32 conversion of the embedding's gradient) and
+    the caching allocator's fragmentation. Every run is under-predicted, and by less than 30 %."""
+    errors = [r.memory_error for r in results if r.family == "BLOOM"]
+    assert len(errors) == 5 and all(-0.30 < e < 0 for e in errors)
 
 
 def test_deepseek_v3s_published_mapping_fits_with_the_reports_memory_savings():

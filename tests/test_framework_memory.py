@@ -1,0 +1,87 @@
+"""Framework buffers in the memory model (issue 13, "memory of real runs"): what ZeRO-3 holds
+unsharded (``workload.zero3_gather``: FSDP's two whole blocks, DeepSpeed's largest module) and the
+16-bit .grad DeepSpeed's BF16_Optimizer keeps beside its fp32 accumulation (``workload.lowp_grad_bytes``).
+A framework profile that allows one value of such a key implies it when the problem leaves it out."""
+
+import dataclasses
+
+import pytest
+from conftest import rel_close, run_cli, solved_as_enumerated, training_problem
+
+from parasol.model import params
+from parasol.model.errors import ProblemError
+from parasol.model.specs import Mapping, Workload
+from parasol.model.training import stage_state_bytes
+from parasol.solver.library import load_model
+from parasol.solver.problem import parse_problem
+
+WORKLOAD = Workload(kind="training", seq_len=2048, global_batch=64)
+
+
+def test_the_largest_module_is_the_widest_linear_or_the_embedding_table():
+    # GPT 529.6B (GeLU, f = 4h, V = 51,200): the MLP's first linear, h x 4h, outweighs the table (V x h)
+    gpt = load_model("megatron-gpt-529.6b")
+    assert params.largest_module_params(gpt) == gpt.hidden * gpt.ffn == 4 * gpt.hidden**2
+    # Llama 3.1 405B (SwiGLU, gate and up fused: h x 2f = 1.74e9) has a larger table, 128,256 x 16,384 = 2.10e9
+    llama = load_model("llama3.1-405b")
+    assert params.largest_module_params(llama) == llama.vocab * llama.hidden > 2 * llama.hidden * llama.ffn
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_zero3_holds_two_blocks_under_fsdp_and_the_largest_module_under_deepspeed(tp):
+    model = load_model("megatron-gpt-529.6b")
+    mapping = Mapping(tp=tp, pp=1, dp=64, micro_batch=1, zero=3)
+    block = stage_state_bytes(model, WORKLOAD, mapping, 1e9)
+    module = stage_state_bytes(model, dataclasses.replace(WORKLOAD, zero3_gather="module"), mapping, 1e9)
+    # FSDP: the current and the prefetched block's 16-bit weights; DeepSpeed: the largest module's 16-bit
+    # weights and gradients (its estimator's 4 B per parameter of the largest layer)
+    assert rel_close(block["zero3_buffers"], 2 * params.layer_params(model) / tp * 2, 1e-12)
+    assert rel_close(module["zero3_buffers"], 4 * model.hidden * model.ffn / tp, 1e-12)
+    assert module["zero3_buffers"] < block["zero3_buffers"]
+    assert {k: v for k, v in module.items() if k != "zero3_buffers"} == {k: v for k, v in block.items() if k != "zero3_buffers"}
+
+
+@pytest.mark.parametrize(("zero", "held"), [(1, 1.0), (3, 1 / 8)])
+def test_a_kept_bf16_grad_adds_two_bytes_per_parameter_held_and_nothing_else(zero, held):
+    model, count = load_model("llama3-8b"), 2e9
+    mapping = Mapping(tp=1, pp=1, dp=8, micro_batch=1, zero=zero)
+    plain = stage_state_bytes(model, WORKLOAD, mapping, count)
+    kept = stage_state_bytes(model, dataclasses.replace(WORKLOAD, lowp_grad_bytes=2.0), mapping, count)
+    assert rel_close(kept["gradients"] - plain["gradients"], 2.0 * count * held, 1e-12)
+    assert {k: v for k, v in kept.items() if k != "gradients"} == {k: v for k, v in plain.items() if k != "gradients"}
+
+
+def test_deepspeed_implies_module_gathering_and_torchtitan_block_gathering():
+    def gather(framework, **extra):
+        data = training_problem("llama3-8b", framework=framework, **extra)
+        return parse_problem(data, source="t.yaml").workload.zero3_gather
+
+    assert gather("deepspeed") == "module"
+    assert gather("torchtitan") == "block"
+    assert parse_problem(training_problem("llama3-8b"), source="t.yaml").workload.zero3_gather == "block"
+    assert gather("deepspeed", zero3_gather="module") == "module"
+    with pytest.raises(ProblemError) as err:
+        gather("deepspeed", zero3_gather="block")
+    assert err.value.field == "workload.zero3_gather" and "deepspeed" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"), [("zero3_gather", "layer", "block, module"), ("lowp_grad_bytes", 4, "0, 2")]
+)
+def test_a_value_outside_the_choices_is_one_line_naming_the_field(tmp_path, key, value, allowed):
+    import yaml  # noqa: PLC0415
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(training_problem("llama3-8b", **{key: value})))
+    proc = run_cli(["evaluate", str(path)])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert f"workload.{key}" in proc.stderr and allowed in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "torchtitan"])
+def test_cpsat_equals_the_enumerator_with_each_zero3_gathering(framework):
+    """A plan space where ZeRO-3 is a choice and memory binds (Llama 3 70B on 16 and 32 H100s: 16 do not hold it)."""
+    mapping = {"tp": [1, 2], "pp": [1, 2], "cp": [1]} if framework == "torchtitan" else None  # a small space
+    data = training_problem("llama3-70b", num_gpus=[16, 32], seq_len=4096, global_batch=64, mapping=mapping, framework=framework)
+    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"), method="cpsat")
+    assert plan.evaluation.metrics["fits"] and plan.num_gpus == 32
