@@ -33,6 +33,7 @@ class TrainingDecision(StrEnum):
     OFFLOAD_LAYERS = "offload_layers"  # layers per stage whose activations are offloaded to host memory
     OPTIMIZER_OFFLOAD = "optimizer_offload"  # share of the owned optimizer state held and stepped on the host
     WEIGHT_OFFLOAD = "weight_offload"  # ZeRO-3's weight shard held on the host
+    DUALPIPE = "dualpipe"  # DeepSeek-V3's bidirectional pipeline schedule (else 1F1B, interleaved when vpp > 1)
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -69,6 +70,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.TP_COMM_OVERLAP,
     TrainingDecision.OPTIMIZER_OFFLOAD,
     TrainingDecision.WEIGHT_OFFLOAD,
+    TrainingDecision.DUALPIPE,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

@@ -62,11 +62,18 @@ def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher:
     return inside, across
 
 
+def fp8_dispatch(workload: Workload) -> bool:
+    """DeepEP sends the FP8 training forward dispatch in FP8 with its block scales: the tokens are
+    quantised before the dispatch, and the rows that arrive are the experts' FP8 GEMM input
+    (DeepSeek-V3 Sec. 3.3.2, "Low-Precision Communication")."""
+    return workload.moe_dispatcher == "deepep" and workload.precision == "fp8"
+
+
 def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
     """Bytes per hidden element of a token copy: the activation width, except that DeepEP sends
-    the FP8 training forward dispatch in FP8 plus its block scales (DeepSeek-V3 Sec. 3.3.2);
+    the FP8 training forward dispatch in FP8 plus its block scales (``fp8_dispatch``);
     ``direction`` is ``dispatch`` or ``combine`` (the backward pass sends gradients in BF16)."""
-    if workload.moe_dispatcher == "deepep" and workload.precision == "fp8" and direction == "dispatch":
+    if fp8_dispatch(workload) and direction == "dispatch":
         return 1.0 + FP8_SCALE_BYTES_PER_ELEMENT
     return bytes_per_element(activation_precision(workload.precision))
 

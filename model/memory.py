@@ -49,17 +49,25 @@ def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: 
 
 
 def ffn_activation_bytes(
-    model: ModelSpec, tokens: float, tp: int, gemm_input_bytes: float = ACT_BYTES, moe_layer: bool = False, etp: int = 1
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    gemm_input_bytes: float = ACT_BYTES,
+    moe_layer: bool = False,
+    etp: int = 1,
+    permuted_bytes: float = ACT_BYTES,
 ) -> float:
     """FFN activations of one layer on one GPU (already divided by tp; Korthikanti's 16sbh/t for
     f = 4h): the activation function's input (GeLU: 2 bytes per intermediate element; SwiGLU:
     gate and up, 4) and output (the FC2 GEMM input). An MoE layer keeps these for the shared
     experts and the routed rows, plus each routed row's expert input (a GEMM input; with expert
     tensor parallelism the etp rows gathered from its group, each at 1/etp of the expert width, so
-    the intermediate elements stay the same) and its 16-bit permuted copy (Megatron-Core token dispatcher)."""
+    the intermediate elements stay the same) and its 16-bit permuted copy (Megatron-Core token dispatcher;
+    ``permuted_bytes`` 0 where the dispatch arrives in FP8, its rows being the FP8 GEMM input itself:
+    ``expert_parallel.fp8_dispatch``)."""
     act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
     elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
-    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + ACT_BYTES) if moe_layer else 0.0
+    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + permuted_bytes) if moe_layer else 0.0
     return elements * (act_in + gemm_input_bytes) + rows
 
 
@@ -80,6 +88,7 @@ def selective_savings_bytes(
     moe_layer: bool,
     etp: int,
     modules: tuple,
+    permuted_bytes: float = ACT_BYTES,
 ) -> float:
     """Per-layer activation bytes that Megatron-Core's selective recomputation of ``modules``
     (``choices.RecomputeModule``, --recompute-modules) does not keep; the attention core's score
@@ -105,7 +114,7 @@ def selective_savings_bytes(
             saved += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes)
         return saved
     if "moe" in modules:
-        return saved + ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, True, etp)
+        return saved + ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, True, etp, permuted_bytes)
     moe = model.moe
     if "moe_act" in modules:
         saved += routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn * gemm_input_bytes
@@ -128,6 +137,7 @@ def activation_bytes_per_layer(
     moe_layer: bool = False,
     etp: int = 1,
     modules: tuple = ("core_attn",),
+    permuted_bytes: float = ACT_BYTES,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
@@ -142,7 +152,7 @@ def activation_bytes_per_layer(
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
-    sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp)
+    sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp, permuted_bytes)
     kept = modules if recompute == "selective" else ()
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
@@ -150,7 +160,9 @@ def activation_bytes_per_layer(
         scores = 0.0
     else:
         scores = score_activation_bytes(model, micro_batch, seq_len / cp, seq_len) / tp
-    savings = selective_savings_bytes(model, tokens, tp, sp, gemm_input_bytes, moe_layer, etp, kept) if kept else 0.0
+    savings = (
+        selective_savings_bytes(model, tokens, tp, sp, gemm_input_bytes, moe_layer, etp, kept, permuted_bytes) if kept else 0.0
+    )
     return replicated + sharded + scores - savings
 
 

@@ -156,6 +156,34 @@ def pipeline_parts(o, microbatches, slowest, stages_sum, vpp):
     return busy, bubble
 
 
+def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
+    """Why DualPipe cannot run this pipeline, or None. Its step splits the micro-batches between the two
+    directions and folds the ranks in half: an even pp, an even micro-batch count of at least 2·pp
+    (deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step's asserts, at 030ce432), and no interleaving
+    (each rank's two chunks are its stages of the two directions)."""
+    if pp < 2 or pp % 2:
+        return f"DualPipe needs an even pp of at least 2, got pp {pp}"
+    if vpp > 1:
+        return f"DualPipe runs two chunks per rank of its own (the two directions), not vpp {vpp}"
+    if microbatches % 2 or microbatches < 2 * pp:
+        return f"DualPipe needs an even number of micro-batches per step, at least 2·pp = {2 * pp}; got {microbatches}"
+    return None
+
+
+def dualpipe_parts(o, microbatches, edge_pair, middle, stages_sum, pp):
+    """(busy, bubble) time of DualPipe (DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.1 and Table 2), written
+    against ``ops``, seconds. Rank i holds stage i of the forward direction and stage p-1-i of the reverse,
+    and runs half the micro-batches through each: its work is m times the mean of its two stages, so
+    the ranks holding the first and the last stage work m·``edge_pair`` ((first + last) / 2) and the
+    others m·``middle``. The bubble is (p/2 - 1)(F&B + B - 3W) (Table 2) with F&B = F + B (the overlap
+    of a forward and a backward chunk hides communication, not compute), W = B/2 (a backward's weight
+    gradients are half its GEMMs) and B = 2F (Narayanan et al. SC'21): (p/2 - 1)·(2/3)·(F + B), for the
+    mean stage F + B = ``stages_sum`` / p, i.e. (p - 2)·stages_sum / (3p)."""
+    busy = o.product(microbatches, o.maximum(edge_pair, middle))
+    bubble = o.quotient(o.quotient(o.product(pp - 2, stages_sum), pp, Rounding.DOWN), 3, Rounding.DOWN)
+    return busy, bubble
+
+
 def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> float:
     """``pipeline_parts`` on plain numbers: the pipeline's time for per-stage times, seconds."""
     busy, bubble = pipeline_parts(FloatOps(None, {}), microbatches, max(stage_times_s), sum(stage_times_s), vpp)

@@ -334,6 +334,7 @@ class Mapping:
     tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
     optimizer_offload: float = 0.0  # owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
     weight_offload: bool = False  # ZeRO-3's weight shard kept on the host (DeepSpeed offload_param)
+    dualpipe: bool = False  # DeepSeek-V3's bidirectional schedule: rank i runs stage i and stage pp-1-i (model/pipeline.py)
 
     @property
     def num_gpus(self) -> int:
@@ -361,6 +362,7 @@ class Mapping:
             "tp_comm_overlap": self.tp_comm_overlap,
             "optimizer_offload": self.optimizer_offload,
             "weight_offload": self.weight_offload,
+            "dualpipe": self.dualpipe,
         }
 
 

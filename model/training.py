@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from . import checks, compute, expert_parallel, memory, params
 from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
-from .pipeline import stage_layer_counts, vpp_divides_stages
+from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
 from .precision import activation_precision, bytes_per_element, training_recipe
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
@@ -777,6 +777,11 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     if m.vpp > 1 and m.pp == 1:
         raise ProblemError("vpp > 1 (interleaved schedule) needs pp > 1", field="mapping.vpp")
     microbatches = workload.global_batch // (m.dp * m.micro_batch)
+    if not isinstance(m.dualpipe, bool):
+        raise ProblemError(f"must be true or false, got {m.dualpipe!r}", field="mapping.dualpipe")
+    reason = dualpipe_problem(m.pp, m.vpp, microbatches) if m.dualpipe else None
+    if reason is not None:
+        raise ProblemError(reason, field="mapping.dualpipe")
     if m.vpp > 1 and microbatches % m.pp:
         # Megatron-LM's interleaved schedule runs micro-batches in groups of pp (schedules.py)
         raise ProblemError(

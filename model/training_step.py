@@ -25,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import compute, memory, params
+from . import compute, expert_parallel, memory, params
 from .choices import Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
-from .pipeline import pipeline_parts, stage_layer_counts
+from .pipeline import dualpipe_parts, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
@@ -108,6 +108,7 @@ def _layer(
         moe_layer=moe_layer,
         etp=etp,
         modules=wl.recompute_modules,
+        permuted_bytes=0.0 if expert_parallel.fp8_dispatch(wl) else memory.ACT_BYTES,
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
@@ -387,7 +388,24 @@ def least_peak_memory(body):
     return body.activation + body.working
 
 
-def stage_memory(
+def stage_memory(o, *args, **kwargs):
+    """Bytes per GPU of a stage (``stage_memory_parts``: what it holds and its working sets)."""
+    return _whole(stage_memory_parts(o, *args, **kwargs))
+
+
+def _whole(parts):
+    resident, working = parts
+    return resident + working
+
+
+def dualpipe_rank_memory(o, own, mirrored):
+    """Bytes per GPU of a DualPipe rank holding two stages (``stage_memory_parts`` of each): both
+    stages' states and in-flight activations, and one working set, the larger (it runs one chunk at a
+    time); ZeRO-3's gather buffers are in the working sets, so counted once too."""
+    return own[0] + mirrored[0] + o.maximum(own[1], mirrored[1])
+
+
+def stage_memory_parts(
     o,
     lead_count: int,
     body_count,
@@ -401,10 +419,11 @@ def stage_memory(
     extra_activations,
     offload=0,
 ):
-    """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
-    in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
-    working set of the widest layer kind it holds, and edge buffers (``extra_activations``). The
-    activations of ``offload`` body layers wait in host memory; one layer's stay as the copy buffer."""
+    """(resident, working) bytes per GPU of a stage. Resident: model states of its layers and edges,
+    the activations of its in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``)
+    and edge buffers (``extra_activations``). Working: the recomputation working set of the widest
+    layer kind it holds and ZeRO-3's gather buffers. The activations of ``offload`` body layers wait
+    in host memory; one layer's stay as the copy buffer."""
     layers_act = o.product(body_count, body.activation)
     if not (isinstance(offload, int) and offload == 0):
         layers_act = layers_act - o.product(offload, body.activation)
@@ -418,7 +437,7 @@ def stage_memory(
         working = body.working
     chunks = o.minimum(microbatch_chunks, chunk_limit)
     activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
-    return layers_state + extra_states + states.zero3 + activations + working + extra_activations
+    return layers_state + extra_states + activations + extra_activations, states.zero3 + working
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -444,8 +463,10 @@ def pipeline_time(ctx: TrainingContext) -> ImpliedBound:
     time of every stage together as ``pipeline_work`` counts it: Megatron's (m + (p-1)/v)·t for p equal
     stages of time t = S/p (Narayanan et al. SC'21, Sec. 2.2), and a floor for unequal ones. From
     ``pipeline_parts``, busy + bubble = m·x + (S' - x)/v with x the slowest stage and S' ≥ S the stages'
-    sum (x ≤ S'); its coefficient of x, m - 1/v, is not negative, and x ≥ S'/p. The integer backend
-    rounds the bubble's quotient down, so this holds on exact numbers only (``ImpliedBound.integer``)."""
+    sum (x ≤ S'); its coefficient of x, m - 1/v, is not negative, and x ≥ S'/p. It bounds the 1F1B
+    schedules' time, which ``compose`` forms for every plan (a DualPipe plan takes its own, bounded by
+    ``pipeline_work`` alone, without a key that would split the bounded search's blocks). The integer
+    backend rounds the bubble's quotient down, so this holds on exact numbers only (``ImpliedBound.integer``)."""
     model, wl = ctx.model, ctx.workload
     gb, k, L, mtp = wl.global_batch, lead_layers(model), model.layers, wl.mtp_layers
 
@@ -501,6 +522,13 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     o.implied_at_least(busy, pipeline_work(ctx))
     pipeline = busy + bubble
     o.implied_at_least(pipeline, pipeline_time(ctx))
+    dual = o.equals(o.decision(D.DUALPIPE), 1)  # a constant False where the space holds no DualPipe plan
+    if dual is not False:
+        edge_pair = o.quotient(s_first + s_last, 2, Rounding.UP)  # the two ranks holding the first and the last stage
+        dual_busy, dual_bubble = dualpipe_parts(o, m, edge_pair, s_mid, stages_sum, pp)
+        o.implied_at_least(dual_busy, pipeline_work(ctx))
+        pipeline = o.where(dual, dual_busy + dual_bubble, pipeline)  # keeps the 1F1B bound on the other branch
+        busy, bubble = o.where(dual, dual_busy, busy), o.where(dual, dual_bubble, bubble)
 
     # stage 0's data-parallel traffic and optimizer step end the step
     fwd0 = o.product(b1, body.fwd) + edge.first_fwd + o.where(single, edge.last_fwd, 0)
@@ -527,40 +555,32 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
     last_act = edge.logits_activation + mtp.activation
-    mem_first = stage_memory(
-        o,
-        k,
-        b1,
-        lead,
-        body,
-        states,
-        states.embedding + o.where(single, states.output_first + mtp.states, 0),
-        limits.first,
-        chunks,
-        vpp,
-        embedding_act + o.where(single, last_act, 0),
-        off,
-    )
-    mem_last = o.where(
-        single,
-        mem_first,
-        stage_memory(
-            o,
-            0,
-            n_last,
-            lead,
-            body,
-            states,
-            states.output_last + mtp.states + mtp.embedding,
-            limits.last,
-            chunks,
-            vpp,
-            last_act,
-            off,
-        ),
-    )
-    mem_mid = o.where(has_middle, stage_memory(o, 0, n_mid, lead, body, states, 0, limits.middle, chunks, vpp, 0, off), 0)
+
+    def first_parts(limit):
+        first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
+        first_act = embedding_act + o.where(single, last_act, 0)
+        return stage_memory_parts(o, k, b1, lead, body, states, first_states, limit, chunks, vpp, first_act, off)
+
+    def last_parts(limit):
+        last_states = states.output_last + mtp.states + mtp.embedding
+        return stage_memory_parts(o, 0, n_last, lead, body, states, last_states, limit, chunks, vpp, last_act, off)
+
+    def middle_parts(limit):
+        return stage_memory_parts(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off)
+
+    mem_first = _whole(first_parts(limits.first))
+    mem_last = o.where(single, mem_first, _whole(last_parts(limits.last)))
+    mem_mid = o.where(has_middle, _whole(middle_parts(limits.middle)), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
+    if dual is not False:
+        # DualPipe: pp + 1 chunks in flight per rank (DeepSeek-V3 Table 2), pp/2 + 1 of its own stage's
+        own, mirrored = o.quotient(pp, 2, Rounding.DOWN) + 1, o.quotient(pp, 2, Rounding.DOWN)
+        edge_rank = o.maximum(
+            dualpipe_rank_memory(o, first_parts(own), last_parts(mirrored)),
+            dualpipe_rank_memory(o, last_parts(own), first_parts(mirrored)),
+        )
+        middle_rank = o.where(has_middle, dualpipe_rank_memory(o, middle_parts(own), middle_parts(mirrored)), 0)
+        peak = o.where(dual, o.maximum(edge_rank, middle_rank), peak)
     o.implied_at_least(peak, mean_stage_states(ctx))
 
     minimised = {
@@ -619,6 +639,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.TP_COMM_OVERLAP: m.tp_comm_overlap,
         D.OPTIMIZER_OFFLOAD: m.optimizer_offload,
         D.WEIGHT_OFFLOAD: m.weight_offload,
+        D.DUALPIPE: m.dualpipe,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -714,22 +735,25 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
             edge.logits_activation + mtp.activation if last else 0.0
         )
-        limit = memory.in_flight_chunk_limit(i, m.pp, m.vpp)
         offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
-        total = stage_memory(
-            o,
-            lead_count,
-            n - lead_count,
-            lead,
-            body,
-            states,
-            edge_states,
-            limit,
-            microbatches * m.vpp,
-            m.vpp,
-            edge_act,
-            m.offload_layers,
-        )
+
+        def parts(limit, lead_count=lead_count, n=n, edge_states=edge_states, edge_act=edge_act):
+            return stage_memory_parts(
+                o,
+                lead_count,
+                n - lead_count,
+                lead,
+                body,
+                states,
+                edge_states,
+                limit,
+                microbatches * m.vpp,
+                m.vpp,
+                edge_act,
+                m.offload_layers,
+            )
+
+        total = _whole(parts(memory.in_flight_chunk_limit(i, m.pp, m.vpp)))
         moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
         p = stage_params(model, n + mtp_here, first or bool(mtp_here), last, m.tp, moe_layers)
         pe = stage_expert_params(model, moe_layers, m.ep, m.etp)
@@ -749,6 +773,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
                 "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
+                "memory_parts": parts,
                 "state": state,
                 "host_bytes": host,
                 "activations_bytes": activations,
@@ -758,7 +783,35 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
             }
         )
+    if m.dualpipe:
+        return [_dualpipe_rank(o, out[i], out[m.pp - 1 - i], m.pp) for i in range(m.pp)]
+    for s in out:
+        del s["memory_parts"]
     return out
+
+
+def _dualpipe_rank(o: FloatOps, own: dict, mirrored: dict, pp: int) -> dict:
+    """DualPipe's rank ``own["stage"]``: its stage and the mirrored one (``dualpipe_parts``), half the
+    micro-batches through each, so per-micro-batch times are the two stages' mean; layers, parameters
+    and states are the two stages' together, and the memory ``dualpipe_rank_memory`` at pp/2 + 1
+    in-flight chunks of its own stage and pp/2 of the mirrored one (DeepSeek-V3 Table 2: pp + 1)."""
+    total = dualpipe_rank_memory(o, own["memory_parts"](pp // 2 + 1), mirrored["memory_parts"](pp // 2))
+    state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
+    if "zero3_buffers" in state:  # one gather buffer per rank, as ``dualpipe_rank_memory`` counts it
+        state["zero3_buffers"] = own["state"]["zero3_buffers"]
+    activations = total - sum(state.values())
+    summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
+    mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")
+    return {
+        "stage": own["stage"],
+        "stages": [own["stage"], mirrored["stage"]],
+        **{key: own[key] + mirrored[key] for key in summed},
+        **{key: (own[key] + mirrored[key]) / 2 for key in mean},
+        "memory_bytes": total,
+        "state": state,
+        "activations_bytes": activations,
+        "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
+    }
 
 
 def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, critical: dict, q: TrainingStep) -> dict:
@@ -789,7 +842,9 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     lt = times(False)
     lt_moe = times(True) if model.moe else lt
     mb = decisions[D.MICROBATCHES]
-    n_moe, n_dense = critical["moe_layers"] * mb, (critical["layers"] - critical["moe_layers"]) * mb
+    # a DualPipe rank runs half the micro-batches through each of its two stages, whose layers it sums
+    share = mb / 2 if m.dualpipe else mb
+    n_moe, n_dense = critical["moe_layers"] * share, (critical["layers"] - critical["moe_layers"]) * share
 
     def layers_sum(*names):
         return sum(n_dense * getattr(lt, f) + n_moe * getattr(lt_moe, f) for f in names)

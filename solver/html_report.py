@@ -246,12 +246,21 @@ def _training_charts(problem, plan) -> list[str]:
             capacity=met["usable_memory_gib"],
         ),
     ]
-    out += [
-        "<h2>Pipeline schedule</h2>",
-        schedule_svg(ev.stages, m.pp, m.vpp, met["microbatches"], bd["time_s"].get("pipeline/bubble")),
-        '<p class="note">The schedule is played out from each stage\'s forward and backward time per '
-        "micro-batch (point-to-point transfers left out); with pp 1 there is no bubble.</p>",
-    ]
+    if m.dualpipe:  # two stages per rank in two directions: not a 1F1B chart
+        bubble = bd["time_s"].get("pipeline/bubble", 0.0)
+        out += [
+            "<h2>Pipeline schedule</h2>",
+            f'<p class="note">DualPipe: rank i runs stage i of one direction and stage {m.pp - 1}−i of the other, '
+            f"half of the {met['microbatches']} micro-batches through each; its bubble, DeepSeek-V3's "
+            f"(pp/2 − 1)(F&amp;B + B − 3W), is {bubble:.4g} s of the step. No chart is drawn for it.</p>",
+        ]
+    else:
+        out += [
+            "<h2>Pipeline schedule</h2>",
+            schedule_svg(ev.stages, m.pp, m.vpp, met["microbatches"], bd["time_s"].get("pipeline/bubble")),
+            '<p class="note">The schedule is played out from each stage\'s forward and backward time per '
+            "micro-batch (point-to-point transfers left out); with pp 1 there is no bubble.</p>",
+        ]
     system = problem.system(plan.num_gpus)
     rows = [
         (kind, where.n, where.local, describe(where, system))

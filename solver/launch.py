@@ -185,6 +185,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     if m.optimizer_offload > 0:
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", m.optimizer_offload)]
     _require(not m.weight_offload and m.offload_layers == 0, "offloading Megatron-LM cannot express")
+    _require(not m.dualpipe, "the DualPipe schedule (Megatron-LM runs 1F1B)")
     _require(m.placement == DEFAULT_PLACEMENT, f"rank order {m.placement}")
     args.append(("--fp16", None) if w.precision == "fp16" else ("--bf16", None))
     if w.precision == "fp8":
@@ -240,6 +241,7 @@ def torchtitan_sections(problem, num_gpus: int, m) -> dict:
     _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
     _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")
     _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0, "offloading")
+    _require(not m.dualpipe, "the DualPipe schedule")
     parallelism = {
         "data_parallel_replicate_degree": m.dp if m.zero == 0 else 1,
         "data_parallel_shard_degree": m.dp if m.zero == 3 else 1,

@@ -93,9 +93,10 @@ MAPPING_DEFAULTS = {
     "tp_comm_overlap": False,
     "optimizer_offload": 0.0,
     "weight_offload": False,
+    "dualpipe": False,
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap", "weight_offload")  # true/false mapping keys
+FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap", "weight_offload", "dualpipe")  # true/false mapping keys
 ALLOWED_VALUES = {
     "recompute": tuple(r.value for r in Recompute),
     "zero": tuple(int(z) for z in ZeroStage),

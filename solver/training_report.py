@@ -25,7 +25,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     lines.append(
         f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
         f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
-        f"stage layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
+        f"{'rank' if m.dualpipe else 'stage'} layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
@@ -33,6 +33,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
         + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + ("  weight_offload" if m.weight_offload else "")
+        + ("  dualpipe (each rank: its stage and the mirrored one)" if m.dualpipe else "")
     )
     system = problem.system(met["num_gpus"])
     groups = [
@@ -116,5 +117,6 @@ def plan_label(plan) -> str:
         + (", tp overlap" if m.tp_comm_overlap else "")
         + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + (", weight offload" if m.weight_offload else "")
+        + (", dualpipe" if m.dualpipe else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

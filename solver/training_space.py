@@ -30,6 +30,7 @@ from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.pipeline import (
     default_edge_stage_layers,
+    dualpipe_problem,
     edge_stage_slots,
     last_stage_options,
     layers_held,
@@ -412,7 +413,16 @@ def build_space(problem) -> Space:
     shares, optimizer_offload = offload_rows(problem, device, zero, "optimizer_offload", 0.0, optimizer_offload_problem)
     weights, weight_offload = offload_rows(problem, device, zero, "weight_offload", False, weight_offload_problem)
     counts = sorted({m for _, _, m in micro})
-    schedule = [(pp, m, i) for pp in sorted(usable_pp) for m in counts for i in (0, 1) if not i or (pp > 1 and m % pp == 0)]
+    # the schedule: 1F1B, interleaved (vpp > 1: micro-batches in groups of pp), or DualPipe where the mapping lists it
+    dualpipe = [int(d) for d in problem.mapping.get("dualpipe", (False,))]
+    schedule = [
+        (pp, m, i, d)
+        for pp in sorted(usable_pp)
+        for m in counts
+        for i in (0, 1)
+        for d in dualpipe
+        if (not i or (pp > 1 and m % pp == 0)) and (not d or (not i and dualpipe_problem(pp, 1, m) is None))
+    ]
     frames = [
         ("grid", pd.DataFrame(rows, columns=grid_cols)),
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
@@ -422,7 +432,7 @@ def build_space(problem) -> Space:
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
-        ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED])),
+        ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED, D.DUALPIPE])),
         (
             "pipeline",
             pd.DataFrame(
@@ -450,6 +460,7 @@ def build_space(problem) -> Space:
         D.CP_COMM: categorical(tuple(CpComm)),
         D.OPTIMIZER_OFFLOAD: categorical(shares),
         D.WEIGHT_OFFLOAD: categorical(weights),
+        D.DUALPIPE: categorical((False, True)),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -466,7 +477,8 @@ def build_space(problem) -> Space:
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
-            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3)",
+            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3; dualpipe needs an even pp and an even count of at "
+            "least 2·pp micro-batches, without vpp)",
             source=problem.source,
             field="mapping",
         )

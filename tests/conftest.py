@@ -96,6 +96,7 @@ MAPPING_KEYS = (
     "tp_comm_overlap",  # issue 13: TP collectives overlapped with their GEMMs
     "optimizer_offload",  # issue 13: share of the optimizer state held and stepped on the host
     "weight_offload",  # issue 13: ZeRO-3's weight shard held on the host
+    "dualpipe",  # issue 13: DeepSeek-V3's bidirectional pipeline schedule
 )
 
 

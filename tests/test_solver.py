@@ -422,6 +422,7 @@ KNOWN_GOOD = {
     "tp_comm_overlap": True,
     "optimizer_offload": 0.0,
     "weight_offload": False,
+    "dualpipe": False,
 }
 
 

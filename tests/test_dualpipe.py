@@ -1,0 +1,126 @@
+"""DualPipe (DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.1 and Table 2), ``mapping.dualpipe``: rank i runs
+stage i of one direction and stage pp-1-i of the other, half the micro-batches through each; its bubble
+is (pp/2 - 1)(F&B + B - 3W), it holds both stages' parameters and pp + 1 chunks of activations."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import rel_close, solved_as_enumerated, training_problem
+
+from parasol.model.errors import ProblemError
+from parasol.model.ops import FloatOps
+from parasol.model.pipeline import dualpipe_parts, pipeline_parts
+from parasol.model.training_step import evaluate_training
+from parasol.solver.problem import parse_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _evaluate(mapping: dict, model="llama3-70b", num_gpus=64, global_batch=128):
+    data = training_problem(model, num_gpus=num_gpus, seq_len=4096, global_batch=global_batch, mapping=mapping)
+    problem = parse_problem(data, source="t.yaml")
+    return evaluate_training(problem.model, problem.system(), problem.workload, problem.fixed_mapping())
+
+
+BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch": 1, "recompute": "full"}
+
+
+def test_the_bubble_is_table_2s_and_each_rank_works_its_two_stages_mean():
+    o = FloatOps(None, {})
+    # eight equal stages of 1 s: 1F1B idles (p - 1)·t = 7 s; DualPipe (p/2 - 1)(F&B + B - 3W) with
+    # F&B = F + B, W = B/2, B = 2F, i.e. (p - 2)/3 of a stage = 2 s
+    assert pipeline_parts(o, 32, 1.0, 8.0, 1) == (32.0, 7.0)
+    assert dualpipe_parts(o, 32, 1.0, 1.0, 8.0, 8) == (32.0, 2.0)
+    # a heavy last stage (1, 1, 1, 2 s): 1F1B waits on it; DualPipe's rank 0 holds stages 0 and 3, 1.5 s
+    assert pipeline_parts(o, 16, 2.0, 5.0, 1)[0] == 32.0
+    assert dualpipe_parts(o, 16, 1.5, 1.0, 5.0, 4)[0] == 24.0
+
+
+@pytest.mark.parametrize(("change", "words"), [({"pp": 2, "dp": 4, "tp": 4}, None), ({"vpp": 2}, "vpp 2")])
+def test_dualpipe_is_refused_where_its_step_asserts(change, words):
+    mapping = {**BASE, **change, "dualpipe": True}
+    if words is None:  # pp 2, 32 micro-batches: runs
+        assert _evaluate(mapping, num_gpus=32).metrics["step_time_s"] > 0
+        return
+    with pytest.raises(ProblemError) as err:
+        _evaluate(mapping, num_gpus=mapping["tp"] * mapping["pp"] * mapping["dp"])
+    assert err.value.field == "mapping.dualpipe" and words in str(err.value)
+
+
+def test_an_odd_pp_is_refused():
+    with pytest.raises(ProblemError) as err:
+        _evaluate({"tp": 8, "pp": 3, "dp": 2, "micro_batch": 1, "recompute": "full", "dualpipe": True}, num_gpus=48)
+    assert err.value.field == "mapping.dualpipe" and "even pp" in str(err.value)
+
+
+def test_too_few_or_an_odd_number_of_micro_batches_is_refused():
+    for global_batch in (6, 14):  # dp 2: 3 and 7 micro-batches (odd; fewer than 2·pp = 8)
+        with pytest.raises(ProblemError) as err:
+            _evaluate({**BASE, "dualpipe": True}, global_batch=global_batch)
+        assert err.value.field == "mapping.dualpipe" and "micro-batches" in str(err.value)
+
+
+def test_a_rank_holds_both_stages_states_and_pp_plus_one_chunks():
+    one = _evaluate(BASE)
+    dual = _evaluate({**BASE, "dualpipe": True})
+    pp = BASE["pp"]
+    assert [s["stages"] for s in dual.stages] == [[i, pp - 1 - i] for i in range(pp)]
+    for rank in dual.stages:
+        i, j = rank["stages"]
+        assert rank["params"] == one.stages[i]["params"] + one.stages[j]["params"]
+        for key, value in rank["state"].items():
+            assert rel_close(value, one.stages[i]["state"][key] + one.stages[j]["state"][key], 1e-12)
+    # the middle stages (1F1B: stage i keeps pp - i chunks) give one chunk's activations and the working set
+    act = [one.stages[i]["memory_bytes"] - sum(one.stages[i]["state"].values()) for i in (1, 2)]
+    chunk = act[0] - act[1]
+    working = act[1] - (pp - 2) * chunk
+    assert chunk > 0 and working > 0
+    middle = dual.stages[1]  # stages 1 and 2: the same layers, pp + 1 chunks in flight, one working set
+    assert rel_close(middle["memory_bytes"] - sum(middle["state"].values()), (pp + 1) * chunk + working, 1e-9)
+
+
+def test_dualpipe_shortens_the_step_of_deepseek_v3s_published_mapping_and_still_fits():
+    """The published mapping has a light first stage (3 dense layers) and a heavy last one (2 layers, the
+    output head and the MTP module): 1F1B waits on the last stage every micro-batch, DualPipe pairs it with
+    the first, and its bubble is smaller."""
+    data = yaml.safe_load((ROOT / "problems" / "examples" / "deepseek-v3-h800.yaml").read_text())
+    mapping = {"tp": 1, "pp": 16, "dp": 128, "ep": 64, "micro_batch": 1, "recompute": "selective"}
+    mapping.update(first_stage_layers=3, last_stage_layers=2)
+    steps = {}
+    for dual in (False, True):
+        problem = parse_problem({**data, "mapping": {**mapping, "dualpipe": dual}}, source="deepseek-v3-h800")
+        ev = evaluate_training(problem.model, problem.system(), problem.workload, problem.fixed_mapping())
+        assert ev.metrics["fits"]
+        steps[dual] = ev
+    assert steps[True].metrics["step_time_s"] < 0.8 * steps[False].metrics["step_time_s"]
+    assert steps[True].breakdown["time_s"]["pipeline/bubble"] < steps[False].breakdown["time_s"]["pipeline/bubble"]
+    assert steps[True].metrics["peak_memory_gib"] > steps[False].metrics["peak_memory_gib"]  # 2x parameters
+
+
+def test_cpsat_equals_the_enumerator_with_dualpipe_a_choice():
+    mapping = {"pp": [2, 4, 8], "tp": [8], "vpp": [1], "dualpipe": [False, True]}
+    data = training_problem("llama3-70b", num_gpus=64, seq_len=4096, global_batch=128, mapping=mapping)
+    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"), method="cpsat")
+    # without interleaving, the bubble it saves is worth its second copy of the parameters
+    assert plan.mapping.dualpipe
+
+
+def test_megatron_lm_cannot_run_dualpipe():
+    data = training_problem("llama3-70b", num_gpus=64, mapping={"dualpipe": [True]}, framework="megatron-lm")
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="t.yaml")
+    assert err.value.field == "mapping.dualpipe" and "megatron-lm" in str(err.value)
+
+
+def test_the_reports_name_the_schedule_and_the_ranks(tmp_path):
+    from conftest import run_main, write_yaml  # noqa: PLC0415
+
+    data = training_problem("llama3-70b", num_gpus=64, seq_len=4096, global_batch=128, mapping={**BASE, "dualpipe": True})
+    path = write_yaml(tmp_path / "p.yaml", data)
+    text = run_main(["evaluate", str(path)])
+    assert text.returncode == 0 and "dualpipe" in text.stdout and "rank layers [40, 40, 40, 40]" in text.stdout
+    page = tmp_path / "p.html"
+    html = run_main(["report", str(path), "--evaluate", "-o", str(page)])
+    assert html.returncode == 0 and "DualPipe: rank i runs stage i" in page.read_text()
+    assert 'id="pipeline-schedule"' not in page.read_text()  # no 1F1B chart for it
