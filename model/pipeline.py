@@ -178,7 +178,9 @@ def dualpipe_parts(o, microbatches, edge_pair, middle, stages_sum, pp):
     others m·``middle``. The bubble is (p/2 - 1)(F&B + B - 3W) (Table 2) with F&B = F + B (the overlap
     of a forward and a backward chunk hides communication, not compute), W = B/2 (a backward's weight
     gradients are half its GEMMs) and B = 2F (Narayanan et al. SC'21): (p/2 - 1)·(2/3)·(F + B), for the
-    mean stage F + B = ``stages_sum`` / p, i.e. (p - 2)·stages_sum / (3p)."""
+    mean stage F + B = ``stages_sum`` / p, i.e. (p - 2)·stages_sum / (3p). Under full recomputation
+    (B ≈ 3F, W ≈ F) Table 2 gives (p/2 - 1)(F + B), 1.5 times this: the constant is the no-recomputation
+    case, as DeepSeek-V3 ran."""
     busy = o.product(microbatches, o.maximum(edge_pair, middle))
     bubble = o.quotient(o.quotient(o.product(pp - 2, stages_sum), pp, Rounding.DOWN), 3, Rounding.DOWN)
     return busy, bubble

@@ -280,6 +280,31 @@ def _first_stage_expert_dp(
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
+def _last_stage_params(ctx: TrainingContext, tp, last_stage_layers) -> tuple:
+    """(parameters besides routed experts, routed expert parameters) of the last stage of a pipeline
+    (pp > 1): its layers, the output layer and the MTP modules (with their embedding copy), as
+    ``_stages`` counts them; the routed experts' sharded by ep and etp outside."""
+    model, mtp = ctx.model, ctx.workload.mtp_layers
+    moe_layers = last_stage_layers + mtp if model.moe is not None else 0
+    return stage_params(model, last_stage_layers + mtp, bool(mtp), True, tp, moe_layers), moe_layers
+
+
+def _last_stage_dp(ctx: TrainingContext, tp, zero, last_stage_layers, dp_group, optimizer_offload=0.0, weight_offload=False):
+    """The last stage's data-parallel traffic and optimizer step over the dp·cp group, seconds: under
+    DualPipe, ranks 0 and pp-1 hold it beside the first stage (``_first_stage_dp``)."""
+    p, _ = _last_stage_params(ctx, tp, last_stage_layers)
+    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
+
+
+def _last_stage_expert_dp(
+    ctx: TrainingContext, zero, ep, etp, last_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
+) -> tuple:
+    """The same for the last stage's routed experts, over the expert data-parallel group, seconds."""
+    _, moe_layers = _last_stage_params(ctx, 1, last_stage_layers)
+    pe = stage_expert_params(ctx.model, moe_layers, ep, etp)
+    return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
+
+
 # Each factor on the decisions its term reads: the dense traffic does not see ep, the experts' not tp.
 DP_STEP_OUTPUTS = (Output("grads", TIME), Output("gather", TIME), Output("optimizer", TIME))
 FIRST_STAGE_DP = Factor(
@@ -293,6 +318,18 @@ FIRST_STAGE_EXPERT_DP = Factor(
     (D.ZERO, D.EP, D.ETP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     DP_STEP_OUTPUTS,
     _first_stage_expert_dp,
+)
+LAST_STAGE_DP = Factor(
+    "last_stage_dp",
+    (D.TP, D.ZERO, D.LAST_STAGE_LAYERS, D.DP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
+    DP_STEP_OUTPUTS,
+    _last_stage_dp,
+)
+LAST_STAGE_EXPERT_DP = Factor(
+    "last_stage_expert_dp",
+    (D.ZERO, D.EP, D.ETP, D.LAST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
+    DP_STEP_OUTPUTS,
+    _last_stage_expert_dp,
 )
 CHUNK_LIMITS = Factor(
     "chunk_limits",
@@ -398,11 +435,12 @@ def _whole(parts):
     return resident + working
 
 
-def dualpipe_rank_memory(o, own, mirrored):
-    """Bytes per GPU of a DualPipe rank holding two stages (``stage_memory_parts`` of each): both
-    stages' states and in-flight activations, and one working set, the larger (it runs one chunk at a
-    time); ZeRO-3's gather buffers are in the working sets, so counted once too."""
-    return own[0] + mirrored[0] + o.maximum(own[1], mirrored[1])
+def dualpipe_rank_memory(own, mirrored):
+    """Bytes per GPU of a DualPipe rank holding two stages (``stage_memory_parts`` of each, at the
+    chunks each keeps in flight): both stages' states and activations, and both working sets, since
+    DualPipe runs a forward chunk of one direction beside a backward chunk of the other (its F&B), so
+    a recomputation and ZeRO-3's gathers can be live for both at once."""
+    return _whole(own) + _whole(mirrored)
 
 
 def stage_memory_parts(
@@ -524,7 +562,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     o.implied_at_least(pipeline, pipeline_time(ctx))
     dual = o.equals(o.decision(D.DUALPIPE), 1)  # a constant False where the space holds no DualPipe plan
     if dual is not False:
-        edge_pair = o.quotient(s_first + s_last, 2, Rounding.UP)  # the two ranks holding the first and the last stage
+        # the two ranks holding the first and the last stage; rounded up, so that m x it stays at least the
+        # stages' mean on the integer backend too (``pipeline_work``)
+        edge_pair = o.quotient(s_first + s_last, 2, Rounding.UP)
         dual_busy, dual_bubble = dualpipe_parts(o, m, edge_pair, s_mid, stages_sum, pp)
         o.implied_at_least(dual_busy, pipeline_work(ctx))
         pipeline = o.where(dual, dual_busy + dual_bubble, pipeline)  # keeps the 1F1B bound on the other branch
@@ -540,13 +580,20 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     if model.moe is not None:  # routed experts reduce (and step) over the expert data-parallel group as well
         edp = o.lookup(FIRST_STAGE_EXPERT_DP)
         grads, gather, optimizer = grads + edp.grads, gather + edp.gather, optimizer + edp.optimizer
+    if dual is not False:  # a DualPipe rank 0 holds the last stage too: its traffic and optimizer step as well
+        for factor in (LAST_STAGE_DP, LAST_STAGE_EXPERT_DP) if model.moe is not None else (LAST_STAGE_DP,):
+            last = o.lookup(factor)
+            grads, gather = grads + o.where(dual, last.grads, 0), gather + o.where(dual, last.gather, 0)
+            optimizer = optimizer + o.where(dual, last.optimizer, 0)
     hidden_gather = o.maximum(0, gather - fwd0)
     if wl.overlap_dp:
         per_step = hidden_gather + o.maximum(0, grads - bwd0)
     else:
         per_step = grads + gather
     per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
-    exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(m, per_microbatch_zero3), per_step)
+    # ZeRO-3 gathers and reduces per micro-batch; a DualPipe rank passes half of them through each of its stages
+    zero3_passes = m if dual is False else o.where(dual, o.quotient(m, 2, Rounding.DOWN), m)
+    exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(zero3_passes, per_microbatch_zero3), per_step)
     synchronous = pipeline + exposed + optimizer
     # every GPU waits for the slowest (``training.straggler_stretch``, to a basis point)
     step = o.quotient(o.product(synchronous, o.lookup(STRAGGLE).basis_points), BASIS_POINTS, Rounding.DOWN)
@@ -573,13 +620,12 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     mem_mid = o.where(has_middle, _whole(middle_parts(limits.middle)), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
     if dual is not False:
-        # DualPipe: pp + 1 chunks in flight per rank (DeepSeek-V3 Table 2), pp/2 + 1 of its own stage's
-        own, mirrored = o.quotient(pp, 2, Rounding.DOWN) + 1, o.quotient(pp, 2, Rounding.DOWN)
-        edge_rank = o.maximum(
-            dualpipe_rank_memory(o, first_parts(own), last_parts(mirrored)),
-            dualpipe_rank_memory(o, last_parts(own), first_parts(mirrored)),
-        )
-        middle_rank = o.where(has_middle, dualpipe_rank_memory(o, middle_parts(own), middle_parts(mirrored)), 0)
+        # DualPipe: rank i keeps pp - i chunks of stage i and i + 1 of stage pp-1-i in flight, each stage's
+        # 1F1B limit, pp + 1 in all (DeepSeek-V3 Table 2; DualPipe.step's warm-up): ranks 0 and pp-1 hold
+        # pp of the first stage and 1 of the last, a middle rank as many chunks of its two equal stages
+        # as rank 1: pp - 1 of stage 1 and 2 of stage pp-2
+        edge_rank = dualpipe_rank_memory(first_parts(limits.first), last_parts(limits.last))
+        middle_rank = o.where(has_middle, dualpipe_rank_memory(middle_parts(limits.middle), middle_parts(2)), 0)
         peak = o.where(dual, o.maximum(edge_rank, middle_rank), peak)
     o.implied_at_least(peak, mean_stage_states(ctx))
 
@@ -784,21 +830,22 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             }
         )
     if m.dualpipe:
-        return [_dualpipe_rank(o, out[i], out[m.pp - 1 - i], m.pp) for i in range(m.pp)]
+        return [_dualpipe_rank(out[i], out[m.pp - 1 - i], m.pp) for i in range(m.pp)]
     for s in out:
         del s["memory_parts"]
     return out
 
 
-def _dualpipe_rank(o: FloatOps, own: dict, mirrored: dict, pp: int) -> dict:
+def _dualpipe_rank(own: dict, mirrored: dict, pp: int) -> dict:
     """DualPipe's rank ``own["stage"]``: its stage and the mirrored one (``dualpipe_parts``), half the
     micro-batches through each, so per-micro-batch times are the two stages' mean; layers, parameters
-    and states are the two stages' together, and the memory ``dualpipe_rank_memory`` at pp/2 + 1
-    in-flight chunks of its own stage and pp/2 of the mirrored one (DeepSeek-V3 Table 2: pp + 1)."""
-    total = dualpipe_rank_memory(o, own["memory_parts"](pp // 2 + 1), mirrored["memory_parts"](pp // 2))
+    and states are the two stages' together, and the memory ``dualpipe_rank_memory`` at each stage's
+    1F1B in-flight chunks, pp - i of stage i and i + 1 of stage pp-1-i (DeepSeek-V3 Table 2: pp + 1)."""
+    limit = memory.in_flight_chunk_limit
+    total = dualpipe_rank_memory(
+        own["memory_parts"](limit(own["stage"], pp, 1)), mirrored["memory_parts"](limit(mirrored["stage"], pp, 1))
+    )
     state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
-    if "zero3_buffers" in state:  # one gather buffer per rank, as ``dualpipe_rank_memory`` counts it
-        state["zero3_buffers"] = own["state"]["zero3_buffers"]
     activations = total - sum(state.values())
     summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
     mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")

@@ -131,13 +131,18 @@ def check_workload(framework: Framework, workload, source: str) -> None:
                 )
 
 
+IMPLIED_KEYS = ("zero3_gather",)  # workload keys a profile's single allowed value sets when a problem omits them
+
+
 def implied_workload(framework: Framework, workload, given: dict):
-    """``workload`` with each key the problem left out that the profile allows one value of set to that
-    value (DeepSpeed's ``zero3_gather: [module]``): what the framework does is what the model counts."""
+    """``workload`` with each ``IMPLIED_KEYS`` key the problem left out that the profile allows one value
+    of set to that value (DeepSpeed's ``zero3_gather: [module]``): what the framework does is what the
+    model counts. Only keys nothing else derives a default from (a serving mode or a precision stays
+    the problem's to state)."""
     implied = {
         key: allowed[0]
         for key, allowed in framework.workload.items()
-        if len(allowed) == 1 and key not in given and hasattr(workload, key) and getattr(workload, key) != allowed[0]
+        if key in IMPLIED_KEYS and len(allowed) == 1 and key not in given and getattr(workload, key) != allowed[0]
     }
     return dataclasses.replace(workload, **implied) if implied else workload
 

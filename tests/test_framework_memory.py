@@ -6,7 +6,7 @@ A framework profile that allows one value of such a key implies it when the prob
 import dataclasses
 
 import pytest
-from conftest import rel_close, run_cli, solved_as_enumerated, training_problem
+from conftest import rel_close, run_main, solved_as_enumerated, training_problem
 
 from parasol.model import params
 from parasol.model.errors import ProblemError
@@ -73,7 +73,7 @@ def test_a_value_outside_the_choices_is_one_line_naming_the_field(tmp_path, key,
 
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(training_problem("llama3-8b", **{key: value})))
-    proc = run_cli(["evaluate", str(path)])
+    proc = run_main(["evaluate", str(path)])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert f"workload.{key}" in proc.stderr and allowed in proc.stderr and "Traceback" not in proc.stderr
 
