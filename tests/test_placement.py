@@ -233,7 +233,7 @@ FREE = [  # placement absent: a decision on these systems (their topology decide
             16,
             4096,
             32,
-            {"vpp": [1], "recompute": ["selective"], "zero": [1], "micro_batch": [1, 2], **SPLIT},
+            {"vpp": [1], "recompute": ["selective"], "zero": [1], "micro_batch": [2], **SPLIT},
         ),
     ),
     (
