@@ -60,10 +60,13 @@ class CpComm(StrEnum):
     """How context parallelism exchanges attention's inputs (Megatron-Core --cp-comm-type): ``ring``
     passes K/V blocks around the group behind the attention compute (p2p; Liu et al., Ring Attention,
     2023); ``a2a`` trades sequence shards for head shards with all-to-alls before and after the
-    attention (Jacobs et al., DeepSpeed-Ulysses, 2023)."""
+    attention (Jacobs et al., DeepSpeed-Ulysses, 2023); ``allgather`` gathers the whole sequence's K and
+    V before the attention and reduce-scatters their gradients after its backward, both exposed (Llama 3's
+    long-context training, Dubey et al. 2024 Sec. 3.3.2)."""
 
     RING = "ring"
     A2A = "a2a"
+    ALLGATHER = "allgather"
 
 
 class LowPrecisionRecipe(StrEnum):

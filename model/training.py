@@ -202,6 +202,35 @@ def cp_a2a_forward_time_s(
     return collective_time_s("alltoall", qkv, where, system) + collective_time_s("alltoall", out, where, system)
 
 
+def cp_allgather_forward_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    cp_layout: Layout | None = None,
+) -> float:
+    """All-gather context parallelism in one layer's forward, seconds (Megatron-Core --cp-comm-type
+    allgather; the Llama 3 report, Sec. 3.3.2): the CP group all-gathers the whole sequence's K and V,
+    2·b·s·kv/tp elements (small with GQA), before the attention, which waits for it, so none is hidden.
+    The backward reduce-scatters dK and dV, the same bytes."""
+    if cp == 1:
+        return 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    gathered = 2.0 * micro_batch * workload.seq_len * model.kv_width / tp * e
+    return collective_time_s("allgather", gathered, cp_layout or layout(system, Group.of((cp, tp))), system)
+
+
+def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
+    """The whole sequence's K and V that all-gather context parallelism holds while a layer's attention
+    runs (forward, and its backward's gather again), bytes: a working buffer of the layer in flight."""
+    if cp == 1:
+        return 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    return 2.0 * micro_batch * workload.seq_len * model.kv_width / tp * e
+
+
 def ep_comm_time_s(
     model: ModelSpec,
     system: SystemSpec,
@@ -426,6 +455,8 @@ def layer_times(
     attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
     if cp_comm == CpComm.A2A:
         cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+    elif cp_comm == CpComm.ALLGATHER:
+        cp_fwd = cp_bwd = cp_allgather_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     else:
         cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
         # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.

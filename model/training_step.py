@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import compute, expert_parallel, memory, params
-from .choices import Recompute, TrainingObjective
+from .choices import CpComm, Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
@@ -38,6 +38,7 @@ from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
     activation_offload_exposed_s,
     check_mapping,
+    cp_allgather_buffer_bytes,
     dp_comm_times_s,
     edge_stage_times,
     layer_times,
@@ -112,6 +113,8 @@ def _layer(
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
+    if cp_comm == CpComm.ALLGATHER:  # the gathered K and V of the layer in flight
+        working += cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
     return lt.total, lt.forward, lt.backward, act, working, offload
 

@@ -158,7 +158,10 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     if w.mtp_layers:
         args.append(("--mtp-num-layers", w.mtp_layers))
     if m.cp > 1:
-        args += [("--context-parallel-size", m.cp), ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a"}[m.cp_comm])]
+        args += [
+            ("--context-parallel-size", m.cp),
+            ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a", "allgather": "allgather"}[m.cp_comm]),
+        ]
     if model.moe is not None:
         args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
         if w.moe_dispatcher == "deepep":

@@ -192,11 +192,17 @@ def test_ctrl_c_answers_with_the_best_plan_so_far_and_exit_130(method, seconds, 
     """issue 17: Ctrl-C ends the search with what it has (the best plan so far, its bound and gap, or
     UNKNOWN while the tables are still built), one line on stderr, exit 130: never a traceback, never
     exit 0 (CP-SAT catches SIGINT itself and would answer as if time had run out)."""
-    for wait in (seconds, 0.6 * seconds, 0.4 * seconds):
+    wait = seconds
+    for _ in range(3):
         code, out, err = _interrupted([*DEEPSEEK, "--method", method], [wait])
         # a bounded search can end before the signal on a fast or idle machine (the answer complete, the
-        # signal caught in the interpreter's exit, which Python leaves to the system): try again sooner
-        if not (out.startswith("status OPTIMAL") and code in (0, -2) and not err.strip()):
+        # signal caught in the interpreter's exit, which Python leaves to the system): try again sooner;
+        # on a loaded machine CP-SAT's tables can still be in the making when a search was expected: later
+        if out.startswith("status OPTIMAL") and code in (0, -2) and not err.strip():
+            wait *= 0.6
+        elif status == "FEASIBLE" and out.startswith("status UNKNOWN") and code == 130:
+            wait *= 1.8
+        else:
             break
     assert code == 130 and "Traceback" not in err, (code, err[-500:])
     assert err.strip().splitlines() == ["parasol: interrupted: what is printed above is the best found so far, unproven"]

@@ -1,4 +1,4 @@
-"""All-to-all (Ulysses) context parallelism beside ring attention (issue 13): ``mapping.cp_comm``.
+"""All-to-all (Ulysses) and all-gather context parallelism beside ring attention (issue 13): ``mapping.cp_comm``.
 
 Ring attention passes K/V blocks around the CP group behind the attention compute; the all-to-all
 form trades sequence shards for head shards before the attention and back after it, which needs
@@ -66,3 +66,40 @@ def test_a2a_is_left_out_where_the_heads_do_not_split_and_the_solver_equals_the_
     enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60)
     assert enum.status == sol.status == "OPTIMAL"
     assert rel_close(sol.objective_value, enum.objective_value, 1e-3)
+
+
+def test_allgather_gathers_k_and_v_exposed_and_holds_them_while_the_attention_runs():
+    """All-gather context parallelism (Megatron-Core --cp-comm-type allgather), as Llama 3 405B trained at
+    128K tokens (the Llama 3 report, Sec. 3.3.2): the whole sequence's K and V, 2·b·s·kv/tp elements,
+    gathered before the attention and their gradients reduce-scattered after it, neither hidden; ring
+    attention hides its exchange behind the attention, so it never exposes more here."""
+    model, system = library.load_model("llama3.1-405b"), library.load_system("dgx-h100", 128)
+    wl = Workload(kind="training", seq_len=131072, global_batch=8)
+    where = layout(system, Group.of((16, 8)))
+    gathered = 2.0 * 131072 * model.kv_width / 8 * 2.0
+    gather = layer_times(model, system, wl, 8, 16, 1, True, "none", cp_comm="allgather")
+    ring = layer_times(model, system, wl, 8, 16, 1, True, "none")
+    assert gather.cp_comm_fwd == gather.cp_comm_bwd == pytest.approx(collective_time_s("allgather", gathered, where, system))
+    assert gather.cp_comm_fwd > ring.cp_comm_fwd and gather.attention_fwd == ring.attention_fwd
+    mapping = dict(tp=8, pp=1, dp=1, cp=16, micro_batch=1, sp=True, recompute="full")
+    small = library.load_model("llama3-8b")  # 32 layers fit one stage at 128K with full recomputation
+    ev = {c: evaluate_training(small, system, wl, Mapping(**mapping, cp_comm=c)) for c in ("ring", "allgather")}
+    held = 2.0 * 131072 * small.kv_width / 8 * 2.0  # the gathered K and V of the layer in flight
+    assert rel_close(ev["allgather"].metrics["peak_memory_gib"] - ev["ring"].metrics["peak_memory_gib"], held / 2**30, 1e-9)
+
+
+def test_allgather_is_a_choice_megatron_emits_and_torchtitan_refuses():
+    data = {**PROBLEM, "mapping": {**PROBLEM["mapping"], "cp_comm": ["ring", "allgather"]}}
+    problem = parse_problem(data, source="t")
+    enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60, method="cpsat")
+    assert enum.status == sol.status == "OPTIMAL" and rel_close(sol.objective_value, enum.objective_value, 1e-3)
+    fixed = {"tp": 1, "pp": 1, "dp": 1, "cp": 8, "micro_batch": 1, "cp_comm": "allgather", "vpp": 1}
+    megatron = {**PROBLEM, "mapping": fixed, "workload": {**PROBLEM["workload"], "framework": "megatron-lm"}}
+    from parasol.solver.launch import emit  # noqa: PLC0415
+
+    problem = parse_problem(megatron, source="t")
+    assert "--cp-comm-type allgather" in emit(problem, 8, problem.fixed_mapping())
+    titan = {**megatron, "workload": {**PROBLEM["workload"], "framework": "torchtitan"}}
+    with pytest.raises(ProblemError) as err:
+        parse_problem(titan, source="t")
+    assert err.value.field == "mapping.cp_comm" and "allgather" in str(err.value)
