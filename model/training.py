@@ -217,8 +217,7 @@ def cp_allgather_forward_time_s(
     The backward reduce-scatters dK and dV, the same bytes."""
     if cp == 1:
         return 0.0
-    e = bytes_per_element(activation_precision(workload.precision))
-    gathered = 2.0 * micro_batch * workload.seq_len * model.kv_width / tp * e
+    gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
     return collective_time_s("allgather", gathered, cp_layout or layout(system, Group.of((cp, tp))), system)
 
 
