@@ -17,7 +17,7 @@ class TrainingDecision(StrEnum):
     PP = "pp"
     DP = "dp"
     CP = "cp"
-    CP_COMM = "cp_comm"  # ring (p2p K/V blocks) or a2a (Ulysses): choices.CpComm
+    CP_COMM = "cp_comm"  # ring (p2p K/V blocks), a2a (Ulysses) or allgather (Llama 3): choices.CpComm
     EP = "ep"
     ETP = "etp"  # expert tensor parallelism: each routed expert split over etp ranks
     TP_COMM_OVERLAP = "tp_comm_overlap"  # TP collectives overlapped with their GEMMs (needs sp)

@@ -329,7 +329,7 @@ class Mapping:
     placement: str = DEFAULT_PLACEMENT  # rank order of the parallel dimensions, innermost first (model/placement.py)
     uneven_chunks: bool = False  # interleaved chunks may differ in size (Megatron-Core pipeline_model_parallel_layout)
     offload_layers: int = 0  # layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
-    cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses); choices.CpComm
+    cp_comm: str = "ring"  # context parallelism's exchange: ring (p2p) | a2a (Ulysses) | allgather; choices.CpComm
     etp: int = 1  # expert tensor parallelism: ranks each routed expert is split over (--expert-tensor-parallel-size)
     tp_comm_overlap: bool = False  # TP collectives overlapped with their GEMMs (TE userbuffers, --tp-comm-overlap)
     optimizer_offload: float = 0.0  # owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)

@@ -214,16 +214,29 @@ def cp_allgather_forward_time_s(
     """All-gather context parallelism in one layer's forward, seconds (Megatron-Core --cp-comm-type
     allgather; the Llama 3 report, Sec. 3.3.2): the CP group all-gathers the whole sequence's K and V,
     2·b·s·kv/tp elements (small with GQA), before the attention, which waits for it, so none is hidden.
-    The backward reduce-scatters dK and dV, the same bytes."""
+    The backward gathers them again and reduce-scatters dK and dV (``cp_allgather_backward_time_s``)."""
     if cp == 1:
         return 0.0
     gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
     return collective_time_s("allgather", gathered, cp_layout or layout(system, Group.of((cp, tp))), system)
 
 
+def cp_allgather_backward_time_s(
+    model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, cp_layout: Layout | None = None
+) -> float:
+    """All-gather context parallelism in one layer's backward, seconds: Transformer Engine's
+    AttnFuncWithCPAndKVAllGather.backward keeps no gathered K and V, so it all-gathers them again, and
+    reduce-scatters dK and dV, the same bytes each; neither is hidden."""
+    if cp == 1:
+        return 0.0
+    gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
+    where = cp_layout or layout(system, Group.of((cp, tp)))
+    return collective_time_s("allgather", gathered, where, system) + collective_time_s("reducescatter", gathered, where, system)
+
+
 def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
-    """The whole sequence's K and V that all-gather context parallelism holds while a layer's attention
-    runs (forward, and its backward's gather again), bytes: a working buffer of the layer in flight."""
+    """The whole sequence's K and V that all-gather context parallelism gathers for a layer's attention,
+    bytes (the forward's; the backward holds them again beside dK and dV of the same size)."""
     if cp == 1:
         return 0.0
     e = bytes_per_element(activation_precision(workload.precision))
@@ -455,7 +468,8 @@ def layer_times(
     if cp_comm == CpComm.A2A:
         cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:
-        cp_fwd = cp_bwd = cp_allgather_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+        cp_fwd = cp_allgather_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+        cp_bwd = cp_allgather_backward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     else:
         cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
         # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.

@@ -113,8 +113,8 @@ def _layer(
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
-    if cp_comm == CpComm.ALLGATHER:  # the gathered K and V of the layer in flight
-        working += cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
+    if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
+        working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
     return lt.total, lt.forward, lt.backward, act, working, offload
 

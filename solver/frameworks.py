@@ -142,7 +142,7 @@ def implied_workload(framework: Framework, workload, given: dict):
     implied = {
         key: allowed[0]
         for key, allowed in framework.workload.items()
-        if key in IMPLIED_KEYS and len(allowed) == 1 and key not in given and getattr(workload, key) != allowed[0]
+        if key in IMPLIED_KEYS and len(allowed) == 1 and key not in given and getattr(workload, key, allowed[0]) != allowed[0]
     }
     return dataclasses.replace(workload, **implied) if implied else workload
 

@@ -61,7 +61,9 @@ def test_too_few_or_an_odd_number_of_micro_batches_is_refused():
         assert err.value.field == "mapping.dualpipe" and "micro-batches" in str(err.value)
 
 
-@pytest.mark.parametrize("split", [{}, {"first_stage_layers": 30, "last_stage_layers": 10}])
+@pytest.mark.parametrize(
+    "split", [{}, {"first_stage_layers": 30, "last_stage_layers": 10}, {"pp": 8, "dp": 1}], ids=["even", "uneven", "pp8"]
+)
 def test_a_rank_holds_both_stages_states_and_their_1f1b_chunks(split):
     """Stepping DualPipe.step's warm-up, rank i keeps pp - i chunks of stage i and i + 1 of stage pp-1-i
     in flight (pp + 1 in all, Table 2): each stage's 1F1B limit. With both working sets (its F&B runs a
@@ -69,7 +71,7 @@ def test_a_rank_holds_both_stages_states_and_their_1f1b_chunks(split):
     ranks (the first stage's pp chunks, the last stage's one) as the middle ones, even or uneven split."""
     one = _evaluate({**BASE, **split})
     dual = _evaluate({**BASE, **split, "dualpipe": True})
-    pp = BASE["pp"]
+    pp = split.get("pp", BASE["pp"])
     assert [s["stages"] for s in dual.stages] == [[i, pp - 1 - i] for i in range(pp)]
     for rank in dual.stages:
         i, j = rank["stages"]
