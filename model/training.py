@@ -377,10 +377,13 @@ def selective_recompute_time_s(
     moe_layer: bool,
     attention_fwd_s: float,
     ep_fwd_s: float,
+    cp_fwd_s: float = 0.0,
 ) -> float:
     """Seconds per micro-batch the backward spends redoing the forward of what ``recompute selective``
     recomputes (``workload.recompute_modules``; the savings are in ``memory.selective_savings_bytes``):
-    the attention core (``attention_fwd_s``); a norm not fused into a linear (read and write h per
+    the attention core (``attention_fwd_s``) with its context-parallel exchange (``cp_fwd_s``, what of it
+    is exposed: Transformer Engine's DotProductAttention holds the exchange, so its checkpoint redoes
+    it); a norm not fused into a linear (read and write h per
     token, memory-bound); the routed experts' activation function (SwiGLU reads 2f and writes f per
     row); MLA's up-projection GEMMs; a dense layer's MLP (its GEMMs and activation); an MoE layer's
     whole block (the routed experts, shared experts and the dispatch and combine, ``ep_fwd_s``); the
@@ -397,7 +400,7 @@ def selective_recompute_time_s(
             if names is None or name in names
         )
 
-    redo = attention_fwd_s if "core_attn" in modules else 0.0
+    redo = attention_fwd_s + cp_fwd_s if "core_attn" in modules else 0.0
     if "layernorm" in modules:
         norms = compute.unfused_norms(model, moe_layer)
         redo += compute.memory_bound_time_s(device, norms * 2.0 * tokens / (tp if sp else 1) * model.hidden * e)
@@ -480,7 +483,9 @@ def layer_times(
     if recompute == "full":
         redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
     elif recompute == "selective":
-        redo = selective_recompute_time_s(model, device, workload, tp, cp, micro_batch, sp, ep, etp, moe_layer, attn_fwd, ep_fwd)
+        redo = selective_recompute_time_s(
+            model, device, workload, tp, cp, micro_batch, sp, ep, etp, moe_layer, attn_fwd, ep_fwd, cp_fwd
+        )
     else:
         redo = 0.0
     return LayerTimes(

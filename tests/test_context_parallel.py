@@ -106,3 +106,16 @@ def test_allgather_is_a_choice_megatron_emits_and_torchtitan_refuses():
     with pytest.raises(ProblemError) as err:
         parse_problem(titan, source="t")
     assert err.value.field == "mapping.cp_comm" and "allgather" in str(err.value)
+
+
+def test_selective_recomputation_of_the_attention_core_redoes_its_exchange():
+    """Transformer Engine's DotProductAttention holds the CP exchange, so recomputing the attention core
+    (selective, core_attn) redoes it: an all-gather's or all-to-all's exposed time joins the recompute."""
+    model, system = library.load_model("llama3.1-405b"), library.load_system("dgx-h100", 128)
+    wl = Workload(kind="training", seq_len=131072, global_batch=8)
+    for exchange, tp, cp in (("allgather", 8, 16), ("a2a", 4, 2)):  # a2a: the 8 kv heads split over tp·cp
+        times = {c: layer_times(model, system, wl, tp, cp, 1, True, "selective", cp_comm=c) for c in ("ring", exchange)}
+        assert times[exchange].recompute - times["ring"].recompute == pytest.approx(
+            times[exchange].cp_comm_fwd - times["ring"].cp_comm_fwd
+        )
+        assert times[exchange].cp_comm_fwd > 0
