@@ -240,8 +240,8 @@ def _training_charts(problem, plan) -> list[str]:
         "<h2>Memory</h2>",
         bars_svg(
             "memory-breakdown",
-            f"memory per GPU (stage {bd['peak_memory_stage']}): {met['peak_memory_gib']:.2f} GiB",
-            [(f"stage {bd['peak_memory_stage']}", bd["memory_gib"])],
+            f"memory per GPU ({'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']}): {met['peak_memory_gib']:.2f} GiB",
+            [(f"{'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']}", bd["memory_gib"])],
             "GiB",
             capacity=met["usable_memory_gib"],
         ),

@@ -80,12 +80,13 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     step = met["step_time_s"]
     lines.append("")
     lines += rows_block(
-        f"time (slowest stage {bd['critical_stage']}, whole step)",
+        f"time (slowest {'rank' if m.dualpipe else 'stage'} {bd['critical_stage']}, whole step)",
         [(k, f"{v:9.3f} s  {100 * v / step:5.1f} %") for k, v in bd["time_s"].items() if abs(v) > 1e-9],
     )
     lines.append("")
     lines += rows_block(
-        f"memory per GPU (stage {bd['peak_memory_stage']})", [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()]
+        f"memory per GPU ({'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']})",
+        [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
     return "\n".join(lines)
 

@@ -125,6 +125,7 @@ def test_the_reports_name_the_schedule_and_the_ranks(tmp_path):
     path = write_yaml(tmp_path / "p.yaml", data)
     text = run_main(["evaluate", str(path)])
     assert text.returncode == 0 and "dualpipe" in text.stdout and "rank layers [40, 40, 40, 40]" in text.stdout
+    assert "memory per GPU (rank " in text.stdout
     page = tmp_path / "p.html"
     html = run_main(["report", str(path), "--evaluate", "-o", str(page)])
     assert html.returncode == 0 and "DualPipe: rank i runs stage i" in page.read_text()
