@@ -63,7 +63,8 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
 def largest_module_params(model: ModelSpec) -> int:
     """Weights of the model's largest single module (one nn.Linear or nn.Embedding as Megatron builds
     it), in parameters: the fused QKV projection (h x (q + 2·kv)), the output projection, the MLP's
-    first linear (h x 2f for SwiGLU, gate and up fused; h x f for GeLU), a routed or shared expert's, the MLA up-projections, the token embedding and an untied output layer (V x h). What
+    first linear (h x 2f for SwiGLU, gate and up fused; h x f for GeLU), a routed or shared expert's,
+    the MLA projections, and the token embedding (V x h; an untied output layer is as large). What
     DeepSpeed ZeRO-3 gathers at once (``memory.zero3_gather_buffer_bytes``)."""
     h = model.hidden
     gated = 2 if model.activation == "swiglu" else 1

@@ -202,7 +202,7 @@ def cp_a2a_forward_time_s(
     return collective_time_s("alltoall", qkv, where, system) + collective_time_s("alltoall", out, where, system)
 
 
-def cp_allgather_forward_time_s(
+def cp_allgather_times_s(
     model: ModelSpec,
     system: SystemSpec,
     workload: Workload,
@@ -210,28 +210,19 @@ def cp_allgather_forward_time_s(
     cp: int,
     micro_batch: int,
     cp_layout: Layout | None = None,
-) -> float:
-    """All-gather context parallelism in one layer's forward, seconds (Megatron-Core --cp-comm-type
-    allgather; the Llama 3 report, Sec. 3.3.2): the CP group all-gathers the whole sequence's K and V,
-    2·b·s·kv/tp elements (small with GQA), before the attention, which waits for it, so none is hidden.
-    The backward gathers them again and reduce-scatters dK and dV (``cp_allgather_backward_time_s``)."""
+) -> tuple[float, float]:
+    """All-gather context parallelism in one layer, (forward, backward) seconds (Megatron-Core
+    --cp-comm-type allgather; the Llama 3 report, Sec. 3.3.2). The forward all-gathers the whole
+    sequence's K and V over the CP group (``cp_allgather_buffer_bytes``, small with GQA) before the
+    attention, which waits for it; the backward, keeping no gathered K and V (Transformer Engine's
+    AttnFuncWithCPAndKVAllGather.backward), gathers them again and reduce-scatters dK and dV, the same
+    bytes each. None is hidden."""
     if cp == 1:
-        return 0.0
-    gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
-    return collective_time_s("allgather", gathered, cp_layout or layout(system, Group.of((cp, tp))), system)
-
-
-def cp_allgather_backward_time_s(
-    model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int, cp_layout: Layout | None = None
-) -> float:
-    """All-gather context parallelism in one layer's backward, seconds: Transformer Engine's
-    AttnFuncWithCPAndKVAllGather.backward keeps no gathered K and V, so it all-gathers them again, and
-    reduce-scatters dK and dV, the same bytes each; neither is hidden."""
-    if cp == 1:
-        return 0.0
+        return 0.0, 0.0
     gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
     where = cp_layout or layout(system, Group.of((cp, tp)))
-    return collective_time_s("allgather", gathered, where, system) + collective_time_s("reducescatter", gathered, where, system)
+    forward = collective_time_s("allgather", gathered, where, system)
+    return forward, forward + collective_time_s("reducescatter", gathered, where, system)
 
 
 def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
@@ -471,8 +462,7 @@ def layer_times(
     if cp_comm == CpComm.A2A:
         cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:
-        cp_fwd = cp_allgather_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
-        cp_bwd = cp_allgather_backward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+        cp_fwd, cp_bwd = cp_allgather_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     else:
         cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
         # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.

@@ -283,19 +283,18 @@ def _first_stage_expert_dp(
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
-def _last_stage_params(ctx: TrainingContext, tp, last_stage_layers) -> tuple:
-    """(parameters besides routed experts, routed expert parameters) of the last stage of a pipeline
-    (pp > 1): its layers, the output layer and the MTP modules (with their embedding copy), as
-    ``_stages`` counts them; the routed experts' sharded by ep and etp outside."""
-    model, mtp = ctx.model, ctx.workload.mtp_layers
-    moe_layers = last_stage_layers + mtp if model.moe is not None else 0
-    return stage_params(model, last_stage_layers + mtp, bool(mtp), True, tp, moe_layers), moe_layers
+def _last_stage_moe_layers(ctx: TrainingContext, last_stage_layers: int) -> int:
+    """MoE layers of the last stage of a pipeline (pp > 1): its layers and the MTP modules'."""
+    return last_stage_layers + ctx.workload.mtp_layers if ctx.model.moe is not None else 0
 
 
 def _last_stage_dp(ctx: TrainingContext, tp, zero, last_stage_layers, dp_group, optimizer_offload=0.0, weight_offload=False):
-    """The last stage's data-parallel traffic and optimizer step over the dp·cp group, seconds: under
-    DualPipe, ranks 0 and pp-1 hold it beside the first stage (``_first_stage_dp``)."""
-    p, _ = _last_stage_params(ctx, tp, last_stage_layers)
+    """The last stage's data-parallel traffic and optimizer step over the dp·cp group, seconds, for its
+    layers, the output layer and the MTP modules (with their embedding copy), as ``_stages`` counts them:
+    under DualPipe, ranks 0 and pp-1 hold it beside the first stage (``_first_stage_dp``)."""
+    mtp = ctx.workload.mtp_layers
+    moe_layers = _last_stage_moe_layers(ctx, last_stage_layers)
+    p = stage_params(ctx.model, last_stage_layers + mtp, bool(mtp), True, tp, moe_layers)
     return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
 
 
@@ -303,8 +302,7 @@ def _last_stage_expert_dp(
     ctx: TrainingContext, zero, ep, etp, last_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
 ) -> tuple:
     """The same for the last stage's routed experts, over the expert data-parallel group, seconds."""
-    _, moe_layers = _last_stage_params(ctx, 1, last_stage_layers)
-    pe = stage_expert_params(ctx.model, moe_layers, ep, etp)
+    pe = stage_expert_params(ctx.model, _last_stage_moe_layers(ctx, last_stage_layers), ep, etp)
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
@@ -428,25 +426,16 @@ def least_peak_memory(body):
     return body.activation + body.working
 
 
-def stage_memory(o, *args, **kwargs):
-    """Bytes per GPU of a stage (``stage_memory_parts``: what it holds and its working sets)."""
-    return _whole(stage_memory_parts(o, *args, **kwargs))
-
-
-def _whole(parts):
-    resident, working = parts
-    return resident + working
-
-
 def dualpipe_rank_memory(own, mirrored):
-    """Bytes per GPU of a DualPipe rank holding two stages (``stage_memory_parts`` of each, at the
-    chunks each keeps in flight): both stages' states and activations, and both working sets, since
-    DualPipe runs a forward chunk of one direction beside a backward chunk of the other (its F&B), so
-    a recomputation and ZeRO-3's gathers can be live for both at once."""
-    return _whole(own) + _whole(mirrored)
+    """Bytes per GPU of a DualPipe rank holding two stages: the two stages' ``stage_memory`` at the chunks
+    each keeps in flight, pp - i of stage i and i + 1 of stage pp-1-i, each stage's 1F1B count (DeepSeek-V3
+    Table 2: pp + 1 in all; DualPipe.step's warm-up), with both working sets, since DualPipe runs a forward
+    chunk of one direction beside a backward chunk of the other (its F&B), so a recomputation and ZeRO-3's
+    gathers can be live for both at once. So a rank holds what its two stages hold under 1F1B."""
+    return own + mirrored
 
 
-def stage_memory_parts(
+def stage_memory(
     o,
     lead_count: int,
     body_count,
@@ -460,11 +449,11 @@ def stage_memory_parts(
     extra_activations,
     offload=0,
 ):
-    """(resident, working) bytes per GPU of a stage. Resident: model states of its layers and edges,
-    the activations of its in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``)
-    and edge buffers (``extra_activations``). Working: the recomputation working set of the widest
-    layer kind it holds and ZeRO-3's gather buffers. The activations of ``offload`` body layers wait
-    in host memory; one layer's stay as the copy buffer."""
+    """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
+    in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
+    working set of the widest layer kind it holds, ZeRO-3's gather buffers and edge buffers
+    (``extra_activations``). The activations of ``offload`` body layers wait in host memory; one
+    layer's stay as the copy buffer."""
     layers_act = o.product(body_count, body.activation)
     if not (isinstance(offload, int) and offload == 0):
         layers_act = layers_act - o.product(offload, body.activation)
@@ -478,7 +467,7 @@ def stage_memory_parts(
         working = body.working
     chunks = o.minimum(microbatch_chunks, chunk_limit)
     activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
-    return layers_state + extra_states + activations + extra_activations, states.zero3 + working
+    return layers_state + extra_states + states.zero3 + activations + working + extra_activations
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -605,30 +594,24 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
     last_act = edge.logits_activation + mtp.activation
+    first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
+    first_act = embedding_act + o.where(single, last_act, 0)
+    mem_first = stage_memory(o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off)
+    last_states = states.output_last + mtp.states + mtp.embedding
+    mem_last = o.where(
+        single, mem_first, stage_memory(o, 0, n_last, lead, body, states, last_states, limits.last, chunks, vpp, last_act, off)
+    )
 
-    def first_parts(limit):
-        first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
-        first_act = embedding_act + o.where(single, last_act, 0)
-        return stage_memory_parts(o, k, b1, lead, body, states, first_states, limit, chunks, vpp, first_act, off)
+    def middle_memory(limit):
+        return stage_memory(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off)
 
-    def last_parts(limit):
-        last_states = states.output_last + mtp.states + mtp.embedding
-        return stage_memory_parts(o, 0, n_last, lead, body, states, last_states, limit, chunks, vpp, last_act, off)
-
-    def middle_parts(limit):
-        return stage_memory_parts(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off)
-
-    mem_first = _whole(first_parts(limits.first))
-    mem_last = o.where(single, mem_first, _whole(last_parts(limits.last)))
-    mem_mid = o.where(has_middle, _whole(middle_parts(limits.middle)), 0)
+    mem_mid = o.where(has_middle, middle_memory(limits.middle), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
     if dual is not False:
-        # DualPipe: rank i keeps pp - i chunks of stage i and i + 1 of stage pp-1-i in flight, each stage's
-        # 1F1B limit, pp + 1 in all (DeepSeek-V3 Table 2; DualPipe.step's warm-up): ranks 0 and pp-1 hold
-        # pp of the first stage and 1 of the last, a middle rank as many chunks of its two equal stages
-        # as rank 1: pp - 1 of stage 1 and 2 of stage pp-2
-        edge_rank = dualpipe_rank_memory(first_parts(limits.first), last_parts(limits.last))
-        middle_rank = o.where(has_middle, dualpipe_rank_memory(middle_parts(limits.middle), middle_parts(2)), 0)
+        # DualPipe (``dualpipe_rank_memory``): ranks 0 and pp-1 hold the first and the last stage at their 1F1B
+        # counts, a middle rank as many chunks of its two equal stages as rank 1: pp - 1 of stage 1, 2 of stage pp-2
+        edge_rank = dualpipe_rank_memory(mem_first, mem_last)
+        middle_rank = o.where(has_middle, dualpipe_rank_memory(mem_mid, middle_memory(2)), 0)
         peak = o.where(dual, o.maximum(edge_rank, middle_rank), peak)
     o.implied_at_least(peak, mean_stage_states(ctx))
 
@@ -785,24 +768,20 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge.logits_activation + mtp.activation if last else 0.0
         )
         offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
-
-        def parts(limit, lead_count=lead_count, n=n, edge_states=edge_states, edge_act=edge_act):
-            return stage_memory_parts(
-                o,
-                lead_count,
-                n - lead_count,
-                lead,
-                body,
-                states,
-                edge_states,
-                limit,
-                microbatches * m.vpp,
-                m.vpp,
-                edge_act,
-                m.offload_layers,
-            )
-
-        total = _whole(parts(memory.in_flight_chunk_limit(i, m.pp, m.vpp)))
+        total = stage_memory(
+            o,
+            lead_count,
+            n - lead_count,
+            lead,
+            body,
+            states,
+            edge_states,
+            memory.in_flight_chunk_limit(i, m.pp, m.vpp),
+            microbatches * m.vpp,
+            m.vpp,
+            edge_act,
+            m.offload_layers,
+        )
         moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
         p = stage_params(model, n + mtp_here, first or bool(mtp_here), last, m.tp, moe_layers)
         pe = stage_expert_params(model, moe_layers, m.ep, m.etp)
@@ -822,7 +801,6 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
                 "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
-                "memory_parts": parts,
                 "state": state,
                 "host_bytes": host,
                 "activations_bytes": activations,
@@ -833,21 +811,16 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             }
         )
     if m.dualpipe:
-        return [_dualpipe_rank(out[i], out[m.pp - 1 - i], m.pp) for i in range(m.pp)]
-    for s in out:
-        del s["memory_parts"]
+        return [_dualpipe_rank(out[i], out[m.pp - 1 - i]) for i in range(m.pp)]
     return out
 
 
-def _dualpipe_rank(own: dict, mirrored: dict, pp: int) -> dict:
+def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
     """DualPipe's rank ``own["stage"]``: its stage and the mirrored one (``dualpipe_parts``), half the
     micro-batches through each, so per-micro-batch times are the two stages' mean; layers, parameters
-    and states are the two stages' together, and the memory ``dualpipe_rank_memory`` at each stage's
-    1F1B in-flight chunks, pp - i of stage i and i + 1 of stage pp-1-i (DeepSeek-V3 Table 2: pp + 1)."""
-    limit = memory.in_flight_chunk_limit
-    total = dualpipe_rank_memory(
-        own["memory_parts"](limit(own["stage"], pp, 1)), mirrored["memory_parts"](limit(mirrored["stage"], pp, 1))
-    )
+    and states are the two stages' together, and the memory ``dualpipe_rank_memory`` of the two 1F1B
+    stages' (each evaluated at its own 1F1B in-flight count)."""
+    total = dualpipe_rank_memory(own["memory_bytes"], mirrored["memory_bytes"])
     state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
     activations = total - sum(state.values())
     summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")

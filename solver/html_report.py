@@ -18,7 +18,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
-from .report import axis_label
+from .report import axis_label, pipeline_unit
 from .results import mapping_row, write_new_file
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
@@ -240,8 +240,8 @@ def _training_charts(problem, plan) -> list[str]:
         "<h2>Memory</h2>",
         bars_svg(
             "memory-breakdown",
-            f"memory per GPU ({'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']}): {met['peak_memory_gib']:.2f} GiB",
-            [(f"{'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']}", bd["memory_gib"])],
+            f"memory per GPU ({pipeline_unit(m)} {bd['peak_memory_stage']}): {met['peak_memory_gib']:.2f} GiB",
+            [(f"{pipeline_unit(m)} {bd['peak_memory_stage']}", bd["memory_gib"])],
             "GiB",
             capacity=met["usable_memory_gib"],
         ),

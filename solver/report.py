@@ -189,6 +189,11 @@ METRIC_LABELS = {
 }
 
 
+def pipeline_unit(mapping) -> str:
+    """What a training evaluation's per-stage rows are: stages, or under DualPipe ranks of two stages each."""
+    return "rank" if mapping.dualpipe else "stage"
+
+
 def axis_label(metric: str) -> str:
     """``metric`` as an axis title: its words and unit, then its key (e.g. 'time to first token (s)  [ttft_s]')."""
     return f"{METRIC_LABELS[metric]}  [{metric}]" if metric in METRIC_LABELS else metric

@@ -25,7 +25,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     lines.append(
         f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
         f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
-        f"{'rank' if m.dualpipe else 'stage'} layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
+        f"{report.pipeline_unit(m)} layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
@@ -80,12 +80,12 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     step = met["step_time_s"]
     lines.append("")
     lines += rows_block(
-        f"time (slowest {'rank' if m.dualpipe else 'stage'} {bd['critical_stage']}, whole step)",
+        f"time (slowest {report.pipeline_unit(m)} {bd['critical_stage']}, whole step)",
         [(k, f"{v:9.3f} s  {100 * v / step:5.1f} %") for k, v in bd["time_s"].items() if abs(v) > 1e-9],
     )
     lines.append("")
     lines += rows_block(
-        f"memory per GPU ({'rank' if m.dualpipe else 'stage'} {bd['peak_memory_stage']})",
+        f"memory per GPU ({report.pipeline_unit(m)} {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
     return "\n".join(lines)
