@@ -21,10 +21,10 @@ left without runs takes the network efficiency the files state for a system with
 
 --moe first prints the H100's measured FP8 grouped-GEMM efficiency (efficiency.grouped_fp8: the
 scaled grouped kernels against the FP8 dense curve, from problems/measurements/h100-kernel-microbench.yaml),
-then fits the two mixture-of-experts numbers of the H100 device (efficiency.moe_expert: the rate of
-the routed-expert block against the GEMM roofline; efficiency.moe_overlap: the share of a layer's
-compute that can hide an overlapped all-to-all) on the three Megatron-Bridge 25.09 MoE runs of the
-calibration set, by grid search of the mean absolute step-time error, and prints the error on the
+then fits the mixture-of-experts number of the H100 device (efficiency.moe_expert: the rate of the
+routed-expert block against the GEMM roofline; an overlapped all-to-all costs the SMs its kernels
+take, training.overlap_exposed_s, nothing fitted) on the three Megatron-Bridge 25.09 MoE runs of the
+calibration set, by grid search (step 0.01) of the mean absolute step-time error, and prints the error on the
 published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
@@ -87,11 +87,11 @@ def override(params: dict, tp_overlap: float | None = None, straggler: float | N
     return apply
 
 
-def moe_override(expert: float, overlap: float):
-    """system_override applying trial MoE efficiencies to the device."""
+def moe_override(expert: float):
+    """system_override applying a trial routed-expert efficiency to the device."""
 
     def apply(system):
-        device = dataclasses.replace(system.device, moe_expert_efficiency=expert, moe_overlap_efficiency=overlap)
+        device = dataclasses.replace(system.device, moe_expert_efficiency=expert)
         return dataclasses.replace(system, device=device)
 
     return apply
@@ -121,18 +121,23 @@ def grouped_fp8_efficiency() -> float:
     return statistics.median(ratios)
 
 
+def moe_expert_fit(calibration) -> tuple[float, float]:
+    """(mean |error|, moe_expert): the grid search (0.20-1.00, step 0.01) of the routed-expert
+    efficiency on the MoE calibration runs."""
+    grid = [x / 100 for x in range(20, 101)]
+    return min((statistics.fmean(abs(r.error) for r in evaluate_all(calibration, moe_override(x))), x) for x in grid)
+
+
 def fit_moe(entries) -> None:
-    """The measured FP8 grouped-GEMM efficiency, then a grid search of (moe_expert, moe_overlap) on
-    the MoE calibration runs (with the stored grouped_fp8); prints both errors."""
+    """The measured FP8 grouped-GEMM efficiency, then a grid search of moe_expert on the MoE
+    calibration runs (with the stored grouped_fp8); prints both errors."""
     print(f"grouped_fp8 (H100 measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency():.2f}")
     calibration = [e for e in entries if family(e["id"]) == MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) == MOE_CHECK]
-    grid = [(x / 20, y / 10) for x in range(4, 21) for y in range(1, 11)]
-    scored = [(statistics.fmean(abs(r.error) for r in evaluate_all(calibration, moe_override(x, y))), x, y) for x, y in grid]
-    value, x, y = min(scored)
-    print(f"MoE: {len(calibration)} calibration runs, moe_expert {x:.2f}, moe_overlap {y:.1f}, mean |error| {100 * value:.1f} %")
+    value, x = moe_expert_fit(calibration)
+    print(f"MoE: {len(calibration)} calibration runs, moe_expert {x:.2f}, mean |error| {100 * value:.1f} %")
     for name, runs in (("calibration", calibration), ("out of sample", check)):
-        for r in evaluate_all(runs, moe_override(x, y)):
+        for r in evaluate_all(runs, moe_override(x)):
             print(f"  {name:<13} {r.run_id:<58} {100 * r.error:+6.1f} %")
 
 
@@ -244,7 +249,7 @@ def fit_engine(name: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
-    parser.add_argument("--moe", action="store_true", help="fit the two MoE efficiencies of the H100 instead")
+    parser.add_argument("--moe", action="store_true", help="fit the routed-expert efficiency of the H100 instead")
     parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
     args = parser.parse_args()
     if args.engine:

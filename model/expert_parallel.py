@@ -27,6 +27,10 @@ from .precision import activation_precision, bytes_per_element
 from .specs import ModelSpec, SystemSpec, Workload
 
 FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0  # one fp32 scale per 1x128 block (DeepSeek-V3 Sec. 3.3.2)
+# SMs the all-to-all kernels take from the computation they overlap (DeepSeek-V3 Sec. 3.2.2: "only 20 SMs
+# are sufficient"; DeepEP's Buffer.num_sms default 20 and Megatron-Core's moe_deepep_num_sms 20, HybridEP's
+# 24; NCCL's all-to-all under Megatron-Core's alltoall dispatcher: the same count [assumption])
+A2A_COMM_SMS = 20
 
 
 def expert_set_hit_probability(experts: int, top_k: int, set_size: int) -> float:

@@ -196,8 +196,9 @@ class DeviceSpec:
     attention_efficiency: float  # flash-attention fraction of peak
     memory_efficiency: float  # achieved fraction of HBM bandwidth
     tdp_w: float = 0.0
+    sms: int = 0  # streaming multiprocessors (compute units); 0 = unknown
     moe_expert_efficiency: float = 1.0  # routed-expert block (router, permutation, grouped GEMMs) rate / dense GEMM rate
-    moe_overlap_efficiency: float = 1.0  # share of a layer's compute that can hide overlapped all-to-all
+    moe_overlap_efficiency: float = 1.0  # without an SM count: share of a layer's compute that hides an overlapped all-to-all
     tp_overlap_efficiency: float = 1.0  # share of a GEMM's time that can hide a tensor-parallel collective beside it
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
     stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency

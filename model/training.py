@@ -304,14 +304,31 @@ def ep_exposed_times_s(
     """(forward, backward) all-to-all seconds left exposed. Without overlap, all of it. With
     ``moe_a2a_overlap`` the forward of one micro-batch and the backward of another run merged, each
     one's all-to-all hidden behind the other's compute (DualPipe, DeepSeek-V3 Sec. 3.2.1; Megatron-
-    Core --overlap-moe-expert-parallel-comm): what exceeds the share of the layer's fwd+bwd compute
-    that can hide it (the device's ``moe_overlap_efficiency``: the communication kernels take SMs,
-    and each phase waits for its own dispatch) shows."""
+    Core --overlap-moe-expert-parallel-comm, built after it) on SMs its kernels take from that
+    compute, the layer's fwd+bwd (``overlap_exposed_s``, the device's ``sms``). A device without an SM
+    count hides what its ``moe_overlap_efficiency`` share of the layer's compute can."""
     total = ep_fwd + ep_bwd
     if not workload.moe_a2a_overlap or total <= 0:
         return ep_fwd, ep_bwd
-    shown = max(0.0, total - device.moe_overlap_efficiency * layer_compute_s) / total
-    return ep_fwd * shown, ep_bwd * shown
+    if device.sms > expert_parallel.A2A_COMM_SMS:
+        exposed = overlap_exposed_s(total, layer_compute_s, expert_parallel.A2A_COMM_SMS, device.sms)
+    else:
+        exposed = max(0.0, total - device.moe_overlap_efficiency * layer_compute_s)
+    return ep_fwd * exposed / total, ep_bwd * exposed / total
+
+
+def overlap_exposed_s(comm_s: float, compute_s: float, comm_sms: int, sms: int) -> float:
+    """Seconds that communication of ``comm_s`` (A) overlapped with ``compute_s`` (C) of computation adds
+    when the two split the SMs: the communication kernels hold ``comm_sms`` (s) of the device's ``sms``
+    (S) for the overlapped pair (DeepSeek-V3 Sec. 3.2.1: "we manually adjust the ratio of GPU SMs
+    dedicated to communication versus computation"; Sec. 3.2.2: 20 SMs), so the computation runs at
+    (S - s)/S of its rate and the pair lasts max(C·S/(S - s), A): max(C·s/(S - s), A - C) more than
+    the computation alone, and never more than A (with too little to hide, the run keeps its SMs:
+    DeepEP's Buffer.set_num_sms). Memory-bound kernels are slowed as much: sparing them (assuming
+    S - s SMs saturate the HBM) moved four of the five overlapped published runs further from their
+    measurements and none closer (benchmarks/accuracy.py)."""
+    slowed = compute_s * comm_sms / (sms - comm_sms)
+    return min(comm_s, max(slowed, comm_s - compute_s))
 
 
 def activation_offload_exposed_s(device: DeviceSpec, activation_bytes: float, layer_fwd_s: float, layer_bwd_s: float) -> float:

@@ -318,6 +318,7 @@ DEVICE_KEYS = (
     "host_bytes_per_s",
     "host_memory_bytes_per_s",
     "tdp_w",
+    "sms",
     "efficiency",
     "chiplets",
 )
@@ -375,6 +376,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         attention_efficiency=checks.non_negative_number(eff.get("attention"), "efficiency.attention", src),
         memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
+        sms=checks.non_negative_int(data.get("sms", 0), "sms", src),
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         host_memory_bytes_per_s=checks.non_negative_number(
             data.get("host_memory_bytes_per_s", 0.0), "host_memory_bytes_per_s", src

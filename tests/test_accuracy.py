@@ -56,8 +56,8 @@ def test_errors_are_not_all_one_sign(results):
 
 
 def test_moe_calibration_runs_within_fifteen_percent_on_average(results):
-    """Issue 4's target on the MoE runs of the calibration set (two H100 MoE efficiencies were
-    fitted on them: benchmarks/calibrate.py --moe)."""
+    """Issue 4's target on the MoE runs of the calibration set (the H100's routed-expert efficiency
+    is fitted on them, benchmarks/calibrate.py --moe: 7.5 %; 6.2 % with a second, fitted overlap share)."""
     errors = [abs(r.error) for r in results if r.family == MOE_CALIBRATION]
     assert len(errors) == 3 and statistics.fmean(errors) <= 0.15
 
@@ -65,9 +65,10 @@ def test_moe_calibration_runs_within_fifteen_percent_on_average(results):
 def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_average(results):
     """Published MoE runs not used for fitting (Megatron MoE Model Zoo): a looser bound, measured
     18.7 % when the fit was made, 16.3 % with the measured FP8 grouped-GEMM efficiency, 16.5 % after the
-    refit on the recipes' memory settings; a change that loses the out-of-sample accuracy fails here."""
+    refit on the recipes' memory settings, 15.4 % once an overlapped all-to-all cost the SMs its kernels
+    take instead of a fitted share; a change that loses the out-of-sample accuracy fails here."""
     errors = [abs(r.error) for r in results if r.family == MOE_CHECK]
-    assert len(errors) == 4 and statistics.fmean(errors) <= 0.20
+    assert len(errors) == 4 and statistics.fmean(errors) <= 0.18
 
 
 def test_llama3_paper_runs_outside_the_calibration_set(results):
@@ -94,11 +95,12 @@ def test_megatron_bridge_2511_moe_runs_not_used_for_fitting(results):
     """Its MoE runs (DeepSeek-V3, GPT-OSS 120B, Qwen3 30B-A3B and 235B-A22B), which no fit uses:
     30.3 % mean on 13 runs when imported, 32.0 % on 17 once DeepSeek-V3's layouts could be
     expressed, 25.5 % with the measured FP8 grouped-GEMM efficiency and the MoE refit on 25.09, 26.5 %
-    after the refit on the recipes' memory settings (GPT-OSS H100 at the recipe's micro-batch 1).
+    after the refit on the recipes' memory settings (GPT-OSS H100 at the recipe's micro-batch 1), 22.7 %
+    once an overlapped all-to-all cost the SMs its kernels take.
     Errors of both signs remain (DeepSeek-V3 and Qwen3-235B on GB300 too slow, Qwen3-30B on B200 and
     H100 too fast). The bound keeps the figure from drifting while issue 13 works on the MoE model."""
     errors = [r.error for r in results if r.family == BRIDGE_2511_MOE]
-    assert len(errors) == 17 and statistics.fmean(abs(e) for e in errors) <= 0.28
+    assert len(errors) == 17 and statistics.fmean(abs(e) for e in errors) <= 0.25
     assert min(errors) < 0 < max(errors)
 
 

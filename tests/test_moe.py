@@ -1,7 +1,9 @@
 """Mixture-of-experts and MLA terms of the model, expert-parallel dispatch, and MoE planning."""
 
+import dataclasses
+
 import pytest
-from conftest import TINY_MOE
+from conftest import TINY_MOE, solved_as_enumerated, training_problem
 
 from parasol.model import compute, params
 from parasol.model.errors import ProblemError
@@ -208,18 +210,31 @@ def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
     assert expert_parallel.dispatch_bytes_per_element(plain, "dispatch") == 2.0
 
 
-def test_overlapped_all_to_all_shows_only_what_compute_cannot_hide():
-    from parasol.model.training import ep_exposed_times_s
+def test_an_overlapped_all_to_all_costs_the_compute_the_sms_its_kernels_take():
+    """20 of H100's 132 SMs communicate (DeepSeek-V3 Sec. 3.2.2), so 5 s of a layer's compute takes
+    5 x 132/112 s beside the all-to-all; what the slowed compute cannot cover shows too."""
+    from parasol.model.training import ep_exposed_times_s, overlap_exposed_s
 
     device = load_system("dgx-h100", 8).device
+    assert device.sms == 132
     on = Workload(kind="training", seq_len=4096, global_batch=64, moe_a2a_overlap=True)
     off = Workload(kind="training", seq_len=4096, global_batch=64)
     assert ep_exposed_times_s(device, off, 1.0, 2.0, 10.0) == (1.0, 2.0)
-    hidden = device.moe_overlap_efficiency * 5.0
-    assert 0 < hidden < 3.0
     f, b = ep_exposed_times_s(device, on, 1.0, 2.0, 5.0)
-    assert f + b == pytest.approx(max(0.0, 3.0 - hidden)) and f / b == pytest.approx(0.5)
-    assert ep_exposed_times_s(device, on, 1.0, 2.0, 100.0) == (0.0, 0.0)
+    assert f + b == pytest.approx(5.0 * 20 / 112) and f / b == pytest.approx(0.5)
+    assert overlap_exposed_s(15.0, 10.0, 20, 132) == pytest.approx(5.0)  # more to send than to compute
+    assert overlap_exposed_s(1.0, 10.0, 20, 132) == 1.0  # too little to hide: never worse than no overlap
+    # a device without an SM count hides what its moe_overlap share of the compute can
+    share = dataclasses.replace(device, sms=0, moe_overlap_efficiency=0.4)
+    assert sum(ep_exposed_times_s(share, on, 1.0, 2.0, 5.0)) == pytest.approx(1.0)
+
+
+def test_cpsat_equals_the_enumerator_with_the_all_to_all_overlapped():
+    mapping = {"pp": [1, 2], "tp": [1], "ep": [8, 16], "vpp": [1], "micro_batch": [1, 2]}
+    data = training_problem(
+        "qwen3-30b-a3b", num_gpus=16, global_batch=64, mapping=mapping, moe_dispatcher="deepep", moe_a2a_overlap=True
+    )
+    solved_as_enumerated(parse_problem(data, source="t.yaml"), method="cpsat")
 
 
 def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
