@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
+from .choices import Recompute
 from .errors import ProblemError
+from .goodput import BASIS_POINTS
 from .ops import FloatOps, Rounding
 
 
@@ -170,19 +172,28 @@ def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
     return None
 
 
-def dualpipe_parts(o, microbatches, edge_pair, middle, stages_sum, pp):
+def dualpipe_bubble_share(recompute: str) -> float:
+    """DualPipe's bubble per (p/2 - 1) stages, as a share of the mean stage's F + B, dimensionless:
+    Table 2's (F&B + B - 3W) with F&B = F + B (the overlap of a forward and a backward chunk hides
+    communication, not compute) and W = F (a backward's weight gradients are half its GEMMs, which
+    are twice the forward's: Narayanan et al. SC'21), i.e. (F + 2B - 3W) / (F + B). Without
+    recomputation B = 2F: 2/3. Under full recomputation the backward redoes the forward first,
+    B = 3F: 1, half as much again. Selective recomputation redoes a few cheap modules: taken as none."""
+    backward = 3.0 if recompute == Recompute.FULL else 2.0  # B in units of F; W = F
+    return (1.0 + 2.0 * backward - 3.0) / (1.0 + backward)
+
+
+def dualpipe_parts(o, microbatches, edge_pair, middle, stages_sum, pp, bubble_share_bp):
     """(busy, bubble) time of DualPipe (DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.1 and Table 2), written
     against ``ops``, seconds. Rank i holds stage i of the forward direction and stage p-1-i of the reverse,
     and runs half the micro-batches through each: its work is m times the mean of its two stages, so
     the ranks holding the first and the last stage work m·``edge_pair`` ((first + last) / 2) and the
-    others m·``middle``. The bubble is (p/2 - 1)(F&B + B - 3W) (Table 2) with F&B = F + B (the overlap
-    of a forward and a backward chunk hides communication, not compute), W = B/2 (a backward's weight
-    gradients are half its GEMMs) and B = 2F (Narayanan et al. SC'21): (p/2 - 1)·(2/3)·(F + B), for the
-    mean stage F + B = ``stages_sum`` / p, i.e. (p - 2)·stages_sum / (3p). Under full recomputation
-    (B ≈ 3F, W ≈ F) Table 2 gives (p/2 - 1)(F + B), 1.5 times this: the constant is the no-recomputation
-    case, as DeepSeek-V3 ran."""
+    others m·``middle``. The bubble is (p/2 - 1)(F&B + B - 3W) (Table 2): (p/2 - 1) mean stages
+    (``stages_sum`` / p) times ``dualpipe_bubble_share``, carried in basis points (``bubble_share_bp``),
+    i.e. (p - 2)·stages_sum·share / (2p)."""
     busy = o.product(microbatches, o.maximum(edge_pair, middle))
-    bubble = o.quotient(o.quotient(o.product(pp - 2, stages_sum), pp, Rounding.DOWN), 3, Rounding.DOWN)
+    stages = o.quotient(o.product(pp - 2, stages_sum), 2 * pp, Rounding.DOWN)
+    bubble = o.quotient(o.product(stages, bubble_share_bp), BASIS_POINTS, Rounding.DOWN)
     return busy, bubble
 
 

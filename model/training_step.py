@@ -32,7 +32,7 @@ from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
-from .pipeline import dualpipe_parts, pipeline_parts, stage_layer_counts
+from .pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
@@ -351,6 +351,12 @@ STRAGGLE = Factor(
     (Output("basis_points", COUNT),),
     lambda ctx, num_gpus: basis_points(straggler_stretch(num_gpus, ctx.system.straggler)),
 )
+DUALPIPE_BUBBLE = Factor(
+    "dualpipe_bubble",
+    (D.RECOMPUTE,),
+    (Output("share_bp", COUNT),),
+    lambda ctx, recompute: basis_points(dualpipe_bubble_share(recompute)),
+)
 HOURLY_PRICE = Factor(
     "hourly_price", (D.NUM_GPUS,), (Output("usd_per_hour", Unit.PRICE),), lambda ctx, num_gpus: ctx.hourly_usd[num_gpus]
 )
@@ -557,7 +563,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         # the two ranks holding the first and the last stage; rounded up, so that m x it stays at least the
         # stages' mean on the integer backend too (``pipeline_work``)
         edge_pair = o.quotient(s_first + s_last, 2, Rounding.UP)
-        dual_busy, dual_bubble = dualpipe_parts(o, m, edge_pair, s_mid, stages_sum, pp)
+        dual_busy, dual_bubble = dualpipe_parts(o, m, edge_pair, s_mid, stages_sum, pp, o.lookup(DUALPIPE_BUBBLE).share_bp)
         o.implied_at_least(dual_busy, pipeline_work(ctx))
         pipeline = o.where(dual, dual_busy + dual_bubble, pipeline)  # keeps the 1F1B bound on the other branch
         busy, bubble = o.where(dual, dual_busy, busy), o.where(dual, dual_bubble, bubble)

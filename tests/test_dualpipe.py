@@ -10,8 +10,9 @@ import yaml
 from conftest import rel_close, solved_as_enumerated, training_problem
 
 from parasol.model.errors import ProblemError
+from parasol.model.goodput import basis_points
 from parasol.model.ops import FloatOps
-from parasol.model.pipeline import dualpipe_parts, pipeline_parts
+from parasol.model.pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts
 from parasol.model.training_step import evaluate_training
 from parasol.solver.problem import parse_problem
 
@@ -29,13 +30,28 @@ BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch": 1, "recompute": "full"}
 
 def test_the_bubble_is_table_2s_and_each_rank_works_its_two_stages_mean():
     o = FloatOps(None, {})
+    none, full = (basis_points(dualpipe_bubble_share(r)) for r in ("none", "full"))
     # eight equal stages of 1 s: 1F1B idles (p - 1)·t = 7 s; DualPipe (p/2 - 1)(F&B + B - 3W) with
-    # F&B = F + B, W = B/2, B = 2F, i.e. (p - 2)/3 of a stage = 2 s
+    # F&B = F + B, W = F, B = 2F, i.e. (p - 2)/3 of a stage = 2 s
     assert pipeline_parts(o, 32, 1.0, 8.0, 1) == (32.0, 7.0)
-    assert dualpipe_parts(o, 32, 1.0, 1.0, 8.0, 8) == (32.0, 2.0)
+    busy, bubble = dualpipe_parts(o, 32, 1.0, 1.0, 8.0, 8, none)
+    assert busy == 32.0 and rel_close(bubble, 2.0, 1e-4)
+    # under full recomputation the backward redoes the forward, B = 3F: (p/2 - 1)(F + B), 3 s
+    assert rel_close(dualpipe_parts(o, 32, 1.0, 1.0, 8.0, 8, full)[1], 3.0, 1e-12)
+    assert dualpipe_bubble_share("selective") == dualpipe_bubble_share("none")
     # a heavy last stage (1, 1, 1, 2 s): 1F1B waits on it; DualPipe's rank 0 holds stages 0 and 3, 1.5 s
     assert pipeline_parts(o, 16, 2.0, 5.0, 1)[0] == 32.0
-    assert dualpipe_parts(o, 16, 1.5, 1.0, 5.0, 4)[0] == 24.0
+    assert dualpipe_parts(o, 16, 1.5, 1.0, 5.0, 4, none)[0] == 24.0
+
+
+def test_full_recomputation_lengthens_dualpipes_bubble_by_half():
+    steps = {}
+    for recompute in ("none", "full"):
+        ev = _evaluate({**BASE, "recompute": recompute, "dualpipe": True})
+        steps[recompute] = ev.breakdown["time_s"]["pipeline/bubble"], ev.metrics["step_time_s"]
+    (bubble_none, _), (bubble_full, _) = steps["none"], steps["full"]
+    # the stages also grow by the recomputed forward: F + B = 3F -> 4F, and the share 2/3 -> 1
+    assert rel_close(bubble_full / bubble_none, 1.5 * 4 / 3, 0.05)
 
 
 @pytest.mark.parametrize(("change", "words"), [({"pp": 2, "dp": 4, "tp": 4}, None), ({"vpp": 2}, "vpp 2")])
