@@ -427,9 +427,9 @@ def scale_chiplets(chiplets: ChipletSpec, count: int, hbm_footprint_mm2: float) 
 
 
 def scale_device(device: DeviceSpec, chiplets: ChipletSpec, count: int) -> DeviceSpec:
-    """The DeviceSpec of the package with ``count`` compute dies: peak FLOP/s and TDP scale with the
-    compute dies (count / base; assumption: power is dominated by the compute dies), HBM capacity and
-    bandwidth with the HBM stacks of ``scale_chiplets``. Efficiency curves are kept. Pure."""
+    """The DeviceSpec of the package with ``count`` compute dies: peak FLOP/s, TDP and the SM count
+    scale with the compute dies (count / base; assumption: power is dominated by the compute dies), HBM
+    capacity and bandwidth with the HBM stacks of ``scale_chiplets``. Efficiency curves are kept. Pure."""
     scaled = scale_chiplets(chiplets, count, 0.0)
     if scaled is chiplets:
         return device
@@ -442,4 +442,5 @@ def scale_device(device: DeviceSpec, chiplets: ChipletSpec, count: int) -> Devic
         hbm_bytes=device.hbm_bytes * m,
         hbm_bytes_per_s=device.hbm_bytes_per_s * m,
         tdp_w=device.tdp_w * f,
+        sms=round(device.sms * f),
     )

@@ -17,6 +17,7 @@ import yaml
 from parasol.model import checks
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.errors import ProblemError
+from parasol.model.expert_parallel import A2A_COMM_SMS
 from parasol.model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
 from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
@@ -364,6 +365,13 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         src,
         "efficiency.",
     )
+    sms = checks.non_negative_int(data.get("sms", 0), "sms", src)
+    if 0 < sms <= A2A_COMM_SMS:
+        raise ProblemError(
+            f"must be 0 (unknown) or more than the {A2A_COMM_SMS} SMs an overlapped all-to-all takes, got {sms}",
+            source=src,
+            field="sms",
+        )
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
     return DeviceSpec(
@@ -376,7 +384,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         attention_efficiency=checks.non_negative_number(eff.get("attention"), "efficiency.attention", src),
         memory_efficiency=checks.non_negative_number(eff.get("memory"), "efficiency.memory", src),
         tdp_w=float(data.get("tdp_w", 0.0)),
-        sms=checks.non_negative_int(data.get("sms", 0), "sms", src),
+        sms=sms,
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         host_memory_bytes_per_s=checks.non_negative_number(
             data.get("host_memory_bytes_per_s", 0.0), "host_memory_bytes_per_s", src

@@ -220,6 +220,7 @@ def test_scale_device_b200_and_mi300x_round_up():
     b200 = library.load_device("b200")
     one = scale_device(b200, cost_library.load_chiplets(b200), 1)
     assert one.peak_flops["fp4"] == b200.peak_flops["fp4"] / 2 and one.hbm_bytes == b200.hbm_bytes / 2
+    assert one.sms == b200.sms // 2 == 74  # each die's SMs go with it
     mi = cost_library.load_chiplets(library.load_device("mi300x"))
     three = scale_chiplets(mi, 3, 121)
     assert (three.compute.count, three.io.count, three.hbm_stacks) == (3, 2, 3)  # 4 x 3/8 = 1.5 -> 2 IODs

@@ -176,11 +176,12 @@ def test_model_device_and_engine_files_by_path(tmp_path):
     system["device"] = {"file": "my-h100.yaml"}
     spec = library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
     assert spec.device == dataclasses.replace(library.load_device("h100-sxm-80gb"), name="my-h100")
-    device["sms"] = -132  # a bad SM count names the device file and the field
-    write_yaml(tmp_path / "my-h100.yaml", device)
-    with pytest.raises(ProblemError, match="non-negative integer") as exc:
-        library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
-    assert exc.value.field == "sms" and exc.value.source == str(tmp_path / "my-h100.yaml")
+    for bad, words in ((-132, "non-negative integer"), (16, "more than the 20 SMs")):  # named by file and field
+        device["sms"] = bad
+        write_yaml(tmp_path / "my-h100.yaml", device)
+        with pytest.raises(ProblemError, match=words) as exc:
+            library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
+        assert exc.value.field == "sms" and exc.value.source == str(tmp_path / "my-h100.yaml")
     system["device"] = {"file": "missing.yaml"}
     with pytest.raises(ProblemError, match="not found") as exc:
         library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
