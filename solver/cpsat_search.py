@@ -177,6 +177,10 @@ def hint_point(planner: Planner, problem, space: Space, objective: str) -> dict 
     return rows[0] if rows else None
 
 
+SEARCH_TIME_UP = "the time limit passed before CP-SAT found a plan; raise --time-limit"
+SEARCH_INTERRUPTED = "interrupted before CP-SAT found a plan"
+
+
 def solve_one(planner, problem, objective, top, time_limit, workers, seed, space=None) -> PlanResult:
     start = time.perf_counter()
     deadline = start + (time_limit if time_limit is not None else 60.0)
@@ -200,6 +204,8 @@ def solve_one(planner, problem, objective, top, time_limit, workers, seed, space
                 result.status = status
                 if status == "INFEASIBLE":
                     result.message = explain(planner, problem, space, deadline, workers, seed)
+                elif status == "UNKNOWN":
+                    result.message = SEARCH_INTERRUPTED if interrupted() else SEARCH_TIME_UP
             break
         plan = search.plan(solver)
         result.plans.append(plan)
