@@ -5,6 +5,9 @@
 --write-docs replaces the generated blocks of docs/accuracy.md (family summary, per-run tables,
 serving) and of README.md's accuracy summary with this run's figures.
 
+The whole-run budget follows the training runs: DeepSeek-V3's published 2.664M H800 GPU-hours against
+its published mapping as it ran (benchmarks/cost_validation.py; out of sample; --json: "whole_run").
+
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
 max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the planner's choice;
@@ -22,6 +25,7 @@ import json
 import statistics
 import sys
 
+import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
 from docs_block import write_block
 
@@ -102,7 +106,22 @@ def family_table(results, markdown: bool = True) -> str:
     return text_table(head, rows, markdown)
 
 
-def write_docs(results, serving, serving_oos) -> None:
+def whole_run() -> dict:
+    """DeepSeek-V3's pre-training budget (Table 1: 2.664M H800 GPU-hours for 14.8T tokens, the only
+    published total not reserved by issue 13) against the model's with the published mapping as it ran:
+    DualPipe, the report's selective recomputation (``cost_validation.published_mapping_row``)."""
+    label, _, gpu_hours, _ = cost_validation.published_mapping_row("selective", True)
+    published = cost_validation.DEEPSEEK_GPU_HOURS
+    return {
+        "id": "deepseek-v3-pretraining",
+        "setting": label,
+        "published_gpu_hours": published,
+        "predicted_gpu_hours": gpu_hours,
+        "error": gpu_hours / published - 1.0,
+    }
+
+
+def write_docs(results, serving, serving_oos, budget) -> None:
     write_block("accuracy.md", "training-families", family_table(results))
     write_block(
         "accuracy.md", "training-runs", f"<details><summary>{len(results)} runs</summary>\n\n{table(results, True)}\n\n</details>"
@@ -147,6 +166,7 @@ def write_docs(results, serving, serving_oos) -> None:
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
+    lines.append(f"| whole-run GPU-hours, out of sample (DeepSeek-V3's budget) | 1 | {100 * abs(budget['error']):.1f} % |")
     write_block("../README.md", "accuracy-summary", "\n".join(lines))
 
 
@@ -155,6 +175,7 @@ def main() -> int:
     results = evaluate_all()
     summary = summarise(results)
     serving, serving_oos = inference_accuracy.evaluate_all(), inference_accuracy.evaluate_oos()
+    budget = whole_run()
     if args.json:
         print(
             json.dumps(
@@ -162,6 +183,7 @@ def main() -> int:
                     "summary": summary,
                     "inference": inference_accuracy.as_json(serving),
                     "inference_out_of_sample": inference_accuracy.as_json(serving_oos),
+                    "whole_run": [budget],
                     "runs": [
                         {
                             "id": r.run_id,
@@ -182,7 +204,7 @@ def main() -> int:
         )
         return 0
     if args.write_docs:
-        write_docs(results, serving, serving_oos)
+        write_docs(results, serving, serving_oos, budget)
     print(table(results, args.markdown))
     print()
     print(
@@ -220,6 +242,10 @@ def main() -> int:
         print(f"published run the model cannot express yet: {entry['id']}: {entry['not_expressible']}")
     for name, s in summary["by_family"].items():
         print(f"  {name:<32} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
+    print(
+        f"whole-run GPU-hours, out of sample: DeepSeek-V3 published {budget['published_gpu_hours'] / 1e6:.3f}M, "
+        f"predicted {budget['predicted_gpu_hours'] / 1e6:.3f}M ({100 * budget['error']:+.1f} %; {budget['setting']})"
+    )
     print()
     print("Inference (problems/validation/inference_runs.yaml; per run: python benchmarks/inference_accuracy.py)")
     print(inference_accuracy.report(serving))

@@ -30,10 +30,9 @@ DEEPSEEK_PRICE = 2.0  # $ per H800 GPU-hour (paper Table 1)
 EXAMPLE = Path(__file__).resolve().parents[1] / "problems" / "examples" / "deepseek-v3-h800.yaml"
 
 
-def published_mapping_rows() -> list[tuple[str, float, float, float]]:
-    """(label, tokens/s per GPU, GPU-hours, $) of DeepSeek-V3's published mapping on 2,048 H800: under
-    DualPipe without and with the report's selective recomputation, and under 1F1B."""
-    rows = []
+def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, float, float]:
+    """(label, tokens/s per GPU, GPU-hours, $) of DeepSeek-V3's published mapping on 2,048 H800 under
+    DualPipe (``dualpipe``, as it ran) or 1F1B, with ``recompute`` none or the report's selective."""
     workload = {
         "kind": "training",
         "seq_len": 4096,
@@ -47,39 +46,37 @@ def published_mapping_rows() -> list[tuple[str, float, float, float]]:
         "recompute_modules": ["core_attn", "layernorm", "mla_up_proj", "moe_act"],
         "train_tokens": DEEPSEEK_TOKENS,
     }
-    for recompute, dualpipe in (("none", True), ("selective", True), ("selective", False)):
-        p = parse_problem(
-            {
-                "model": "deepseek-v3",
-                "system": {"name": "dgx-h800", "num_gpus": 2048, "gpu_hour_usd": DEEPSEEK_PRICE},
-                "workload": workload,
-                "mapping": {
-                    "tp": 1,
-                    "pp": 16,
-                    "dp": 128,
-                    "ep": 64,
-                    "micro_batch": 1,
-                    "zero": 1,
-                    "sp": False,
-                    "recompute": recompute,
-                    "first_stage_layers": 3,
-                    "last_stage_layers": 2,
-                    "dualpipe": dualpipe,
-                },
+    p = parse_problem(
+        {
+            "model": "deepseek-v3",
+            "system": {"name": "dgx-h800", "num_gpus": 2048, "gpu_hour_usd": DEEPSEEK_PRICE},
+            "workload": workload,
+            "mapping": {
+                "tp": 1,
+                "pp": 16,
+                "dp": 128,
+                "ep": 64,
+                "micro_batch": 1,
+                "zero": 1,
+                "sp": False,
+                "recompute": recompute,
+                "first_stage_layers": 3,
+                "last_stage_layers": 2,
+                "dualpipe": dualpipe,
             },
-            source="published mapping",
-        )
-        met = evaluate_plan(p, 2048, p.fixed_mapping()).metrics
-        fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
-        rows.append(
-            (
-                f"published mapping, {'DualPipe' if dualpipe else '1F1B'}, recompute {recompute} ({fits})",
-                met["tokens_per_s_per_gpu"],
-                met["run_hours"] * 2048,
-                met["run_cost_usd"],
-            )
-        )
-    return rows
+        },
+        source="published mapping",
+    )
+    met = evaluate_plan(p, 2048, p.fixed_mapping()).metrics
+    fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
+    label = f"published mapping, {'DualPipe' if dualpipe else '1F1B'}, recompute {recompute} ({fits})"
+    return label, met["tokens_per_s_per_gpu"], met["run_hours"] * 2048, met["run_cost_usd"]
+
+
+def published_mapping_rows() -> list[tuple[str, float, float, float]]:
+    """The published mapping under DualPipe without and with the report's selective recomputation, and
+    under 1F1B (``published_mapping_row``)."""
+    return [published_mapping_row(r, d) for r, d in (("none", True), ("selective", True), ("selective", False))]
 
 
 def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
