@@ -61,6 +61,7 @@ EXCLUDED_FAMILIES = (
     "Megatron SC'21 Table 2 ZeRO-3",
     "Megatron-Bridge 25.09 MoE",
     "MoE Model Zoo (out of sample)",
+    "MoE Model Zoo long context (out of sample)",
     "Megatron-Bridge 25.11 MoE",
 )
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"

@@ -76,6 +76,8 @@ def family(run_id: str) -> str:
     if run_id.startswith("mbridge2511"):
         moe = any(k in run_id for k in ("deepseek", "qwen", "gpt_oss"))
         return "Megatron-Bridge 25.11 MoE" if moe else "Megatron-Bridge 25.11"
+    if run_id.startswith("moezoo-lc"):
+        return "MoE Model Zoo long context (out of sample)"
     if run_id.startswith("moezoo"):
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):

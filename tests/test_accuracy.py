@@ -17,6 +17,7 @@ from parasol.solver.problem import parse_problem
 from parasol.solver.validation import evaluate_all, evaluate_run, load_runs
 
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
+MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
 ROOT = Path(__file__).resolve().parent.parent
 BRIDGE_2511, BRIDGE_2511_MOE = "Megatron-Bridge 25.11", "Megatron-Bridge 25.11 MoE"  # dense fitted, MoE not
 OUTSIDE_MODEL = {
@@ -25,6 +26,7 @@ OUTSIDE_MODEL = {
     MOE_CALIBRATION,
     MOE_CHECK,  # MoE runs: held to the MoE targets below
     "Llama 3 paper (out of sample)",
+    MOE_LONG_CONTEXT,
 }  # published, not in the reference: held to its own bound below
 
 
@@ -69,6 +71,17 @@ def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_aver
     take instead of a fitted share; a change that loses the out-of-sample accuracy fails here."""
     errors = [abs(r.error) for r in results if r.family == MOE_CHECK]
     assert len(errors) == 4 and statistics.fmean(errors) <= 0.18
+
+
+def test_moe_long_context_runs_are_predicted_too_slow_by_a_quarter_to_a_third(results):
+    """The Model Zoo's Qwen3-235B long-context table (16K to 128K tokens, cp 1 to 8; out of sample,
+    added 2026-11-27): +24.1 %, +28.6 %, +31.8 %, +32.4 % when added, the error growing with the share
+    of attention in the step (70 % at 128K). The model times flash attention at one efficiency, the
+    median of the H200 measurements at 1K to 8K tokens (0.415), while those measurements rise with the
+    sequence (cuDNN, causal, head dim 128: about 0.37 at 1K to 0.53 at 8K). The bound records the gap
+    until the efficiency follows the sequence."""
+    errors = [r.error for r in results if r.family == MOE_LONG_CONTEXT]
+    assert len(errors) == 4 and all(e > 0 for e in errors) and statistics.fmean(errors) <= 0.35
 
 
 def test_llama3_paper_runs_outside_the_calibration_set(results):
