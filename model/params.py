@@ -146,19 +146,22 @@ def matmul_params_per_layer(model: ModelSpec, moe_layer: bool = False) -> int:
     )
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
     """Model FLOPs per trained token, PaLM convention (Chowdhery et al. 2022, Appendix B).
 
     6N for the matmul weights a token meets (forward 2N, backward 4N; for MoE the activated
     experts only) including the logit layer (V x h), plus 12·L·H·Q·T for attention scores (H heads
     of size Q, sequence T, no causal discount; Q = (d_qk + d_v)/2 for MLA). No recomputation is
-    counted: this is the numerator of MFU.
+    counted: this is the numerator of MFU. ``causal`` halves the attention term, as Megatron-LM's
+    throughput counts it (the convention the Megatron MoE Model Zoo's TFLOPS imply:
+    tests/test_accuracy.py).
     """
     dense = model.layers - model.moe_layers
     moe = model.moe_layers * matmul_params_per_layer(model, True) if model.moe else 0
     n = dense * matmul_params_per_layer(model) + moe + model.vocab * model.hidden
     d_qk, d_v = (model.mla.qk_head_dim, model.mla.v_head_dim) if model.mla else (model.head_dim, model.head_dim)
-    return 6.0 * n + 6.0 * model.layers * model.heads * (d_qk + d_v) * seq_len
+    attention = 6.0 * model.layers * model.heads * (d_qk + d_v) * seq_len
+    return 6.0 * n + (attention / 2.0 if causal else attention)
 
 
 def megatron_flops_per_iteration(model: ModelSpec, seq_len: int, global_batch: int, recompute: bool) -> float:

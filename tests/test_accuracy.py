@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from parasol.model.errors import ProblemError
+from parasol.model.params import model_flops_per_token
 from parasol.model.training_step import evaluate_training
+from parasol.solver.library import load_model
 from parasol.solver.problem import parse_problem
-from parasol.solver.validation import evaluate_all, evaluate_run, load_runs
+from parasol.solver.validation import evaluate_all, evaluate_run, family, load_runs
 
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
@@ -46,9 +48,9 @@ def test_mean_step_time_error_within_ten_percent(results):
 
 
 def test_megatron_ptd_p_and_nemo_runs_within_fifteen_percent_on_average(results):
-    for family in ("Megatron SC'21 Table 2 PTD-P", "NeMo 24.07", "Megatron-Bridge 25.09", "BLOOM"):
-        errors = [abs(r.error) for r in results if r.family == family]
-        assert errors and statistics.fmean(errors) <= 0.15, family
+    for name in ("Megatron SC'21 Table 2 PTD-P", "NeMo 24.07", "Megatron-Bridge 25.09", "BLOOM"):
+        errors = [abs(r.error) for r in results if r.family == name]
+        assert errors and statistics.fmean(errors) <= 0.15, name
 
 
 def test_errors_are_not_all_one_sign(results):
@@ -73,15 +75,33 @@ def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_aver
     assert len(errors) == 4 and statistics.fmean(errors) <= 0.18
 
 
-def test_moe_long_context_runs_are_predicted_too_slow_by_a_quarter_to_a_third(results):
+def test_moe_long_context_runs_stay_within_their_measured_bound(results):
     """The Model Zoo's Qwen3-235B long-context table (16K to 128K tokens, cp 1 to 8; out of sample,
-    added 2026-11-27): +24.1 %, +28.6 %, +31.8 %, +32.4 % when added, the error growing with the share
-    of attention in the step (70 % at 128K). The model times flash attention at one efficiency, the
-    median of the H200 measurements at 1K to 8K tokens (0.415), while those measurements rise with the
-    sequence (cuDNN, causal, head dim 128: about 0.37 at 1K to 0.53 at 8K). The bound records the gap
-    until the efficiency follows the sequence."""
-    errors = [r.error for r in results if r.family == MOE_LONG_CONTEXT]
-    assert len(errors) == 4 and all(e > 0 for e in errors) and statistics.fmean(errors) <= 0.35
+    added 2026-11-27): +24.1, +28.6, +31.8, +32.4 % when added. Part of it grows with attention's share
+    of the step (70 % at 128K): flash attention is timed at one efficiency, the median (0.415) of the
+    H200 measurements at 1K to 8K tokens, which rise with the sequence (cuDNN, causal, head dim 128:
+    0.35-0.37 at 1K to 0.53 at 8K); the rest (+14 to +17 % at 0.53) is not explained yet. The bound
+    keeps the figure from drifting."""
+    errors = [abs(r.error) for r in results if r.family == MOE_LONG_CONTEXT]
+    assert len(errors) == 4 and statistics.fmean(errors) <= 0.35 and max(errors) <= 0.40
+
+
+def test_the_long_context_step_times_follow_the_model_zoos_causal_flop_count():
+    """The Model Zoo's TFLOPS count attention causally: its four 4K rows (Qwen3-235B, 256 H100, GBS
+    2048; TFLOPS and step time both published) imply 147.3-148.2 GFLOP per token, which
+    ``model_flops_per_token(causal=True)`` gives within 1 % (148.3) and the PaLM count does not (167.3).
+    Each long-context run's step time is derived from its TFLOPS with that count."""
+    model = load_model("qwen3-235b-a22b")
+    implied = [tf * 1e12 * 256 * step / (2048 * 4096) for tf, step in ((245, 19.7), (276, 17.6), (200, 24.2), (167, 29.0))]
+    causal = model_flops_per_token(model, 4096, causal=True)
+    assert all(abs(x / causal - 1.0) < 0.01 for x in implied)
+    assert model_flops_per_token(model, 4096) > 1.1 * max(implied)
+    runs = [e for e in load_runs() if family(e["id"]) == MOE_LONG_CONTEXT]
+    assert len(runs) == 4
+    for e in runs:
+        wl, measured = e["workload"], e["measured"]
+        flops = wl["global_batch"] * wl["seq_len"] * model_flops_per_token(model, wl["seq_len"], causal=True)
+        assert measured["step_time_s"] == pytest.approx(flops / (measured["tflops_per_gpu"] * 1e12 * e["num_gpus"]), abs=1e-3)
 
 
 def test_llama3_paper_runs_outside_the_calibration_set(results):
