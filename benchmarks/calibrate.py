@@ -1,6 +1,6 @@
 """Fit each device's efficiency curves on the published runs of that device.
 
-    python benchmarks/calibrate.py [--holdout | --moe | --engine NAME]
+    python benchmarks/calibrate.py [--holdout | --moe | --attention | --engine NAME]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (A100: Azure AI benchmarking guide, hardware_cost_conventions.md Sec. 10.1; H100: our
@@ -26,6 +26,11 @@ routed-expert block against the GEMM roofline; an overlapped all-to-all costs th
 take, training.overlap_exposed_s, nothing fitted) on the three Megatron-Bridge 25.09 MoE runs of the
 calibration set, by grid search (step 0.01) of the mean absolute step-time error, and prints the error on the
 published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
+
+--attention prints the training flash-attention curve the H100-class device files hold
+(efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
+shapes (heads, head dims) of cuDNN's causal forward+backward fraction of the datasheet bf16 peak
+(problems/measurements/h200-microbench.yaml; FLOPs 3.5 x 4·b·heads·s²·d x 0.5). Measured, not fitted.
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
 covers, the one efficiency it sets (``stream``, the HBM fraction weight GEMMs reach) by grid search
@@ -120,6 +125,27 @@ def grouped_fp8_efficiency() -> float:
         if e.get("fp8_seconds") and e["rows_per_expert"] >= GROUPED_MIN_ROWS
     ]
     return statistics.median(ratios)
+
+
+ATTENTION_MEASUREMENT = "measurements/h200-microbench.yaml"
+H200_BF16_PEAK = 989.4e12  # the datasheet's dense bf16 rate, the measurement's convention (its clock_based_note)
+
+
+def attention_curve() -> tuple[tuple, tuple]:
+    """(sequence lengths, efficiencies): per measured sequence length, the median over the measured
+    shapes of cuDNN's causal flash attention, forward+backward, as a fraction of the bf16 peak."""
+    import yaml  # noqa: PLC0415
+
+    from parasol.solver import library  # noqa: PLC0415
+
+    entries = yaml.safe_load((library.library_root() / ATTENTION_MEASUREMENT).read_text())["attention"]["entries"]
+    by_seq = {}
+    for e in entries:
+        if e["backend_used"] == "cudnn" and e["causal"]:
+            flops = 3.5 * 4 * e["batch"] * e["heads"] * e["seq"] ** 2 * e["head_dim"] * 0.5
+            by_seq.setdefault(e["seq"], []).append(flops / (e["fwd_bwd"]["seconds"] * H200_BF16_PEAK))
+    seqs = tuple(sorted(by_seq))
+    return seqs, tuple(round(statistics.median(by_seq[s]), 3) for s in seqs)
 
 
 def moe_expert_fit(calibration) -> tuple[float, float]:
@@ -251,8 +277,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
     parser.add_argument("--moe", action="store_true", help="fit the routed-expert efficiency of the H100 instead")
+    parser.add_argument("--attention", action="store_true", help="print the measured flash-attention curve instead")
     parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
     args = parser.parse_args()
+    if args.attention:
+        seqs, effs = attention_curve()
+        print(
+            f"efficiency.attention_by_tokens (cuDNN causal fwd+bwd, median over shapes): tokens {list(seqs)}, efficiency {list(effs)}"
+        )
+        return 0
     if args.engine:
         return fit_engine(args.engine)
     entries = load_runs()

@@ -223,12 +223,14 @@ def attention_core_forward_time_s(
 ) -> float:
     """Forward time of the attention core (scores, softmax, weighted sum) for one layer, seconds.
 
-    flash: one fused kernel at the device's attention efficiency (Dao et al. 2022).
+    flash: one fused kernel at the device's attention efficiency for calls of seq/cp keys (Dao et al.
+    2022; ``DeviceSpec.attention_efficiency_at``: longer calls run closer to the peak; seq/cp is ring
+    attention's block, the whole sequence's share for the all-gather and all-to-all schemes).
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
     if attention == "flash":
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
-        return flops / (attention_peak_flops(device) * device.attention_efficiency)
+        return flops / (attention_peak_flops(device) * device.attention_efficiency_at(seq_len / cp))
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)
     gemm = flops / (attention_peak_flops(device) * float(device.gemm_efficiency_at(flops / 2)))
     scores = micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len

@@ -193,7 +193,7 @@ class DeviceSpec:
     hbm_bytes_per_s: float
     gemm_efficiency_flops: tuple  # GEMM sizes (FLOPs) of the 16-bit efficiency curve's points
     gemm_efficiency: tuple  # achieved fraction of peak at those sizes
-    attention_efficiency: float  # flash-attention fraction of peak
+    attention_efficiency: float  # flash-attention fraction of peak (serving; training where no curve is given)
     memory_efficiency: float  # achieved fraction of HBM bandwidth
     tdp_w: float = 0.0
     sms: int = 0  # streaming multiprocessors (compute units); 0 = unknown
@@ -207,6 +207,8 @@ class DeviceSpec:
     host_memory_bytes_per_s: float = 0.0  # this GPU's share of its host's DRAM bandwidth (CPU optimizer steps); 0 = unknown
     host_adam_efficiency: float = 1.0  # share of that bandwidth a CPU Adam step streams at (device files: efficiency.host_adam)
     grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
+    attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
+    attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -229,6 +231,14 @@ class DeviceSpec:
         """Achieved fraction of HBM bandwidth when decode attention streams the KV cache: the
         device file's ``efficiency.kv_stream`` where measured, else ``memory``."""
         return self.kv_stream_efficiency or self.memory_efficiency
+
+    def attention_efficiency_at(self, kv_tokens: float) -> float:
+        """Achieved fraction of the 16-bit peak of a training flash-attention kernel whose calls attend
+        ``kv_tokens`` keys (log-linear interpolation of the measured curve, held beyond its ends);
+        ``attention_efficiency`` where the device file gives no curve."""
+        if not self.attention_tokens:
+            return self.attention_efficiency
+        return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(self.attention_tokens, self.attention_curve))
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear

@@ -360,6 +360,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "tp_overlap",
             "grouped_fp8",
             "host_adam",
+            "attention_by_tokens",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -374,6 +375,11 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         )
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
+    kv, attention = (
+        _curve(eff["attention_by_tokens"], src, "efficiency.attention_by_tokens", "tokens")
+        if "attention_by_tokens" in eff
+        else ((), ())
+    )
     return DeviceSpec(
         name=data.get("name", name),
         peak_flops=peaks,
@@ -395,6 +401,8 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             if key in eff
         },
         low_precision_gemm=low,
+        attention_tokens=kv,
+        attention_curve=attention,
         source=src,
     )
 
@@ -449,14 +457,14 @@ def device_under_engine(device: DeviceSpec, engine: str, source: str | None = No
     return dataclasses.replace(device, **{ENGINE_EFFICIENCY_FIELDS[key]: value for key, value in profile[device.name].items()})
 
 
-def _curve(gemm, src: str, field: str) -> tuple[tuple, tuple]:
-    """An efficiency curve {flops: [...], efficiency: [...]}: increasing sizes, values in (0, 1]."""
-    if not isinstance(gemm, dict):
-        raise ProblemError("must be a mapping {flops, efficiency}", source=src, field=field)
-    checks.keys(gemm, ("flops", "efficiency"), ("flops", "efficiency"), src, f"{field}.")
-    xs, ys = tuple(map(checks.as_float, gemm["flops"])), tuple(map(checks.as_float, gemm["efficiency"]))
+def _curve(curve, src: str, field: str, axis: str = "flops") -> tuple[tuple, tuple]:
+    """An efficiency curve {``axis``: [...], efficiency: [...]}: increasing sizes, values in (0, 1]."""
+    if not isinstance(curve, dict):
+        raise ProblemError(f"must be a mapping {{{axis}, efficiency}}", source=src, field=field)
+    checks.keys(curve, (axis, "efficiency"), (axis, "efficiency"), src, f"{field}.")
+    xs, ys = tuple(map(checks.as_float, curve[axis])), tuple(map(checks.as_float, curve["efficiency"]))
     if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
-        raise ProblemError("needs matching, increasing flops and efficiencies in (0, 1]", source=src, field=field)
+        raise ProblemError(f"needs matching, increasing {axis} and efficiencies in (0, 1]", source=src, field=field)
     return xs, ys
 
 
