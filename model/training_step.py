@@ -283,18 +283,22 @@ def _first_stage_expert_dp(
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
-def _last_stage_moe_layers(ctx: TrainingContext, last_stage_layers: int) -> int:
-    """MoE layers of the last stage of a pipeline (pp > 1): its layers and the MTP modules'."""
-    return last_stage_layers + ctx.workload.mtp_layers if ctx.model.moe is not None else 0
+def stage_held_params(ctx: TrainingContext, layers: int, lead_count: int, first: bool, last: bool, tp, ep=1, etp=1) -> tuple:
+    """(parameters besides routed experts, routed-expert parameters) one GPU of a stage holds: its
+    ``layers`` (``lead_count`` of them dense lead layers), the embedding on the first stage, the output
+    layer and the MTP modules, with their embedding copy, on the last (``stage_params``,
+    ``stage_expert_params``)."""
+    mtp = ctx.workload.mtp_layers if last else 0
+    moe_layers = layers - lead_count + mtp if ctx.model.moe is not None else 0
+    p = stage_params(ctx.model, layers + mtp, first or bool(mtp), last, tp, moe_layers)
+    return p, stage_expert_params(ctx.model, moe_layers, ep, etp)
 
 
 def _last_stage_dp(ctx: TrainingContext, tp, zero, last_stage_layers, dp_group, optimizer_offload=0.0, weight_offload=False):
-    """The last stage's data-parallel traffic and optimizer step over the dp·cp group, seconds, for its
-    layers, the output layer and the MTP modules (with their embedding copy), as ``_stages`` counts them:
-    under DualPipe, ranks 0 and pp-1 hold it beside the first stage (``_first_stage_dp``)."""
-    mtp = ctx.workload.mtp_layers
-    moe_layers = _last_stage_moe_layers(ctx, last_stage_layers)
-    p = stage_params(ctx.model, last_stage_layers + mtp, bool(mtp), True, tp, moe_layers)
+    """The last stage's data-parallel traffic and optimizer step over the dp·cp group, seconds, for what
+    it holds besides routed experts (``stage_held_params``): under DualPipe, ranks 0 and pp-1 hold it
+    beside the first stage (``_first_stage_dp``)."""
+    p, _ = stage_held_params(ctx, last_stage_layers, 0, False, True, tp)
     return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
 
 
@@ -302,7 +306,7 @@ def _last_stage_expert_dp(
     ctx: TrainingContext, zero, ep, etp, last_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
 ) -> tuple:
     """The same for the last stage's routed experts, over the expert data-parallel group, seconds."""
-    pe = stage_expert_params(ctx.model, _last_stage_moe_layers(ctx, last_stage_layers), ep, etp)
+    _, pe = stage_held_params(ctx, last_stage_layers, 0, False, True, 1, ep, etp)
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
@@ -788,9 +792,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge_act,
             m.offload_layers,
         )
-        moe_layers = n - lead_count + mtp_here if model.moe is not None else 0
-        p = stage_params(model, n + mtp_here, first or bool(mtp_here), last, m.tp, moe_layers)
-        pe = stage_expert_params(model, moe_layers, m.ep, m.etp)
+        p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
         activations = total - sum(state.values())
