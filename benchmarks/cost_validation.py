@@ -40,6 +40,7 @@ def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, f
         "precision": "fp8",
         "low_precision_recipe": "blockwise",  # the report's 1x128 / 128x128 scaling (Sec. 3.3.2)
         "moe_dispatcher": "deepep",
+        "moe_fp8_dispatch": True,  # the report's FP8 dispatch (Sec. 3.3.3)
         "moe_a2a_overlap": True,
         "adam_moment_bytes": 2,
         "mtp_layers": 1,

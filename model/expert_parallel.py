@@ -67,10 +67,13 @@ def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher:
 
 
 def fp8_dispatch(workload: Workload) -> bool:
-    """DeepEP sends the FP8 training forward dispatch in FP8 with its block scales: the tokens are
-    quantised before the dispatch, and the rows that arrive are the experts' FP8 GEMM input
-    (DeepSeek-V3 Sec. 3.3.2, "Low-Precision Communication")."""
-    return workload.moe_dispatcher == "deepep" and workload.precision == "fp8"
+    """Whether the FP8 training forward dispatch travels in FP8 with its block scales
+    (``workload.moe_fp8_dispatch``): the tokens are quantised before the dispatch, and the rows that
+    arrive are the experts' FP8 GEMM input (DeepSeek-V3 Sec. 3.3.2, "Low-Precision Communication").
+    DeepSeek's framework does; Megatron-Core's DeepEP and HybridEP dispatchers send 16-bit tokens and
+    quantise after them (NVIDIA Megatron-LM, docs/discussions/deepseek-v3-gb200-optimization: FP8 "EP
+    Dispatch (which [is] not yet supported)"), so it is off unless the workload says so."""
+    return workload.moe_fp8_dispatch and workload.moe_dispatcher == "deepep" and workload.precision == "fp8"
 
 
 def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:

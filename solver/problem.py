@@ -63,6 +63,7 @@ WORKLOAD_KEYS = (
     "overlap_tp_grad",
     "moe_dispatcher",
     "moe_a2a_overlap",
+    "moe_fp8_dispatch",
     "mtp_layers",
     "train_tokens",
     "goodput",
@@ -278,9 +279,15 @@ def _parse_workload(data, src: str) -> Workload:
     modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
-        for key, default in (("overlap_dp", True), ("overlap_tp_grad", True), ("moe_a2a_overlap", False))
+        for key, default in (("overlap_dp", True), ("overlap_tp_grad", True), ("moe_a2a_overlap", False), ("moe_fp8_dispatch", False))
     }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
+    if flags["moe_fp8_dispatch"] and (dispatcher != "deepep" or precision != "fp8"):
+        raise ProblemError(
+            f"an FP8 dispatch needs moe_dispatcher deepep and precision fp8 (got {dispatcher}, {precision}); allowed: true, false",
+            source=src,
+            field="workload.moe_fp8_dispatch",
+        )
     mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)
     goodput = data.get("goodput", "auto")
     if goodput != "auto":

@@ -203,11 +203,26 @@ def test_deepep_sends_each_token_once_per_remote_node_and_respects_node_limited_
 
 
 def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
-    wl = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher="deepep")
+    wl = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher="deepep", moe_fp8_dispatch=True)
     assert expert_parallel.dispatch_bytes_per_element(wl, "dispatch") == pytest.approx(1 + 4 / 128)
     assert expert_parallel.dispatch_bytes_per_element(wl, "combine") == 2.0
     plain = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8")
     assert expert_parallel.dispatch_bytes_per_element(plain, "dispatch") == 2.0
+    # Megatron-Core's DeepEP dispatch sends 16-bit tokens: FP8 only where the workload says so
+    megatron = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher="deepep")
+    assert expert_parallel.dispatch_bytes_per_element(megatron, "dispatch") == 2.0
+
+
+def test_an_fp8_dispatch_needs_deepep_and_fp8():
+    for workload in ({"moe_dispatcher": "alltoall", "precision": "fp8"}, {"moe_dispatcher": "deepep", "precision": "bf16"}):
+        data = {
+            "model": "deepseek-v3",
+            "system": {"name": "dgx-h800", "num_gpus": 256},
+            "workload": {"kind": "training", "seq_len": 4096, "global_batch": 256, "moe_fp8_dispatch": True, **workload},
+        }
+        with pytest.raises(ProblemError) as err:
+            parse_problem(data, source="t.yaml")
+        assert err.value.field == "workload.moe_fp8_dispatch" and "deepep" in str(err.value)
 
 
 def test_an_overlapped_all_to_all_costs_the_compute_the_sms_its_kernels_take():

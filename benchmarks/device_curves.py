@@ -1,0 +1,158 @@
+"""GEMM curves and memory and attention efficiencies of the devices parasol has not measured itself.
+
+    python benchmarks/device_curves.py [--check]
+
+Our own curves were measured on a Hopper GPU (problems/measurements/h200-microbench.yaml, held in
+h100-sxm-80gb.yaml). For A100 and Blackwell the published measurements in
+problems/measurements/published_kernels.yaml carry them over, one rule per quantity:
+
+- GEMM, bf16 and fp8: the Hopper curve times the device's maximum achievable matmul efficiency over
+  Hopper's, both measured the same way (stas00's MAMF table): e_X(F) = e_Hopper(F) * MAMF_X / MAMF_Hopper.
+  GB300 has no entry: it takes GB200's, whose nominal bf16 and fp8 peaks and superchip it shares
+  [assumption].
+- GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, the Hopper fp8 shape below the first,
+  held above the last; another Blackwell device scales them by its fp8 MAMF over B200's.
+- memory: the device's copy bandwidth over its spec, times the ratio of the layer kernels' median to a
+  plain copy measured on H200 (the device files' ``memory`` is the former).
+- attention (A100): FlashAttention-2's published forward and backward maxima, combined as
+  forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
+  kernel over the shapes measured on H200.
+
+Prints each device's values; --check exits 1 where a device file differs (tests/test_device_curves.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from parasol.solver.library import load_device
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
+H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
+HOPPER = "h100-sxm-80gb"  # the file holding our measured curves
+# device file -> its entries in the MAMF table (bf16, fp8); None: no such tensor cores
+DEVICES = {
+    "a100-sxm-80gb": ("a100", None),
+    "b200": ("b200", "b200"),
+    "b300": ("b300", "b300"),
+    "gb200": ("gb200", "gb200"),
+    "gb300": ("gb200", "gb200"),  # no GB300 entry: GB200's, whose nominal bf16/fp8 peaks it shares [assumption]
+}
+STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
+FWD_BWD_FLOPS = 3.5  # forward + backward, backward = 2.5 x forward (h200-microbench.yaml flops_convention)
+DIGITS = 3
+
+
+def _eff(entry: dict) -> float:
+    return entry["tflops"] / entry["peak_tflops"]
+
+
+def _interp(xs, ys, x: float) -> float:
+    """Log-linear interpolation, held at the ends (as DeviceSpec.gemm_efficiency_at)."""
+    lx = math.log(x)
+    pts = [(math.log(a), b) for a, b in zip(xs, ys)]
+    if lx <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if lx <= x1:
+            return y0 + (y1 - y0) * (lx - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def layer_kernel_over_copy(hopper) -> float:
+    """H200: the layer kernels' median memory efficiency (the Hopper file's ``memory``) over a plain copy's."""
+    copies = [e["efficiency"] for e in yaml.safe_load(H200.read_text())["memory"]["entries"] if e["op"] == "copy_"]
+    return hopper.memory_efficiency / statistics.median(copies)
+
+
+def flash_median_over_max() -> float:
+    """FlashAttention-2 (PyTorch's flash backend), causal, forward + backward, over the H200's shapes."""
+    entries = yaml.safe_load(H200.read_text())["attention"]["entries"]
+    fb = [e["fwd_bwd_efficiency"] for e in entries if e.get("backend_used") == "flash" and e.get("causal")]
+    return statistics.median(fb) / max(fb)
+
+
+def derive() -> dict:
+    """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, attention: x}}."""
+    pub = yaml.safe_load(PUBLISHED.read_text())
+    hopper = load_device(HOPPER)
+    bf16_x, bf16_y = hopper.gemm_efficiency_flops, hopper.gemm_efficiency
+    fp8_x, fp8_y = next((x, y) for name, x, y in hopper.low_precision_gemm if name == "fp8")
+    mamf = pub["mamf"]
+    ratio_mem = layer_kernel_over_copy(hopper)
+    fp4 = pub["fp4_b200"]
+    fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]
+    first_x, first_y = fp4_points[0]
+    fp4_below = [(x, y * first_y / _interp(fp8_x, fp8_y, first_x)) for x, y in zip(fp8_x, fp8_y) if x < first_x]
+    out = {}
+    for device, (bf16_key, fp8_key) in DEVICES.items():
+        scale = _eff(mamf["bf16"][bf16_key]) / _eff(mamf["bf16"]["h100"])
+        values = {"gemm": (tuple(bf16_x), tuple(round(y * scale, DIGITS) for y in bf16_y))}
+        if fp8_key:
+            f8 = _eff(mamf["fp8"][fp8_key]) / _eff(mamf["fp8"]["h200"])
+            values["gemm_fp8"] = (tuple(fp8_x), tuple(round(y * f8, DIGITS) for y in fp8_y))
+            f4 = _eff(mamf["fp8"][fp8_key]) / _eff(mamf["fp8"]["b200"])
+            pts = fp4_below + fp4_points
+            values["gemm_fp4"] = (tuple(x for x, _ in pts), tuple(round(y * f4, DIGITS) for _, y in pts))
+        s = pub["stream"][STREAM[device]]
+        values["memory"] = round(s["tbps"] / s["spec_tbps"] * ratio_mem, 2)
+        if device == "a100-sxm-80gb":
+            fa = pub["flash_attention_2_a100"]
+            combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
+            values["attention"] = round(combined * flash_median_over_max(), 2)
+        out[device] = values
+    return out
+
+
+def differences(derived: dict) -> list[str]:
+    """Where a device file's values differ from the derivation (curves to 3 decimals)."""
+    bad = []
+    for device, values in derived.items():
+        spec = load_device(device)
+        curves = {"gemm": (spec.gemm_efficiency_flops, spec.gemm_efficiency)}
+        curves.update({f"gemm_{name}": (x, y) for name, x, y in spec.low_precision_gemm})
+        for key, value in values.items():
+            if key.startswith("gemm"):
+                have = curves.get(key)
+                if have is None or len(have[0]) != len(value[0]) or any(
+                    not math.isclose(a, b, rel_tol=5e-3) or abs(c - d) > 1e-9
+                    for a, b, c, d in zip(have[0], value[0], have[1], value[1])
+                ):
+                    bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "memory" and abs(spec.memory_efficiency - value) > 1e-9:
+                bad.append(f"{device}: efficiency.memory {spec.memory_efficiency} != {value}")
+            elif key == "attention" and abs(spec.attention_efficiency - value) > 1e-9:
+                bad.append(f"{device}: efficiency.attention {spec.attention_efficiency} != {value}")
+    return bad
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 where a device file differs")
+    args = parser.parse_args(argv)
+    derived = derive()
+    for device, values in derived.items():
+        print(f"{device}:")
+        for key, value in values.items():
+            if key.startswith("gemm"):
+                print(f"  {key}:\n    flops:      [{', '.join(f'{x:.3g}' for x in value[0])}]")
+                print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
+            else:
+                print(f"  {key}: {value}")
+    if args.check:
+        bad = differences(derived)
+        for line in bad:
+            print(line, file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
