@@ -3,15 +3,16 @@
     python benchmarks/calibrate.py [--holdout | --moe | --attention | --engine NAME]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
-measurements (A100: Azure AI benchmarking guide, hardware_cost_conventions.md Sec. 10.1; H100: our
-H200 run, problems/measurements/h200-microbench.yaml). Fitted, on the dense runs of A100, H100, B200,
+measurements (H100: our H200 run, problems/measurements/h200-microbench.yaml; A100 and Blackwell:
+carried over from it by published measurements, benchmarks/device_curves.py). Fitted, on the dense runs of A100, H100, B200,
 GB200 and GB300 (Megatron-Bridge 25.11's included): one straggler share for every system (the mean
 per-GPU delay of a synchronous step, ``training.straggler_stretch``), by grid search; for each value
 of it, per device, the network efficiency (achieved fraction of the link rate, both tiers) by
 golden-section search and, for each step of 0.1 of efficiency.tp_overlap (the share of a GEMM's time
 that can hide a tensor-parallel collective beside it), the best pair kept; tp_overlap only on a device
 with at least TP_OVERLAP_MIN_RUNS runs, some of which overlap such collectives (A100's 2021-22 runs
-overlap none: its file's value; the Blackwell devices have 2-3 runs each: they take the H100's). The objective is the
+overlap none: its file's value; the Blackwell devices have 2-3 runs each: they take the H100's), and the
+network efficiency only on a device with at least NETWORK_MIN_RUNS runs (B200's two: the H100's). The objective is the
 mean absolute relative step-time error over all the runs. DeepSpeed ZeRO-3 runs of SC'21 Table 2
 are excluded from the fit (see the README: the model has no term for that implementation's
 overheads) and reported like every other run.
@@ -46,6 +47,7 @@ import dataclasses
 import statistics
 import sys
 
+from parasol.model.errors import ProblemError
 from parasol.solver.validation import evaluate_all, family, load_runs
 
 DEVICE_OF_SYSTEM = {
@@ -58,6 +60,9 @@ DEVICE_OF_SYSTEM = {
 }
 # tp_overlap is fitted only on a device with this many runs; the others keep the value their file states
 TP_OVERLAP_MIN_RUNS = 10
+# a device with fewer runs takes the H100's network efficiency: two runs let the network absorb a compute
+# error (B200's fell to the range's floor and made its 400G NICs slower than the H100's same NICs)
+NETWORK_MIN_RUNS = 3
 NO_RUN_NETWORK = 0.80  # what a system file states where no run tells its network efficiency
 # ZeRO-3: outside the model (README, Accuracy). MoE: first version of the expert model, reported
 # against the dense calibration rather than fitted to it.
@@ -67,6 +72,8 @@ EXCLUDED_FAMILIES = (
     "Megatron-Bridge 25.09 MoE",
     "MoE Model Zoo (out of sample)",
     "MoE Model Zoo long context (out of sample)",
+    "MoE Model Zoo Blackwell (out of sample)",
+    "Megatron-LM GB200 guide (out of sample)",
     "Megatron-Bridge 25.11 MoE",
 )
 MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
@@ -203,11 +210,13 @@ def fit_network(entries, device: str, tp_overlap: float | None = None, straggler
 
 
 def fit(
-    entries, device: str, straggler: float | None = None, tp_overlap: float | None = None
+    entries, device: str, straggler: float | None = None, tp_overlap: float | None = None, network: float | None = None
 ) -> tuple[float, float | None, float]:
     """(network efficiency, the tp_overlap it was fitted at, mean |error|) at a given straggler share
     (None: the systems' stored one). Where the runs cannot tell tp_overlap it is ``tp_overlap`` (None:
-    the device file's own)."""
+    the device file's own); where they are fewer than NETWORK_MIN_RUNS the network is ``network``."""
+    if network is not None and len(entries) < NETWORK_MIN_RUNS:
+        return network, tp_overlap, loss(entries, {device: network}, tp_overlap, straggler)
     if not overlaps_tp(entries) or len(entries) < TP_OVERLAP_MIN_RUNS:
         x, error = fit_network(entries, device, tp_overlap, straggler)
         return x, tp_overlap, error
@@ -228,14 +237,17 @@ def fit_all(entries) -> tuple[float, dict, float]:
     best = None
     for k in STRAGGLER_GRID:
         per_device, total, runs = {}, 0.0, 0
-        shared_overlap = None  # the H100's fitted tp_overlap, which the devices with few runs take
+        shared_overlap = shared_network = None  # the H100's fitted values, which the devices with few runs take
         for device in DEVICES:  # the H100 before the Blackwell devices
             own = device_entries(entries, device)
             if own:
-                per_device[device] = fit(own, device, k, shared_overlap if device in FEW_RUN_DEVICES else None)
+                few = device in FEW_RUN_DEVICES
+                per_device[device] = fit(own, device, k, shared_overlap if few else None, shared_network if few else None)
                 total, runs = total + per_device[device][2] * len(own), runs + len(own)
-                if device == "h100-sxm-80gb" and per_device[device][1] is not None:
-                    shared_overlap = per_device[device][1]
+                if device == "h100-sxm-80gb":
+                    shared_network = per_device[device][0]
+                    if per_device[device][1] is not None:
+                        shared_overlap = per_device[device][1]
         if best is None or total / runs < best[2]:
             best = (k, per_device, total / runs)
     return best
@@ -287,7 +299,11 @@ def main() -> int:
         )
         return 0
     if args.engine:
-        return fit_engine(args.engine)
+        try:
+            return fit_engine(args.engine)
+        except ProblemError as err:  # an unknown engine name: one line, as the CLI answers
+            print(f"calibrate.py --engine: {err}", file=sys.stderr)
+            return 2
     entries = load_runs()
     if args.moe:
         fit_moe(entries)
@@ -301,7 +317,8 @@ def main() -> int:
             else f"{tp_overlap:.1f}" + (" (the H100's: too few runs)" if device in FEW_RUN_DEVICES else "")
         )
         own = device_entries(entries, device)
-        print(f"{device}: {len(own)} runs, network efficiency {x:.3f}, tp_overlap {told}, mean |error| {100 * error:.1f} %")
+        net = f"{x:.3f}" + (" (the H100's: too few runs)" if len(own) < NETWORK_MIN_RUNS and device in FEW_RUN_DEVICES else "")
+        print(f"{device}: {len(own)} runs, network efficiency {net}, tp_overlap {told}, mean |error| {100 * error:.1f} %")
     if args.holdout:
         print("\nleave-one-family-out (fit the straggler share and the networks without the family, error on it):")
         for fam in sorted({family(e["id"]) for device in DEVICES for e in device_entries(entries, device)}):

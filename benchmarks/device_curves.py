@@ -12,8 +12,9 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   [assumption].
 - GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, the Hopper fp8 shape below the first,
   held above the last; another Blackwell device scales them by its fp8 MAMF over B200's.
-- memory: the device's copy bandwidth over its spec, times the ratio of the layer kernels' median to a
-  plain copy measured on H200 (the device files' ``memory`` is the former).
+- memory, stream, kv_stream: the device's copy bandwidth over its spec, times the ratio to a plain copy
+  measured on Hopper of, in turn, the layer kernels' median (H200), decode GEMMs streaming their weights
+  and decode attention streaming the KV cache (H100; h100-sxm-80gb.yaml holds all three).
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
@@ -66,10 +67,9 @@ def _interp(xs, ys, x: float) -> float:
     return pts[-1][1]
 
 
-def layer_kernel_over_copy(hopper) -> float:
-    """H200: the layer kernels' median memory efficiency (the Hopper file's ``memory``) over a plain copy's."""
-    copies = [e["efficiency"] for e in yaml.safe_load(H200.read_text())["memory"]["entries"] if e["op"] == "copy_"]
-    return hopper.memory_efficiency / statistics.median(copies)
+def hopper_copy_efficiency() -> float:
+    """A plain copy's fraction of the H200's HBM bandwidth (median of h200-microbench.yaml's copies)."""
+    return statistics.median(e["efficiency"] for e in yaml.safe_load(H200.read_text())["memory"]["entries"] if e["op"] == "copy_")
 
 
 def flash_median_over_max() -> float:
@@ -86,7 +86,12 @@ def derive() -> dict:
     bf16_x, bf16_y = hopper.gemm_efficiency_flops, hopper.gemm_efficiency
     fp8_x, fp8_y = next((x, y) for name, x, y in hopper.low_precision_gemm if name == "fp8")
     mamf = pub["mamf"]
-    ratio_mem = layer_kernel_over_copy(hopper)
+    copy = hopper_copy_efficiency()
+    over_copy = {
+        "memory": hopper.memory_efficiency / copy,
+        "stream": hopper.stream_efficiency / copy,
+        "kv_stream": hopper.kv_stream_efficiency / copy,
+    }
     fp4 = pub["fp4_b200"]
     fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]
     first_x, first_y = fp4_points[0]
@@ -102,7 +107,8 @@ def derive() -> dict:
             pts = fp4_below + fp4_points
             values["gemm_fp4"] = (tuple(x for x, _ in pts), tuple(round(y * f4, DIGITS) for _, y in pts))
         s = pub["stream"][STREAM[device]]
-        values["memory"] = round(s["tbps"] / s["spec_tbps"] * ratio_mem, 2)
+        for key, ratio in over_copy.items():
+            values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
         if device == "a100-sxm-80gb":
             fa = pub["flash_attention_2_a100"]
             combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
@@ -121,13 +127,19 @@ def differences(derived: dict) -> list[str]:
         for key, value in values.items():
             if key.startswith("gemm"):
                 have = curves.get(key)
-                if have is None or len(have[0]) != len(value[0]) or any(
-                    not math.isclose(a, b, rel_tol=5e-3) or abs(c - d) > 1e-9
-                    for a, b, c, d in zip(have[0], value[0], have[1], value[1])
+                if (
+                    have is None
+                    or len(have[0]) != len(value[0])
+                    or any(
+                        not math.isclose(a, b, rel_tol=5e-3) or abs(c - d) > 1e-9
+                        for a, b, c, d in zip(have[0], value[0], have[1], value[1])
+                    )
                 ):
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
-            elif key == "memory" and abs(spec.memory_efficiency - value) > 1e-9:
-                bad.append(f"{device}: efficiency.memory {spec.memory_efficiency} != {value}")
+            elif key in ("memory", "stream", "kv_stream"):
+                have = getattr(spec, f"{key}_efficiency")
+                if abs(have - value) > 1e-9:
+                    bad.append(f"{device}: efficiency.{key} {have} != {value}")
             elif key == "attention" and abs(spec.attention_efficiency - value) > 1e-9:
                 bad.append(f"{device}: efficiency.attention {spec.attention_efficiency} != {value}")
     return bad

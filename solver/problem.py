@@ -279,7 +279,12 @@ def _parse_workload(data, src: str) -> Workload:
     modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
-        for key, default in (("overlap_dp", True), ("overlap_tp_grad", True), ("moe_a2a_overlap", False), ("moe_fp8_dispatch", False))
+        for key, default in (
+            ("overlap_dp", True),
+            ("overlap_tp_grad", True),
+            ("moe_a2a_overlap", False),
+            ("moe_fp8_dispatch", False),
+        )
     }
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     if flags["moe_fp8_dispatch"] and (dispatcher != "deepep" or precision != "fp8"):

@@ -78,6 +78,10 @@ def family(run_id: str) -> str:
         return "Megatron-Bridge 25.11 MoE" if moe else "Megatron-Bridge 25.11"
     if run_id.startswith("moezoo-lc"):
         return "MoE Model Zoo long context (out of sample)"
+    if run_id.startswith("moezoo-bw"):
+        return "MoE Model Zoo Blackwell (out of sample)"
+    if run_id.startswith("mlmguide"):
+        return "Megatron-LM GB200 guide (out of sample)"
     if run_id.startswith("moezoo"):
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):

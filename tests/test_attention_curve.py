@@ -19,9 +19,12 @@ CURVE = {"tokens": [1024, 2048, 4096, 8192], "efficiency": [0.319, 0.402, 0.444,
 
 
 def _device_with(tmp_path, curve):
+    """dgx-h100 whose device file gives ``curve`` (None: no curve, the single value)."""
     device = yaml.safe_load((REPO / "problems" / "systems" / "devices" / "h100-sxm-80gb.yaml").read_text())
     device.pop("name", None)
-    device["efficiency"]["attention_by_tokens"] = curve
+    device["efficiency"].pop("attention_by_tokens", None)
+    if curve is not None:
+        device["efficiency"]["attention_by_tokens"] = curve
     write_yaml(tmp_path / "h100-curve.yaml", device)
     system = yaml.safe_load((REPO / "problems" / "systems" / "dgx-h100.yaml").read_text())
     system["device"] = {"file": "h100-curve.yaml"}
@@ -33,7 +36,7 @@ def test_the_curve_interpolates_in_log_tokens_and_holds_beyond_its_ends(tmp_path
     assert device.attention_efficiency_at(512) == 0.319 and device.attention_efficiency_at(131072) == 0.479
     assert device.attention_efficiency_at(2048) == pytest.approx(0.402)
     assert device.attention_efficiency_at(2896.3) == pytest.approx((0.402 + 0.444) / 2, rel=1e-3)  # sqrt(2048·4096)
-    plain = library.load_device("h100-sxm-80gb")  # no curve: the single value, everywhere
+    plain = _device_with(tmp_path, None).device  # no curve: the single value, everywhere
     assert plain.attention_efficiency_at(1024) == plain.attention_efficiency_at(131072) == plain.attention_efficiency
 
 
@@ -44,8 +47,10 @@ def test_training_flash_attention_runs_at_the_curves_efficiency_for_seq_over_cp_
     )
     problem = parse_problem(data, source="t.yaml")
     mapping = problem.fixed_mapping()
-    plain = evaluate_training(problem.model, problem.system(), problem.workload, mapping).breakdown["time_s"]
+    plain = evaluate_training(problem.model, _device_with(tmp_path, None), problem.workload, mapping).breakdown["time_s"]
     curved = evaluate_training(problem.model, system, problem.workload, mapping).breakdown["time_s"]
+    library_file = evaluate_training(problem.model, problem.system(), problem.workload, mapping).breakdown["time_s"]
+    assert library_file == curved  # the library's H100 file holds the measured curve
     # 16,384 tokens over cp 2: calls of 8,192 keys, at 0.479 against the file's single 0.415
     assert curved["compute/attention"] == pytest.approx(plain["compute/attention"] * 0.415 / 0.479, rel=1e-9)
     assert curved["compute/gemm"] == plain["compute/gemm"]
@@ -81,3 +86,16 @@ def test_the_measured_curve_rises_with_the_sequence_and_its_median_is_the_files_
     overall = measurement["attention"]["summary"]["cudnn_causal"]["median_fwd_bwd_efficiency"]
     assert statistics.median(effs) == pytest.approx(overall, abs=0.01)
     assert dataclasses.asdict(library.load_device("h100-sxm-80gb"))["attention_efficiency"] == pytest.approx(overall, abs=0.001)
+
+
+def test_the_hopper_and_blackwell_files_hold_the_measured_curve():
+    """The device files that carry ``attention_by_tokens`` hold what calibrate.py --attention prints from
+    the H200 measurement (Blackwell takes it: no Blackwell cuDNN measurement at hand)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import calibrate  # noqa: PLC0415  benchmarks/calibrate.py
+
+    tokens, efficiency = calibrate.attention_curve()
+    for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "b200", "b300", "gb200", "gb300"):
+        device = library.load_device(name)
+        assert device.attention_tokens == tuple(float(t) for t in tokens), name
+        assert device.attention_curve == pytest.approx(tuple(efficiency), abs=5e-4), name

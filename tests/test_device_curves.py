@@ -1,0 +1,47 @@
+"""The A100 and Blackwell device files carry our Hopper measurements over by published, non-reserved
+measurements (benchmarks/device_curves.py, problems/measurements/published_kernels.yaml)."""
+
+import sys
+
+import pytest
+from conftest import REPO
+
+from parasol.solver.library import load_device
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import device_curves  # noqa: E402  benchmarks/device_curves.py
+
+
+def test_the_device_files_hold_the_scripts_derivation():
+    assert device_curves.differences(device_curves.derive()) == []
+
+
+def test_the_transfer_scales_the_hopper_curve_by_the_mamf_ratio():
+    """e_X(F) = e_Hopper(F) x MAMF_X / MAMF_Hopper: the A100's 86.9 % against the H100's 80.3 % (stas00's
+    table) lifts every point of the bf16 curve by the same 8.2 %; GB200's fp8 72.3 % against H200's 73.4 %
+    lowers the fp8 curve by 1.5 %."""
+    hopper, a100, gb200 = (load_device(n) for n in ("h100-sxm-80gb", "a100-sxm-80gb", "gb200"))
+    ratio = (271.2 / 312) / (794.5 / 989)
+    assert a100.gemm_efficiency_at(1e11) == pytest.approx(hopper.gemm_efficiency_at(1e11) * ratio, abs=6e-4)
+    assert a100.gemm_efficiency_at(1e13) == pytest.approx(hopper.gemm_efficiency_at(1e13) * ratio, abs=6e-4)
+    fp8 = (3615.6 / 5000) / (1453.4 / 1979)
+    assert gb200.gemm_efficiency_at(1e12, "fp8") == pytest.approx(hopper.gemm_efficiency_at(1e12, "fp8") * fp8, abs=6e-4)
+
+
+def test_b200_fp4_holds_torchaos_measured_square_gemms():
+    """NVFP4 on B200 (torchao bench_matmul, pytorch/ao#2427): 4.46, 5.50 and 5.37 PFLOP/s at 4096^3,
+    6144^3 and 8192^3 of 9 PFLOP/s dense (the file holds their FLOPs to three digits)."""
+    b200 = load_device("b200")
+    for n, pflops in ((4096, 4.46), (6144, 5.50), (8192, 5.37)):
+        assert b200.gemm_efficiency_at(2.0 * n**3, "fp4") == pytest.approx(pflops / 9.0, abs=1.5e-3)
+
+
+def test_no_device_or_system_file_takes_a_number_from_the_reserved_azure_guide():
+    """Issue 13 reserves the Azure AI benchmarking guide for measuring the model: nothing under
+    problems/systems or problems/measurements may cite it as a source (a mention that it is reserved is not one)."""
+    cited = []
+    for path in [*(REPO / "problems" / "systems").rglob("*.yaml"), *(REPO / "problems" / "measurements").glob("*.yaml")]:
+        for line in path.read_text().splitlines():
+            if ("Azure" in line or "AI-benchmarking-guide" in line) and "reserved" not in line and "reserves" not in line:
+                cited.append(f"{path.name}: {line.strip()[:80]}")
+    assert cited == []
