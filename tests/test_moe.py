@@ -264,3 +264,26 @@ def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
         model, system, dataclasses.replace(base, moe_dispatcher="deepep", moe_a2a_overlap=True), mapping
     ).metrics["step_time_s"]
     assert both < deepep < plain
+
+
+def test_megatron_lm_sends_no_fp8_dispatch():
+    """Megatron-Core's DeepEP dispatch carries 16-bit tokens (Megatron-LM's GB200 guide: FP8 EP dispatch is not
+    yet supported): its framework profile refuses the DeepSeek-style FP8 dispatch in one line."""
+    data = {
+        "model": "deepseek-v3",
+        "system": {"name": "dgx-h800", "num_gpus": 256},
+        "workload": {
+            "kind": "training",
+            "seq_len": 4096,
+            "global_batch": 256,
+            "precision": "fp8",
+            "moe_dispatcher": "deepep",
+            "moe_fp8_dispatch": True,
+            "framework": "megatron-lm",
+        },
+    }
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="t.yaml")
+    assert err.value.field == "workload.moe_fp8_dispatch" and "megatron-lm" in str(err.value)
+    data["workload"]["moe_fp8_dispatch"] = False
+    assert parse_problem(data, source="t.yaml").workload.moe_fp8_dispatch is False
