@@ -17,8 +17,9 @@ mean absolute relative step-time error over all the runs. DeepSpeed ZeRO-3 runs 
 are excluded from the fit (see the README: the model has no term for that implementation's
 overheads) and reported like every other run.
 
---holdout refits leaving out one publication family at a time and prints the error on it (a device
-left without runs takes the network efficiency the files state for a system with no run, 0.80).
+--holdout refits leaving out one publication family at a time and prints the error on it (a Blackwell
+device left without runs takes the H100's network and tp_overlap, as one with too few does; another the
+network efficiency the files state for a system with no run, 0.80).
 
 --moe first prints the H100's measured FP8 grouped-GEMM efficiency (efficiency.grouped_fp8: the
 scaled grouped kernels against the FP8 dense curve, from problems/measurements/h100-kernel-microbench.yaml),
@@ -328,9 +329,9 @@ def main() -> int:
             errors = []
             for device in DEVICES:
                 held = device_entries(test, device)
-                if held:  # a device left without runs: the network the files state for one without, the H100's overlap
-                    shared = fitted["h100-sxm-80gb"][1] if device in FEW_RUN_DEVICES and "h100-sxm-80gb" in fitted else None
-                    x, tp_overlap, _ = fitted.get(device, (NO_RUN_NETWORK, shared, None))
+                if held:  # a device left without runs: as fit_all treats one with too few, the H100's network and overlap
+                    h100 = fitted.get("h100-sxm-80gb") if device in FEW_RUN_DEVICES else None
+                    x, tp_overlap, _ = fitted.get(device, (h100[0], h100[1], None) if h100 else (NO_RUN_NETWORK, None, None))
                     errors += [abs(r.error) for r in evaluate_all(held, override({device: x}, tp_overlap, k_out))]
             print(
                 f"  {fam:<32} {len(errors):>2} runs: held-out mean |error| {100 * statistics.fmean(errors):.1f} % "

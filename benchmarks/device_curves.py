@@ -13,8 +13,8 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, the Hopper fp8 shape below the first,
   held above the last; another Blackwell device scales them by its fp8 MAMF over B200's.
 - memory, stream, kv_stream: the device's copy bandwidth over its spec, times the ratio to a plain copy
-  measured on Hopper of, in turn, the layer kernels' median (H200), decode GEMMs streaming their weights
-  and decode attention streaming the KV cache (H100; h100-sxm-80gb.yaml holds all three).
+  on the same GPU of, in turn, the layer kernels' median (H200), decode GEMMs streaming their weights
+  and decode attention streaming the KV cache (H100 SXM; h100-sxm-80gb.yaml holds all three).
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
@@ -37,6 +37,7 @@ from parasol.solver.library import load_device
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
 H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
+H100 = ROOT / "problems" / "measurements" / "h100-microbench.yaml"
 HOPPER = "h100-sxm-80gb"  # the file holding our measured curves
 # device file -> its entries in the MAMF table (bf16, fp8); None: no such tensor cores
 DEVICES = {
@@ -67,9 +68,11 @@ def _interp(xs, ys, x: float) -> float:
     return pts[-1][1]
 
 
-def hopper_copy_efficiency() -> float:
-    """A plain copy's fraction of the H200's HBM bandwidth (median of h200-microbench.yaml's copies)."""
-    return statistics.median(e["efficiency"] for e in yaml.safe_load(H200.read_text())["memory"]["entries"] if e["op"] == "copy_")
+def copy_efficiency(measurement: Path) -> float:
+    """A plain copy's fraction of the measured GPU's HBM bandwidth (median of the file's copies)."""
+    return statistics.median(
+        e["efficiency"] for e in yaml.safe_load(measurement.read_text())["memory"]["entries"] if e["op"] == "copy_"
+    )
 
 
 def flash_median_over_max() -> float:
@@ -86,11 +89,11 @@ def derive() -> dict:
     bf16_x, bf16_y = hopper.gemm_efficiency_flops, hopper.gemm_efficiency
     fp8_x, fp8_y = next((x, y) for name, x, y in hopper.low_precision_gemm if name == "fp8")
     mamf = pub["mamf"]
-    copy = hopper_copy_efficiency()
-    over_copy = {
-        "memory": hopper.memory_efficiency / copy,
-        "stream": hopper.stream_efficiency / copy,
-        "kv_stream": hopper.kv_stream_efficiency / copy,
+    h200_copy, h100_copy = copy_efficiency(H200), copy_efficiency(H100)
+    over_copy = {  # each ratio on the GPU it was measured on
+        "memory": hopper.memory_efficiency / h200_copy,  # the layer kernels: H200
+        "stream": hopper.stream_efficiency / h100_copy,  # decode weight and KV streaming: H100 SXM
+        "kv_stream": hopper.kv_stream_efficiency / h100_copy,
     }
     fp4 = pub["fp4_b200"]
     fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]

@@ -9,7 +9,8 @@ Two dispatchers, as Megatron-Core offers them:
 - ``deepep`` (DeepEP, DeepSeek-AI 2025; DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.2.2): a
   token crosses the scale-out network once per destination node holding any of its experts and
   is forwarded inside the node over NVLink once per destination GPU; with FP8 training the
-  dispatch is sent in FP8 with one fp32 scale per 128 elements (Sec. 3.3), the combine in BF16.
+  dispatch may be sent in FP8 with one fp32 scale per 128 elements (Sec. 3.3.3, ``workload.moe_fp8_dispatch``),
+  the combine in BF16.
   Node-limited routing (Sec. 2.1.2) caps the destination nodes per token.
 
 Experts are spread evenly over the ranks of the expert-parallel group (E/ep per rank) and routing
@@ -69,7 +70,7 @@ def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher:
 def fp8_dispatch(workload: Workload) -> bool:
     """Whether the FP8 training forward dispatch travels in FP8 with its block scales
     (``workload.moe_fp8_dispatch``): the tokens are quantised before the dispatch, and the rows that
-    arrive are the experts' FP8 GEMM input (DeepSeek-V3 Sec. 3.3.2, "Low-Precision Communication").
+    arrive are the experts' FP8 GEMM input (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Communication").
     DeepSeek's framework does; Megatron-Core's DeepEP and HybridEP dispatchers send 16-bit tokens and
     quantise after them (NVIDIA Megatron-LM, docs/discussions/deepseek-v3-gb200-optimization: FP8 "EP
     Dispatch (which [is] not yet supported)"), so it is off unless the workload says so."""

@@ -203,7 +203,9 @@ def solve_one(planner, problem, objective, top, time_limit, workers, seed, space
             if rank == 0:
                 result.status = status
                 if status == "INFEASIBLE":
-                    result.message = explain(planner, problem, space, deadline, workers, seed)
+                    from .planner import explain_infeasible  # noqa: PLC0415 (the planner module imports this one)
+
+                    result.message = explain_infeasible(planner, problem, space, objective, deadline, workers, seed)
                 elif status == "UNKNOWN":
                     result.message = SEARCH_INTERRUPTED if interrupted() else SEARCH_TIME_UP
             break

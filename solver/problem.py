@@ -289,7 +289,7 @@ def _parse_workload(data, src: str) -> Workload:
     dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     if flags["moe_fp8_dispatch"] and (dispatcher != "deepep" or precision != "fp8"):
         raise ProblemError(
-            f"an FP8 dispatch needs moe_dispatcher deepep and precision fp8 (got {dispatcher}, {precision}); allowed: true, false",
+            f"an FP8 dispatch needs moe_dispatcher deepep and precision fp8 (got {dispatcher}, {precision}); set it false, or use deepep with fp8",
             source=src,
             field="workload.moe_fp8_dispatch",
         )

@@ -76,9 +76,10 @@ def test_moe_runs_outside_the_calibration_set_within_twenty_five_percent_on_aver
     take instead of a fitted share. With the table's fifth row (Megatron FSDP, +55 %: ZeRO-3's per
     micro-batch gathers are hidden in the run, exposed in the model) 23.9 % on five; a change that loses the
     out-of-sample accuracy fails here."""
-    errors = [abs(r.error) for r in results if r.family == MOE_CHECK]
-    assert len(errors) == 5 and statistics.fmean(errors) <= 0.25
-    assert statistics.fmean(sorted(errors)[:4]) <= 0.18  # the four without the FSDP row
+    errors = {r.run_id: abs(r.error) for r in results if r.family == MOE_CHECK}
+    assert len(errors) == 5 and statistics.fmean(errors.values()) <= 0.25
+    without_fsdp = [e for run_id, e in errors.items() if "fsdp" not in run_id]
+    assert len(without_fsdp) == 4 and statistics.fmean(without_fsdp) <= 0.18
 
 
 def test_moe_runs_on_blackwell_stay_within_their_measured_bound(results):
@@ -140,8 +141,8 @@ def test_megatron_bridge_2511_dense_runs(results):
     6.8 % mean, 12.3 % worst when imported, before any fit used them; since the straggler refit they
     are fitted with the networks (benchmarks/calibrate.py): 6.2 % mean, 18.9 % worst (GB300, whose
     compute runs faster than the GB200 measurements it takes; the network cannot absorb it); with the
-    Blackwell curves carried over by MAMF (benchmarks/device_curves.py) and the attention curve, 6.3 % and
-    10.0 %. The held-out figure is in docs/accuracy.md."""
+    Blackwell curves carried over by MAMF (benchmarks/device_curves.py), the attention curve and B200 on the
+    H100's network, 6.7 % and 10.6 %. The held-out figure is in docs/accuracy.md."""
     errors = [abs(r.error) for r in results if r.family == BRIDGE_2511]
     assert len(errors) == 11 and statistics.fmean(errors) <= 0.08 and max(errors) <= 0.12
 
