@@ -51,6 +51,11 @@ DENSE_OUT_OF_SAMPLE = "Llama 3 paper (out of sample)"  # the out-of-sample famil
 APART = MOE + OUT_OF_SAMPLE + NOT_FITTED
 
 
+def moe_out_of_sample(results) -> list:
+    """The out-of-sample runs of every MoE family (all out-of-sample families but the Llama 3 paper's)."""
+    return [r for r in results if r.family in OUT_OF_SAMPLE and r.family != DENSE_OUT_OF_SAMPLE]
+
+
 def summarise(results) -> dict:
     errors = [abs(r.error) for r in results]
     by_family = {}
@@ -156,7 +161,7 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     )
     dense = [r for r in results if r.family not in OUTSIDE_MODEL + APART]
     dense_oos = [r for r in results if r.family == DENSE_OUT_OF_SAMPLE]
-    moe_oos = [r for r in results if r.family in OUT_OF_SAMPLE and r.family != DENSE_OUT_OF_SAMPLE]
+    moe_oos = moe_out_of_sample(results)
     s = inference_accuracy.summarise(serving)["by_metric"]
     o = inference_accuracy.summarise(serving_oos)["by_metric"]["tokens_per_s_per_gpu"]
     mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
@@ -234,7 +239,7 @@ def main() -> int:
             print(
                 f"{len(errors)} runs, {name}: mean |error| {100 * statistics.fmean(errors):.1f} %, max {100 * max(errors):.1f} %"
             )
-    moe_oos = [abs(r.error) for r in results if r.family in OUT_OF_SAMPLE and r.family != DENSE_OUT_OF_SAMPLE]
+    moe_oos = [abs(r.error) for r in moe_out_of_sample(results)]
     if moe_oos:
         print(
             f"{len(moe_oos)} MoE runs out of sample, all families: mean |error| {100 * statistics.fmean(moe_oos):.1f} %, "

@@ -56,18 +56,6 @@ def _eff(entry: dict) -> float:
     return entry["tflops"] / entry["peak_tflops"]
 
 
-def _interp(xs, ys, x: float) -> float:
-    """Log-linear interpolation, held at the ends (as DeviceSpec.gemm_efficiency_at)."""
-    lx = math.log(x)
-    pts = [(math.log(a), b) for a, b in zip(xs, ys)]
-    if lx <= pts[0][0]:
-        return pts[0][1]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if lx <= x1:
-            return y0 + (y1 - y0) * (lx - x0) / (x1 - x0)
-    return pts[-1][1]
-
-
 def copy_efficiency(measurement: Path) -> float:
     """A plain copy's fraction of the measured GPU's HBM bandwidth (median of the file's copies)."""
     return statistics.median(
@@ -98,7 +86,7 @@ def derive() -> dict:
     fp4 = pub["fp4_b200"]
     fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]
     first_x, first_y = fp4_points[0]
-    fp4_below = [(x, y * first_y / _interp(fp8_x, fp8_y, first_x)) for x, y in zip(fp8_x, fp8_y) if x < first_x]
+    fp4_below = [(x, y * first_y / hopper.gemm_efficiency_at(first_x, "fp8")) for x, y in zip(fp8_x, fp8_y) if x < first_x]
     out = {}
     for device, (bf16_key, fp8_key) in DEVICES.items():
         scale = _eff(mamf["bf16"][bf16_key]) / _eff(mamf["bf16"]["h100"])

@@ -276,12 +276,7 @@ def test_an_infeasible_space_small_enough_to_walk_is_explained_exactly(method):
     """Llama 3 70B on 8 H100 cannot fit (1.9M mappings): the enumerator's least peak memory names the
     binding limit as proven. CP-SAT minimising the peak of the unpruned model ran out the 30 s here
     (and 60 s by default) with a 325 GiB plan once attention followed the key length."""
-    data = {
-        "model": "llama3-70b",
-        "system": {"name": "dgx-h100", "num_gpus": 8},
-        "workload": {"kind": "training", "seq_len": 8192, "global_batch": 2048, "precision": "bf16"},
-        "objective": "throughput",
-    }
+    data = training_problem("llama3-70b", seq_len=8192, global_batch=2048)
     result = solve(parse_problem(data, source="t.yaml"), method=method, time_limit=30)
     assert result.status == "INFEASIBLE"
     assert "memory binds" in result.message and "the least any allowed mapping needs" in result.message

@@ -215,11 +215,7 @@ def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
 
 def test_an_fp8_dispatch_needs_deepep_and_fp8():
     for workload in ({"moe_dispatcher": "alltoall", "precision": "fp8"}, {"moe_dispatcher": "deepep", "precision": "bf16"}):
-        data = {
-            "model": "deepseek-v3",
-            "system": {"name": "dgx-h800", "num_gpus": 256},
-            "workload": {"kind": "training", "seq_len": 4096, "global_batch": 256, "moe_fp8_dispatch": True, **workload},
-        }
+        data = training_problem("deepseek-v3", "dgx-h800", 256, global_batch=256, moe_fp8_dispatch=True, **workload)
         with pytest.raises(ProblemError) as err:
             parse_problem(data, source="t.yaml")
         assert err.value.field == "workload.moe_fp8_dispatch" and "deepep" in str(err.value)
@@ -269,19 +265,8 @@ def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
 def test_megatron_lm_sends_no_fp8_dispatch():
     """Megatron-Core's DeepEP dispatch carries 16-bit tokens (Megatron-LM's GB200 guide: FP8 EP dispatch is not
     yet supported): its framework profile refuses the DeepSeek-style FP8 dispatch in one line."""
-    data = {
-        "model": "deepseek-v3",
-        "system": {"name": "dgx-h800", "num_gpus": 256},
-        "workload": {
-            "kind": "training",
-            "seq_len": 4096,
-            "global_batch": 256,
-            "precision": "fp8",
-            "moe_dispatcher": "deepep",
-            "moe_fp8_dispatch": True,
-            "framework": "megatron-lm",
-        },
-    }
+    fp8 = {"precision": "fp8", "moe_dispatcher": "deepep", "framework": "megatron-lm"}
+    data = training_problem("deepseek-v3", "dgx-h800", 256, global_batch=256, moe_fp8_dispatch=True, **fp8)
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t.yaml")
     assert err.value.field == "workload.moe_fp8_dispatch" and "megatron-lm" in str(err.value)
