@@ -86,16 +86,23 @@ def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
     return bytes_per_element(activation_precision(workload.precision))
 
 
-def alltoall_time_s(row_bytes: float, inside: float, across: float, where: Layout, system: SystemSpec) -> float:
+def alltoall_time_s(
+    row_bytes: float, inside: float, across: float, where: Layout, system: SystemSpec, dispatcher: str = "alltoall"
+) -> float:
     """One all-to-all of token copies over the expert-parallel group at ``where``, seconds: each rank
     sends ``inside`` copies of ``row_bytes`` per token to peers in its scale-up domain and ``across``
     to other domains (``dispatch_copies_per_token``). On two tiers, both tiers at once
-    (``comm.alltoall_split_time_s``); on a topology the model follows, the copies leaving each rank
-    timed as an all-to-all spread evenly over the group (a send buffer of which (ep-1)/ep leaves the
-    rank; DeepEP's node deduplication counts in the volume, not in its split)."""
+    (``comm.alltoall_split_time_s``), DeepEP's copies leaving the domain at the rate its kernels were
+    measured to reach through the NIC (``NetworkTier.deepep_bytes_per_s``: the system file's
+    ``scale_out.deepep_efficiency``, benchmarks/deepep_efficiency.py); on a topology the model follows,
+    the copies leaving each rank timed as an all-to-all spread evenly over the group at the topology's
+    level efficiencies (a send buffer of which (ep-1)/ep leaves the rank; DeepEP's node deduplication
+    counts in the volume, not in its split)."""
     ep = where.n
     if ep <= 1:
         return 0.0
     if where.placement is None:
-        return comm.alltoall_split_time_s(row_bytes * inside, row_bytes * across, ep, where.local, system)
+        return comm.alltoall_split_time_s(
+            row_bytes * inside, row_bytes * across, ep, where.local, system, deepep=dispatcher == "deepep"
+        )
     return collective_time_s("alltoall", row_bytes * (inside + across) * ep / (ep - 1), where, system)

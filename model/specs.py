@@ -174,10 +174,18 @@ class NetworkTier:
     bandwidth_bytes_per_s: float  # per GPU, per direction
     latency_s: float
     efficiency: float  # achievable fraction of the line rate for large collectives
+    deepep_efficiency: float = 0.0  # fraction of the line rate DeepEP's normal kernels reach across this tier; 0: efficiency
 
     @property
     def effective_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+    @property
+    def deepep_bytes_per_s(self) -> float:
+        """Rate DeepEP's dispatch and combine kernels reach across this tier, bytes/s: the measured
+        ``deepep_efficiency`` of the line rate where the system file gives it, else the tier's
+        collectives' rate (``effective_bytes_per_s``)."""
+        return self.bandwidth_bytes_per_s * (self.deepep_efficiency or self.efficiency)
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,9 @@ def ep_comm_time_s(
     total = 0.0
     for leg in ("dispatch", "combine"):
         e = expert_parallel.dispatch_bytes_per_element(workload, leg if direction == "forward" else "combine")
-        total += expert_parallel.alltoall_time_s(tokens * model.hidden * e, inside, across, where, system)
+        total += expert_parallel.alltoall_time_s(
+            tokens * model.hidden * e, inside, across, where, system, workload.moe_dispatcher
+        )
     return total
 
 

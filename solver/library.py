@@ -473,16 +473,18 @@ def _tier(data, name: str, src: str) -> NetworkTier:
         raise ProblemError("must be a mapping", source=src, field=name)
     checks.keys(
         data,
-        ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency"),
+        ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency", "deepep_efficiency"),
         ("bandwidth_bytes_per_s", "latency_s", "efficiency"),
         src,
         f"{name}.",
     )
+    deepep = data.get("deepep_efficiency")
     return NetworkTier(
         name=name,
         bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
         latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src),
         efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src),
+        deepep_efficiency=0.0 if deepep is None else checks.fraction(deepep, f"{name}.deepep_efficiency", src),
     )
 
 
