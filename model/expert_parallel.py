@@ -10,7 +10,8 @@ Two dispatchers, as Megatron-Core offers them:
   token crosses the scale-out network once per destination node holding any of its experts and
   is forwarded inside the node over NVLink once per destination GPU; with FP8 training the
   dispatch may be sent in FP8 with one fp32 scale per 128 elements (Sec. 3.3.3, ``workload.moe_fp8_dispatch``),
-  the combine in BF16.
+  the combine in BF16; the copies leaving the node go at the fraction of the NIC's line rate DeepEP's
+  kernels were measured to reach (``NetworkTier.deepep_bytes_per_s``).
   Node-limited routing (Sec. 2.1.2) caps the destination nodes per token.
 
 Experts are spread evenly over the ranks of the expert-parallel group (E/ep per rank) and routing
