@@ -18,6 +18,9 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
+- grouped_fp8 (Blackwell): the MXFP8 grouped GEMM Megatron-LM's GB200 guide measured, over GB200's FP8
+  curve at the same per-expert shape (``compute.gemm_time_s``); the other Blackwell devices take the
+  same ratio of their own curves [assumption: the same tensor cores and kernels].
 
 Prints each device's values; --check exits 1 where a device file differs (tests/test_device_curves.py).
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from parasol.model.compute import gemm_time_s
 from parasol.solver.library import load_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +51,7 @@ DEVICES = {
     "gb200": ("gb200", "gb200"),
     "gb300": ("gb200", "gb200"),  # no GB300 entry: GB200's, whose nominal bf16/fp8 peaks it shares [assumption]
 }
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 3.5  # forward + backward, backward = 2.5 x forward (h200-microbench.yaml flops_convention)
 DIGITS = 3
@@ -70,8 +75,15 @@ def flash_median_over_max() -> float:
     return statistics.median(fb) / max(fb)
 
 
+def grouped_fp8_blackwell(measured: dict) -> float:
+    """The measured MXFP8 grouped GEMM's rate over GB200's FP8 dense curve at its per-expert shape."""
+    m, n, k = measured["rows_per_expert"], measured["n"], measured["k"]
+    dense = 2.0 * m * n * k / gemm_time_s(load_device("gb200"), m, n, k, "fp8")
+    return round(measured["tflops"] * 1e12 / dense, 2)
+
+
 def derive() -> dict:
-    """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, attention: x}}."""
+    """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, grouped_fp8: x, attention: x}}."""
     pub = yaml.safe_load(PUBLISHED.read_text())
     hopper = load_device(HOPPER)
     bf16_x, bf16_y = hopper.gemm_efficiency_flops, hopper.gemm_efficiency
@@ -100,6 +112,8 @@ def derive() -> dict:
         s = pub["stream"][STREAM[device]]
         for key, ratio in over_copy.items():
             values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
+        if device in BLACKWELL:
+            values["grouped_fp8"] = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"])
         if device == "a100-sxm-80gb":
             fa = pub["flash_attention_2_a100"]
             combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
@@ -131,6 +145,8 @@ def differences(derived: dict) -> list[str]:
                 have = getattr(spec, f"{key}_efficiency")
                 if abs(have - value) > 1e-9:
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "grouped_fp8" and abs(spec.grouped_fp8_efficiency - value) > 1e-9:
+                bad.append(f"{device}: efficiency.grouped_fp8 {spec.grouped_fp8_efficiency} != {value}")
             elif key == "attention" and abs(spec.attention_efficiency - value) > 1e-9:
                 bad.append(f"{device}: efficiency.attention {spec.attention_efficiency} != {value}")
     return bad

@@ -37,6 +37,18 @@ def test_b200_fp4_holds_torchaos_measured_square_gemms():
         assert b200.gemm_efficiency_at(2.0 * n**3, "fp4") == pytest.approx(pflops / 9.0, abs=1.5e-3)
 
 
+def test_blackwell_grouped_fp8_is_the_guides_grouped_gemm_over_gb200s_dense_curve():
+    """2,672 TFLOP/s of MXFP8 grouped GEMM at 4,096 x 2,048 x 7,168 per expert (Megatron-LM's GB200 guide)
+    against GB200's FP8 curve there; the H100 keeps its own measurement (torch._scaled_grouped_mm)."""
+    from parasol.model.compute import gemm_time_s  # noqa: PLC0415
+
+    gb200 = load_device("gb200")
+    dense = 2.0 * 4096 * 2048 * 7168 / gemm_time_s(gb200, 4096, 2048, 7168, "fp8")
+    assert gb200.grouped_fp8_efficiency == pytest.approx(2672e12 / dense, abs=5e-3)
+    assert {load_device(n).grouped_fp8_efficiency for n in ("b200", "b300", "gb300")} == {gb200.grouped_fp8_efficiency}
+    assert load_device("h100-sxm-80gb").grouped_fp8_efficiency == 0.67
+
+
 def test_no_data_file_or_script_takes_a_number_from_the_reserved_azure_guide():
     """Issue 13 reserves the Azure AI benchmarking guide for measuring the model: a line of a system, device,
     engine, measurement or validation file, or of a benchmark script, may name it only to say it is reserved,
