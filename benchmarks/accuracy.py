@@ -26,6 +26,7 @@ import statistics
 import sys
 
 import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
+from calibrate import MOE_CALIBRATION  # benchmarks/calibrate.py: the MoE runs --moe fits on
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
 from docs_block import write_block
 
@@ -35,7 +36,7 @@ from parasol.solver.validation import evaluate_all, load_runs
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).
 OUTSIDE_MODEL = ("Megatron SC'21 Table 2 ZeRO-3",)
-MOE = ("Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)")  # reported on their own (calibrate.py --moe)
+MOE = MOE_CALIBRATION  # in sample, reported on their own (calibrate.py --moe fits on them)
 # published runs outside ../shared/reference, never used for fitting: reported on their own
 OUT_OF_SAMPLE = (
     "MoE Model Zoo (out of sample)",
@@ -44,11 +45,8 @@ OUT_OF_SAMPLE = (
     "MoE Model Zoo Blackwell (out of sample)",
     "Megatron-LM GB200 guide (out of sample)",
 )
-# in the reference (Megatron-Bridge 25.11: H100, B200, GB200, GB300) but not used by any fit: on their own (its
-# dense runs are fitted with the networks and the straggler share by calibrate.py, and reported with the dense runs)
-NOT_FITTED = ("Megatron-Bridge 25.11 MoE",)
 DENSE_OUT_OF_SAMPLE = "Llama 3 paper (out of sample)"  # the out-of-sample families' one dense run set
-APART = MOE + OUT_OF_SAMPLE + NOT_FITTED
+APART = MOE + OUT_OF_SAMPLE
 
 
 def moe_out_of_sample(results) -> list:
@@ -161,7 +159,7 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     )
     dense = [r for r in results if r.family not in OUTSIDE_MODEL + APART]
     dense_oos = [r for r in results if r.family == DENSE_OUT_OF_SAMPLE]
-    moe_oos = moe_out_of_sample(results)
+    moe, moe_oos = [r for r in results if r.family in MOE], moe_out_of_sample(results)
     s = inference_accuracy.summarise(serving)["by_metric"]
     o = inference_accuracy.summarise(serving_oos)["by_metric"]["tokens_per_s_per_gpu"]
     mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
@@ -169,14 +167,11 @@ def write_docs(results, serving, serving_oos, budget) -> None:
         "| what | runs | mean abs. error |",
         "|---|---|---|",
         f"| training step time, dense (in sample) | {len(dense)} | {mean(dense):.1f} % |",
-        f"| training step time, MoE (in sample) | {sum(r.family == MOE[0] for r in results)} | "
-        f"{mean([r for r in results if r.family == MOE[0]]):.1f} % |",
+        f"| training step time, MoE (in sample: Megatron-Bridge 25.09 and 25.11, H100 to GB300) | {len(moe)} | "
+        f"{mean(moe):.1f} % |",
         f"| training step time, dense, out of sample (Llama 3 paper) | {len(dense_oos)} | {mean(dense_oos):.1f} % |",
         f"| training step time, MoE, out of sample (Model Zoo, GB200 guide) | {len(moe_oos)} | {mean(moe_oos):.1f} % |",
     ]
-    for name in NOT_FITTED:
-        rs = [r for r in results if r.family == name]
-        lines.append(f"| training step time, {name} (H100 to GB300; no fit uses them) | {len(rs)} | {mean(rs):.1f} % |")
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
@@ -233,12 +228,15 @@ def main() -> int:
             f"{len(dense)} dense runs without {', '.join(OUTSIDE_MODEL)}: mean |error| {100 * statistics.fmean(errors):.1f} %, "
             f"max {100 * max(errors):.1f} % ({worst.run_id})"
         )
-    for name in MOE + OUT_OF_SAMPLE[1:] + NOT_FITTED:
+    for name in MOE + OUT_OF_SAMPLE:
         errors = [abs(r.error) for r in results if r.family == name]
         if errors:
             print(
                 f"{len(errors)} runs, {name}: mean |error| {100 * statistics.fmean(errors):.1f} %, max {100 * max(errors):.1f} %"
             )
+    moe_in = [abs(r.error) for r in results if r.family in MOE]
+    if moe_in:
+        print(f"{len(moe_in)} MoE runs in sample (calibrate.py --moe): mean |error| {100 * statistics.fmean(moe_in):.1f} %")
     moe_oos = [abs(r.error) for r in moe_out_of_sample(results)]
     if moe_oos:
         print(

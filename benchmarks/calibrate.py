@@ -23,11 +23,13 @@ network efficiency the files state for a system with no run, 0.80).
 
 --moe first prints the H100's measured FP8 grouped-GEMM efficiency (efficiency.grouped_fp8: the
 scaled grouped kernels against the FP8 dense curve, from problems/measurements/h100-kernel-microbench.yaml),
-then fits the mixture-of-experts number of the H100 device (efficiency.moe_expert: the rate of the
+then fits the mixture-of-experts number every device file holds (efficiency.moe_expert: the rate of the
 routed-expert block against the GEMM roofline; an overlapped all-to-all costs the SMs its kernels
-take, training.overlap_exposed_s, nothing fitted) on the three Megatron-Bridge 25.09 MoE runs of the
-calibration set, by grid search (step 0.01) of the mean absolute step-time error, and prints the error on the
-published MoE runs outside the calibration set (Megatron MoE Model Zoo) with the same values.
+take, training.overlap_exposed_s, nothing fitted) on the MoE runs of the calibration set
+(MOE_CALIBRATION: Megatron-Bridge 25.09's three on H100 and 25.11's seventeen on H100, B200, GB200 and
+GB300), by grid search (step 0.01) of the mean absolute step-time error; prints the leave-one-source-out
+fits (each source's error under the value fitted on the other) and the error on the published MoE runs
+outside the calibration set (MOE_CHECK: the Megatron MoE Model Zoo and Megatron-LM's GB200 guide).
 
 --attention prints the training flash-attention curve the H100-class device files hold
 (efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
@@ -65,9 +67,8 @@ TP_OVERLAP_MIN_RUNS = 10
 # error (B200's fell to the range's floor and made its 400G NICs slower than the H100's same NICs)
 NETWORK_MIN_RUNS = 3
 NO_RUN_NETWORK = 0.80  # what a system file states where no run tells its network efficiency
-# ZeRO-3: outside the model (README, Accuracy). MoE: first version of the expert model, reported
-# against the dense calibration rather than fitted to it.
-# Megatron-Bridge 25.11's MoE runs: reported, not fitted (the MoE numbers are fitted on 25.09's by --moe).
+# ZeRO-3: outside the model (README, Accuracy). MoE runs: not in the network fit; the MoE number is fitted
+# on the calibration set's MoE runs by --moe (MOE_CALIBRATION), the out-of-sample ones never.
 EXCLUDED_FAMILIES = (
     "Megatron SC'21 Table 2 ZeRO-3",
     "Megatron-Bridge 25.09 MoE",
@@ -77,7 +78,13 @@ EXCLUDED_FAMILIES = (
     "Megatron-LM GB200 guide (out of sample)",
     "Megatron-Bridge 25.11 MoE",
 )
-MOE_CALIBRATION, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
+MOE_CALIBRATION = ("Megatron-Bridge 25.09 MoE", "Megatron-Bridge 25.11 MoE")
+MOE_CHECK = (
+    "MoE Model Zoo (out of sample)",
+    "MoE Model Zoo long context (out of sample)",
+    "MoE Model Zoo Blackwell (out of sample)",
+    "Megatron-LM GB200 guide (out of sample)",
+)
 
 
 def override(params: dict, tp_overlap: float | None = None, straggler: float | None = None):
@@ -167,13 +174,20 @@ def fit_moe(entries) -> None:
     """The measured FP8 grouped-GEMM efficiency, then a grid search of moe_expert on the MoE
     calibration runs (with the stored grouped_fp8); prints both errors."""
     print(f"grouped_fp8 (H100 measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency():.2f}")
-    calibration = [e for e in entries if family(e["id"]) == MOE_CALIBRATION]
-    check = [e for e in entries if family(e["id"]) == MOE_CHECK]
+    calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
+    check = [e for e in entries if family(e["id"]) in MOE_CHECK]
     value, x = moe_expert_fit(calibration)
     print(f"MoE: {len(calibration)} calibration runs, moe_expert {x:.2f}, mean |error| {100 * value:.1f} %")
+    for source in MOE_CALIBRATION:  # leave one source out
+        held = [e for e in calibration if family(e["id"]) == source]
+        _, x_out = moe_expert_fit([e for e in calibration if family(e["id"]) != source])
+        error = statistics.fmean(abs(r.error) for r in evaluate_all(held, moe_override(x_out)))
+        print(f"  without {source}: moe_expert {x_out:.2f}, its {len(held)} runs {100 * error:.1f} %")
     for name, runs in (("calibration", calibration), ("out of sample", check)):
-        for r in evaluate_all(runs, moe_override(x)):
-            print(f"  {name:<13} {r.run_id:<58} {100 * r.error:+6.1f} %")
+        results = evaluate_all(runs, moe_override(x))
+        for r in results:
+            print(f"  {name:<13} {r.run_id:<64} {100 * r.error:+6.1f} %")
+        print(f"  {name}: {len(results)} runs, mean |error| {100 * statistics.fmean(abs(r.error) for r in results):.1f} %")
 
 
 def loss(entries, params, tp_overlap: float | None = None, straggler: float | None = None) -> float:
