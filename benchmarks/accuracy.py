@@ -26,8 +26,8 @@ import statistics
 import sys
 
 import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
-from calibrate import MOE_CALIBRATION  # benchmarks/calibrate.py: the MoE runs --moe fits on
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
+from calibrate import MOE_CALIBRATION  # benchmarks/calibrate.py: the MoE runs --moe fits on
 from docs_block import write_block
 
 from parasol.solver.report import text_table

@@ -37,10 +37,12 @@ shapes (heads, head dims) of cuDNN's causal forward+backward fraction of the dat
 (problems/measurements/h200-microbench.yaml; FLOPs 3.5 x 4·b·heads·s²·d x 0.5). Measured, not fitted.
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
-covers, the one efficiency it sets (``stream``, the HBM fraction weight GEMMs reach) by grid search
-(0.20-0.95, step 0.01) of the mean absolute error of output tokens/s on that engine's throughput runs
-(problems/validation/engine_runs.yaml), and prints the fitted value next to the stored one, then the
-error on the first-token latencies of the same release, which the fit does not see.
+covers, the efficiencies it sets (``stream``, the HBM fraction weight GEMMs reach; ``gemm``, the share of
+the device file's GEMM rates its kernels reach) together, by coordinate descent from the device file's own
+values, each a grid search (stream 0.20-0.95, gemm 0.50-1.00, step 0.01) of the mean absolute error of
+output tokens/s on that engine's throughput runs (problems/validation/engine_runs.yaml); prints the fitted
+values next to the stored ones, then the error on the first-token latencies of the same release, which the
+fit does not see.
 """
 
 from __future__ import annotations
@@ -277,21 +279,21 @@ def fit_engine(name: str) -> int:
     held-out first-token-latency error; 1 when a stored value differs from the fit."""
     from parasol.solver import library  # noqa: PLC0415
     from parasol.solver.inference_validation import evaluate_all as evaluate_serving  # noqa: PLC0415
-    from parasol.solver.inference_validation import fit_engine_efficiency, load_engine_runs, mean_abs_error
+    from parasol.solver.inference_validation import fit_engine_profile, load_engine_runs, mean_abs_error
     from parasol.solver.inference_validation import load_runs as load_serving_runs  # noqa: PLC0415
 
     runs = [e for e in load_engine_runs() if e["workload"].get("engine") == name]
     checks = [e for e in load_serving_runs() if e["workload"].get("engine") == name]
     status = 0
     for device, stored in library.load_engine(name).items():
+        spec = library.load_device(device)  # the descent starts from the device file's own values
+        start = {key: getattr(spec, library.ENGINE_EFFICIENCY_FIELDS[key]) or spec.memory_efficiency for key in stored}
+        fitted, error = fit_engine_profile(runs, device, start)
         for key, value in stored.items():
-            fitted, error = fit_engine_efficiency(runs, device, key)
-            same = abs(fitted - value) < 0.005
+            same = abs(fitted[key] - value) < 0.005
             status |= not same
-            print(
-                f"{name} on {device}: {key} fitted {fitted:.2f} (stored {value:.2f}{'' if same else ', DIFFERS'}), "
-                f"mean |error| {100 * error:.1f} % on its throughput runs"
-            )
+            print(f"{name} on {device}: {key} fitted {fitted[key]:.2f} (stored {value:.2f}{'' if same else ', DIFFERS'})")
+        print(f"  mean |error| {100 * error:.1f} % on its throughput runs")
     for label, entries in (("throughput runs (fitted)", runs), ("first-token latencies (held out)", checks)):
         results = evaluate_serving(entries)
         for fam in sorted({r.family for r in results}):

@@ -217,6 +217,7 @@ class DeviceSpec:
     grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
     attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
+    gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -250,16 +251,17 @@ class DeviceSpec:
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear
-        interpolation of the measured curve; FP8/FP4 have their own curve when the file gives one)."""
+        interpolation of the measured curve; FP8/FP4 have their own curve when the file gives one),
+        times ``gemm_scale`` (1 but under a serving engine's profile)."""
         xs, ys = self.gemm_efficiency_flops, self.gemm_efficiency
         for name, curve_x, curve_y in self.low_precision_gemm:
             if name == precision:
                 xs, ys = curve_x, curve_y
         if isinstance(flops, (int, float)):  # one GEMM (the factor tables' case): the same interpolation, in Python
-            return _log_interp(math.log(max(flops, 1.0)), *_log_curve(tuple(xs), tuple(ys)))
+            return self.gemm_scale * _log_interp(math.log(max(flops, 1.0)), *_log_curve(tuple(xs), tuple(ys)))
         import numpy as np  # noqa: PLC0415 (arrays of GEMMs only: evaluating one plan needs no numpy)
 
-        return np.interp(np.log(np.maximum(flops, 1.0)), np.log(xs), ys)
+        return self.gemm_scale * np.interp(np.log(np.maximum(flops, 1.0)), np.log(xs), ys)
 
 
 @dataclass(frozen=True)

@@ -92,21 +92,47 @@ def mean_abs_error(results) -> float:
 
 # the grid an engine profile's efficiency is fitted on: 0.20-0.95 in steps of 0.01
 ENGINE_FIT_GRID = tuple(round(0.20 + 0.01 * i, 2) for i in range(76))
+# the grid of the engine's GEMM share of the device file's curves (``gemm``): 0.50-1.00 in steps of 0.01
+ENGINE_GEMM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
 
 
-def fit_engine_efficiency(entries, device: str, key: str = "stream", grid=ENGINE_FIT_GRID) -> tuple[float, float]:
+def fit_engine_efficiency(
+    entries, device: str, key: str = "stream", grid=ENGINE_FIT_GRID, others: dict | None = None
+) -> tuple[float, float]:
     """(value, mean |error|): the grid value of efficiency ``key`` (``library.ENGINE_EFFICIENCY_FIELDS``)
-    on ``device`` that minimises the mean absolute error of the entries run on that device, every
-    other number as the device file and the entries' engine profile give it."""
+    on ``device`` that minimises the mean absolute error of the entries run on that device, the
+    profile's other keys at ``others`` ({key: value}) and every other number as the device file and the
+    entries' engine profile give it."""
+    fields = {library.ENGINE_EFFICIENCY_FIELDS[k]: v for k, v in (others or {}).items() if k != key}
     attribute = library.ENGINE_EFFICIENCY_FIELDS[key]
     own = [e for e in entries if problem_from_entry(e).system().device.name == device]
     if not own:
         raise ValueError(f"no run on device {device}")
 
     def trial(value):
-        return lambda system: dataclasses.replace(system, device=dataclasses.replace(system.device, **{attribute: value}))
+        return lambda system: dataclasses.replace(
+            system, device=dataclasses.replace(system.device, **fields, **{attribute: value})
+        )
 
     return min(((v, mean_abs_error([evaluate_run(e, trial(v)) for e in own])) for v in grid), key=lambda t: (t[1], t[0]))
+
+
+ENGINE_FIT_ROUNDS = 6  # coordinate descent stops earlier when a round changes nothing
+
+
+def fit_engine_profile(entries, device: str, start: dict) -> tuple[dict, float]:
+    """({key: value}, mean |error|): the profile's keys on ``device`` fitted together by coordinate
+    descent from ``start`` ({key: value}): each key in turn takes the grid value that minimises the
+    error with the others as they stand (``fit_engine_efficiency``), until a round changes none of them."""
+    values, error = dict(start), None
+    for _ in range(ENGINE_FIT_ROUNDS):
+        before = dict(values)
+        for key in values:
+            grid = ENGINE_GEMM_GRID if key == "gemm" else ENGINE_FIT_GRID
+            values[key], error = fit_engine_efficiency(entries, device, key, grid, values)
+        if values == before:
+            break
+    return values, error
 
 
 def evaluate_planned_run(entry: dict) -> InferenceRunResult:

@@ -409,6 +409,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
 
 # a serving-engine profile's keys (problems/engines/*.yaml) and the DeviceSpec fields they replace
 ENGINE_EFFICIENCY_FIELDS = {
+    "gemm": "gemm_scale",
     "stream": "stream_efficiency",
     "kv_stream": "kv_stream_efficiency",
     "memory": "memory_efficiency",
