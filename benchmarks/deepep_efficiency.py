@@ -21,18 +21,16 @@ where a system file's scale_out.deepep_efficiency differs (tests/test_deepep_eff
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import yaml
+from device_curves import PUBLISHED, check_arguments, report  # benchmarks/device_curves.py
 
 from parasol.model.expert_parallel import dispatch_copies_per_token
 from parasol.solver.library import load_model, load_system
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
 BENCHMARK_MODEL = "deepseek-v3"  # the benchmark's routing: 256 experts, top-8, at most 4 nodes per token
 MEASURED_ON = "dgx-h800"  # its NVLink rate decides which rows the NIC binds
 SYSTEMS = ("dgx-h100", "dgx-h800", "hgx-h200", "dgx-b200", "gb200-nvl72")  # one ConnectX-7 400 Gb/s per GPU
@@ -79,9 +77,7 @@ def differences(value: float) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 where a system file differs")
-    args = parser.parse_args(argv)
+    args = check_arguments(__doc__, "system file", argv)
     for r in rows():
         dispatch, combine = r["efficiencies"]
         binds = "NIC binds" if r["nic_binds"] else "NVLink binds (not used)"
@@ -90,12 +86,7 @@ def main(argv=None) -> int:
         )
     value = derive()
     print(f"scale_out.deepep_efficiency: {value} ({', '.join(SYSTEMS)})")
-    if args.check:
-        bad = differences(value)
-        for line in bad:
-            print(line, file=sys.stderr)
-        return 1 if bad else 0
-    return 0
+    return report(differences(value)) if args.check else 0
 
 
 if __name__ == "__main__":

@@ -152,10 +152,22 @@ def differences(derived: dict) -> list[str]:
     return bad
 
 
+def check_arguments(doc: str, files: str, argv=None) -> argparse.Namespace:
+    """The command line of a derivation script: --check (exit 1 where one of ``files`` differs)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help=f"exit 1 where a {files} differs")
+    return parser.parse_args(argv)
+
+
+def report(bad: list[str]) -> int:
+    """--check's answer: each difference on stderr, 1 if there is one."""
+    for line in bad:
+        print(line, file=sys.stderr)
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 where a device file differs")
-    args = parser.parse_args(argv)
+    args = check_arguments(__doc__, "device file", argv)
     derived = derive()
     for device, values in derived.items():
         print(f"{device}:")
@@ -165,12 +177,7 @@ def main(argv=None) -> int:
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
             else:
                 print(f"  {key}: {value}")
-    if args.check:
-        bad = differences(derived)
-        for line in bad:
-            print(line, file=sys.stderr)
-        return 1 if bad else 0
-    return 0
+    return report(differences(derived)) if args.check else 0
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 and used for DeepEP's copies leaving the scale-up domain only."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
+import sys
 
 import pytest
 import yaml
-from conftest import solved_as_enumerated, training_problem, write_yaml
+from conftest import REPO, solved_as_enumerated, training_problem, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.model.specs import Workload
@@ -15,10 +14,8 @@ from parasol.model.training import ep_comm_time_s
 from parasol.solver import library
 from parasol.solver.problem import parse_problem
 
-REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("deepep_efficiency", REPO / "benchmarks" / "deepep_efficiency.py")
-deepep_efficiency = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(deepep_efficiency)
+sys.path.insert(0, str(REPO / "benchmarks"))
+import deepep_efficiency  # noqa: E402  benchmarks/deepep_efficiency.py
 
 
 def test_system_files_hold_the_derived_efficiency():
