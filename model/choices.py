@@ -56,6 +56,17 @@ class Zero3Gather(StrEnum):
     MODULE = "module"
 
 
+class MoeDispatcher(StrEnum):
+    """How MoE tokens reach their experts (``workload.moe_dispatcher``; ``model/expert_parallel.py``):
+    ``alltoall``, Megatron-Core's MoEAlltoAllTokenDispatcher, one NCCL all-to-all sending a copy per
+    routed expert (Lepikhin et al., GShard, 2020); ``deepep``, DeepEP or HybridEP (DeepSeek-AI 2025;
+    Megatron-Core's flex dispatcher), one copy per destination node over the network, forwarded over
+    NVLink inside it (DeepSeek-V3 report Sec. 3.2.2)."""
+
+    ALLTOALL = "alltoall"
+    DEEPEP = "deepep"
+
+
 class CpComm(StrEnum):
     """How context parallelism exchanges attention's inputs (Megatron-Core --cp-comm-type): ``ring``
     passes K/V blocks around the group behind the attention compute (p2p; Liu et al., Ring Attention,

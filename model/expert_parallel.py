@@ -24,6 +24,7 @@ from __future__ import annotations
 from math import comb
 
 from . import comm
+from .choices import MoeDispatcher
 from .placement import Layout, collective_time_s
 from .precision import activation_precision, bytes_per_element
 from .specs import ModelSpec, SystemSpec, Workload
@@ -43,7 +44,7 @@ def expert_set_hit_probability(experts: int, top_k: int, set_size: int) -> float
     return 1.0 - comb(experts - set_size, top_k) / comb(experts, top_k)
 
 
-def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher: str) -> tuple[float, float]:
+def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher: MoeDispatcher) -> tuple[float, float]:
     """(copies sent inside the scale-up domain, copies sent across it) per routed token, for an
     expert-parallel group of ``ep`` ranks with ``local`` of them per scale-up domain.
 
@@ -55,7 +56,7 @@ def dispatch_copies_per_token(model: ModelSpec, ep: int, local: int, dispatcher:
     nodes a token may reach.
     """
     moe = model.moe
-    if dispatcher == "alltoall":
+    if dispatcher == MoeDispatcher.ALLTOALL:
         return moe.top_k * (local - 1) / ep, moe.top_k * (ep - local) / ep
     nodes = ep // local
     p_node = expert_set_hit_probability(moe.experts, moe.top_k, moe.experts // nodes)
@@ -75,7 +76,7 @@ def fp8_dispatch(workload: Workload) -> bool:
     DeepSeek's framework does; Megatron-Core's DeepEP and HybridEP dispatchers send 16-bit tokens and
     quantise after them (NVIDIA Megatron-LM, docs/discussions/deepseek-v3-gb200-optimization: FP8 "EP
     Dispatch (which [is] not yet supported)"), so it is off unless the workload says so."""
-    return workload.moe_fp8_dispatch and workload.moe_dispatcher == "deepep" and workload.precision == "fp8"
+    return workload.moe_fp8_dispatch and workload.moe_dispatcher == MoeDispatcher.DEEPEP and workload.precision == "fp8"
 
 
 def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
@@ -88,7 +89,12 @@ def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
 
 
 def alltoall_time_s(
-    row_bytes: float, inside: float, across: float, where: Layout, system: SystemSpec, dispatcher: str = "alltoall"
+    row_bytes: float,
+    inside: float,
+    across: float,
+    where: Layout,
+    system: SystemSpec,
+    dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL,
 ) -> float:
     """One all-to-all of token copies over the expert-parallel group at ``where``, seconds: each rank
     sends ``inside`` copies of ``row_bytes`` per token to peers in its scale-up domain and ``across``
@@ -104,6 +110,6 @@ def alltoall_time_s(
         return 0.0
     if where.placement is None:
         return comm.alltoall_split_time_s(
-            row_bytes * inside, row_bytes * across, ep, where.local, system, deepep=dispatcher == "deepep"
+            row_bytes * inside, row_bytes * across, ep, where.local, system, deepep=dispatcher == MoeDispatcher.DEEPEP
         )
     return collective_time_s("alltoall", row_bytes * (inside + across) * ep / (ep - 1), where, system)

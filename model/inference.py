@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, kv_cache, memory
+from .choices import MoeDispatcher
 from .errors import ProblemError
 from .pipeline import stage_layer_counts
 from .placement import Group, Layout, collective_time_s, layout, topology_decides
@@ -288,7 +289,7 @@ def ep_alltoall_time_s(
     ep = ep_layout.n
     if ep == 1 or model.moe is None or tokens <= 0:
         return 0.0
-    inside, across = expert_parallel.dispatch_copies_per_token(model, ep, ep_layout.local, "alltoall")
+    inside, across = expert_parallel.dispatch_copies_per_token(model, ep, ep_layout.local, MoeDispatcher.ALLTOALL)
     row = tokens / tp * model.hidden * bytes_per_element(activation_precision(workload.precision))
     return 2.0 * expert_parallel.alltoall_time_s(row, inside, across, ep_layout, system)
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import checks
+from .choices import MoeDispatcher
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash
 from .topology import default_topology
@@ -323,7 +324,7 @@ class Workload:
     recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     overlap_tp_grad: bool = True  # TP input-gradient collectives under the weight-gradient GEMMs (Megatron since 2021)
-    moe_dispatcher: str = "alltoall"  # alltoall (Megatron-Core) | deepep (node-deduplicated: DeepEP, HybridEP)
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL  # alltoall (Megatron-Core) | deepep (DeepEP, HybridEP)
     moe_fp8_dispatch: bool = False  # deepep sends the fp8 forward dispatch in FP8 + 1x128 scales (DeepSeek's framework)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)

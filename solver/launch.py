@@ -14,6 +14,7 @@ import json
 import shlex
 from enum import StrEnum
 
+from parasol.model.choices import MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT
@@ -164,7 +165,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
         ]
     if model.moe is not None:
         args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
-        if w.moe_dispatcher == "deepep":
+        if w.moe_dispatcher == MoeDispatcher.DEEPEP:
             args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
         else:
             args.append(("--moe-token-dispatcher-type", "alltoall"))
@@ -266,7 +267,7 @@ def torchtitan_sections(problem, num_gpus: int, m) -> dict:
     else:
         training["local_batch_size"] = m.micro_batch  # gradient accumulation up to global_batch_size
     if model.moe is not None:
-        parallelism["expert_parallel_comm_backend"] = "deepep" if w.moe_dispatcher == "deepep" else "standard"
+        parallelism["expert_parallel_comm_backend"] = "deepep" if w.moe_dispatcher == MoeDispatcher.DEEPEP else "standard"
     return {"training": training, "parallelism": parallelism, "activation_checkpoint": {"mode": m.recompute}}
 
 

@@ -472,9 +472,10 @@ def _curve(curve, src: str, field: str, axis: str = "flops") -> tuple[tuple, tup
 def _tier(data, name: str, src: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field=name)
+    measured = ("deepep_efficiency",) if name == "scale_out" else ()  # DeepEP's NIC rate: the scale-out tier's alone
     checks.keys(
         data,
-        ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency", "deepep_efficiency"),
+        ("domain_size", "bandwidth_bytes_per_s", "latency_s", "efficiency", *measured),
         ("bandwidth_bytes_per_s", "latency_s", "efficiency"),
         src,
         f"{name}.",

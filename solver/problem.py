@@ -21,6 +21,7 @@ from parasol.model import checks
 from parasol.model.choices import (
     CpComm,
     LowPrecisionRecipe,
+    MoeDispatcher,
     Recompute,
     RecomputeModule,
     TrainingObjective,
@@ -69,7 +70,7 @@ WORKLOAD_KEYS = (
     "goodput",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
-MOE_DISPATCHERS = ("alltoall", "deepep")
+MOE_DISPATCHERS = tuple(d.value for d in MoeDispatcher)
 MAPPING_KEYS = tuple(key.value for key in TRAINING_MAPPING_KEYS)  # the problem file's mapping: keys
 # ranges every problem is checked against before any arithmetic (docs/problem-files.md, "Limits")
 MAX_SEQ_LEN = checks.MAX_SEQ_LEN  # tokens per sequence (16.8M)
@@ -286,8 +287,10 @@ def _parse_workload(data, src: str) -> Workload:
             ("moe_fp8_dispatch", False),
         )
     }
-    dispatcher = checks.choice(data.get("moe_dispatcher", "alltoall"), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
-    if flags["moe_fp8_dispatch"] and (dispatcher != "deepep" or precision != "fp8"):
+    dispatcher = MoeDispatcher(
+        checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
+    )
+    if flags["moe_fp8_dispatch"] and (dispatcher != MoeDispatcher.DEEPEP or precision != "fp8"):
         raise ProblemError(
             f"an FP8 dispatch needs moe_dispatcher deepep and precision fp8 (got {dispatcher}, {precision}); set it false, or use deepep with fp8",
             source=src,

@@ -54,6 +54,10 @@ def test_a_system_file_with_an_impossible_deepep_efficiency_is_refused(tmp_path)
     system["scale_out"]["deepep_efficiency"] = 1.5
     with pytest.raises(ProblemError, match="scale_out.deepep_efficiency"):
         library.system_from_path(write_yaml(tmp_path / "sys.yaml", system), 8)
+    system["scale_out"]["deepep_efficiency"] = 0.87
+    system["scale_up"]["deepep_efficiency"] = 0.9  # measured through the NIC only: refused on NVLink
+    with pytest.raises(ProblemError, match="scale_up"):
+        library.system_from_path(write_yaml(tmp_path / "sys2.yaml", system), 8)
 
 
 def test_solve_equals_the_enumerator_with_deepep_across_nodes():
