@@ -27,7 +27,7 @@ import sys
 
 import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
-from calibrate import MOE_CALIBRATION  # benchmarks/calibrate.py: the MoE runs --moe fits on
+from calibrate import MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the MoE runs --moe fits on, and checks
 from docs_block import write_block
 
 from parasol.solver.report import text_table
@@ -38,20 +38,14 @@ from parasol.solver.validation import evaluate_all, load_runs
 OUTSIDE_MODEL = ("Megatron SC'21 Table 2 ZeRO-3",)
 MOE = MOE_CALIBRATION  # in sample, reported on their own (calibrate.py --moe fits on them)
 # published runs outside ../shared/reference, never used for fitting: reported on their own
-OUT_OF_SAMPLE = (
-    "MoE Model Zoo (out of sample)",
-    "Llama 3 paper (out of sample)",
-    "MoE Model Zoo long context (out of sample)",
-    "MoE Model Zoo Blackwell (out of sample)",
-    "Megatron-LM GB200 guide (out of sample)",
-)
 DENSE_OUT_OF_SAMPLE = "Llama 3 paper (out of sample)"  # the out-of-sample families' one dense run set
+OUT_OF_SAMPLE = (MOE_CHECK[0], DENSE_OUT_OF_SAMPLE, *MOE_CHECK[1:])
 APART = MOE + OUT_OF_SAMPLE
 
 
 def moe_out_of_sample(results) -> list:
-    """The out-of-sample runs of every MoE family (all out-of-sample families but the Llama 3 paper's)."""
-    return [r for r in results if r.family in OUT_OF_SAMPLE and r.family != DENSE_OUT_OF_SAMPLE]
+    """The out-of-sample runs of every MoE family (calibrate.MOE_CHECK)."""
+    return [r for r in results if r.family in MOE_CHECK]
 
 
 def summarise(results) -> dict:

@@ -38,11 +38,10 @@ shapes (heads, head dims) of cuDNN's causal forward+backward fraction of the dat
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
 covers, the efficiencies it sets (``stream``, the HBM fraction weight GEMMs reach; ``gemm``, the share of
-the device file's GEMM rates its kernels reach) together, by coordinate descent from the device file's own
-values, each a grid search (stream 0.20-0.95, gemm 0.50-1.00, step 0.01) of the mean absolute error of
-output tokens/s on that engine's throughput runs (problems/validation/engine_runs.yaml); prints the fitted
-values next to the stored ones, then the error on the first-token latencies of the same release, which the
-fit does not see.
+the device file's GEMM rates its kernels reach) together, by exhaustive search of their grids (stream
+0.20-0.95, gemm 0.50-1.00, step 0.01) for the least mean absolute error of output tokens/s on that engine's
+throughput runs (problems/validation/engine_runs.yaml; about a minute); prints the fitted values next to the
+stored ones, then the error on the first-token latencies of the same release, which the fit does not see.
 """
 
 from __future__ import annotations
@@ -71,15 +70,6 @@ NETWORK_MIN_RUNS = 3
 NO_RUN_NETWORK = 0.80  # what a system file states where no run tells its network efficiency
 # ZeRO-3: outside the model (README, Accuracy). MoE runs: not in the network fit; the MoE number is fitted
 # on the calibration set's MoE runs by --moe (MOE_CALIBRATION), the out-of-sample ones never.
-EXCLUDED_FAMILIES = (
-    "Megatron SC'21 Table 2 ZeRO-3",
-    "Megatron-Bridge 25.09 MoE",
-    "MoE Model Zoo (out of sample)",
-    "MoE Model Zoo long context (out of sample)",
-    "MoE Model Zoo Blackwell (out of sample)",
-    "Megatron-LM GB200 guide (out of sample)",
-    "Megatron-Bridge 25.11 MoE",
-)
 MOE_CALIBRATION = ("Megatron-Bridge 25.09 MoE", "Megatron-Bridge 25.11 MoE")
 MOE_CHECK = (
     "MoE Model Zoo (out of sample)",
@@ -87,6 +77,7 @@ MOE_CHECK = (
     "MoE Model Zoo Blackwell (out of sample)",
     "Megatron-LM GB200 guide (out of sample)",
 )
+EXCLUDED_FAMILIES = ("Megatron SC'21 Table 2 ZeRO-3", *MOE_CALIBRATION, *MOE_CHECK)
 
 
 def override(params: dict, tp_overlap: float | None = None, straggler: float | None = None):
@@ -286,9 +277,7 @@ def fit_engine(name: str) -> int:
     checks = [e for e in load_serving_runs() if e["workload"].get("engine") == name]
     status = 0
     for device, stored in library.load_engine(name).items():
-        spec = library.load_device(device)  # the descent starts from the device file's own values
-        start = {key: getattr(spec, library.ENGINE_EFFICIENCY_FIELDS[key]) or spec.memory_efficiency for key in stored}
-        fitted, error = fit_engine_profile(runs, device, start)
+        fitted, error = fit_engine_profile(runs, device, stored)
         for key, value in stored.items():
             same = abs(fitted[key] - value) < 0.005
             status |= not same

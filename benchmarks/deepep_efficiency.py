@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 from device_curves import PUBLISHED, check_arguments, report  # benchmarks/device_curves.py
 
+from parasol.model.choices import MoeDispatcher
 from parasol.model.expert_parallel import dispatch_copies_per_token
 from parasol.solver.library import load_model, load_system
 
@@ -47,7 +48,7 @@ def rows() -> list[dict]:
     out = []
     for row in pub["rows"]:
         nodes = row["ep"] // local
-        inside, across = dispatch_copies_per_token(model, row["ep"], local, "deepep")
+        inside, across = dispatch_copies_per_token(model, row["ep"], local, MoeDispatcher.DEEPEP)
         share = (nodes - 1) / nodes
         out.append(
             {

@@ -28,6 +28,7 @@ Prints each device's values; --check exits 1 where a device file differs (tests/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -75,10 +76,12 @@ def flash_median_over_max() -> float:
     return statistics.median(fb) / max(fb)
 
 
-def grouped_fp8_blackwell(measured: dict) -> float:
-    """The measured MXFP8 grouped GEMM's rate over GB200's FP8 dense curve at its per-expert shape."""
+def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
+    """The measured MXFP8 grouped GEMM's rate over GB200's FP8 dense curve ``gb200_fp8`` (flops,
+    efficiency), as derived, at its per-expert shape."""
     m, n, k = measured["rows_per_expert"], measured["n"], measured["k"]
-    dense = 2.0 * m * n * k / gemm_time_s(load_device("gb200"), m, n, k, "fp8")
+    gb200 = dataclasses.replace(load_device("gb200"), low_precision_gemm=(("fp8", *gb200_fp8),))
+    dense = 2.0 * m * n * k / gemm_time_s(gb200, m, n, k, "fp8")
     return round(measured["tflops"] * 1e12 / dense, 2)
 
 
@@ -112,13 +115,14 @@ def derive() -> dict:
         s = pub["stream"][STREAM[device]]
         for key, ratio in over_copy.items():
             values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
-        if device in BLACKWELL:
-            values["grouped_fp8"] = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"])
         if device == "a100-sxm-80gb":
             fa = pub["flash_attention_2_a100"]
             combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
             values["attention"] = round(combined * flash_median_over_max(), 2)
         out[device] = values
+    grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
+    for device in BLACKWELL:
+        out[device]["grouped_fp8"] = grouped
     return out
 
 

@@ -76,19 +76,15 @@ def tier_name(group_size: int, stride: int, system: SystemSpec) -> str:
     return "scale_up" if ranks_per_domain(group_size, stride, system) >= group_size else "scale_out"
 
 
-def alltoall_split_time_s(
-    inside_bytes: float, across_bytes: float, group_size: int, local: int, system: SystemSpec, deepep: bool = False
-) -> float:
+def alltoall_split_time_s(inside_bytes: float, across_bytes: float, group_size: int, local: int, system: SystemSpec) -> float:
     """All-to-all in which each rank sends ``inside_bytes`` to peers in its own scale-up domain
     and ``across_bytes`` to other domains, seconds: both tiers at once at their effective rates
     (the slower sets the pace), plus n-1 pairwise steps of latency on the slower tier the group
-    uses (pairwise exchange, Thakur et al. 2005, Sec. 4.5). ``deepep``: the copies leaving the
-    domain go at the rate DeepEP's kernels reach through the NIC (``NetworkTier.deepep_bytes_per_s``)."""
+    uses (pairwise exchange, Thakur et al. 2005, Sec. 4.5)."""
     if group_size <= 1 or inside_bytes + across_bytes <= 0:
         return 0.0
     inside = inside_bytes / system.scale_up.effective_bytes_per_s
-    out = system.scale_out
-    across = across_bytes / (out.deepep_bytes_per_s if deepep else out.effective_bytes_per_s)
+    across = across_bytes / system.scale_out.effective_bytes_per_s
     tier = system.scale_out if local < group_size else system.scale_up
     return (group_size - 1) * tier.latency_s + max(inside, across)
 

@@ -11,7 +11,7 @@ Two dispatchers, as Megatron-Core offers them:
   is forwarded inside the node over NVLink once per destination GPU; with FP8 training the
   dispatch may be sent in FP8 with one fp32 scale per 128 elements (Sec. 3.3.3, ``workload.moe_fp8_dispatch``),
   the combine in BF16; the copies leaving the node go at the fraction of the NIC's line rate DeepEP's
-  kernels were measured to reach (``NetworkTier.deepep_bytes_per_s``).
+  kernels were measured to reach (``dispatcher_system``).
   Node-limited routing (Sec. 2.1.2) caps the destination nodes per token.
 
 Experts are spread evenly over the ranks of the expert-parallel group (E/ep per rank) and routing
@@ -21,6 +21,8 @@ uniformly, so the chance it needs a given set of g experts is hypergeometric.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from math import comb
 
 from . import comm
@@ -88,6 +90,19 @@ def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
     return bytes_per_element(activation_precision(workload.precision))
 
 
+@functools.lru_cache(maxsize=64)
+def dispatcher_system(system: SystemSpec, dispatcher: MoeDispatcher) -> SystemSpec:
+    """``system`` as ``dispatcher``'s kernels see it: DeepEP's copies leave a scale-up domain at the
+    fraction of the NIC's line rate its kernels were measured to reach (the system file's
+    ``scale_out.deepep_efficiency``, benchmarks/deepep_efficiency.py), on the two tiers and on a
+    topology the model follows alike; NCCL's all-to-all, and DeepEP on a system without the
+    measurement, at the tier's fitted efficiency."""
+    out = system.scale_out
+    if dispatcher != MoeDispatcher.DEEPEP or not out.deepep_efficiency:
+        return system
+    return dataclasses.replace(system, scale_out=dataclasses.replace(out, efficiency=out.deepep_efficiency))
+
+
 def alltoall_time_s(
     row_bytes: float,
     inside: float,
@@ -96,20 +111,17 @@ def alltoall_time_s(
     system: SystemSpec,
     dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL,
 ) -> float:
-    """One all-to-all of token copies over the expert-parallel group at ``where``, seconds: each rank
-    sends ``inside`` copies of ``row_bytes`` per token to peers in its scale-up domain and ``across``
-    to other domains (``dispatch_copies_per_token``). On two tiers, both tiers at once
-    (``comm.alltoall_split_time_s``), DeepEP's copies leaving the domain at the rate its kernels were
-    measured to reach through the NIC (``NetworkTier.deepep_bytes_per_s``: the system file's
-    ``scale_out.deepep_efficiency``, benchmarks/deepep_efficiency.py); on a topology the model follows,
-    the copies leaving each rank timed as an all-to-all spread evenly over the group at the topology's
-    level efficiencies (a send buffer of which (ep-1)/ep leaves the rank; DeepEP's node deduplication
+    """One all-to-all of token copies over the expert-parallel group at ``where``, seconds, on the
+    network as ``dispatcher``'s kernels see it (``dispatcher_system``): each rank sends ``inside``
+    copies of ``row_bytes`` per token to peers in its scale-up domain and ``across`` to other domains
+    (``dispatch_copies_per_token``). On two tiers, both tiers at once (``comm.alltoall_split_time_s``);
+    on a topology the model follows, the copies leaving each rank timed as an all-to-all spread evenly
+    over the group (a send buffer of which (ep-1)/ep leaves the rank; DeepEP's node deduplication
     counts in the volume, not in its split)."""
     ep = where.n
     if ep <= 1:
         return 0.0
+    system = dispatcher_system(system, dispatcher)
     if where.placement is None:
-        return comm.alltoall_split_time_s(
-            row_bytes * inside, row_bytes * across, ep, where.local, system, deepep=dispatcher == MoeDispatcher.DEEPEP
-        )
+        return comm.alltoall_split_time_s(row_bytes * inside, row_bytes * across, ep, where.local, system)
     return collective_time_s("alltoall", row_bytes * (inside + across) * ep / (ep - 1), where, system)

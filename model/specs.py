@@ -181,13 +181,6 @@ class NetworkTier:
     def effective_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
 
-    @property
-    def deepep_bytes_per_s(self) -> float:
-        """Rate DeepEP's dispatch and combine kernels reach across this tier, bytes/s: the measured
-        ``deepep_efficiency`` of the line rate where the system file gives it, else the tier's
-        collectives' rate (``effective_bytes_per_s``)."""
-        return self.bandwidth_bytes_per_s * (self.deepep_efficiency or self.efficiency)
-
 
 @dataclass(frozen=True)
 class DeviceSpec:

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from parasol.model import checks
+from parasol.model.choices import plain
 from parasol.model.errors import ProblemError
 
 from . import library
@@ -109,7 +110,7 @@ def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bo
                 for value in mapping[key]:
                     if not any(_same(value, a) for a in allowed):
                         raise ProblemError(
-                            f"{value!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
+                            f"{plain(value)!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
                             source=source,
                             field=f"mapping.{key}",
                         )
@@ -125,7 +126,7 @@ def check_workload(framework: Framework, workload, source: str) -> None:
         if key == "serving" or value is not None:
             if value not in allowed:
                 raise ProblemError(
-                    f"{value!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
+                    f"{plain(value)!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
                     source=source,
                     field=f"workload.{key}",
                 )

@@ -5,6 +5,7 @@ max-throughput runs, out of sample, where the batch is the planner's choice)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -67,15 +68,15 @@ def load_latency_oos_runs(path=None) -> list[dict]:
     return _load_runs(path, "latency_runs_oos.yaml")
 
 
-def evaluate_run(entry: dict, system_override=None) -> InferenceRunResult:
+def evaluate_run(entry: dict, system_override=None, with_max_batch: bool = True) -> InferenceRunResult:
     """Evaluate one published serving run at its fixed mapping; ``system_override(system) -> system``
-    swaps in trial efficiencies while a profile is fitted."""
+    swaps in trial efficiencies while a profile is fitted (which needs no ``max_batch``)."""
     problem = problem_from_entry(entry)
     mapping = problem.fixed_serving_mapping()
     system = problem.system()
     if system_override is not None:
         system = system_override(system)
-    evaluation = evaluate_inference(problem.model, system, problem.workload, mapping)
+    evaluation = evaluate_inference(problem.model, system, problem.workload, mapping, with_max_batch)
     metric, measured = next(iter(entry["measured"].items()))
     return InferenceRunResult(
         run_id=entry["id"], family=family(entry), metric=metric, problem=problem, evaluation=evaluation, measured=float(measured)
@@ -90,19 +91,20 @@ def mean_abs_error(results) -> float:
     return statistics.fmean(abs(r.error) for r in results)
 
 
-# the grid an engine profile's efficiency is fitted on: 0.20-0.95 in steps of 0.01
+# the grids an engine profile's keys are fitted on, steps of 0.01: a fraction that replaces the device
+# file's 0.20-0.95; gemm, the share of the device file's GEMM curves, 0.50-1.00
 ENGINE_FIT_GRID = tuple(round(0.20 + 0.01 * i, 2) for i in range(76))
-# the grid of the engine's GEMM share of the device file's curves (``gemm``): 0.50-1.00 in steps of 0.01
-ENGINE_GEMM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
+ENGINE_FIT_GRIDS = {"gemm": tuple(round(0.50 + 0.01 * i, 2) for i in range(51))}
 
 
 def fit_engine_efficiency(
-    entries, device: str, key: str = "stream", grid=ENGINE_FIT_GRID, others: dict | None = None
+    entries, device: str, key: str = "stream", grid=None, others: dict | None = None
 ) -> tuple[float, float]:
-    """(value, mean |error|): the grid value of efficiency ``key`` (``library.ENGINE_EFFICIENCY_FIELDS``)
-    on ``device`` that minimises the mean absolute error of the entries run on that device, the
-    profile's other keys at ``others`` ({key: value}) and every other number as the device file and the
-    entries' engine profile give it."""
+    """(value, mean |error|): the grid value (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``) of efficiency
+    ``key`` (``library.ENGINE_EFFICIENCY_FIELDS``) on ``device`` that minimises the mean absolute error of
+    the entries run on that device, the profile's other keys at ``others`` ({key: value}) and every other
+    number as the device file and the entries' engine profile give it."""
+    grid = grid or ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID)
     fields = {library.ENGINE_EFFICIENCY_FIELDS[k]: v for k, v in (others or {}).items() if k != key}
     attribute = library.ENGINE_EFFICIENCY_FIELDS[key]
     own = [e for e in entries if problem_from_entry(e).system().device.name == device]
@@ -114,25 +116,34 @@ def fit_engine_efficiency(
             system, device=dataclasses.replace(system.device, **fields, **{attribute: value})
         )
 
-    return min(((v, mean_abs_error([evaluate_run(e, trial(v)) for e in own])) for v in grid), key=lambda t: (t[1], t[0]))
+    return min(
+        ((v, mean_abs_error([evaluate_run(e, trial(v), with_max_batch=False) for e in own])) for v in grid),
+        key=lambda t: (t[1], t[0]),
+    )
 
 
-ENGINE_FIT_ROUNDS = 6  # coordinate descent stops earlier when a round changes nothing
+def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
+    """({key: value}, mean |error|): the profile's ``keys`` on ``device`` fitted together, by exhaustive
+    search of the product of their grids (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``; ties to the
+    smaller values): the mean absolute error of the entries run on that device, every other number as the
+    device file and the entries' engine profile give it. Exhaustive, because the error surface has ridges
+    along which a descent one key at a time stops at different points depending on its start and order."""
+    keys = [key for key in library.ENGINE_EFFICIENCY_FIELDS if key in keys]
+    own = [e for e in entries if problem_from_entry(e).system().device.name == device]
+    if not own:
+        raise ValueError(f"no run on device {device}")
+    grids = [ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID) for key in keys]
+    best = None
+    for values in itertools.product(*grids):
+        fields = {library.ENGINE_EFFICIENCY_FIELDS[k]: v for k, v in zip(keys, values)}
 
+        def trial(system, fields=fields):
+            return dataclasses.replace(system, device=dataclasses.replace(system.device, **fields))
 
-def fit_engine_profile(entries, device: str, start: dict) -> tuple[dict, float]:
-    """({key: value}, mean |error|): the profile's keys on ``device`` fitted together by coordinate
-    descent from ``start`` ({key: value}): each key in turn takes the grid value that minimises the
-    error with the others as they stand (``fit_engine_efficiency``), until a round changes none of them."""
-    values, error = dict(start), None
-    for _ in range(ENGINE_FIT_ROUNDS):
-        before = dict(values)
-        for key in values:
-            grid = ENGINE_GEMM_GRID if key == "gemm" else ENGINE_FIT_GRID
-            values[key], error = fit_engine_efficiency(entries, device, key, grid, values)
-        if values == before:
-            break
-    return values, error
+        error = mean_abs_error([evaluate_run(e, trial, with_max_batch=False) for e in own])
+        if best is None or (error, values) < best:
+            best = (error, values)
+    return dict(zip(keys, best[1])), best[0]
 
 
 def evaluate_planned_run(entry: dict) -> InferenceRunResult:

@@ -480,13 +480,13 @@ def _tier(data, name: str, src: str) -> NetworkTier:
         src,
         f"{name}.",
     )
-    deepep = data.get("deepep_efficiency")
+    deepep = checks.fraction(data["deepep_efficiency"], f"{name}.deepep_efficiency", src) if "deepep_efficiency" in data else 0.0
     return NetworkTier(
         name=name,
         bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
         latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src),
         efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src),
-        deepep_efficiency=0.0 if deepep is None else checks.fraction(deepep, f"{name}.deepep_efficiency", src),
+        deepep_efficiency=deepep,
     )
 
 

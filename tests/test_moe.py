@@ -6,6 +6,7 @@ import pytest
 from conftest import TINY_MOE, solved_as_enumerated, training_problem
 
 from parasol.model import compute, params
+from parasol.model.choices import MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.specs import Mapping
 from parasol.model.training import check_mapping, ep_comm_forward_time_s, layer_times
@@ -183,22 +184,22 @@ def test_expert_set_hit_probability_is_hypergeometric():
 
 def test_alltoall_dispatcher_sends_top_k_copies_split_by_domain():
     model = load_model("deepseek-v3")
-    inside, across = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="alltoall")
+    inside, across = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher=MoeDispatcher.ALLTOALL)
     assert inside == pytest.approx(8 * 7 / 64) and across == pytest.approx(8 * 56 / 64)
     assert inside + across == pytest.approx(8 * 63 / 64)  # the copy to the rank itself stays put
 
 
 def test_deepep_sends_each_token_once_per_remote_node_and_respects_node_limited_routing():
     model = load_model("deepseek-v3")  # top-8 of 256, M = 4 nodes per token
-    _, plain = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="alltoall")
-    _, dedup = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher="deepep")
+    _, plain = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher=MoeDispatcher.ALLTOALL)
+    _, dedup = expert_parallel.dispatch_copies_per_token(model, ep=64, local=8, dispatcher=MoeDispatcher.DEEPEP)
     assert dedup < plain
     # 8 nodes: unlimited, 8 x P(node hit) ~ 5.3 distinct nodes; the limit caps them at 4, 7/8 of them remote
     assert dedup == pytest.approx(4 * 7 / 8, rel=1e-9)
     import dataclasses
 
     free = dataclasses.replace(model, moe=dataclasses.replace(model.moe, max_nodes_per_token=0))
-    _, unlimited = expert_parallel.dispatch_copies_per_token(free, ep=64, local=8, dispatcher="deepep")
+    _, unlimited = expert_parallel.dispatch_copies_per_token(free, ep=64, local=8, dispatcher=MoeDispatcher.DEEPEP)
     assert unlimited == pytest.approx(7 * expert_parallel.expert_set_hit_probability(256, 8, 32))
 
 
@@ -209,7 +210,7 @@ def test_deepep_fp8_dispatch_is_one_byte_plus_block_scales():
     plain = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8")
     assert expert_parallel.dispatch_bytes_per_element(plain, "dispatch") == 2.0
     # Megatron-Core's DeepEP dispatch sends 16-bit tokens: FP8 only where the workload says so
-    megatron = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher="deepep")
+    megatron = Workload(kind="training", seq_len=4096, global_batch=64, precision="fp8", moe_dispatcher=MoeDispatcher.DEEPEP)
     assert expert_parallel.dispatch_bytes_per_element(megatron, "dispatch") == 2.0
 
 
@@ -255,7 +256,9 @@ def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
     base = Workload(kind="training", seq_len=4096, global_batch=8192, precision="fp8")
     mapping = Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=4, last_stage_layers=9)
     plain = evaluate_training(model, system, base, mapping).metrics["step_time_s"]
-    deepep = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher="deepep"), mapping).metrics["step_time_s"]
+    deepep = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher=MoeDispatcher.DEEPEP), mapping).metrics[
+        "step_time_s"
+    ]
     both = evaluate_training(
         model, system, dataclasses.replace(base, moe_dispatcher="deepep", moe_a2a_overlap=True), mapping
     ).metrics["step_time_s"]

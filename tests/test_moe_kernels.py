@@ -64,15 +64,16 @@ def test_fp8_grouped_kernels_fall_short_of_the_fp8_dense_curve_and_the_device_fi
 
 def test_the_routed_expert_efficiency_the_device_files_hold_is_the_calibration_scripts_fit():
     """``efficiency.moe_expert`` is what benchmarks/calibrate.py --moe fits on the calibration set's 20
-    Megatron-Bridge MoE runs (25.09 and 25.11; 0.61 on 25.09's three alone); the devices without MoE runs
-    assume the same value."""
+    Megatron-Bridge MoE runs (25.09 and 25.11; 0.61 on 25.09's three alone): 0.68 at 22.3 % mean |error|,
+    a weak fit (docs/accuracy.md); the devices without MoE runs assume the same value."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from calibrate import MOE_CALIBRATION, moe_expert_fit  # noqa: PLC0415
 
     from parasol.solver.validation import family, load_runs  # noqa: PLC0415
 
-    error, fitted = moe_expert_fit([e for e in load_runs() if family(e["id"]) in MOE_CALIBRATION])
-    assert error < 0.25
+    calibration = [e for e in load_runs() if family(e["id"]) in MOE_CALIBRATION]
+    error, fitted = moe_expert_fit(calibration)
+    assert len(calibration) == 20 and error < 0.235
     devices = library.names("systems/devices")
     assert len(devices) >= 10
     assert {name: library.load_device(name).moe_expert_efficiency for name in devices} == dict.fromkeys(devices, fitted)
