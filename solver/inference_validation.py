@@ -97,31 +97,6 @@ ENGINE_FIT_GRID = tuple(round(0.20 + 0.01 * i, 2) for i in range(76))
 ENGINE_FIT_GRIDS = {"gemm": tuple(round(0.50 + 0.01 * i, 2) for i in range(51))}
 
 
-def fit_engine_efficiency(
-    entries, device: str, key: str = "stream", grid=None, others: dict | None = None
-) -> tuple[float, float]:
-    """(value, mean |error|): the grid value (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``) of efficiency
-    ``key`` (``library.ENGINE_EFFICIENCY_FIELDS``) on ``device`` that minimises the mean absolute error of
-    the entries run on that device, the profile's other keys at ``others`` ({key: value}) and every other
-    number as the device file and the entries' engine profile give it."""
-    grid = grid or ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID)
-    fields = {library.ENGINE_EFFICIENCY_FIELDS[k]: v for k, v in (others or {}).items() if k != key}
-    attribute = library.ENGINE_EFFICIENCY_FIELDS[key]
-    own = [e for e in entries if problem_from_entry(e).system().device.name == device]
-    if not own:
-        raise ValueError(f"no run on device {device}")
-
-    def trial(value):
-        return lambda system: dataclasses.replace(
-            system, device=dataclasses.replace(system.device, **fields, **{attribute: value})
-        )
-
-    return min(
-        ((v, mean_abs_error([evaluate_run(e, trial(v), with_max_batch=False) for e in own])) for v in grid),
-        key=lambda t: (t[1], t[0]),
-    )
-
-
 def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
     """({key: value}, mean |error|): the profile's ``keys`` on ``device`` fitted together, by exhaustive
     search of the product of their grids (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``; ties to the
