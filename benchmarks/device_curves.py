@@ -12,9 +12,10 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   [assumption].
 - GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, the Hopper fp8 shape below the first,
   held above the last; another Blackwell device scales them by its fp8 MAMF over B200's.
-- memory, stream, kv_stream: the device's copy bandwidth over its spec, times the ratio to a plain copy
-  on the same GPU of, in turn, the layer kernels' median (H200), decode GEMMs streaming their weights
-  and decode attention streaming the KV cache (H100 SXM; h100-sxm-80gb.yaml holds all three).
+- memory, stream, stream_fp8, kv_stream: the device's copy bandwidth over its spec, times the ratio to a
+  plain copy on the same GPU of, in turn, the layer kernels' median (H200), 16-bit and FP8 decode GEMMs
+  streaming their weights and decode attention streaming the KV cache (H100 SXM; h100-sxm-80gb.yaml holds
+  them); stream_fp8 only where the device has FP8 tensor cores.
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
@@ -95,7 +96,8 @@ def derive() -> dict:
     h200_copy, h100_copy = copy_efficiency(H200), copy_efficiency(H100)
     over_copy = {  # each ratio on the GPU it was measured on
         "memory": hopper.memory_efficiency / h200_copy,  # the layer kernels: H200
-        "stream": hopper.stream_efficiency / h100_copy,  # decode weight and KV streaming: H100 SXM
+        "stream": hopper.stream_efficiency / h100_copy,  # decode weight (16-bit, FP8) and KV streaming: H100 SXM
+        "stream_fp8": hopper.stream_fp8_efficiency / h100_copy,
         "kv_stream": hopper.kv_stream_efficiency / h100_copy,
     }
     fp4 = pub["fp4_b200"]
@@ -114,7 +116,8 @@ def derive() -> dict:
             values["gemm_fp4"] = (tuple(x for x, _ in pts), tuple(round(y * f4, DIGITS) for _, y in pts))
         s = pub["stream"][STREAM[device]]
         for key, ratio in over_copy.items():
-            values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
+            if key != "stream_fp8" or fp8_key:  # no FP8 kernels, no FP8 streaming (A100)
+                values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
         if device == "a100-sxm-80gb":
             fa = pub["flash_attention_2_a100"]
             combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
@@ -145,7 +148,7 @@ def differences(derived: dict) -> list[str]:
                     )
                 ):
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
-            elif key in ("memory", "stream", "kv_stream"):
+            elif key in ("memory", "stream", "stream_fp8", "kv_stream"):
                 have = getattr(spec, f"{key}_efficiency")
                 if abs(have - value) > 1e-9:
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")

@@ -149,7 +149,8 @@ class LayerTime:
 def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: InferenceWorkload) -> float:
     """One weight GEMM of a serving pass: computed at the workload's precision, weights read at
     their stored width (``weight_precision``, block scales included) at the device's streaming
-    efficiency, seconds (``compute.gemm_time_s``)."""
+    efficiency for kernels of that precision (``DeviceSpec.weight_streaming_efficiency_for``), seconds
+    (``compute.gemm_time_s``)."""
     return compute.gemm_time_s(
         device,
         m,
@@ -157,7 +158,7 @@ def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: Inference
         k,
         workload.precision,
         stored_bytes_per_element(workload.weight_precision),
-        device.weight_streaming_efficiency,
+        device.weight_streaming_efficiency_for(workload.precision),
     )
 
 

@@ -203,7 +203,8 @@ class DeviceSpec:
     moe_overlap_efficiency: float = 1.0  # without an SM count: share of a layer's compute that hides an overlapped all-to-all
     tp_overlap_efficiency: float = 1.0  # share of a GEMM's time that can hide a tensor-parallel collective beside it
     low_precision_gemm: tuple = ()  # ((precision, flops tuple, efficiency tuple), ...): FP8/FP4 curves
-    stream_efficiency: float = 0.0  # HBM fraction decode GEMMs reach streaming their weights; 0 = memory_efficiency
+    stream_efficiency: float = 0.0  # HBM fraction 16-bit decode GEMMs reach streaming their weights; 0 = memory_efficiency
+    stream_fp8_efficiency: float = 0.0  # the same for FP8 (and FP4) scaled GEMMs; 0 = stream_efficiency
     kv_stream_efficiency: float = 0.0  # HBM fraction decode attention reaches streaming the KV cache; 0 = memory_efficiency
     host_bytes_per_s: float = 0.0  # GPU <-> host memory, each direction (PCIe, NVLink-C2C); 0 = unknown
     host_memory_bytes_per_s: float = 0.0  # this GPU's share of its host's DRAM bandwidth (CPU optimizer steps); 0 = unknown
@@ -228,6 +229,14 @@ class DeviceSpec:
         """Achieved fraction of HBM bandwidth when a decode GEMM (a few tokens) streams its
         weights: the device file's ``efficiency.stream`` where measured, else ``memory``."""
         return self.stream_efficiency or self.memory_efficiency
+
+    def weight_streaming_efficiency_for(self, precision: str) -> float:
+        """Achieved fraction of HBM bandwidth when a decode GEMM computing at ``precision`` streams its
+        weights: the FP8 scaled kernels' own measurement (``efficiency.stream_fp8``) for fp8 and fp4
+        where the file gives one [fp4: assumption], else ``weight_streaming_efficiency``."""
+        if precision in ("fp8", "fp4") and self.stream_fp8_efficiency:
+            return self.stream_fp8_efficiency
+        return self.weight_streaming_efficiency
 
     @property
     def kv_streaming_efficiency(self) -> float:

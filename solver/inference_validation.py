@@ -110,7 +110,7 @@ def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
     grids = [ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID) for key in keys]
     best = None
     for values in itertools.product(*grids):
-        fields = {library.ENGINE_EFFICIENCY_FIELDS[k]: v for k, v in zip(keys, values)}
+        fields = library.engine_fields(dict(zip(keys, values)))
 
         def trial(system, fields=fields):
             return dataclasses.replace(system, device=dataclasses.replace(system.device, **fields))

@@ -354,6 +354,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "attention",
             "memory",
             "stream",
+            "stream_fp8",
             "kv_stream",
             "moe_expert",
             "moe_overlap",
@@ -397,7 +398,16 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         ),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
-            for key in ("moe_expert", "moe_overlap", "tp_overlap", "stream", "kv_stream", "grouped_fp8", "host_adam")
+            for key in (
+                "moe_expert",
+                "moe_overlap",
+                "tp_overlap",
+                "stream",
+                "stream_fp8",
+                "kv_stream",
+                "grouped_fp8",
+                "host_adam",
+            )
             if key in eff
         },
         low_precision_gemm=low,
@@ -409,12 +419,17 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
 
 # a serving-engine profile's keys (problems/engines/*.yaml) and the DeviceSpec fields they replace
 ENGINE_EFFICIENCY_FIELDS = {
-    "gemm": "gemm_scale",
-    "stream": "stream_efficiency",
-    "kv_stream": "kv_stream_efficiency",
-    "memory": "memory_efficiency",
-    "attention": "attention_efficiency",
+    "gemm": ("gemm_scale",),
+    "stream": ("stream_efficiency", "stream_fp8_efficiency"),  # the engine's weight streaming, whatever the precision
+    "kv_stream": ("kv_stream_efficiency",),
+    "memory": ("memory_efficiency",),
+    "attention": ("attention_efficiency",),
 }
+
+
+def engine_fields(profile: dict) -> dict:
+    """{DeviceSpec field: value} that an engine profile's {key: value} sets (``ENGINE_EFFICIENCY_FIELDS``)."""
+    return {field: value for key, value in profile.items() for field in ENGINE_EFFICIENCY_FIELDS[key]}
 
 
 @functools.cache
@@ -455,7 +470,7 @@ def device_under_engine(device: DeviceSpec, engine: str, source: str | None = No
             source=source,
             field="workload.engine",
         )
-    return dataclasses.replace(device, **{ENGINE_EFFICIENCY_FIELDS[key]: value for key, value in profile[device.name].items()})
+    return dataclasses.replace(device, **engine_fields(profile[device.name]))
 
 
 def _curve(curve, src: str, field: str, axis: str = "flops") -> tuple[tuple, tuple]:

@@ -37,6 +37,28 @@ def test_b200_fp4_holds_torchaos_measured_square_gemms():
         assert b200.gemm_efficiency_at(2.0 * n**3, "fp4") == pytest.approx(pflops / 9.0, abs=1.5e-3)
 
 
+def test_hopper_weight_streaming_is_the_decode_microbenchmarks_median_per_precision():
+    """efficiency.stream and stream_fp8 are the medians of the measured decode GEMMs (1-64 tokens) of each
+    precision (problems/measurements/decode-microbench.yaml): FP8 scaled GEMMs stream their weights slower
+    than 16-bit ones on both GPUs, so one median of both would time FP8 decoding too fast."""
+    import statistics  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    measured = yaml.safe_load((REPO / "problems" / "measurements" / "decode-microbench.yaml").read_text())
+    for gpu, device in (("h100", "h100-sxm-80gb"), ("h200", "h200-sxm-141gb")):
+        rows = [e for e in measured[gpu]["gemm"] if e["m"] <= 64]
+        median = {
+            p: statistics.median(e["weight_stream_efficiency"] for e in rows if e["precision"] == p) for p in ("bf16", "fp8")
+        }
+        spec = load_device(device)
+        assert spec.stream_efficiency == pytest.approx(median["bf16"], abs=5e-4)
+        assert spec.stream_fp8_efficiency == pytest.approx(median["fp8"], abs=5e-4)
+        assert spec.stream_fp8_efficiency < spec.stream_efficiency
+        assert spec.weight_streaming_efficiency_for("fp8") == spec.stream_fp8_efficiency
+        assert spec.weight_streaming_efficiency_for("bf16") == spec.stream_efficiency
+
+
 def test_blackwell_grouped_fp8_is_the_guides_grouped_gemm_over_gb200s_dense_curve():
     """2,672 TFLOP/s of MXFP8 grouped GEMM at 4,096 x 2,048 x 7,168 per expert (Megatron-LM's GB200 guide)
     against GB200's FP8 curve there; the H100 keeps its own measurement (torch._scaled_grouped_mm)."""
