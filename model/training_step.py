@@ -245,10 +245,6 @@ STATES = Factor(
 )
 
 
-def _first_stage_moe_layers(model: ModelSpec, first_stage_layers: int) -> int:
-    return first_stage_layers - lead_layers(model) if model.moe is not None else 0
-
-
 def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False) -> tuple:
     """(gradient reduction, parameter gather, optimizer step) seconds of one data-parallel group's
     share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
@@ -269,17 +265,17 @@ def _first_stage_dp(
     ctx: TrainingContext, tp, zero, single_stage, first_stage_layers, dp_group, optimizer_offload=0.0, weight_offload=False
 ) -> tuple:
     """Stage 0's data-parallel traffic and optimizer step over the dp·cp group, seconds, for the
-    parameters it holds besides routed experts (the output layer too when it is the only stage)."""
-    model = ctx.model
-    p = stage_params(model, first_stage_layers, True, bool(single_stage), tp, _first_stage_moe_layers(model, first_stage_layers))
+    parameters it holds besides routed experts (``stage_held_params``: the output layer and the MTP
+    modules too when it is the only stage)."""
+    p, _ = stage_held_params(ctx, first_stage_layers, lead_layers(ctx.model), True, bool(single_stage), tp)
     return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
 
 
 def _first_stage_expert_dp(
-    ctx: TrainingContext, zero, ep, etp, first_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
+    ctx: TrainingContext, zero, ep, etp, single_stage, first_stage_layers, edp_group, optimizer_offload=0.0, weight_offload=False
 ) -> tuple:
     """The same for stage 0's routed experts, over the expert data-parallel group (tp·dp·cp/(ep·etp)), seconds."""
-    pe = stage_expert_params(ctx.model, _first_stage_moe_layers(ctx.model, first_stage_layers), ep, etp)
+    _, pe = stage_held_params(ctx, first_stage_layers, lead_layers(ctx.model), True, bool(single_stage), 1, ep, etp)
     return _dp_group_step(ctx, zero, pe, edp_group, optimizer_offload, weight_offload)
 
 
@@ -320,7 +316,7 @@ FIRST_STAGE_DP = Factor(
 )
 FIRST_STAGE_EXPERT_DP = Factor(
     "first_stage_expert_dp",
-    (D.ZERO, D.EP, D.ETP, D.FIRST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
+    (D.ZERO, D.EP, D.ETP, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.EDP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     DP_STEP_OUTPUTS,
     _first_stage_expert_dp,
 )
