@@ -53,7 +53,7 @@ DEVICES = {
     "gb200": ("gb200", "gb200"),
     "gb300": ("gb200", "gb200"),  # no GB300 entry: GB200's, whose nominal bf16/fp8 peaks it shares [assumption]
 }
-BLACKWELL = ("b200", "b300", "gb200", "gb300")
+BLACKWELL = tuple(device for device, (_, fp8) in DEVICES.items() if fp8)  # the devices with FP8 tensor cores here
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 3.5  # forward + backward, backward = 2.5 x forward (h200-microbench.yaml flops_convention)
 DIGITS = 3
@@ -148,14 +148,8 @@ def differences(derived: dict) -> list[str]:
                     )
                 ):
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
-            elif key in ("memory", "stream", "stream_fp8", "kv_stream"):
-                have = getattr(spec, f"{key}_efficiency")
-                if abs(have - value) > 1e-9:
-                    bad.append(f"{device}: efficiency.{key} {have} != {value}")
-            elif key == "grouped_fp8" and abs(spec.grouped_fp8_efficiency - value) > 1e-9:
-                bad.append(f"{device}: efficiency.grouped_fp8 {spec.grouped_fp8_efficiency} != {value}")
-            elif key == "attention" and abs(spec.attention_efficiency - value) > 1e-9:
-                bad.append(f"{device}: efficiency.attention {spec.attention_efficiency} != {value}")
+            elif abs(getattr(spec, f"{key}_efficiency") - value) > 1e-9:  # efficiency.KEY is DeviceSpec.KEY_efficiency
+                bad.append(f"{device}: efficiency.{key} {getattr(spec, f'{key}_efficiency')} != {value}")
     return bad
 
 

@@ -349,7 +349,9 @@ def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     device = system.device
     act = activation_precision(workload.precision)
     first = compute.embedding_forward_time_s(model, device, workload.precision, p.tokens)
-    logits = compute.gemm_time_s(device, p.rows, model.vocab / tp, model.hidden, act, None, device.weight_streaming_efficiency)
+    logits = compute.gemm_time_s(
+        device, p.rows, model.vocab / tp, model.hidden, act, None, device.weight_streaming_efficiency_for(act)
+    )
     sample = compute.memory_bound_time_s(device, p.rows * model.vocab / tp * LOGIT_BYTES)
     return first, logits + sample
 
