@@ -1,6 +1,6 @@
 """Fit each device's efficiency curves on the published runs of that device.
 
-    python benchmarks/calibrate.py [--holdout | --moe | --attention | --engine NAME]
+    python benchmarks/calibrate.py [--holdout | --moe | --attention | --engine NAME | --step-overhead]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (H100: our H200 run, problems/measurements/h200-microbench.yaml; A100 and Blackwell:
@@ -42,6 +42,13 @@ the device file's GEMM rates its kernels reach) together, by exhaustive search o
 0.20-0.95, gemm 0.50-1.00, step 0.01) for the least mean absolute error of output tokens/s on that engine's
 throughput runs (problems/validation/engine_runs.yaml; about a minute); prints the fitted values next to the
 stored ones, then the error on the first-token latencies of the same release, which the fit does not see.
+
+--step-overhead fits the serving runtime's per-pass overhead every device file holds
+(``serving_step_overhead_s``: scheduling, sampling and launches, added once to every pass) on TensorRT-LLM
+0.6.1's throughput tables (problems/validation/inference_runs.yaml, the rows that name no engine: H100 FP8
+and A100 FP16), one value for both, by exhaustive search from 0 to 5 ms in steps of 0.01 ms; prints it
+next to the stored one, each table's error under the value fitted on the other (leave one source out),
+and exits 1 when a device file holds another value.
 """
 
 from __future__ import annotations
@@ -291,13 +298,55 @@ def fit_engine(name: str) -> int:
     return status
 
 
+def fit_step_overhead() -> int:
+    """Refit the serving runtime's per-pass overhead on TensorRT-LLM 0.6.1's throughput tables, print it with
+    the leave-one-table-out errors; 1 when a device file holds another value."""
+    from parasol.solver import library  # noqa: PLC0415
+    from parasol.solver.inference_validation import evaluate_run as evaluate_serving  # noqa: PLC0415
+    from parasol.solver.inference_validation import family as serving_family  # noqa: PLC0415
+    from parasol.solver.inference_validation import fit_step_overhead as fit_overhead  # noqa: PLC0415
+    from parasol.solver.inference_validation import mean_abs_error, step_overhead_runs  # noqa: PLC0415
+
+    runs = step_overhead_runs()
+
+    def error_at(entries, seconds):
+        def trial(system):
+            return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
+
+        return mean_abs_error([evaluate_serving(e, trial, with_max_batch=False) for e in entries])
+
+    seconds, error = fit_overhead(runs)
+    print(
+        f"serving_step_overhead_s fitted {1e3 * seconds:.2f} ms: mean |error| {100 * error:.1f} % over {len(runs)} runs "
+        f"({100 * error_at(runs, 0.0):.1f} % without it)"
+    )
+    for table in sorted({serving_family(e) for e in runs}):
+        train = [e for e in runs if serving_family(e) != table]
+        held = [e for e in runs if serving_family(e) == table]
+        fitted, _ = fit_overhead(train)
+        print(
+            f"  {table:<56} {len(held):>2} runs: {100 * error_at(held, fitted):.1f} % under the value fitted on the "
+            f"other table ({1e3 * fitted:.2f} ms), {100 * error_at(held, 0.0):.1f} % without it"
+        )
+    status = 0
+    for name in library.names("systems/devices"):
+        stored = library.load_device(name).serving_step_overhead_s
+        if abs(stored - seconds) > 5e-7:
+            print(f"  {name}: stored {1e3 * stored:.2f} ms, DIFFERS")
+            status = 1
+    return status
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
     parser.add_argument("--moe", action="store_true", help="fit the routed-expert efficiency of the H100 instead")
     parser.add_argument("--attention", action="store_true", help="print the measured flash-attention curve instead")
     parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
+    parser.add_argument("--step-overhead", action="store_true", help="fit the serving runtime's per-pass overhead instead")
     args = parser.parse_args()
+    if args.step_overhead:
+        return fit_step_overhead()
     if args.attention:
         seqs, effs = attention_curve()
         print(

@@ -55,6 +55,7 @@ from .inference import (
     serving_layouts,
     stage_layouts,
     stage_weight_bytes,
+    step_overhead_s,
 )
 from .ops import Factor, FloatOps, Limit, Output, Rounding, Unit
 from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, SystemSpec
@@ -549,7 +550,11 @@ def _pass_breakdown(ctx: ServingContext, pool: PoolMapping, p: Pass) -> dict:
     for name in ("gemm", "attention", "elementwise", "tp_comm", "ep_comm"):
         value = slowest.dense * getattr(dense, name) + (slowest.moe * getattr(moe, name) if slowest.moe else 0.0)
         out[{"tp_comm": "comm/tp", "ep_comm": "comm/ep"}.get(name, f"compute/{name}")] = value * pool.pp
-    out["compute/embedding_logits"] = pool.pp * ((edges[0] if slowest.first else 0.0) + (edges[1] if slowest.last else 0.0))
+    overhead = step_overhead_s(system) if slowest.last else 0.0
+    out["compute/embedding_logits"] = pool.pp * (
+        (edges[0] if slowest.first else 0.0) + (edges[1] if slowest.last else 0.0) - overhead
+    )
+    out["runtime/step_overhead"] = pool.pp * overhead
     out["comm/pp"] = pool.pp * p2p_time_s(model, system, wl, p.tokens, layouts["pp"]) if pool.pp > 1 else 0.0
     return out
 

@@ -213,6 +213,7 @@ class DeviceSpec:
     attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
+    serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:

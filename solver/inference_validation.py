@@ -121,6 +121,32 @@ def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
     return dict(zip(keys, best[1])), best[0]
 
 
+# the grid the serving runtime's per-pass overhead is fitted on: 0 to 5 ms in steps of 0.01 ms
+STEP_OVERHEAD_GRID = tuple(round(1e-5 * i, 7) for i in range(501))
+
+
+def step_overhead_runs() -> list[dict]:
+    """The runs the per-pass overhead is fitted on: the throughput rows of inference_runs.yaml that name
+    no engine profile (TensorRT-LLM 0.6.1's static-batch tables, H100 FP8 and A100 FP16)."""
+    return [e for e in load_runs() if not e["workload"].get("engine") and "tokens_per_s_per_gpu" in e["measured"]]
+
+
+def fit_step_overhead(entries) -> tuple[float, float]:
+    """(seconds, mean |error|): the device files' ``serving_step_overhead_s`` that minimises the
+    entries' mean absolute error, one value for every device, by exhaustive search of
+    ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it."""
+    best = None
+    for seconds in STEP_OVERHEAD_GRID:
+
+        def trial(system, seconds=seconds):
+            return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
+
+        error = mean_abs_error([evaluate_run(e, trial, with_max_batch=False) for e in entries])
+        if best is None or (error, seconds) < best:
+            best = (error, seconds)
+    return best[1], best[0]
+
+
 def evaluate_planned_run(entry: dict) -> InferenceRunResult:
     """A max-throughput run whose batch the engine chose: the planner's best plan for the entry's
     problem (the batch free, tp/pp/dp as published; ``enumerate_space``, the exhaustive oracle that

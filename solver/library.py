@@ -320,6 +320,7 @@ DEVICE_KEYS = (
     "host_memory_bytes_per_s",
     "tdp_w",
     "sms",
+    "serving_step_overhead_s",
     "efficiency",
     "chiplets",
 )
@@ -395,6 +396,9 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         host_bytes_per_s=checks.non_negative_number(data.get("host_bytes_per_s", 0.0), "host_bytes_per_s", src),
         host_memory_bytes_per_s=checks.non_negative_number(
             data.get("host_memory_bytes_per_s", 0.0), "host_memory_bytes_per_s", src
+        ),
+        serving_step_overhead_s=checks.non_negative_number(
+            data.get("serving_step_overhead_s", 0.0), "serving_step_overhead_s", src
         ),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
