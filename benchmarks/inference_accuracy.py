@@ -4,8 +4,9 @@
 
 Runs: problems/validation/inference_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources): TensorRT-LLM 0.6.1 static-batch throughput (output tokens/s per GPU) on H100 FP8 and
-A100 FP16, TensorRT-LLM 0.5 first-token latency at batch 1. Nothing in the inference model was fitted
-to these runs. The device efficiencies are microbenchmarks (problems/measurements/). The first-token
+A100 FP16, TensorRT-LLM 0.5 first-token latency at batch 1. One number of the inference model is fitted
+to the throughput runs: the serving runtime's per-pass overhead (the device files' serving_step_overhead_s,
+benchmarks/calibrate.py --step-overhead). The device efficiencies are microbenchmarks (problems/measurements/). The first-token
 latencies were measured on TensorRT-LLM 0.5 and are evaluated with its engine profile
 (problems/engines/trtllm-0.5.yaml: one weight-streaming efficiency per device), which was fitted on
 that release's own throughput tables (problems/validation/engine_runs.yaml, printed in their own

@@ -245,11 +245,12 @@ def test_every_published_inference_run_evaluates(runs):
 
 def test_throughput_error_within_fifteen_percent(runs):
     """Issue 6's target on the 29 TensorRT-LLM 0.6.1 throughput runs (9.6 % when measured; H100
-    8.5 %, A100 10.9 %); nothing was fitted to them."""
+    8.5 %, A100 10.9 %); nothing was fitted to them until the runtime's per-pass overhead, the one number
+    fitted on them (benchmarks/calibrate.py --step-overhead): 7.2 % (H100 6.6 %, A100 8.1 %); bound 8.2 %."""
     for family in {r.family for r in runs if r.metric == "tokens_per_s_per_gpu"}:
         errors = [abs(r.error) for r in runs if r.family == family]
         assert statistics.fmean(errors) <= 0.15, family
-    assert statistics.fmean(abs(r.error) for r in runs if r.metric == "tokens_per_s_per_gpu") <= 0.12
+    assert statistics.fmean(abs(r.error) for r in runs if r.metric == "tokens_per_s_per_gpu") <= 0.082
 
 
 def test_first_token_latency_error_within_its_measured_bound(runs):
@@ -435,11 +436,13 @@ def test_out_of_sample_error_as_measured(oos):
     requests queued at once (workload.requests). Measured: 13.4 % mean |error| over the 20 runs (H100
     12.0 %, 18 runs), max 38.0 %, 16 of 20 predicted faster - the long-output runs whose batch is set by
     memory (docs/serving.md); 13.5 % in the steady state. Since FP8 weights stream at their own measured
-    rate: 12.7 % (H100 11.6 %), max 32.7 %, 15 of 20 faster. The bounds are these measurements + about one
-    point (13.7 %, H100 12.6 %), so a change that loses accuracy fails here."""
+    rate: 12.7 % (H100 11.6 %), max 32.7 %, 15 of 20 faster. Since every pass carries the runtime's
+    per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables, not on these): 9.5 % (H100 8.7 %), max 27.1 %,
+    14 of 20 faster. The bounds are these measurements + about one point (10.5 %, H100 9.7 %), so a change
+    that loses accuracy fails here."""
     errors = [abs(r.error) for r in oos]
-    assert statistics.fmean(errors) <= 0.137
-    assert statistics.fmean(abs(r.error) for r in oos if "H100" in r.family) <= 0.126
+    assert statistics.fmean(errors) <= 0.105
+    assert statistics.fmean(abs(r.error) for r in oos if "H100" in r.family) <= 0.097
     assert all(r.problem.workload.requests in (1500, 3000, 30000) for r in oos)
 
 
@@ -447,13 +450,13 @@ def test_single_request_latency_out_of_sample_as_measured():
     """NVIDIA NIM 1.8.0, Llama 3.3 70B on 2 H100 FP8, one request at a time (never fitted; device
     files' efficiencies): measured TTFT 5.0 % and 24.8 % too fast (the client-side TTFT holds
     tokenisation and HTTP, which the model lacks), TPOT 15.0 % and 17.0 % too fast since FP8 weights
-    stream at their own measured rate (18.0 % and 20.0 % before). Bounds: the TTFT measurements of an
-    earlier model (6.6 % and 26.1 %) + 1.5 points, TPOT's + 1 point, and every prediction below the
-    measurement."""
+    stream at their own measured rate (18.0 % and 20.0 % before); since every pass carries the runtime's
+    per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables): TTFT 5.1 % and 20.8 %, TPOT 6.1 % and 8.2 %.
+    Bounds: these measurements + 1 point, and every prediction below the measurement."""
     results = evaluate_all(load_latency_oos_runs())
     assert len(results) == 4 and all(r.error < 0 for r in results)
     assert not {r.run_id for r in results} & {e["id"] for e in load_runs() + load_oos_runs()}
-    for metric, bound in (("ttft_s", 0.178), ("tpot_s", 0.17)):
+    for metric, bound in (("ttft_s", 0.14), ("tpot_s", 0.081)):
         assert statistics.fmean(abs(r.error) for r in results if r.metric == metric) <= bound, metric
 
 
