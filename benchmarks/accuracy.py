@@ -5,8 +5,9 @@
 --write-docs replaces the generated blocks of docs/accuracy.md (family summary, per-run tables,
 serving) and of README.md's accuracy summary with this run's figures.
 
-The whole-run budget follows the training runs: DeepSeek-V3's published 2.664M H800 GPU-hours against
-its published mapping as it ran (benchmarks/cost_validation.py; out of sample; --json: "whole_run").
+The whole-run budgets follow the training runs: DeepSeek-V3's published 2.664M H800 GPU-hours against
+its published mapping as it ran, and DeepSeek-V2's 172.8K H800 GPU-hours per trillion tokens against its
+published parallelism (benchmarks/cost_validation.py; out of sample; --json: "whole_run").
 
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
@@ -110,19 +111,28 @@ def family_table(results, markdown: bool = True) -> str:
     return text_table(head, rows, markdown)
 
 
-def whole_run() -> dict:
-    """DeepSeek-V3's pre-training budget (Table 1: 2.664M H800 GPU-hours for 14.8T tokens, the only
-    published total not reserved by issue 13) against the model's with the published mapping as it ran:
-    DualPipe, the report's selective recomputation (``cost_validation.published_mapping_row``)."""
+def whole_run() -> list[dict]:
+    """The published training budgets not reserved by issue 13, against the model's: DeepSeek-V3's
+    pre-training (Table 1: 2.664M H800 GPU-hours for 14.8T tokens) with the published mapping as it ran
+    (DualPipe, the report's selective recomputation; ``cost_validation.published_mapping_row``), and
+    DeepSeek-V2's cost per trillion tokens (172.8K H800 GPU-hours) with the report's parallelism and the
+    assumptions ``cost_validation.deepseek_v2_row`` states (2,048 GPUs, 1F1B, the all-to-all exposed)."""
     label, _, gpu_hours, _ = cost_validation.published_mapping_row("selective", True)
-    published = cost_validation.DEEPSEEK_GPU_HOURS
-    return {
-        "id": "deepseek-v3-pretraining",
-        "setting": label,
-        "published_gpu_hours": published,
-        "predicted_gpu_hours": gpu_hours,
-        "error": gpu_hours / published - 1.0,
-    }
+    v2_label, _, v2_gpu_hours, _ = cost_validation.deepseek_v2_row()
+    rows = (
+        ("deepseek-v3-pretraining", label, cost_validation.DEEPSEEK_GPU_HOURS, gpu_hours),
+        ("deepseek-v2-per-trillion-tokens", v2_label, cost_validation.DEEPSEEK_V2_GPU_HOURS_PER_T, v2_gpu_hours),
+    )
+    return [
+        {
+            "id": run_id,
+            "setting": setting,
+            "published_gpu_hours": published,
+            "predicted_gpu_hours": predicted,
+            "error": predicted / published - 1.0,
+        }
+        for run_id, setting, published, predicted in rows
+    ]
 
 
 def write_docs(results, serving, serving_oos, budget) -> None:
@@ -169,7 +179,10 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
-    lines.append(f"| whole-run GPU-hours, out of sample (DeepSeek-V3's budget) | 1 | {100 * abs(budget['error']):.1f} % |")
+    lines.append(
+        f"| whole-run GPU-hours, out of sample (DeepSeek-V3's and DeepSeek-V2's budgets) | {len(budget)} | "
+        f"{100 * statistics.fmean(abs(b['error']) for b in budget):.1f} % |"
+    )
     write_block("../README.md", "accuracy-summary", "\n".join(lines))
 
 
@@ -186,7 +199,7 @@ def main() -> int:
                     "summary": summary,
                     "inference": inference_accuracy.as_json(serving),
                     "inference_out_of_sample": inference_accuracy.as_json(serving_oos),
-                    "whole_run": [budget],
+                    "whole_run": budget,
                     "runs": [
                         {
                             "id": r.run_id,
@@ -254,10 +267,11 @@ def main() -> int:
         print(f"published run the model cannot express yet: {entry['id']}: {entry['not_expressible']}")
     for name, s in summary["by_family"].items():
         print(f"  {name:<44} {s['runs']:>3} runs  mean {100 * s['mean_abs_error']:5.1f} %  max {100 * s['max_abs_error']:5.1f} %")
-    print(
-        f"whole-run GPU-hours, out of sample: DeepSeek-V3 published {budget['published_gpu_hours'] / 1e6:.3f}M, "
-        f"predicted {budget['predicted_gpu_hours'] / 1e6:.3f}M ({100 * budget['error']:+.1f} %; {budget['setting']})"
-    )
+    for b in budget:
+        print(
+            f"whole-run GPU-hours, out of sample: {b['id']} published {b['published_gpu_hours'] / 1e6:.4f}M, "
+            f"predicted {b['predicted_gpu_hours'] / 1e6:.4f}M ({100 * b['error']:+.1f} %; {b['setting']})"
+        )
     print()
     print("Inference (problems/validation/inference_runs.yaml; per run: python benchmarks/inference_accuracy.py)")
     print(inference_accuracy.report(serving))

@@ -9,7 +9,12 @@
    recomputation and with the report's selective recomputation (RMSNorm, MLA up-projections, the SwiGLU
    output: Sec. 3.3), the same under 1F1B (not how it ran: what the schedule is worth), and with
    parasol's plan of the example problem (the same workload).
-2. The seeds' headline that an A100 -> B200 system trains LLMs about 35x faster, as a design-space
+2. DeepSeek-V2's training cost (arXiv 2405.04434, Sec. 3.2.3: 172.8K H800 GPU-hours per trillion tokens)
+   from the model's throughput with the report's parallelism (Sec. 3.1.3: 16-way zero-bubble pipeline, 8-way
+   expert parallelism, ZeRO-1 data parallelism, no tensor parallelism, some operators recomputed, the shared
+   experts' computation overlapped with the all-to-all); what the report does not state is assumed and each
+   assumption's effect printed (``deepseek_v2_rows``).
+3. The seeds' headline that an A100 -> B200 system trains LLMs about 35x faster, as a design-space
    example: the best plan for the same model on the same number of GPUs of each system, at each
    system's best training precision.
 """
@@ -28,6 +33,9 @@ DEEPSEEK_TOKENS = 14.8e12  # pre-training tokens (paper abstract)
 DEEPSEEK_GPU_HOURS = 2.664e6  # pre-training H800 GPU-hours (paper Table 1)
 DEEPSEEK_PRICE = 2.0  # $ per H800 GPU-hour (paper Table 1)
 EXAMPLE = Path(__file__).resolve().parents[1] / "problems" / "examples" / "deepseek-v3-h800.yaml"
+DEEPSEEK_V2_GPU_HOURS_PER_T = 172.8e3  # H800 GPU-hours per trillion training tokens (DeepSeek-V2 report, Sec. 3.2.3)
+# not stated in the V2 report: 2,048, the H800 cluster DeepSeek-V3's report trains on (Sec. 3.1) [assumption]
+DEEPSEEK_V2_GPUS = 2048
 
 
 def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, float, float]:
@@ -93,6 +101,46 @@ def deepseek_budget(time_limit: float) -> list[tuple[str, float, float, float]]:
     return rows
 
 
+def deepseek_v2_row(num_gpus: int = DEEPSEEK_V2_GPUS, a2a_overlap: bool = False) -> tuple[str, float, float, float]:
+    """(label, tokens/s per GPU, H800 GPU-hours per trillion tokens, the same without the pipeline bubble) of
+    DeepSeek-V2 with the report's parallelism on ``num_gpus`` H800 (Sec. 3.1.3): pp 16, ep 8 (one node), no tp,
+    ZeRO-1, dp the rest; the batch of 9,216 sequences of 4K it trains at after its first 225B tokens (Sec. 3.1.2).
+    Assumed where the report is silent: BF16 (its FP8 is for serving only), micro-batch 1, the 60 layers as
+    2 + 14 x 4 + 2 (lighter first and last stages, which hold the embedding and the output head), the recomputed
+    operators DeepSeek-V3's report lists (RMSNorm, the MLA up-projections, the MoE SwiGLU output). Its zero-bubble
+    schedule is not in the model: 1F1B stands in, and the GPU-hours without the bubble bound what it saves. Its
+    overlap (only the shared experts' computation hides the all-to-all) is not either: ``a2a_overlap`` takes
+    Megatron-Core's, which hides the all-to-all behind another micro-batch's whole layer instead (a lower bound)."""
+    workload = {
+        "kind": "training",
+        "seq_len": 4096,
+        "global_batch": 9216,
+        "precision": "bf16",
+        "moe_dispatcher": "alltoall",
+        "moe_a2a_overlap": a2a_overlap,
+        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
+        "train_tokens": 1e12,
+    }
+    mapping = {"tp": 1, "pp": 16, "dp": num_gpus // 16, "ep": 8, "micro_batch": 1, "zero": 1, "sp": False}
+    mapping |= {"recompute": "selective", "first_stage_layers": 2, "last_stage_layers": 2}
+    p = parse_problem(
+        {"model": "deepseek-v2", "system": {"name": "dgx-h800", "num_gpus": num_gpus}, "workload": workload, "mapping": mapping},
+        source="DeepSeek-V2's parallelism",
+    )
+    ev = evaluate_plan(p, num_gpus, p.fixed_mapping())
+    met, step = ev.metrics, ev.metrics["step_time_s"]
+    gpu_hours = met["run_hours"] * num_gpus
+    without_bubble = gpu_hours * (step - ev.breakdown["time_s"]["pipeline/bubble"]) / step
+    fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
+    label = f"{num_gpus:,} GPUs, {'Megatron-Core all-to-all overlap' if a2a_overlap else 'all-to-all exposed'} ({fits})"
+    return label, met["tokens_per_s_per_gpu"], gpu_hours, without_bubble
+
+
+def deepseek_v2_rows() -> list[tuple[str, float, float, float]]:
+    """DeepSeek-V2 on the assumed 2,048 GPUs and on 1,024, without and with an all-to-all overlap (``deepseek_v2_row``)."""
+    return [deepseek_v2_row(n, o) for n in (DEEPSEEK_V2_GPUS, 1024) for o in (False, True)]
+
+
 def a100_to_b200(time_limit: float, num_gpus: int = 1024) -> list[tuple[str, str, float]]:
     """(system, precision, best tokens/s) for GPT-3 175B on ``num_gpus`` GPUs of each system."""
     out = []
@@ -130,6 +178,17 @@ def main() -> int:
         print(
             f"  {label:<66} {per_gpu:7,.0f} tok/s/GPU  {gpu_hours / 1e6:6.3f}M GPU-h  ${usd / 1e6:6.3f}M  "
             f"({100 * (gpu_hours / DEEPSEEK_GPU_HOURS - 1):+.1f} %)"
+        )
+    print(
+        f"\nDeepSeek-V2 training cost: published {DEEPSEEK_V2_GPU_HOURS_PER_T / 1e3:.1f}K H800 GPU-hours per trillion tokens "
+        f"({1e12 / DEEPSEEK_V2_GPU_HOURS_PER_T / 3600:,.0f} tokens/s per GPU); the report's parallelism under 1F1B "
+        "(without its bubble in brackets: what a zero-bubble schedule saves at most):"
+    )
+    for label, per_gpu, gpu_hours, without_bubble in deepseek_v2_rows():
+        print(
+            f"  {label:<66} {per_gpu:7,.0f} tok/s/GPU  {gpu_hours / 1e3:6.1f}K GPU-h/T "
+            f"({100 * (gpu_hours / DEEPSEEK_V2_GPU_HOURS_PER_T - 1):+.1f} %)  [{without_bubble / 1e3:6.1f}K, "
+            f"{100 * (without_bubble / DEEPSEEK_V2_GPU_HOURS_PER_T - 1):+.1f} %]"
         )
     print("\nA100 -> B200 (GPT-3 175B, 1,024 GPUs, best plan each):")
     rows = a100_to_b200(args.time_limit)
