@@ -302,18 +302,20 @@ def fit_step_overhead() -> int:
     """Refit the serving runtime's per-pass overhead on TensorRT-LLM 0.6.1's throughput tables, print it with
     the leave-one-table-out errors; 1 when a device file holds another value."""
     from parasol.solver import library  # noqa: PLC0415
+    from parasol.solver.inference_validation import (  # noqa: PLC0415
+        STEP_OVERHEAD_STEP_S,
+        mean_abs_error,
+        step_overhead_runs,
+        with_step_overhead,  # noqa: PLC0415
+    )
     from parasol.solver.inference_validation import evaluate_run as evaluate_serving  # noqa: PLC0415
     from parasol.solver.inference_validation import family as serving_family  # noqa: PLC0415
     from parasol.solver.inference_validation import fit_step_overhead as fit_overhead  # noqa: PLC0415
-    from parasol.solver.inference_validation import mean_abs_error, step_overhead_runs  # noqa: PLC0415
 
     runs = step_overhead_runs()
 
     def error_at(entries, seconds):
-        def trial(system):
-            return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
-
-        return mean_abs_error([evaluate_serving(e, trial, with_max_batch=False) for e in entries])
+        return mean_abs_error([evaluate_serving(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
 
     seconds, error = fit_overhead(runs)
     print(
@@ -331,7 +333,7 @@ def fit_step_overhead() -> int:
     status = 0
     for name in library.names("systems/devices"):
         stored = library.load_device(name).serving_step_overhead_s
-        if abs(stored - seconds) > 5e-7:
+        if abs(stored - seconds) > STEP_OVERHEAD_STEP_S / 2:
             print(f"  {name}: stored {1e3 * stored:.2f} ms, DIFFERS")
             status = 1
     return status

@@ -345,7 +345,8 @@ def step_overhead_s(system: SystemSpec) -> float:
     batch, sampling and launching the step (TensorRT-LLM's executor loop; vLLM's scheduler and input
     preparation), the device file's ``serving_step_overhead_s``. Fitted, one value for the engines the
     device files describe, on TensorRT-LLM 0.6.1's throughput tables (``python benchmarks/calibrate.py
-    --step-overhead``); the model puts it on the last stage, where the pass samples."""
+    --step-overhead``). Every stage's rank runs the loop for every pass, so a pass's cycle through a
+    pipeline is its slowest stage plus this (``serving_step.pass_cycle``)."""
     return system.device.serving_step_overhead_s
 
 
@@ -354,7 +355,7 @@ def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
     (``compute.embedding_forward_time_s``); the output projection of the rows that sample (only
     the last position of a prompt: TensorRT-LLM's gather_last_token_logits, vLLM) kept at 16 bits
     as quantisation recipes leave lm_head unquantised (NVIDIA ModelOpt defaults), plus reading its
-    fp32 logits to sample, plus the runtime's per-pass overhead (``step_overhead_s``)."""
+    fp32 logits to sample."""
     device = system.device
     act = activation_precision(workload.precision)
     first = compute.embedding_forward_time_s(model, device, workload.precision, p.tokens)
@@ -362,7 +363,7 @@ def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
         device, p.rows, model.vocab / tp, model.hidden, act, None, device.weight_streaming_efficiency_for(act)
     )
     sample = compute.memory_bound_time_s(device, p.rows * model.vocab / tp * LOGIT_BYTES)
-    return first, logits + sample + step_overhead_s(system)
+    return first, logits + sample
 
 
 def p2p_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, pp_layout: Layout) -> float:

@@ -9,7 +9,8 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
 ``micro_batch`` sequences, one per stage in flight (``inference.Pass``):
 
 - a pass's cycle is its slowest stage (layers x per-layer time + the embedding on the first stage,
-  the output layer on the last) plus the send to the next stage; its latency pp cycles;
+  the output layer on the last) plus the runtime's per-pass overhead plus the send to the next stage;
+  its latency pp cycles;
 - static batching (TensorRT-LLM gptSessionBenchmark): TTFT = (2pp - 1) prefill cycles, then output_len - 1
   decode rounds of pp cycles; throughput dp·batch·output_len / end-to-end latency;
 - continuous batching in steady state (Orca; vLLM; Sarathi-Serve): every iteration (pp cycles)
@@ -97,15 +98,15 @@ class ServingContext:
 
 
 def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, ep_group) -> tuple:
-    """(dense layer, MoE layer, first-stage extra, last-stage extra) seconds of a pass of ``micro_batch``
-    sequences (``inference.layer_time``, ``inference.edge_times``)."""
+    """(dense layer, MoE layer, first-stage extra, last-stage extra, runtime overhead) seconds of a pass of
+    ``micro_batch`` sequences (``inference.layer_time``, ``inference.edge_times``, ``inference.step_overhead_s``)."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
     p = PASS_MAKERS[kind](wl, micro_batch)
     layouts = {"tp": tp_group, "ep": ep_group}
     dense = layer_time(model, system, wl, tp, ep, p, False, layouts).total
     moe = layer_time(model, system, wl, tp, ep, p, True, layouts).total if model.moe is not None else 0.0
     first, last = edge_times(model, system, wl, tp, p)
-    return dense, moe, first, last
+    return dense, moe, first, last, step_overhead_s(system)
 
 
 def _layers_factor(kind: str, prefix: str = "") -> Factor:
@@ -115,6 +116,7 @@ def _layers_factor(kind: str, prefix: str = "") -> Factor:
         Output("moe", TIME, reference=True),
         Output("first", TIME),
         Output("last", TIME),
+        Output("overhead", TIME),
     )
     return Factor(f"{kind}_layers", keys, outputs, lambda ctx, *v: _pass_layers(ctx, kind, *v))
 
@@ -284,13 +286,14 @@ def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
 
 def pass_cycle(o, counts, layers, send, single):
     """A pass's cycle through a replica: its slowest stage (layers x per-layer time, the embedding on
-    the first stage, the output layer on the last; one stage holds both when pp = 1) plus the send
-    of its output to the next stage (not overlapped: an upper bound)."""
+    the first stage, the output layer on the last; one stage holds both when pp = 1) plus the runtime's
+    per-pass overhead, which every stage's rank pays (``inference.step_overhead_s``), plus the send of
+    its output to the next stage (not overlapped: an upper bound)."""
     first = o.product(counts.first_dense, layers.dense) + o.product(counts.first_moe, layers.moe) + layers.first
     first = first + o.where(single, layers.last, 0)
     middle = o.product(counts.middle_dense, layers.dense) + o.product(counts.middle_moe, layers.moe)
     last = o.product(counts.last_dense, layers.dense) + o.product(counts.last_moe, layers.moe) + layers.last
-    slowest = o.maximum(first, middle, last)
+    slowest = o.maximum(first, middle, last) + layers.overhead
     return o.where(single, slowest, slowest + send)
 
 
@@ -550,11 +553,8 @@ def _pass_breakdown(ctx: ServingContext, pool: PoolMapping, p: Pass) -> dict:
     for name in ("gemm", "attention", "elementwise", "tp_comm", "ep_comm"):
         value = slowest.dense * getattr(dense, name) + (slowest.moe * getattr(moe, name) if slowest.moe else 0.0)
         out[{"tp_comm": "comm/tp", "ep_comm": "comm/ep"}.get(name, f"compute/{name}")] = value * pool.pp
-    overhead = step_overhead_s(system) if slowest.last else 0.0
-    out["compute/embedding_logits"] = pool.pp * (
-        (edges[0] if slowest.first else 0.0) + (edges[1] if slowest.last else 0.0) - overhead
-    )
-    out["runtime/step_overhead"] = pool.pp * overhead
+    out["compute/embedding_logits"] = pool.pp * ((edges[0] if slowest.first else 0.0) + (edges[1] if slowest.last else 0.0))
+    out["runtime/step_overhead"] = pool.pp * step_overhead_s(system)
     out["comm/pp"] = pool.pp * p2p_time_s(model, system, wl, p.tokens, layouts["pp"]) if pool.pp > 1 else 0.0
     return out
 

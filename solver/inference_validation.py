@@ -122,7 +122,17 @@ def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
 
 
 # the grid the serving runtime's per-pass overhead is fitted on: 0 to 5 ms in steps of 0.01 ms
-STEP_OVERHEAD_GRID = tuple(round(1e-5 * i, 7) for i in range(501))
+STEP_OVERHEAD_STEP_S = 1e-5
+STEP_OVERHEAD_GRID = tuple(round(STEP_OVERHEAD_STEP_S * i, 7) for i in range(501))
+
+
+def with_step_overhead(seconds: float):
+    """A ``system_override`` for ``evaluate_run``: the system with its device's per-pass overhead set to ``seconds``."""
+
+    def override(system):
+        return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
+
+    return override
 
 
 def step_overhead_runs() -> list[dict]:
@@ -137,11 +147,7 @@ def fit_step_overhead(entries) -> tuple[float, float]:
     ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it."""
     best = None
     for seconds in STEP_OVERHEAD_GRID:
-
-        def trial(system, seconds=seconds):
-            return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
-
-        error = mean_abs_error([evaluate_run(e, trial, with_max_batch=False) for e in entries])
+        error = mean_abs_error([evaluate_run(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
         if best is None or (error, seconds) < best:
             best = (error, seconds)
     return best[1], best[0]
