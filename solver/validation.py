@@ -86,6 +86,8 @@ def family(run_id: str) -> str:
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):
         return "Llama 3 paper (out of sample)"
+    if run_id.startswith("mlperf"):
+        return "MLPerf Training (out of sample)"
     for prefix, name in (
         ("megatron21-t1", "Megatron SC'21 Table 1"),
         ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
