@@ -330,6 +330,7 @@ class Workload:
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL  # alltoall (Megatron-Core) | deepep (DeepEP, HybridEP)
     moe_fp8_dispatch: bool = False  # deepep sends the fp8 forward dispatch in FP8 + 1x128 scales (DeepSeek's framework)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
+    fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     goodput: float | None = None  # share of a run's wall-clock time that trains; None: model/goodput.py's estimate

@@ -604,6 +604,15 @@ def dp_group_size(mapping: Mapping) -> int:
     return mapping.dp * mapping.cp
 
 
+def param_gather_bytes(workload: Workload) -> float:
+    """Bytes per parameter the data-parallel all-gather moves: the 16-bit weights, or 1 when the run keeps
+    its compute parameters in FP8 and gathers them so (Megatron-LM --fp8-param-gather: "Keep the compute param
+    in fp8 (do not use any other intermediate dtype) and perform the param all-gather in fp8"; Transformer
+    Engine's FP8 primary weights). [assumption: every gathered parameter is an FP8 GEMM weight; the norms and
+    the embedding, a small share, travel in 16 bits in the real run]"""
+    return 1.0 if workload.fp8_param_gather else WEIGHT_BYTES
+
+
 def dp_comm_times_s(
     system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout
 ) -> tuple[float, float]:
@@ -624,7 +633,7 @@ def dp_comm_times_s(
         return collective_time_s("allreduce", params_on_gpu * grad_bytes(workload), group, system), 0.0
     return (
         collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system),
-        collective_time_s("allgather", params_on_gpu * WEIGHT_BYTES, group, system),
+        collective_time_s("allgather", params_on_gpu * param_gather_bytes(workload), group, system),
     )
 
 

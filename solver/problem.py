@@ -65,6 +65,7 @@ WORKLOAD_KEYS = (
     "moe_dispatcher",
     "moe_a2a_overlap",
     "moe_fp8_dispatch",
+    "fp8_param_gather",
     "mtp_layers",
     "train_tokens",
     "goodput",
@@ -285,8 +286,15 @@ def _parse_workload(data, src: str) -> Workload:
             ("overlap_tp_grad", True),
             ("moe_a2a_overlap", False),
             ("moe_fp8_dispatch", False),
+            ("fp8_param_gather", False),
         )
     }
+    if flags["fp8_param_gather"] and precision != "fp8":
+        raise ProblemError(
+            f"an FP8 parameter gather needs precision fp8 (Megatron-LM --fp8-param-gather), got {precision}; set it false",
+            source=src,
+            field="workload.fp8_param_gather",
+        )
     dispatcher = MoeDispatcher(
         checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     )
