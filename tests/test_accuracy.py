@@ -150,14 +150,16 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     512 GB200, 512 GB300 and 5,120 GB200 in NVFP4, with the configs' mappings and the logs' step times. Measured
     when added (2026-11-27): +20.6, +6.1, -2.5, +2.4, -9.5, +12.2, -4.7, +6.6 % (8.1 % mean), every run fits; with
     the FP8 parameter gather the five FP8 configs set (workload.fp8_param_gather): +6.7, +5.2, -2.5, +2.1, -9.5 %,
-    6.2 % mean, worst +12.2 %. The bounds are the measurement + about one point, and both signs must stay."""
+    6.2 % mean, worst +12.2 %. Seven more of the same submissions' scales (GPT-3 on 11,616 and 256 H100, Llama 3.1
+    405B on 2,048 to 8,192 H100 and 2,560 GB200 NVFP4): +6.7, +6.0, +3.8, +4.0, +4.0, +4.1, +7.5 %; 15 runs 5.7 %.
+    The bounds are the measurement + about one point, and both signs must stay."""
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)"}
-    assert len(rows) == 8 and all(r.evaluation.metrics["fits"] for r in rows.values())
+    assert len(rows) == 15 and all(r.evaluation.metrics["fits"] for r in rows.values())
     errors = [r.error for r in rows.values()]
-    assert statistics.fmean(abs(e) for e in errors) <= 0.072 and max(abs(e) for e in errors) <= 0.132
+    assert statistics.fmean(abs(e) for e in errors) <= 0.067 and max(abs(e) for e in errors) <= 0.132
     assert min(errors) < 0 < max(errors)
     fp4 = [abs(r.error) for r in rows.values() if r.problem.workload.precision == "fp4"]
-    assert len(fp4) == 3 and statistics.fmean(fp4) <= 0.085  # 7.8 %: NVFP4 no longer far too fast
+    assert len(fp4) == 4 and statistics.fmean(fp4) <= 0.088  # 7.8 %: NVFP4 no longer far too fast
 
 
 def test_megatron_bridge_2511_dense_runs(results):
