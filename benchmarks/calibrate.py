@@ -29,7 +29,8 @@ take, training.overlap_exposed_s, nothing fitted) on the MoE runs of the calibra
 (MOE_CALIBRATION: Megatron-Bridge 25.09's three on H100 and 25.11's seventeen on H100, B200, GB200 and
 GB300), by grid search (step 0.01) of the mean absolute step-time error; prints the leave-one-source-out
 fits (each source's error under the value fitted on the other) and the error on the published MoE runs
-outside the calibration set (MOE_CHECK: the Megatron MoE Model Zoo and Megatron-LM's GB200 guide).
+outside the calibration set (MOE_CHECK: the Megatron MoE Model Zoo, Megatron-LM's GB200 guide and MLPerf
+Training v6.0's DeepSeek-V3 runs).
 
 --attention prints the training flash-attention curve the H100-class device files hold
 (efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
@@ -83,6 +84,7 @@ MOE_CHECK = (
     "MoE Model Zoo long context (out of sample)",
     "MoE Model Zoo Blackwell (out of sample)",
     "Megatron-LM GB200 guide (out of sample)",
+    "MLPerf Training MoE (out of sample)",
 )
 # the dense runs outside the calibration set, never fitted: reported apart by benchmarks/accuracy.py
 DENSE_CHECK = ("Llama 3 paper (out of sample)", "MLPerf Training (out of sample)")
