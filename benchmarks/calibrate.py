@@ -306,20 +306,12 @@ def fit_step_overhead() -> int:
     """Refit the serving runtime's per-pass overhead on TensorRT-LLM 0.6.1's throughput tables, print it with
     the leave-one-table-out errors; 1 when a device file holds another value."""
     from parasol.solver import library  # noqa: PLC0415
-    from parasol.solver.inference_validation import (  # noqa: PLC0415
-        STEP_OVERHEAD_STEP_S,
-        mean_abs_error,
-        step_overhead_runs,
-        with_step_overhead,  # noqa: PLC0415
-    )
-    from parasol.solver.inference_validation import evaluate_run as evaluate_serving  # noqa: PLC0415
+    from parasol.solver.inference_validation import STEP_OVERHEAD_STEP_S, step_overhead_runs  # noqa: PLC0415
     from parasol.solver.inference_validation import family as serving_family  # noqa: PLC0415
     from parasol.solver.inference_validation import fit_step_overhead as fit_overhead  # noqa: PLC0415
+    from parasol.solver.inference_validation import step_overhead_error as error_at  # noqa: PLC0415
 
     runs = step_overhead_runs()
-
-    def error_at(entries, seconds):
-        return mean_abs_error([evaluate_serving(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
 
     seconds, error = fit_overhead(runs)
     print(

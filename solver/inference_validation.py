@@ -141,13 +141,18 @@ def step_overhead_runs() -> list[dict]:
     return [e for e in load_runs() if not e["workload"].get("engine") and "tokens_per_s_per_gpu" in e["measured"]]
 
 
+def step_overhead_error(entries, seconds: float) -> float:
+    """Mean absolute error of the entries with the device's per-pass overhead set to ``seconds``."""
+    return mean_abs_error([evaluate_run(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
+
+
 def fit_step_overhead(entries) -> tuple[float, float]:
     """(seconds, mean |error|): the device files' ``serving_step_overhead_s`` that minimises the
     entries' mean absolute error, one value for every device, by exhaustive search of
     ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it."""
     best = None
     for seconds in STEP_OVERHEAD_GRID:
-        error = mean_abs_error([evaluate_run(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
+        error = step_overhead_error(entries, seconds)
         if best is None or (error, seconds) < best:
             best = (error, seconds)
     return best[1], best[0]

@@ -165,14 +165,13 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):
     """MLPerf Training v6.0's DeepSeek-V3 (never fitted; GB300 at tp 1, GB200 at tp 2 with the MLP recomputed, MXFP8,
-    real routing): +48.9, +46.9 % on 256 and 512 GB300, +4.9, -7.5, -30.1 % on 512, 2,048 and 8,192 GB200 when added
-    (2026-11-27; 27.7 % mean). The model times GB300 at tp 1 barely faster than GB200 at tp 2 (29.6 against 32.4 s at
+    real routing): +48.9, +46.9 % on 256 and 512 GB300, +5.0, -6.7, -27.7 % on 512, 2,048 and 8,192 GB200 when added
+    (2026-11-27; 27.0 % mean). The model times GB300 at tp 1 barely faster than GB200 at tp 2 (29.6 against 32.4 s at
     512 GPUs) where the runs differ by 1.54x (docs/accuracy.md). Bounds: the measurement + one point."""
     rows = {r.run_id: r.error for r in results if r.family == "MLPerf Training MoE (out of sample)"}
     assert len(rows) == 5
-    assert statistics.fmean(abs(e) for e in rows.values()) <= 0.287
-    gb300 = [e for k, e in rows.items() if "gb300" in k]
-    assert len(gb300) == 2 and all(0.4 < e < 0.5 for e in gb300)  # too slow on GB300, as measured
+    assert statistics.fmean(abs(e) for e in rows.values()) <= 0.28
+    assert max(abs(e) for e in rows.values()) <= 0.50
 
 
 def test_megatron_bridge_2511_dense_runs(results):
