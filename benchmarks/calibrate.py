@@ -114,12 +114,9 @@ def override(params: dict, tp_overlap: float | None = None, straggler: float | N
 
 def moe_override(expert: float):
     """system_override applying a trial routed-expert efficiency to the device."""
+    from parasol.solver.inference_validation import with_device_fields  # noqa: PLC0415
 
-    def apply(system):
-        device = dataclasses.replace(system.device, moe_expert_efficiency=expert)
-        return dataclasses.replace(system, device=device)
-
-    return apply
+    return with_device_fields(moe_expert_efficiency=expert)
 
 
 GROUPED_MEASUREMENT = "measurements/h100-kernel-microbench.yaml"

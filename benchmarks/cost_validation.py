@@ -38,6 +38,11 @@ DEEPSEEK_V2_GPU_HOURS_PER_T = 172.8e3  # H800 GPU-hours per trillion training to
 DEEPSEEK_V2_GPUS = 2048
 
 
+def fits_label(metrics: dict) -> str:
+    """'fits', or by how much a plan's peak memory does not."""
+    return "fits" if metrics["fits"] else f"does not fit: {metrics['peak_memory_gib']:.0f} GiB"
+
+
 def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, float, float]:
     """(label, tokens/s per GPU, GPU-hours, $) of DeepSeek-V3's published mapping on 2,048 H800 under
     DualPipe (``dualpipe``, as it ran) or 1F1B, with ``recompute`` none or the report's selective."""
@@ -79,7 +84,7 @@ def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, f
         source="published mapping",
     )
     met = evaluate_plan(p, 2048, p.fixed_mapping()).metrics
-    fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
+    fits = fits_label(met)
     label = f"published mapping, {'DualPipe' if dualpipe else '1F1B'}, recompute {recompute} ({fits})"
     return label, met["tokens_per_s_per_gpu"], met["run_hours"] * 2048, met["run_cost_usd"]
 
@@ -131,7 +136,7 @@ def deepseek_v2_row(num_gpus: int = DEEPSEEK_V2_GPUS, a2a_overlap: bool = False)
     met, step = ev.metrics, ev.metrics["step_time_s"]
     gpu_hours = met["run_hours"] * num_gpus
     without_bubble = gpu_hours * (step - ev.breakdown["time_s"]["pipeline/bubble"]) / step
-    fits = "fits" if met["fits"] else f"does not fit: {met['peak_memory_gib']:.0f} GiB"
+    fits = fits_label(met)
     label = f"{num_gpus:,} GPUs, {'Megatron-Core all-to-all overlap' if a2a_overlap else 'all-to-all exposed'} ({fits})"
     return label, met["tokens_per_s_per_gpu"], gpu_hours, without_bubble
 

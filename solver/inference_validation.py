@@ -97,6 +97,28 @@ ENGINE_FIT_GRID = tuple(round(0.20 + 0.01 * i, 2) for i in range(76))
 ENGINE_FIT_GRIDS = {"gemm": tuple(round(0.50 + 0.01 * i, 2) for i in range(51))}
 
 
+def with_device_fields(**fields):
+    """A ``system_override`` (``evaluate_run``, ``validation.evaluate_all``): the system with these fields of
+    its device replaced, as a fit tries them."""
+
+    def override(system):
+        return dataclasses.replace(system, device=dataclasses.replace(system.device, **fields))
+
+    return override
+
+
+def grid_fit(entries, grids, fields_of) -> tuple[tuple, float]:
+    """(values, mean |error|): the point of the product of ``grids`` whose device fields (``fields_of(values)``)
+    minimise the entries' mean absolute error, by exhaustive search (ties to the smaller values)."""
+    best = None
+    for values in itertools.product(*grids):
+        override = with_device_fields(**fields_of(values))
+        error = mean_abs_error([evaluate_run(e, override, with_max_batch=False) for e in entries])
+        if best is None or (error, values) < best:
+            best = (error, values)
+    return best[1], best[0]
+
+
 def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
     """({key: value}, mean |error|): the profile's ``keys`` on ``device`` fitted together, by exhaustive
     search of the product of their grids (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``; ties to the
@@ -108,31 +130,13 @@ def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
     if not own:
         raise ValueError(f"no run on device {device}")
     grids = [ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID) for key in keys]
-    best = None
-    for values in itertools.product(*grids):
-        fields = library.engine_fields(dict(zip(keys, values)))
-
-        def trial(system, fields=fields):
-            return dataclasses.replace(system, device=dataclasses.replace(system.device, **fields))
-
-        error = mean_abs_error([evaluate_run(e, trial, with_max_batch=False) for e in own])
-        if best is None or (error, values) < best:
-            best = (error, values)
-    return dict(zip(keys, best[1])), best[0]
+    values, error = grid_fit(own, grids, lambda values: library.engine_fields(dict(zip(keys, values))))
+    return dict(zip(keys, values)), error
 
 
 # the grid the serving runtime's per-pass overhead is fitted on: 0 to 5 ms in steps of 0.01 ms
 STEP_OVERHEAD_STEP_S = 1e-5
 STEP_OVERHEAD_GRID = tuple(round(STEP_OVERHEAD_STEP_S * i, 7) for i in range(501))
-
-
-def with_step_overhead(seconds: float):
-    """A ``system_override`` for ``evaluate_run``: the system with its device's per-pass overhead set to ``seconds``."""
-
-    def override(system):
-        return dataclasses.replace(system, device=dataclasses.replace(system.device, serving_step_overhead_s=seconds))
-
-    return override
 
 
 def step_overhead_runs() -> list[dict]:
@@ -143,19 +147,16 @@ def step_overhead_runs() -> list[dict]:
 
 def step_overhead_error(entries, seconds: float) -> float:
     """Mean absolute error of the entries with the device's per-pass overhead set to ``seconds``."""
-    return mean_abs_error([evaluate_run(e, with_step_overhead(seconds), with_max_batch=False) for e in entries])
+    override = with_device_fields(serving_step_overhead_s=seconds)
+    return mean_abs_error([evaluate_run(e, override, with_max_batch=False) for e in entries])
 
 
 def fit_step_overhead(entries) -> tuple[float, float]:
     """(seconds, mean |error|): the device files' ``serving_step_overhead_s`` that minimises the
     entries' mean absolute error, one value for every device, by exhaustive search of
     ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it."""
-    best = None
-    for seconds in STEP_OVERHEAD_GRID:
-        error = step_overhead_error(entries, seconds)
-        if best is None or (error, seconds) < best:
-            best = (error, seconds)
-    return best[1], best[0]
+    (seconds,), error = grid_fit(entries, [STEP_OVERHEAD_GRID], lambda values: {"serving_step_overhead_s": values[0]})
+    return seconds, error
 
 
 def evaluate_planned_run(entry: dict) -> InferenceRunResult:

@@ -69,12 +69,16 @@ def problem_from_entry(entry: dict) -> Problem:
     return parse_problem(data, source=f"validation run {entry['id']}")
 
 
+# the MoE models a run id names; publications whose tables mix dense and MoE runs report them apart
+MOE_RUN_KEYS = ("deepseek", "qwen", "gpt_oss", "gpt-oss", "mixtral")
+
+
 def family(run_id: str) -> str:
     """Group of a run for reporting: the publication it comes from (MoE runs apart)."""
-    if run_id.startswith("mbridge2509") and any(k in run_id for k in ("deepseek", "qwen")):
+    moe = any(k in run_id for k in MOE_RUN_KEYS)
+    if run_id.startswith("mbridge2509") and moe:
         return "Megatron-Bridge 25.09 MoE"
     if run_id.startswith("mbridge2511"):
-        moe = any(k in run_id for k in ("deepseek", "qwen", "gpt_oss"))
         return "Megatron-Bridge 25.11 MoE" if moe else "Megatron-Bridge 25.11"
     if run_id.startswith("moezoo-lc"):
         return "MoE Model Zoo long context (out of sample)"
@@ -86,10 +90,8 @@ def family(run_id: str) -> str:
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):
         return "Llama 3 paper (out of sample)"
-    if run_id.startswith("mlperf") and any(k in run_id for k in ("deepseek", "qwen", "gpt_oss", "gpt-oss", "mixtral")):
-        return "MLPerf Training MoE (out of sample)"  # an MoE model's submission, as the Megatron-Bridge rule above
     if run_id.startswith("mlperf"):
-        return "MLPerf Training (out of sample)"
+        return "MLPerf Training MoE (out of sample)" if moe else "MLPerf Training (out of sample)"
     for prefix, name in (
         ("megatron21-t1", "Megatron SC'21 Table 1"),
         ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
