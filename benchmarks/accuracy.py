@@ -256,7 +256,7 @@ def main() -> int:
     if mem:
         merr = [r.memory_error for r in mem]
         print(
-            f"peak memory (+ the system's CUDA/NCCL reserve) vs measured ({len(mem)} BLOOM runs): "
+            f"device memory (peak + the allocator's cache + the system's CUDA/NCCL reserve) vs measured ({len(mem)} BLOOM runs): "
             f"mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
             f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %"
         )

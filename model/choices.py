@@ -56,6 +56,17 @@ class Zero3Gather(StrEnum):
     MODULE = "module"
 
 
+class Allocator(StrEnum):
+    """How PyTorch's CUDA caching allocator is configured (``workload.allocator``): ``caching``, its
+    default (fixed-size segments split into blocks, kept after the tensors in them are freed);
+    ``expandable`` (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, PyTorch >= 2.1: segments grow
+    by mapping pages, so freed blocks of one size serve requests of another). What each leaves reserved
+    beyond the live tensors is measured, not derived (``memory.allocator_cache_bytes``)."""
+
+    CACHING = "caching"
+    EXPANDABLE = "expandable"
+
+
 class MoeDispatcher(StrEnum):
     """How MoE tokens reach their experts (``workload.moe_dispatcher``; ``model/expert_parallel.py``):
     ``alltoall``, Megatron-Core's MoEAlltoAllTokenDispatcher, one NCCL all-to-all sending a copy per

@@ -8,9 +8,9 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
-from .choices import Zero3Gather
+from .choices import Recompute, Zero3Gather
 from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
-from .specs import ModelSpec
+from .specs import AllocatorOverhead, ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
 MASK_BYTES = 1.0
@@ -271,3 +271,20 @@ def memory_headroom_bytes(hbm_bytes: float, headroom_gib: float | None = None, h
     if headroom_fraction is not None:
         return headroom_fraction * hbm_bytes
     return 0.0
+
+
+def allocator_overhead_fraction(overhead: AllocatorOverhead, recompute: str) -> float:
+    """The allocator's reserve beyond the live tensors, as a share of a step's transient bytes, for a
+    stage that recomputes as ``recompute`` does (full: ``overhead.recompute_full``, else ``otherwise``)."""
+    return overhead.recompute_full if recompute == Recompute.FULL else overhead.otherwise
+
+
+def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float) -> float:
+    """Bytes PyTorch's caching allocator holds reserved, beyond the tensors live at the step's peak, on a
+    GPU whose step allocates ``transient_bytes`` above what persists between steps (its peak less the
+    model states): blocks freed by one tensor and not reusable by the next request, measured as
+    (peak reserved - peak allocated) / (peak allocated - persistent) (``AllocatorOverhead``; PyTorch's
+    ``torch.cuda.max_memory_reserved`` / ``max_memory_allocated``). It shows in nvidia-smi but does not
+    decide whether a plan fits: on a failed cudaMalloc the allocator frees its unused cached blocks and
+    retries (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so the live peak is the limit."""
+    return overhead_fraction * transient_bytes

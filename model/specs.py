@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import checks
-from .choices import MoeDispatcher
+from .choices import Allocator, MoeDispatcher
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash
 from .topology import default_topology
@@ -305,6 +305,19 @@ class SystemSpec:
 
 
 @dataclass(frozen=True)
+class AllocatorOverhead:
+    """Bytes the caching allocator keeps reserved beyond the live tensors at a training step's peak, as a
+    share of the step's transient bytes (its peak less what persists between steps: activations,
+    recomputation working sets, buffers), measured per allocator setting on emulated pipeline stages
+    (problems/measurements/h200-allocator-microbench.yaml, ``summary``; ``memory.allocator_cache_bytes``).
+    ``recompute_full``: stages that recompute every layer (the working set is rebuilt between long-lived
+    checkpoints, which fragments most); ``otherwise``: none or selective."""
+
+    recompute_full: float = 0.0
+    otherwise: float = 0.0
+
+
+@dataclass(frozen=True)
 class Workload:
     """What is run: training with a sequence length and a global batch in sequences."""
 
@@ -331,6 +344,9 @@ class Workload:
     moe_fp8_dispatch: bool = False  # deepep sends the fp8 forward dispatch in FP8 + 1x128 scales (DeepSeek's framework)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
+    allocator: Allocator = Allocator.CACHING  # PyTorch's CUDA allocator setting (choices.Allocator)
+    # its measured reserve beyond the live tensors (the problem parser fills it from the allocator's row; zero: none)
+    allocator_overhead: AllocatorOverhead = AllocatorOverhead()
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     goodput: float | None = None  # share of a run's wall-clock time that trains; None: model/goodput.py's estimate

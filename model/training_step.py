@@ -712,6 +712,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         params_b=params.total_params(model) / 1e9,
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
+    metrics["device_memory_gib"] = device_memory_bytes(ctx, mapping, stages[peak_stage]) / GIB
     if mapping.optimizer_offload or mapping.weight_offload:  # the host memory tier: reported, not a limit (docs/model.md)
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
@@ -723,6 +724,15 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     for s in stages:
         del s["memory_gib"]
     return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)
+
+
+def device_memory_bytes(ctx: TrainingContext, mapping, stage: dict) -> float:
+    """What nvidia-smi shows on the GPU of ``stage`` (the peak one), bytes: its live peak, the caching
+    allocator's reserve on the bytes above its model states (``activations_bytes``: activations, working
+    sets, buffers; ``memory.allocator_cache_bytes``) and the runtime's reserve (the system's ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
+    fraction = memory.allocator_overhead_fraction(ctx.workload.allocator_overhead, mapping.recompute)
+    cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction)
+    return stage["memory_bytes"] + cache + ctx.system.memory_reserve_bytes
 
 
 def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:

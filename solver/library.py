@@ -18,7 +18,7 @@ from parasol.model import checks
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.errors import ProblemError
 from parasol.model.expert_parallel import A2A_COMM_SMS
-from parasol.model.specs import DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
+from parasol.model.specs import AllocatorOverhead, DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
 from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
 
@@ -325,6 +325,26 @@ DEVICE_KEYS = (
     "chiplets",
 )
 DEVICE_REQUIRED = ("peak_flops", "hbm_bytes", "hbm_bytes_per_s", "efficiency")
+
+
+# the measured reserve of PyTorch's caching allocator (benchmarks/allocator_microbench.py writes its summary)
+ALLOCATOR_FILE = "measurements/h200-allocator-microbench.yaml"
+ALLOCATOR_GROUPS = ("recompute_full", "otherwise")
+
+
+@functools.cache
+def load_allocator_overhead(allocator: str) -> AllocatorOverhead:
+    """What PyTorch's caching allocator keeps reserved beyond the live tensors under ``allocator``
+    (``choices.Allocator``): the row ``summary.allocator_overhead.<allocator>`` of ``ALLOCATOR_FILE``."""
+    path = library_root() / ALLOCATOR_FILE
+    src, data = str(path), read_yaml(path, "measurement file")
+    field = f"summary.allocator_overhead.{allocator}"
+    row = (data.get("summary") or {}).get("allocator_overhead", {}).get(allocator)
+    if not isinstance(row, dict):
+        raise ProblemError(f"has no row for the allocator {allocator!r}", source=src, field=field)
+    checks.keys(row, ALLOCATOR_GROUPS, ALLOCATOR_GROUPS, src, field + ".")
+    values = {key: checks.non_negative_number(row[key], f"{field}.{key}", src) for key in ALLOCATOR_GROUPS}
+    return AllocatorOverhead(**values)
 
 
 def load_device(name: str, source: str | None = None) -> DeviceSpec:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from parasol.model import checks
 from parasol.model.choices import (
+    Allocator,
     CpComm,
     LowPrecisionRecipe,
     MoeDispatcher,
@@ -66,6 +67,7 @@ WORKLOAD_KEYS = (
     "moe_a2a_overlap",
     "moe_fp8_dispatch",
     "fp8_param_gather",
+    "allocator",
     "mtp_layers",
     "train_tokens",
     "goodput",
@@ -304,6 +306,7 @@ def _parse_workload(data, src: str) -> Workload:
             source=src,
             field="workload.moe_fp8_dispatch",
         )
+    allocator = Allocator(checks.choice(data.get("allocator", Allocator.CACHING.value), Allocator, "workload.allocator", src))
     mtp_layers = checks.non_negative_int(data.get("mtp_layers", 0), "workload.mtp_layers", src)
     goodput = data.get("goodput", "auto")
     if goodput != "auto":
@@ -330,6 +333,8 @@ def _parse_workload(data, src: str) -> Workload:
         master_weight_bytes=float(master_bytes),
         recompute_modules=tuple(dict.fromkeys(modules)),
         moe_dispatcher=dispatcher,
+        allocator=allocator,
+        allocator_overhead=library.load_allocator_overhead(allocator.value),
         mtp_layers=mtp_layers,
         train_tokens=train_tokens,
         goodput=goodput,

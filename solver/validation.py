@@ -28,7 +28,6 @@ class RunResult:
     evaluation: Evaluation
     measured_step_s: float
     measured_memory_gib: float | None
-    reserve_gib: float = 0.0  # the system's memory_reserve_bytes: CUDA context and NCCL buffers
 
     @property
     def predicted_step_s(self) -> float:
@@ -37,8 +36,9 @@ class RunResult:
     @property
     def predicted_device_memory_gib(self) -> float:
         """What nvidia-smi shows on the peak GPU, as the published memory figures read: the model's peak
-        (states, activations, buffers) plus the runtime's reserve (the CUDA context and NCCL buffers)."""
-        return self.evaluation.metrics["peak_memory_gib"] + self.reserve_gib
+        (states, activations, buffers), the caching allocator's reserve and the runtime's (the CUDA
+        context and NCCL buffers): the evaluation's ``device_memory_gib``."""
+        return self.evaluation.metrics["device_memory_gib"]
 
     @property
     def memory_error(self) -> float | None:
@@ -142,7 +142,6 @@ def evaluate_run(entry: dict, system_override=None) -> RunResult:
         evaluation=best[2],
         measured_step_s=float(measured["step_time_s"]),
         measured_memory_gib=measured.get("memory_gib"),
-        reserve_gib=system.memory_reserve_bytes / 2**30,
     )
 
 
