@@ -56,8 +56,18 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
                 f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
                 + ("" if met["fits"] else "  ** DOES NOT FIT **"),
             ),
-            ("micro-batches per step", str(met["microbatches"])),
         ]
+        + (
+            [
+                (
+                    "device memory per GPU",
+                    f"{met['device_memory_gib']:.1f} GiB as nvidia-smi shows it (allocator cache, runtime reserve)",
+                )
+            ]
+            if "device_memory_gib" in met
+            else []
+        )
+        + [("micro-batches per step", str(met["microbatches"]))]
         + ([("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded states)")] if "host_memory_gib" in met else []),
     )
     if "cost_per_hour_usd" in met:
