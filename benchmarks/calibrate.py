@@ -119,22 +119,27 @@ def moe_override(expert: float):
     return with_device_fields(moe_expert_efficiency=expert)
 
 
-GROUPED_MEASUREMENT = "measurements/h100-kernel-microbench.yaml"
+# each measured device and its grouped-GEMM measurement (benchmarks/kernel_microbench.py)
+GROUPED_MEASUREMENTS = {
+    "h100-sxm-80gb": "measurements/h100-kernel-microbench.yaml",
+    "h200-sxm-141gb": "measurements/h200-kernel-microbench.yaml",
+}
 GROUPED_MIN_ROWS = 512  # the regime of the training runs (2,048+ rows per expert); fewer rows are launch-bound
 
 
-def grouped_fp8_efficiency() -> float:
-    """FP8 grouped expert GEMMs' rate against the device's FP8 dense curve, measured on H100
-    (problems/measurements/h100-kernel-microbench.yaml: torch._scaled_grouped_mm, row-wise scales):
-    the median over the measured shapes with at least GROUPED_MIN_ROWS rows per expert of the model's
-    per-expert FP8 roofline time over the measured time (``compute.moe_routed_forward_time_s``)."""
+def grouped_fp8_efficiency(device_name: str = "h100-sxm-80gb") -> float:
+    """FP8 grouped expert GEMMs' rate against the device's FP8 dense curve, measured on that device
+    (``GROUPED_MEASUREMENTS``: torch._scaled_grouped_mm, row-wise scales): the median over the measured
+    shapes with at least GROUPED_MIN_ROWS rows per expert of the model's per-expert FP8 roofline time
+    over the measured time (``compute.moe_routed_forward_time_s``)."""
     import yaml  # noqa: PLC0415
 
     from parasol.model.compute import gemm_time_s  # noqa: PLC0415
     from parasol.solver import library  # noqa: PLC0415
 
-    device = library.load_device("h100-sxm-80gb")
-    entries = yaml.safe_load((library.library_root() / GROUPED_MEASUREMENT).read_text())["grouped_gemm"]["entries"]
+    device = library.load_device(device_name)
+    path = library.library_root() / GROUPED_MEASUREMENTS[device_name]
+    entries = yaml.safe_load(path.read_text())["grouped_gemm"]["entries"]
     ratios = [
         e["experts"] * gemm_time_s(device, e["rows_per_expert"], e["n"], e["k"], "fp8") / e["fp8_seconds"]
         for e in entries
@@ -174,7 +179,8 @@ def moe_expert_fit(calibration) -> tuple[float, float]:
 def fit_moe(entries) -> None:
     """The measured FP8 grouped-GEMM efficiency, then a grid search of moe_expert on the MoE
     calibration runs (with the stored grouped_fp8); prints both errors."""
-    print(f"grouped_fp8 (H100 measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency():.2f}")
+    for device_name in GROUPED_MEASUREMENTS:
+        print(f"grouped_fp8 ({device_name} measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency(device_name):.2f}")
     calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) in MOE_CHECK]
     value, x = moe_expert_fit(calibration)
