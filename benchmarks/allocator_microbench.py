@@ -35,8 +35,8 @@ stage
                       ``main_grad`` buffer filled by a post-accumulate hook (``.grad`` freed), fp32
                       master weights and Adam moments of a 1/dp shard.
     The data-parallel reduce and gather are left out (one GPU). Each case runs under PyTorch's
-    default caching allocator and with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (set by
-    NeMo / Megatron-Bridge launch scripts), each in a fresh process, ``steps`` steps of
+    default caching allocator and with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (as
+    Megatron-Bridge's DGX Cloud performance executor sets it), each in a fresh process, ``steps`` steps of
     ``microbatches`` micro-batches; reported per step: peak allocated and peak reserved bytes, the
     persistent bytes after the step, device memory in use, the allocator's retries. The
     allocator's overhead is (peak reserved - peak allocated) / (peak allocated - persistent): the

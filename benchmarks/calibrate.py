@@ -180,7 +180,9 @@ def fit_moe(entries) -> None:
     """The measured FP8 grouped-GEMM efficiency, then a grid search of moe_expert on the MoE
     calibration runs (with the stored grouped_fp8); prints both errors."""
     for device_name in GROUPED_MEASUREMENTS:
-        print(f"grouped_fp8 ({device_name} measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency(device_name):.2f}")
+        print(
+            f"grouped_fp8 ({device_name} measured, >= {GROUPED_MIN_ROWS} rows per expert): {grouped_fp8_efficiency(device_name):.2f}"
+        )
     calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) in MOE_CHECK]
     value, x = moe_expert_fit(calibration)

@@ -14,7 +14,7 @@ import json
 import shlex
 from enum import StrEnum
 
-from parasol.model.choices import MoeDispatcher
+from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT
@@ -201,9 +201,24 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     return args
 
 
+# the environment PyTorch reads for workload.allocator expandable (choices.Allocator), set before the launch
+EXPANDABLE_SEGMENTS = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+
+def allocator_env(problem) -> list[str]:
+    """The environment assignment the plan's allocator setting needs: none for PyTorch's default."""
+    return [EXPANDABLE_SEGMENTS] if problem.workload.allocator == Allocator.EXPANDABLE else []
+
+
+def env_comment(problem) -> str:
+    """A first line naming that environment, for launch files that are configurations, not commands."""
+    return "".join(f"# launch with {env} (workload.allocator)\n" for env in allocator_env(problem))
+
+
 def emit_megatron(problem, num_gpus: int, m) -> str:
     _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
-    return command_line(["torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"], megatron_args(problem, num_gpus, m))
+    program = [*allocator_env(problem), "torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"]
+    return command_line(program, megatron_args(problem, num_gpus, m))
 
 
 # --- torchtitan (TOML job config) ---------------------------------------------------------------------
@@ -275,7 +290,7 @@ def torchtitan_sections(problem, num_gpus: int, m) -> dict:
 
 def emit_torchtitan(problem, num_gpus: int, m) -> str:
     _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
-    return toml_text(torchtitan_sections(problem, num_gpus, m))
+    return env_comment(problem) + toml_text(torchtitan_sections(problem, num_gpus, m))
 
 
 # --- DeepSpeed (ds_config JSON) -----------------------------------------------------------------------
@@ -306,7 +321,7 @@ def emit_deepspeed(problem, num_gpus: int, m) -> str:
     if m.recompute != "none":
         _require(m.recompute == "full", f"recompute {m.recompute}")
         text = "# recompute full: activation checkpointing from the model code (deepspeed.checkpointing.checkpoint)\n" + text
-    return text
+    return env_comment(problem) + text
 
 
 # --- serving: one server per replica (dp copies behind a load balancer) ---------------------------------

@@ -346,3 +346,28 @@ def test_megatron_model_arguments_give_back_the_model(name):
     if model.sliding_window:
         assert one["--window-size"] == f"{model.sliding_window},0"
     assert ("--swiglu" in flags) == (model.activation == "swiglu")
+
+
+def test_the_expandable_allocator_travels_with_the_launch(tmp_path):
+    """workload.allocator expandable: Megatron's command line sets PyTorch's environment before torchrun,
+    torchtitan's TOML and DeepSpeed's JSON name it in a first comment line (still parsing as before);
+    PyTorch's default allocator sets nothing."""
+    import tomllib  # noqa: PLC0415
+
+    mapping = {"tp": 8, "pp": 4, "dp": 2, "micro_batch": 1}
+    for allocator in ("caching", "expandable"):
+        workload = {**LLAMA_MEGATRON["workload"], "allocator": allocator}
+        doc, flags = emitted(tmp_path, {**LLAMA_MEGATRON, "workload": workload, "mapping": mapping}, command="evaluate")
+        expandable = allocator == "expandable"
+        assert doc["launch"].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torchrun") == expandable
+        assert ("PYTORCH_CUDA_ALLOC_CONF" in doc["launch"]) == expandable
+        if not expandable:
+            check_megatron_flags(flags)
+        titan = {
+            **LLAMA_MEGATRON,
+            "workload": {**workload, "framework": "torchtitan"},
+            "mapping": {"tp": 8, "pp": 1, "dp": 8, "micro_batch": 1, "zero": 3, "recompute": "full"},
+        }
+        doc, _ = emitted(tmp_path, titan, command="evaluate")
+        assert doc["launch"].startswith("# launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == expandable
+        assert tomllib.loads(doc["launch"])["parallelism"]["tensor_parallel_degree"] == 8
