@@ -24,7 +24,9 @@ stage
     ``layers`` transformer blocks (LayerNorm, fused QKV, attention, projection, LayerNorm, GeLU
     MLP, residuals, biases), run 1F1B as the first stage does (``in_flight`` micro-batches forward
     before the first backward, then one forward and one backward each), every block recomputed
-    in the backward pass where ``recompute`` is full (``torch.utils.checkpoint``). Attention is
+    in the backward pass where ``recompute`` is full (``torch.utils.checkpoint``). The stage's output
+    after its send is freed (Megatron's deallocate_output_tensor) or, under DeepSpeed with tensor
+    parallelism, cut to a 1/tp partition until the backward gathers it (PartitionedTensor). Attention is
     ``explicit`` (ALiBi bias + QK^T by baddbmm, masked softmax, PV by bmm: Megatron-DeepSpeed's
     path for BLOOM, scores materialised) or ``flash`` (``F.scaled_dot_product_attention``).
     Gradients and optimizer as the framework keeps them:
@@ -73,7 +75,7 @@ CASES = {
     "gpt3-175b tp8 pp8 mbs1": (12288, 12, 6144, 12, 8, 1, 2048, 8, "none", "flash", "megatron", 12),
 }
 ALLOCATORS = {"caching": None, "expandable": "expandable_segments:True"}  # parasol's choices.Allocator
-STEPS = 3
+STEPS = 2  # the second step's figures (a first step allocates the gradients; a third repeated the second)
 
 
 def device_used(torch) -> int:
@@ -179,7 +181,7 @@ def stage_child(name: str, quick: bool) -> dict:
             k = k.reshape(seq, mbs * heads, hd).transpose(0, 1)
             v = v.reshape(seq, mbs * heads, hd).transpose(0, 1)
             scores = torch.baddbmm(alibi, q, k.transpose(1, 2), beta=1.0, alpha=hd**-0.5)
-            probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+            probs = torch.softmax(scores.masked_fill_(causal, float("-inf")), dim=-1)  # in place, as the fused kernel
             ctx = torch.bmm(probs, v).transpose(0, 1).reshape(seq, mbs, proj)
         else:
             q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # (b, np, s, hd)
@@ -188,14 +190,26 @@ def stage_child(name: str, quick: bool) -> dict:
         y = F.layer_norm(x, (h,), P["ln2.w"], P["ln2.b"])
         return x + F.linear(F.gelu(F.linear(y, P["fc1.w"], P["fc1.b"])), P["fc2.w"], P["fc2.b"])
 
+    tp = h // proj  # the case's tensor-parallel degree (attention width per GPU = h / tp)
+
     def forward(x):
         for i in range(layers):
             x = checkpoint(block, x, i, use_reentrant=False) if recompute == "full" else block(x, i)
-        return x
+        # The stage's output once sent: Megatron frees its data and keeps its graph (deallocate_output_tensor);
+        # DeepSpeed's pipeline engine keeps a 1/tp partition under tensor parallelism (PartitionedTensor) and
+        # gathers it back before the backward, the whole output without it.
+        part = None
+        if framework == "megatron" or tp > 1:
+            if framework != "megatron":
+                part = x.detach().reshape(-1)[: x.numel() // tp].clone()
+            x.untyped_storage().resize_(0)
+        return x, part
 
-    def backward(pair):
-        x, y = pair
-        y.backward(torch.randn_like(y))  # the gradient the next stage sends back
+    def backward(item):
+        x, (y, part) = item
+        if framework != "megatron" and part is not None:
+            y.untyped_storage().resize_(y.numel() * y.element_size())  # the gathered output
+        y.backward(torch.randn(y.shape, device=dev, dtype=bf16))  # the gradient the next stage sends back
         x.grad = None  # sent to the previous stage
 
     def optimizer_step():
@@ -229,6 +243,7 @@ def stage_child(name: str, quick: bool) -> dict:
         "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "parameters_per_gpu": numel,
         "context_bytes_before_model": context,
+        "stage_output": "freed after the send" if framework == "megatron" else ("1/tp partition" if tp > 1 else "kept"),
         "steps": [],
     }
     for _ in range(1 if quick else STEPS):
@@ -376,6 +391,8 @@ def main() -> int:
     if args.child:
         print(json.dumps(stage_child(args.child, args.quick)))
         return 0
+    if not args.out:
+        ap.error("--out is required to measure (or give --summarise FILE or --compare FILE)")
     import torch
     import yaml
 

@@ -273,18 +273,22 @@ def memory_headroom_bytes(hbm_bytes: float, headroom_gib: float | None = None, h
     return 0.0
 
 
-def allocator_overhead_fraction(overhead: AllocatorOverhead, recompute: str) -> float:
+def allocator_overhead_fraction(overhead: AllocatorOverhead | None, recompute: str) -> float:
     """The allocator's reserve beyond the live tensors, as a share of a step's transient bytes, for a
-    stage that recomputes as ``recompute`` does (full: ``overhead.recompute_full``, else ``otherwise``)."""
+    stage that recomputes as ``recompute`` does (full: ``overhead.recompute_full``, else ``otherwise``;
+    no row: 0)."""
+    if overhead is None:
+        return 0.0
     return overhead.recompute_full if recompute == Recompute.FULL else overhead.otherwise
 
 
-def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float) -> float:
+def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free_bytes: float) -> float:
     """Bytes PyTorch's caching allocator holds reserved, beyond the tensors live at the step's peak, on a
     GPU whose step allocates ``transient_bytes`` above what persists between steps (its peak less the
     model states): blocks freed by one tensor and not reusable by the next request, measured as
     (peak reserved - peak allocated) / (peak allocated - persistent) (``AllocatorOverhead``; PyTorch's
-    ``torch.cuda.max_memory_reserved`` / ``max_memory_allocated``). It shows in nvidia-smi but does not
+    ``torch.cuda.max_memory_reserved`` / ``max_memory_allocated``), at most the ``free_bytes`` the
+    device has beside the live peak and the runtime's reserve. It shows in nvidia-smi but does not
     decide whether a plan fits: on a failed cudaMalloc the allocator frees its unused cached blocks and
     retries (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so the live peak is the limit."""
-    return overhead_fraction * transient_bytes
+    return min(overhead_fraction * transient_bytes, max(free_bytes, 0.0))

@@ -214,6 +214,9 @@ class DeviceSpec:
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
     serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
+    pytorch_allocator: bool = (
+        True  # PyTorch's caching allocator (CUDA, HIP) holds its memory; false: another runtime (XLA on TPU)
+    )
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -313,6 +316,7 @@ class AllocatorOverhead:
     ``recompute_full``: stages that recompute every layer (the working set is rebuilt between long-lived
     checkpoints, which fragments most); ``otherwise``: none or selective."""
 
+    allocator: Allocator
     recompute_full: float = 0.0
     otherwise: float = 0.0
 
@@ -345,12 +349,17 @@ class Workload:
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
     allocator: Allocator = Allocator.CACHING  # PyTorch's CUDA allocator setting (choices.Allocator)
-    # its measured reserve beyond the live tensors (the problem parser fills it from the allocator's row; zero: none)
-    allocator_overhead: AllocatorOverhead = AllocatorOverhead()
+    # its measured reserve beyond the live tensors, the row of ``allocator`` (the problem parser reads it); None: none counted
+    allocator_overhead: AllocatorOverhead | None = None
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     goodput: float | None = None  # share of a run's wall-clock time that trains; None: model/goodput.py's estimate
     source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        overhead = self.allocator_overhead
+        if overhead is not None and overhead.allocator != self.allocator:
+            raise ValueError(f"allocator_overhead is the {overhead.allocator} row, the workload's allocator is {self.allocator}")
 
 
 @dataclass(frozen=True)

@@ -712,7 +712,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         params_b=params.total_params(model) / 1e9,
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
-    metrics["device_memory_gib"] = device_memory_bytes(ctx, mapping, stages[peak_stage]) / GIB
+    metrics["device_memory_gib"] = device_memory_bytes(ctx, mapping, stages) / GIB
     if mapping.optimizer_offload or mapping.weight_offload:  # the host memory tier: reported, not a limit (docs/model.md)
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
@@ -726,13 +726,23 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)
 
 
-def device_memory_bytes(ctx: TrainingContext, mapping, stage: dict) -> float:
-    """What nvidia-smi shows on the GPU of ``stage`` (the peak one), bytes: its live peak, the caching
-    allocator's reserve on the bytes above its model states (``activations_bytes``: activations, working
-    sets, buffers; ``memory.allocator_cache_bytes``) and the runtime's reserve (the system's ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
+def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> float:
+    """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes: per stage its live peak,
+    the caching allocator's reserve on the bytes above its model states (``activations_bytes``:
+    activations, working sets, buffers; ``memory.allocator_cache_bytes``, none where another runtime
+    than PyTorch's allocator holds the memory) and the runtime's reserve (the system's
+    ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
+    system = ctx.system
     fraction = memory.allocator_overhead_fraction(ctx.workload.allocator_overhead, mapping.recompute)
-    cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction)
-    return stage["memory_bytes"] + cache + ctx.system.memory_reserve_bytes
+    if not system.device.pytorch_allocator:
+        fraction = 0.0
+
+    def in_use(stage):
+        free = system.device.hbm_bytes - system.memory_reserve_bytes - stage["memory_bytes"]
+        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free)
+        return stage["memory_bytes"] + cache + system.memory_reserve_bytes
+
+    return max(in_use(stage) for stage in stages)
 
 
 def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from parasol.model import checks
+from parasol.model.choices import Allocator, allowed
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.errors import ProblemError
 from parasol.model.expert_parallel import A2A_COMM_SMS
@@ -321,6 +322,7 @@ DEVICE_KEYS = (
     "tdp_w",
     "sms",
     "serving_step_overhead_s",
+    "pytorch_allocator",
     "efficiency",
     "chiplets",
 )
@@ -339,12 +341,16 @@ def load_allocator_overhead(allocator: str) -> AllocatorOverhead:
     path = library_root() / ALLOCATOR_FILE
     src, data = str(path), read_yaml(path, "measurement file")
     field = f"summary.allocator_overhead.{allocator}"
-    row = (data.get("summary") or {}).get("allocator_overhead", {}).get(allocator)
+    summary = data.get("summary") if isinstance(data, dict) else None
+    table = summary.get("allocator_overhead") if isinstance(summary, dict) else None
+    row = table.get(allocator) if isinstance(table, dict) else None
     if not isinstance(row, dict):
-        raise ProblemError(f"has no row for the allocator {allocator!r}", source=src, field=field)
+        raise ProblemError(
+            f"has no row for the allocator {allocator!r}; needs rows for {allowed(Allocator)}", source=src, field=field
+        )
     checks.keys(row, ALLOCATOR_GROUPS, ALLOCATOR_GROUPS, src, field + ".")
     values = {key: checks.non_negative_number(row[key], f"{field}.{key}", src) for key in ALLOCATOR_GROUPS}
-    return AllocatorOverhead(**values)
+    return AllocatorOverhead(allocator=Allocator(allocator), **values)
 
 
 def load_device(name: str, source: str | None = None) -> DeviceSpec:
@@ -420,6 +426,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         serving_step_overhead_s=checks.non_negative_number(
             data.get("serving_step_overhead_s", 0.0), "serving_step_overhead_s", src
         ),
+        pytorch_allocator=checks.flag(data.get("pytorch_allocator", True), "pytorch_allocator", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in (

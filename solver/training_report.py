@@ -61,7 +61,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
             [
                 (
                     "device memory per GPU",
-                    f"{met['device_memory_gib']:.1f} GiB as nvidia-smi shows it (allocator cache, runtime reserve)",
+                    f"{met['device_memory_gib']:.1f} GiB in use (with the allocator's cache and the runtime's reserve)",
                 )
             ]
             if "device_memory_gib" in met
