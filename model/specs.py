@@ -214,9 +214,7 @@ class DeviceSpec:
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
     serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
-    pytorch_allocator: bool = (
-        True  # PyTorch's caching allocator (CUDA, HIP) holds its memory; false: another runtime (XLA on TPU)
-    )
+    pytorch_allocator: bool = True  # PyTorch's caching allocator holds its memory (CUDA, HIP); false: XLA (TPU)
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
