@@ -276,16 +276,20 @@ def stage_child(name: str, quick: bool) -> dict:
 
 def summarise(doc: dict) -> dict:
     """Per allocator setting (``ALLOCATORS``), the mean allocator overhead over the cases that recompute
-    every block (``recompute_full``) and over the others (``otherwise``): parasol's
-    ``model.specs.AllocatorOverhead`` rows (problems/measurements/h200-allocator-microbench.yaml)."""
+    every block with materialised attention scores (``recompute_full_scores``), with flash attention
+    (``recompute_full``), and over the others (``otherwise``): parasol's ``model.specs.AllocatorOverhead``
+    rows (problems/measurements/h200-allocator-microbench.yaml)."""
     out = {}
     for alloc in ALLOCATORS:
-        groups = {"recompute_full": [], "otherwise": []}
+        groups = {"recompute_full_scores": [], "recompute_full": [], "otherwise": []}
         for key, res in doc["stage"].items():
             name, setting = key.rsplit(" / ", 1)
             if setting == alloc and res.get("allocator_overhead") is not None:
-                full = doc["cases"][name]["recompute"] == "full"
-                groups["recompute_full" if full else "otherwise"].append(res["allocator_overhead"])
+                case = doc["cases"][name]
+                group = "otherwise"
+                if case["recompute"] == "full":
+                    group = "recompute_full_scores" if case["attention"] == "explicit" else "recompute_full"
+                groups[group].append(res["allocator_overhead"])
         out[alloc] = {group: round(sum(v) / len(v), 4) for group, v in groups.items() if v}
     return out
 

@@ -273,13 +273,16 @@ def memory_headroom_bytes(hbm_bytes: float, headroom_gib: float | None = None, h
     return 0.0
 
 
-def allocator_overhead_fraction(overhead: AllocatorOverhead | None, recompute: str) -> float:
+def allocator_overhead_fraction(overhead: AllocatorOverhead | None, recompute: str, attention: str) -> float:
     """The allocator's reserve beyond the live tensors, as a share of a step's transient bytes, for a
-    stage that recomputes as ``recompute`` does (full: ``overhead.recompute_full``, else ``otherwise``;
-    no row: 0)."""
+    stage that recomputes as ``recompute`` does with ``attention`` (``Workload.attention``): full with
+    materialised scores (``standard``): ``overhead.recompute_full_scores``; full under flash attention:
+    ``recompute_full``; else ``otherwise``; no row: 0."""
     if overhead is None:
         return 0.0
-    return overhead.recompute_full if recompute == Recompute.FULL else overhead.otherwise
+    if recompute != Recompute.FULL:
+        return overhead.otherwise
+    return overhead.recompute_full_scores if attention == "standard" else overhead.recompute_full
 
 
 def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free_bytes: float) -> float:

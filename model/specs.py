@@ -311,10 +311,13 @@ class AllocatorOverhead:
     share of the step's transient bytes (its peak less what persists between steps: activations,
     recomputation working sets, buffers), measured per allocator setting on emulated pipeline stages
     (problems/measurements/h200-allocator-microbench.yaml, ``summary``; ``memory.allocator_cache_bytes``).
-    ``recompute_full``: stages that recompute every layer (the working set is rebuilt between long-lived
-    checkpoints, which fragments most); ``otherwise``: none or selective."""
+    ``recompute_full_scores``: stages that recompute every layer with materialised attention scores (the
+    s x s score blocks, the largest transient tensors, are rebuilt between long-lived checkpoints, which
+    fragments most); ``recompute_full``: every layer recomputed under flash attention; ``otherwise``:
+    none or selective."""
 
     allocator: Allocator
+    recompute_full_scores: float = 0.0
     recompute_full: float = 0.0
     otherwise: float = 0.0
 

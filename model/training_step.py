@@ -733,7 +733,8 @@ def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> fl
     than PyTorch's allocator holds the memory) and the runtime's reserve (the system's
     ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
     system = ctx.system
-    fraction = memory.allocator_overhead_fraction(ctx.workload.allocator_overhead, mapping.recompute)
+    wl = ctx.workload
+    fraction = memory.allocator_overhead_fraction(wl.allocator_overhead, mapping.recompute, wl.attention)
     if not system.device.pytorch_allocator:
         fraction = 0.0
 

@@ -70,11 +70,13 @@ def test_library_rows_are_the_summary(measured):
 
 
 def test_fraction_follows_recomputation_and_the_cache_is_bounded_by_free_memory():
-    overhead = AllocatorOverhead(Allocator.CACHING, recompute_full=0.2, otherwise=0.05)
-    assert memory.allocator_overhead_fraction(overhead, Recompute.FULL) == 0.2
+    overhead = AllocatorOverhead(Allocator.CACHING, recompute_full_scores=0.3, recompute_full=0.2, otherwise=0.05)
+    assert memory.allocator_overhead_fraction(overhead, Recompute.FULL, "standard") == 0.3
+    assert memory.allocator_overhead_fraction(overhead, Recompute.FULL, "flash") == 0.2
     for recompute in (Recompute.NONE, Recompute.SELECTIVE):
-        assert memory.allocator_overhead_fraction(overhead, recompute) == 0.05
-    assert memory.allocator_overhead_fraction(None, Recompute.FULL) == 0.0
+        for attention in ("standard", "flash"):
+            assert memory.allocator_overhead_fraction(overhead, recompute, attention) == 0.05
+    assert memory.allocator_overhead_fraction(None, Recompute.FULL, "standard") == 0.0
     assert memory.allocator_cache_bytes(10e9, 0.2, free_bytes=50e9) == pytest.approx(2e9)
     assert memory.allocator_cache_bytes(10e9, 0.2, free_bytes=0.5e9) == pytest.approx(0.5e9)  # no more than is free
     assert memory.allocator_cache_bytes(10e9, 0.2, free_bytes=-1e9) == 0.0
@@ -110,7 +112,7 @@ def test_device_memory_adds_the_cache_and_reserve_but_fits_on_the_live_peak():
     assert bloom_run(None).evaluation.metrics == caching.evaluation.metrics  # caching is the default
     met, ev = caching.evaluation.metrics, caching.evaluation
     system = caching.problem.system()
-    fraction = library.load_allocator_overhead("caching").recompute_full  # BLOOM recomputes every layer
+    fraction = library.load_allocator_overhead("caching").recompute_full_scores  # BLOOM: full recompute, materialised
     in_use = [s["memory_bytes"] + fraction * s["activations_bytes"] + system.memory_reserve_bytes for s in ev.stages]
     assert met["device_memory_gib"] * 2**30 == pytest.approx(max(in_use))  # the fullest GPU; nothing capped here
     assert expandable.evaluation.metrics["device_memory_gib"] < met["device_memory_gib"]
