@@ -166,6 +166,23 @@ def activation_bytes_per_layer(
     return replicated + sharded + scores - savings
 
 
+def score_backward_bytes(
+    model: ModelSpec, micro_batch: int, seq_q: float, seq_kv: float, recompute: str, modules: tuple = ("core_attn",)
+) -> float:
+    """Transient s x s tensors of a materialised attention's backward, bytes per layer (all heads; divide
+    by tp): the gradient of the softmax output, 2·a·s²·b (Megatron's fused scale-mask-softmax writes the
+    input gradient into it in place: megatron/fused_kernels, "backward pass is completely in-place"), and,
+    where selective recomputation redoes the attention core, its recomputed score tensors
+    (``score_activation_bytes``). Under full recomputation the recomputed layer's activations hold the
+    scores already (``recompute_working_bytes``). Flash attention materialises none (0 then: the caller
+    checks the kernel). Measured: an emulated BLOOM stage on an H200 held these beside its checkpoints
+    (problems/measurements/h200-allocator-microbench.yaml)."""
+    gradient = 2.0 * model.heads * seq_q * seq_kv * micro_batch
+    if recompute == "selective" and "core_attn" in modules:
+        return gradient + score_activation_bytes(model, micro_batch, seq_q, seq_kv)
+    return gradient
+
+
 def recompute_working_bytes(recompute: str, layer_bytes_without_recompute: float) -> float:
     """Transient memory while one layer is recomputed: under full recomputation its whole activations
     for one micro-batch (``activation_bytes_per_layer`` with recompute none); selective recomputation

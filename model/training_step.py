@@ -113,6 +113,10 @@ def _layer(
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
+    if wl.attention == "standard":  # the backward's s x s tensors of a materialised softmax
+        working += (
+            memory.score_backward_bytes(model, micro_batch, wl.seq_len / cp, wl.seq_len, recompute, wl.recompute_modules) / tp
+        )
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
         working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
