@@ -55,24 +55,48 @@ import os
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
-# name: (hidden, heads per GPU, ffn per GPU, layers on the stage, in-flight micro-batches, micro-batch,
-#        seq, dp shards of the optimizer, recompute, attention, framework, micro-batches per step)
+HEAD_DIM = 128  # every case's head dimension: 14336 / 112 (BLOOM), 8192 / 64, 12288 / 96
+
+
+class Case(NamedTuple):
+    """One emulated stage: its per-GPU shapes, schedule, recomputation, attention kernel and framework."""
+
+    hidden: int
+    heads_per_gpu: int
+    ffn_per_gpu: int
+    layers: int  # on the stage
+    in_flight: int  # micro-batches the stage holds before its first backward
+    micro_batch: int
+    seq: int
+    dp: int  # shards of the optimizer states
+    recompute: str  # full | none
+    attention: str  # explicit (materialised scores) | flash
+    framework: str  # deepspeed-bf16 | megatron
+    microbatches_per_step: int
+
+    @property
+    def tp(self) -> int:
+        """The tensor-parallel degree the per-GPU heads stand for."""
+        return self.hidden // (self.heads_per_gpu * HEAD_DIM)
+
+
 CASES = {
     # BLOOM 176B as BigScience ran it: tp 4, pp 12 (6 of 70 layers on a middle stage, the first
     # holds 12 micro-batches), dp 8, ZeRO-1, full recompute, bf16 (tr11 chronicles; our
     # training_runs.yaml bloom176b-bench-dp8-tp4-pp12-*); nh112 = 28 heads per GPU.
-    "bloom-176b tp4 pp12 mbs2": (14336, 28, 14336, 6, 12, 2, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
-    "bloom-176b tp4 pp12 mbs4": (14336, 28, 14336, 6, 12, 4, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
+    "bloom-176b tp4 pp12 mbs2": Case(14336, 28, 14336, 6, 12, 2, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
+    "bloom-176b tp4 pp12 mbs4": Case(14336, 28, 14336, 6, 12, 4, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
     # A Megatron-Core GPT stage without recompute: hidden 8192 at tp 8 (8 heads, ffn 4096 per GPU),
     # 10 layers on the first of 8 stages, micro-batch 1 of 4096 tokens, dp 8.
-    "gpt-h8192 tp8 pp8 mbs1": (8192, 8, 4096, 10, 8, 1, 4096, 8, "none", "flash", "megatron", 12),
+    "gpt-h8192 tp8 pp8 mbs1": Case(8192, 8, 4096, 10, 8, 1, 4096, 8, "none", "flash", "megatron", 12),
     # The same with every block recomputed, and at micro-batch 1 BLOOM's stage.
-    "gpt-h8192 tp8 pp8 mbs1 recompute": (8192, 8, 4096, 10, 8, 1, 4096, 8, "full", "flash", "megatron", 12),
-    "bloom-176b tp4 pp12 mbs1": (14336, 28, 14336, 6, 12, 1, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
+    "gpt-h8192 tp8 pp8 mbs1 recompute": Case(8192, 8, 4096, 10, 8, 1, 4096, 8, "full", "flash", "megatron", 12),
+    "bloom-176b tp4 pp12 mbs1": Case(14336, 28, 14336, 6, 12, 1, 2048, 8, "full", "explicit", "deepspeed-bf16", 16),
     # GPT-3 175B's stage as Megatron SC'21 ran it: tp 8, pp 8 (12 of 96 layers), micro-batch 1 of 2048 tokens,
     # without recompute (flash attention keeps no scores).
-    "gpt3-175b tp8 pp8 mbs1": (12288, 12, 6144, 12, 8, 1, 2048, 8, "none", "flash", "megatron", 12),
+    "gpt3-175b tp8 pp8 mbs1": Case(12288, 12, 6144, 12, 8, 1, 2048, 8, "none", "flash", "megatron", 12),
 }
 ALLOCATORS = {"caching": None, "expandable": "expandable_segments:True"}  # parasol's choices.Allocator
 STEPS = 2  # the second step's figures (a first step allocates the gradients; a third repeated the second)
@@ -125,7 +149,7 @@ def stage_child(name: str, quick: bool) -> dict:
         h, heads, ffn, layers, in_flight, mbs, seq, micro = 256, 4, 256, 2, 3, 2, 128, 5
     dev = "cuda"
     bf16 = torch.bfloat16
-    hd = 64 if quick else 128  # head dimension: 14336 / 112 (BLOOM), 8192 / 64
+    hd = 64 if quick else HEAD_DIM
     proj = heads * hd  # attention width per GPU (h / tp)
     torch.manual_seed(0)
     context = device_used(torch) - torch.cuda.memory_reserved() if dev == "cuda" else 0
@@ -303,7 +327,7 @@ def parasol_stage(name: str) -> dict:
     from parasol.solver.problem import mapping_with_defaults, parse_problem
 
     h, heads, ffn, layers, in_flight, mbs, seq, dp, recompute, attention, framework, micro = CASES[name]
-    tp, pp = h // (heads * 128), in_flight + 1
+    tp, pp = CASES[name].tp, in_flight + 1
     problem = parse_problem(
         {
             "model": {"name": name, "layers": layers * pp, "hidden": h, "heads": heads * tp, "ffn": ffn * tp, "vocab": 51200,
@@ -412,10 +436,7 @@ def main() -> int:
             "quick": args.quick,
             "steps": STEPS,
         },
-        "cases": {name: dict(zip(
-            ("hidden", "heads_per_gpu", "ffn_per_gpu", "layers", "in_flight", "micro_batch", "seq",
-             "dp", "recompute", "attention", "framework", "microbatches_per_step"), row, strict=True))
-            for name, row in CASES.items()},
+        "cases": {name: case._asdict() for name, case in CASES.items()},
         "context": None,
         "stage": {},
     }  # fmt: skip

@@ -178,7 +178,7 @@ def score_backward_bytes(
     checks the kernel). Measured: an emulated BLOOM stage on an H200 held these beside its checkpoints
     (problems/measurements/h200-allocator-microbench.yaml)."""
     gradient = 2.0 * model.heads * seq_q * seq_kv * micro_batch
-    if recompute == "selective" and "core_attn" in modules:
+    if recompute == Recompute.SELECTIVE and "core_attn" in modules:
         return gradient + score_activation_bytes(model, micro_batch, seq_q, seq_kv)
     return gradient
 

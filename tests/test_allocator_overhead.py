@@ -47,6 +47,11 @@ def test_summary_is_the_script_summary_of_the_cases(measured):
     assert set(measured["summary"]["allocator_overhead"]) == {a.value for a in Allocator}
 
 
+def test_the_measured_cases_are_the_scripts(measured):
+    assert measured["cases"] == {name: case._asdict() for name, case in allocator_microbench.CASES.items()}
+    assert {c.tp for c in allocator_microbench.CASES.values()} == {4, 8}  # BLOOM's tp 4, the GPT stages' tp 8
+
+
 def test_each_overhead_is_reserved_over_allocated_above_persistent(measured):
     for key, res in measured["stage"].items():
         last = res["steps"][-1]
