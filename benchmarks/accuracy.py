@@ -32,7 +32,7 @@ from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/cali
 from docs_block import write_block
 
 from parasol.solver.report import text_table
-from parasol.solver.validation import evaluate_all, load_runs
+from parasol.solver.validation import best_listed_mapping, evaluate_all, load_out_of_memory_runs, load_runs
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).
@@ -111,6 +111,38 @@ def family_table(results, markdown: bool = True) -> str:
     return text_table(head, rows, markdown)
 
 
+def memory_lines(results) -> list[str]:
+    """Device memory (what nvidia-smi shows: ``RunResult.predicted_device_memory_gib``) against the
+    published readings, per family."""
+    lines = []
+    for name in dict.fromkeys(r.family for r in results if r.measured_memory_gib):
+        errors = [r.memory_error for r in results if r.measured_memory_gib and r.family == name]
+        lines.append(
+            f"device memory (the live peak, the allocator's cache, the gradient copies' segments and the CUDA/NCCL reserve) "
+            f"vs nvidia-smi, {name} ({len(errors)} runs): mean |error| {100 * statistics.fmean(map(abs, errors)):.1f} %, "
+            f"range {100 * min(errors):+.1f} % to {100 * max(errors):+.1f} %"
+        )
+    return lines
+
+
+def out_of_memory() -> list[dict]:
+    """The published configurations that ran out of memory, with what the model says of them."""
+    rows = []
+    for entry in load_out_of_memory_runs():
+        _, _, evaluation = best_listed_mapping(entry)
+        m = evaluation.metrics
+        rows.append(
+            {
+                "id": entry["id"],
+                "fits": m["fits"],
+                "peak_memory_gib": m["peak_memory_gib"],
+                "device_memory_gib": m["device_memory_gib"],
+                "usable_memory_gib": m["usable_memory_gib"],
+            }
+        )
+    return rows
+
+
 def whole_run() -> list[dict]:
     """The published training budgets not reserved by issue 13, against the model's: DeepSeek-V3's
     pre-training (Table 1: 2.664M H800 GPU-hours for 14.8T tokens) with the published mapping as it ran
@@ -173,7 +205,7 @@ def write_docs(results, serving, serving_oos, budget) -> None:
         f"| training step time, dense (in sample) | {len(dense)} | {mean(dense):.1f} % |",
         f"| training step time, MoE (in sample: Megatron-Bridge 25.09 and 25.11, H100 to GB300) | {len(moe)} | "
         f"{mean(moe):.1f} % |",
-        f"| training step time, dense, out of sample (Llama 3 paper, MLPerf Training) | {len(dense_oos)} | "
+        f"| training step time, dense, out of sample (Llama 3 paper, MLPerf Training, BLOOM's 02-28 benchmarks) | {len(dense_oos)} | "
         f"{mean(dense_oos):.1f} % |",
         f"| training step time, MoE, out of sample (Model Zoo, GB200 guide, MLPerf Training) | {len(moe_oos)} | "
         f"{mean(moe_oos):.1f} % |",
@@ -202,6 +234,7 @@ def main() -> int:
                     "inference": inference_accuracy.as_json(serving),
                     "inference_out_of_sample": inference_accuracy.as_json(serving_oos),
                     "whole_run": budget,
+                    "out_of_memory": out_of_memory(),
                     "runs": [
                         {
                             "id": r.run_id,
@@ -252,19 +285,19 @@ def main() -> int:
             f"{len(moe_oos)} MoE runs out of sample, all families: mean |error| {100 * statistics.fmean(moe_oos):.1f} %, "
             f"max {100 * max(moe_oos):.1f} %"
         )
-    mem = [r for r in results if r.measured_memory_gib]
-    if mem:
-        merr = [r.memory_error for r in mem]
-        print(
-            f"device memory (peak + the allocator's cache + the system's CUDA/NCCL reserve) vs measured ({len(mem)} BLOOM runs): "
-            f"mean |error| {100 * statistics.fmean(map(abs, merr)):.1f} %, "
-            f"range {100 * min(merr):+.1f} % to {100 * max(merr):+.1f} %"
-        )
+    for line in memory_lines(results):
+        print(line)
     unfit = [r.run_id for r in results if not r.evaluation.metrics["fits"]]
     if unfit:
         print(f"published runs the model says do not fit in memory ({len(unfit)}): {', '.join(unfit)}")
     else:
         print(f"every published run fits in memory ({len(results)} runs)")
+    for row in out_of_memory():
+        verdict = "does not fit" if not row["fits"] else "fits (wrongly)"
+        print(
+            f"published configuration that ran out of memory: {row['id']}: the model {verdict}, live peak "
+            f"{row['peak_memory_gib']:.1f} of {row['usable_memory_gib']:.1f} GiB usable, {row['device_memory_gib']:.1f} GiB in use"
+        )
     for entry in load_runs(expressible=False):
         print(f"published run the model cannot express yet: {entry['id']}: {entry['not_expressible']}")
     for name, s in summary["by_family"].items():

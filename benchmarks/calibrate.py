@@ -87,7 +87,7 @@ MOE_CHECK = (
     "MLPerf Training MoE (out of sample)",
 )
 # the dense runs outside the calibration set, never fitted: reported apart by benchmarks/accuracy.py
-DENSE_CHECK = ("Llama 3 paper (out of sample)", "MLPerf Training (out of sample)")
+DENSE_CHECK = ("Llama 3 paper (out of sample)", "MLPerf Training (out of sample)", "BLOOM 02-28 benchmarks (out of sample)")
 EXCLUDED_FAMILIES = ("Megatron SC'21 Table 2 ZeRO-3", *MOE_CALIBRATION, *MOE_CHECK, *DENSE_CHECK)
 
 

@@ -312,3 +312,22 @@ def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free
     decide whether a plan fits: on a failed cudaMalloc the allocator frees its unused cached blocks and
     retries (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so the live peak is the limit."""
     return min(overhead_fraction * transient_bytes, max(free_bytes, 0.0))
+
+
+def gradient_copy_bytes(
+    stage_params: float, largest_module_params: float, accumulate_copy_bytes: float, reduce_copy_bytes: float
+) -> float:
+    """Bytes of the conversion copies a framework makes of gradients on the optimizer's path, for a GPU
+    holding ``stage_params`` parameters whose largest module holds ``largest_module_params``: the
+    accumulation's copy of one parameter's gradient (``accumulate_copy_bytes`` per element, the largest
+    parameter's: 4 where DeepSpeed's BF16_Optimizer casts each bf16 .grad to fp32 before adding it to its
+    buffer, ``update_hp_grads``) and the data-parallel reduction's copy of the stage's flat gradient group
+    (``reduce_copy_bytes`` per parameter: 2 where DeepSpeed's fallback all-reduce casts the fp32 group to its
+    bf16 communication type, ``engine.allreduce_bucket``; deepspeed/runtime at 15293139f, the branch BLOOM
+    ran). Each is a fresh tensor larger than any block the activations free (a table or a whole stage's
+    gradients against one layer's tensors), so PyTorch's caching allocator gives it a segment of its own,
+    which it keeps reserved afterwards: it shows in nvidia-smi beside the activations' cache
+    (``allocator_cache_bytes``). Neither is live beside the step's peak (the first when a micro-batch's
+    backward has freed its working set, the second once the activations are gone), so whether a plan fits
+    does not count them."""
+    return accumulate_copy_bytes * largest_module_params + reduce_copy_bytes * stage_params

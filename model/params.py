@@ -62,10 +62,16 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
 
 def largest_module_params(model: ModelSpec) -> int:
     """Weights of the model's largest single module (one nn.Linear or nn.Embedding as Megatron builds
-    it), in parameters: the fused QKV projection (h x (q + 2·kv)), the output projection, the MLP's
-    first linear (h x 2f for SwiGLU, gate and up fused; h x f for GeLU), a routed or shared expert's,
-    the MLA projections, and the token embedding (V x h; an untied output layer is as large). What
-    DeepSpeed ZeRO-3 gathers at once (``memory.zero3_gather_buffer_bytes``)."""
+    it), in parameters: the largest of a layer's (``largest_layer_module_params``) and the token
+    embedding (V x h; an untied output layer is as large). What DeepSpeed ZeRO-3 gathers at once
+    (``memory.zero3_gather_buffer_bytes``)."""
+    return max(largest_layer_module_params(model), model.vocab * model.hidden)
+
+
+def largest_layer_module_params(model: ModelSpec) -> int:
+    """Weights of a transformer layer's largest single module, in parameters: the fused QKV projection
+    (h x (q + 2·kv)), the output projection, the MLP's first linear (h x 2f for SwiGLU, gate and up
+    fused; h x f for GeLU), a routed or shared expert's, the MLA projections."""
     h = model.hidden
     gated = 2 if model.activation == "swiglu" else 1
     widths = [model.ffn]
@@ -82,8 +88,7 @@ def largest_module_params(model: ModelSpec) -> int:
         ]
     else:
         attention = [h * (model.q_width + 2 * model.kv_width), model.q_width * h]
-    tables = [model.vocab * h]
-    return max(attention + [h * w * gated for w in widths] + tables)  # an MLP's second linear (f x h) is never larger
+    return max(attention + [h * w * gated for w in widths])  # an MLP's second linear (f x h) is never larger
 
 
 def norm_params_per_layer(model: ModelSpec) -> int:

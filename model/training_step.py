@@ -733,19 +733,26 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
 def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> float:
     """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes: per stage its live peak,
     the caching allocator's reserve on the bytes above its model states (``activations_bytes``:
-    activations, working sets, buffers; ``memory.allocator_cache_bytes``, none where another runtime
-    than PyTorch's allocator holds the memory) and the runtime's reserve (the system's
-    ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
+    activations, working sets, buffers; ``memory.allocator_cache_bytes``) and the segments of the
+    gradients' conversion copies it keeps (``memory.gradient_copy_bytes``), at most what the device has
+    free, none of either where another runtime than PyTorch's allocator holds the memory; and the
+    runtime's reserve (the system's ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
     system = ctx.system
     wl = ctx.workload
     fraction = memory.allocator_overhead_fraction(wl.allocator_overhead, mapping.recompute, wl.attention)
-    if not system.device.pytorch_allocator:
-        fraction = 0.0
+    pytorch = system.device.pytorch_allocator
 
     def in_use(stage):
         free = system.device.hbm_bytes - system.memory_reserve_bytes - stage["memory_bytes"]
-        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free)
-        return stage["memory_bytes"] + cache + system.memory_reserve_bytes
+        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free) if pytorch else 0.0
+        copies = memory.gradient_copy_bytes(
+            max(stage["params"], stage["expert_params"]),
+            stage["largest_module_params"],
+            wl.grad_accumulate_copy_bytes,
+            wl.grad_reduce_copy_bytes,
+        )
+        kept = min(cache + copies, max(free, 0.0)) if pytorch else 0.0
+        return stage["memory_bytes"] + kept + system.memory_reserve_bytes
 
     return max(in_use(stage) for stage in stages)
 
@@ -817,6 +824,8 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
         activations = total - sum(state.values())
+        tables = first or last  # the embedding; the output layer (tied: its copy of the embedding)
+        largest = (params.largest_module_params(model) if tables else params.largest_layer_module_params(model)) / m.tp
         out.append(
             {
                 "stage": i,
@@ -827,6 +836,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 ),
                 "params": p,
                 "expert_params": pe,
+                "largest_module_params": largest,  # per GPU, tp-split
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
                 "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
@@ -859,6 +869,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
         "stages": [own["stage"], mirrored["stage"]],
         **{key: own[key] + mirrored[key] for key in summed},
         **{key: (own[key] + mirrored[key]) / 2 for key in mean},
+        "largest_module_params": max(own["largest_module_params"], mirrored["largest_module_params"]),
         "memory_bytes": total,
         "state": state,
         "activations_bytes": activations,

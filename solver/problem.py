@@ -57,6 +57,8 @@ WORKLOAD_KEYS = (
     "attention",
     "grad_bytes",
     "lowp_grad_bytes",
+    "grad_accumulate_copy_bytes",
+    "grad_reduce_copy_bytes",
     "zero3_gather",
     "adam_moment_bytes",
     "master_weight_bytes",
@@ -269,6 +271,12 @@ def _parse_workload(data, src: str) -> Workload:
     # DeepSpeed's BF16_Optimizer (2022) keeps each bf16 .grad beside its fp32 accumulation buffer until the next
     # backward (deepspeed/runtime/bf16_optimizer.py, pipe/engine.py clear_lp_grads); Megatron folds it into main_grad
     lowp_grad_bytes = checks.choice(data.get("lowp_grad_bytes", 0), (0, 2), "workload.lowp_grad_bytes", src)
+    # and casts each .grad to fp32 as it accumulates it (update_hp_grads), and DeepSpeed's fallback all-reduce casts the
+    # fp32 group to its bf16 communication type (engine.py allreduce_bucket): memory.gradient_copy_bytes
+    accumulate_copy = checks.choice(
+        data.get("grad_accumulate_copy_bytes", 0), (0, 2, 4), "workload.grad_accumulate_copy_bytes", src
+    )
+    reduce_copy = checks.choice(data.get("grad_reduce_copy_bytes", 0), (0, 2, 4), "workload.grad_reduce_copy_bytes", src)
     zero3_gather = checks.choice(data.get("zero3_gather", Zero3Gather.BLOCK.value), Zero3Gather, "workload.zero3_gather", src)
     moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
     master_bytes = checks.choice(data.get("master_weight_bytes", 4), (2, 4), "workload.master_weight_bytes", src)
@@ -328,6 +336,8 @@ def _parse_workload(data, src: str) -> Workload:
         attention=attention,
         grad_bytes=float(grad_bytes),
         lowp_grad_bytes=float(lowp_grad_bytes),
+        grad_accumulate_copy_bytes=float(accumulate_copy),
+        grad_reduce_copy_bytes=float(reduce_copy),
         zero3_gather=str(zero3_gather),
         adam_moment_bytes=float(moment_bytes),
         master_weight_bytes=float(master_bytes),

@@ -57,9 +57,22 @@ def load_runs(path=None, name: str = "training_runs.yaml", expressible: bool = T
     """The run entries of a validation file (problems/validation/``name`` unless ``path``): those the
     model can express, or (``expressible=False``) those marked ``not_expressible`` with the reason
     (a published setting the model lacks; tests check that they are still rejected)."""
+    return [e for e in _entries(path, name) if ("not_expressible" not in e) == expressible and not ran_out_of_memory(e)]
+
+
+def load_out_of_memory_runs(path=None, name: str = "training_runs.yaml") -> list[dict]:
+    """The published configurations that ran out of memory (``measured.out_of_memory``): no step time,
+    and a planner should refuse them (``evaluate_out_of_memory_run``)."""
+    return [e for e in _entries(path, name) if ran_out_of_memory(e)]
+
+
+def ran_out_of_memory(entry: dict) -> bool:
+    return bool(entry.get("measured", {}).get("out_of_memory"))
+
+
+def _entries(path, name: str) -> list[dict]:
     path = path or library.library_root() / "validation" / name
-    runs = library.read_yaml(path, "validation file")["runs"]
-    return [e for e in runs if ("not_expressible" not in e) == expressible]
+    return library.read_yaml(path, "validation file")["runs"]
 
 
 def problem_from_entry(entry: dict) -> Problem:
@@ -97,6 +110,7 @@ def family(run_id: str) -> str:
         ("megatron21-t2-ptd", "Megatron SC'21 Table 2 PTD-P"),
         ("megatron21-t2-zero", "Megatron SC'21 Table 2 ZeRO-3"),
         ("mtnlg", "MT-NLG"),
+        ("bloomprequel", "BLOOM 02-28 benchmarks (out of sample)"),
         ("bloom", "BLOOM"),
         ("nemo2407", "NeMo 24.07"),
         ("mbridge2509", "Megatron-Bridge 25.09"),
@@ -118,9 +132,9 @@ def candidate_mappings(problem: Problem, system: SystemSpec):
         yield mapping
 
 
-def evaluate_run(entry: dict, system_override=None) -> RunResult:
-    """Evaluate one published run; ``system_override(system) -> system`` swaps in trial
-    efficiencies during calibration."""
+def best_listed_mapping(entry: dict, system_override=None) -> tuple[Problem, Mapping, Evaluation]:
+    """The run's problem and, among the mappings its settings list, the one the model finds fastest
+    among those that fit (the fastest of all when none fits), with its evaluation."""
     problem = problem_from_entry(entry)
     system = problem.system()
     if system_override is not None:
@@ -133,13 +147,20 @@ def evaluate_run(entry: dict, system_override=None) -> RunResult:
             best = (key, mapping, ev)
     if best is None:
         raise ProblemError("no listed mapping is valid", source=f"validation run {entry['id']}")
+    return problem, best[1], best[2]
+
+
+def evaluate_run(entry: dict, system_override=None) -> RunResult:
+    """Evaluate one published run; ``system_override(system) -> system`` swaps in trial
+    efficiencies during calibration."""
+    problem, mapping, evaluation = best_listed_mapping(entry, system_override)
     measured = entry["measured"]
     return RunResult(
         run_id=entry["id"],
         family=family(entry["id"]),
         problem=problem,
-        mapping=best[1],
-        evaluation=best[2],
+        mapping=mapping,
+        evaluation=evaluation,
         measured_step_s=float(measured["step_time_s"]),
         measured_memory_gib=measured.get("memory_gib"),
     )

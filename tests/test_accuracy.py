@@ -16,7 +16,7 @@ from parasol.model.params import model_flops_per_token
 from parasol.model.training_step import evaluate_training
 from parasol.solver.library import load_model
 from parasol.solver.problem import parse_problem
-from parasol.solver.validation import evaluate_all, evaluate_run, family, load_runs
+from parasol.solver.validation import best_listed_mapping, evaluate_all, evaluate_run, family, load_out_of_memory_runs, load_runs
 
 BRIDGE_2509_MOE, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
@@ -31,6 +31,7 @@ OUTSIDE_MODEL = {
     "Llama 3 paper (out of sample)",
     "MLPerf Training (out of sample)",
     "MLPerf Training MoE (out of sample)",
+    "BLOOM 02-28 benchmarks (out of sample)",
     MOE_LONG_CONTEXT,
     MOE_BLACKWELL,
     GB200_GUIDE,
@@ -220,13 +221,34 @@ def test_every_published_run_fits(results):
 
 
 def test_bloom_peak_memory_against_nvidia_smi(results):
-    """BLOOM's pre-launch benchmarks publish nvidia-smi's memory per GPU (in sample: no fit uses it).
-    With DeepSpeed's BF16_Optimizer buffers (a full fp32 gradient buffer and the bf16 .grad kept beside
-    it) and the system's CUDA/NCCL reserve, the model is 23-28 % under (40 % before); what it does not
-    count is transient (the bf16 all-reduce copy, the fp32 conversion of the embedding's gradient) and
-    the caching allocator's fragmentation. Every run is under-predicted, and by less than 30 %."""
-    errors = [r.memory_error for r in results if r.family == "BLOOM"]
-    assert len(errors) == 5 and all(-0.30 < e < 0 for e in errors)
+    """BLOOM's pre-launch benchmarks publish nvidia-smi's memory per GPU for 17 runs of 02-28 (five of the
+    final shape, twelve of others; no fit uses any). With DeepSpeed's BF16_Optimizer buffers, the caching
+    allocator's measured reserve, the segments of the gradients' conversion copies (the fp32 cast of the
+    largest parameter's gradient, the bf16 copy the fallback all-reduce makes of the stage's flat group) and
+    the system's CUDA/NCCL reserve, the model is -5.7 to +1.4 % off (2.4 % mean; 11.9-25.1 % under without
+    the copies, 18-40 % under before the allocator and the buffers). Bounds: the issue's 10 %, and the mean
+    within 3 %."""
+    errors = [r.memory_error for r in results if r.family in ("BLOOM", "BLOOM 02-28 benchmarks (out of sample)")]
+    assert len(errors) == 17 and all(abs(e) <= 0.10 for e in errors)
+    assert statistics.fmean(map(abs, errors)) <= 0.03
+
+
+def test_bloom_benchmarks_of_other_shapes_out_of_sample(results):
+    """The twelve other shapes of BLOOM's 02-28 table (hidden 12,288 to 13,312, 82 to 106 layers, tp 4 and 8,
+    pp 6 and 12; never fitted): step times 5.4 % off on average when added (2026-11-27), worst -12.9 % for 104
+    heads (4 % slower than 64 or 128 at the same shape is the model's; the table's 18 %)."""
+    errors = [abs(r.error) for r in results if r.family == "BLOOM 02-28 benchmarks (out of sample)"]
+    assert len(errors) == 12 and statistics.fmean(errors) <= 0.065 and max(errors) <= 0.14
+
+
+def test_published_out_of_memory_configurations_are_kept_apart():
+    """The table's three configurations that ran out of memory carry no step time: they are not evaluated as
+    runs, and the model's device memory for the two at 184B, tp 4, pp 6 reaches the device's 80 GiB (the
+    allocator would have to give back its cache), where the runs that ran stay below it."""
+    oom = load_out_of_memory_runs()
+    assert len(oom) == 3 and not {e["id"] for e in oom} & {e["id"] for e in load_runs()}
+    in_use = {e["id"]: best_listed_mapping(e)[2].metrics["device_memory_gib"] for e in oom}
+    assert sum(gib >= 79.9 for gib in in_use.values()) == 2
 
 
 def test_deepseek_v3s_published_mapping_fits_with_the_reports_memory_savings():

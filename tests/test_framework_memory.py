@@ -85,3 +85,43 @@ def test_cpsat_equals_the_enumerator_with_each_zero3_gathering(framework):
     data = training_problem("llama3-70b", num_gpus=[16, 32], seq_len=4096, global_batch=64, mapping=mapping, framework=framework)
     plan = solved_as_enumerated(parse_problem(data, source="t.yaml"), method="cpsat")
     assert plan.evaluation.metrics["fits"] and plan.num_gpus == 32
+
+
+def test_gradient_copies_count_the_largest_module_and_the_stage():
+    """DeepSpeed 2022 (BLOOM's branch): the fp32 cast of the largest parameter's bf16 gradient (4 B per element) and
+    the bf16 copy of the stage's fp32 flat group for the fallback all-reduce (2 B per parameter)."""
+    from parasol.model import memory  # noqa: PLC0415
+
+    embedding = 250_680 * 14_336 / 4  # BLOOM's table at tp 4: stage 0's largest module
+    assert memory.gradient_copy_bytes(3.98e9, embedding, 4.0, 2.0) == pytest.approx(4 * embedding + 2 * 3.98e9)
+    assert memory.gradient_copy_bytes(3.98e9, embedding, 0.0, 0.0) == 0.0
+
+
+def test_gradient_copies_show_in_device_memory_and_not_in_the_fit():
+    """The copies' segments add to what nvidia-smi shows (``device_memory_gib``), at most what the device has free;
+    the live peak, and so whether a plan fits, does not move."""
+    data = training_problem("bloom-176b", num_gpus=384, seq_len=2048, global_batch=2048, precision="bf16")
+    data["mapping"] = {"tp": 4, "pp": 12, "dp": 8, "micro_batch": 2, "vpp": 1, "recompute": "full", "zero": 1}
+    plain = parse_problem(data, source="t.yaml")
+    data["workload"].update(grad_accumulate_copy_bytes=4, grad_reduce_copy_bytes=2)
+    copied = parse_problem(data, source="t.yaml")
+    from parasol.model.training_step import evaluate_training  # noqa: PLC0415
+
+    a = evaluate_training(plain.model, plain.system(), plain.workload, plain.fixed_mapping()).metrics
+    b = evaluate_training(copied.model, copied.system(), copied.workload, copied.fixed_mapping()).metrics
+    assert b["peak_memory_gib"] == a["peak_memory_gib"] and b["fits"] == a["fits"] and b["step_time_s"] == a["step_time_s"]
+    model = load_model("bloom-176b")
+    # stage 0 at tp 4: its params and the table, at most what the device leaves free beside the cache
+    assert 0 < b["device_memory_gib"] - a["device_memory_gib"] <= (2 * 4e9 + 4 * model.vocab * model.hidden / 4) / 2**30
+    assert b["device_memory_gib"] <= plain.system().device.hbm_bytes / 2**30
+
+
+@pytest.mark.parametrize(("key", "value"), [("grad_accumulate_copy_bytes", 3), ("grad_reduce_copy_bytes", 1)])
+def test_a_gradient_copy_outside_its_choices_is_one_line(tmp_path, key, value):
+    import yaml  # noqa: PLC0415
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(training_problem("llama3-8b", **{key: value})))
+    proc = run_main(["evaluate", str(path)])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert f"workload.{key}" in proc.stderr and "0, 2, 4" in proc.stderr and "Traceback" not in proc.stderr
