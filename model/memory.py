@@ -327,7 +327,7 @@ def gradient_copy_bytes(
     ran). Each is a fresh tensor larger than any block the activations free (a table or a whole stage's
     gradients against one layer's tensors), so PyTorch's caching allocator gives it a segment of its own,
     which it keeps reserved afterwards: it shows in nvidia-smi beside the activations' cache
-    (``allocator_cache_bytes``). Neither is live beside the step's peak (the first when a micro-batch's
-    backward has freed its working set, the second once the activations are gone), so whether a plan fits
-    does not count them."""
+    (``allocator_cache_bytes``). The first is live when a micro-batch's backward has freed its working set, and
+    the live peak leaves it out; the second once the step's activations are freed, beside the model states
+    alone, which the live peak takes when larger (``training_step.stage_memory``)."""
     return accumulate_copy_bytes * largest_module_params + reduce_copy_bytes * stage_params

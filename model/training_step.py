@@ -249,6 +249,42 @@ STATES = Factor(
 )
 
 
+def _reduce_copy(ctx: TrainingContext, tp) -> tuple:
+    """The data-parallel reduction's conversion copy of the gradients (``memory.gradient_copy_bytes`` at
+    ``workload.grad_reduce_copy_bytes``) of the parameters besides routed experts in one lead layer, one body
+    layer, the embedding, the output layer on the first stage and on the last, bytes per GPU, as ``_states``
+    splits them (a stage's copy is of its whole flat group: the sum of its parts; routed experts reduce in
+    groups of their own)."""
+    model = ctx.model
+    moe = 1 if model.moe is not None else 0
+    embedding = stage_params(model, 0, True, False, tp)
+    parts = (
+        stage_params(model, 1, False, False, tp),
+        stage_params(model, 1, False, False, tp, moe),
+        embedding,
+        stage_params(model, 0, True, True, tp) - embedding,
+        stage_params(model, 0, False, True, tp),
+    )
+    return tuple(memory.gradient_copy_bytes(p, 0.0, 0.0, ctx.workload.grad_reduce_copy_bytes) for p in parts)
+
+
+REDUCE_COPY = Factor(
+    "reduce_copy",
+    (D.TP,),
+    tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last")),
+    _reduce_copy,
+)
+
+
+class StageCopy(NamedTuple):
+    """A stage's share of the reduction's gradient copy (``REDUCE_COPY``): bytes per lead layer, per body
+    layer, and of its edges (embedding, output layer, MTP modules)."""
+
+    lead: object
+    body: object
+    extra: object
+
+
 def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False) -> tuple:
     """(gradient reduction, parameter gather, optimizer step) seconds of one data-parallel group's
     share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
@@ -458,12 +494,15 @@ def stage_memory(
     vpp,
     extra_activations,
     offload=0,
+    copy: StageCopy | None = None,
 ):
     """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
     in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
     working set of the widest layer kind it holds, ZeRO-3's gather buffers and edge buffers
     (``extra_activations``). The activations of ``offload`` body layers wait in host memory; one
-    layer's stay as the copy buffer."""
+    layer's stay as the copy buffer. With a reduction ``copy`` (``REDUCE_COPY``), the larger of that and
+    the states beside the copy of the stage's gradients, which the reduction makes once the step's
+    activations are freed."""
     layers_act = o.product(body_count, body.activation)
     if not (isinstance(offload, int) and offload == 0):
         layers_act = layers_act - o.product(offload, body.activation)
@@ -477,7 +516,31 @@ def stage_memory(
         working = body.working
     chunks = o.minimum(microbatch_chunks, chunk_limit)
     activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
-    return layers_state + extra_states + states.zero3 + activations + working + extra_activations
+    held = layers_state + extra_states + states.zero3
+    live = held + activations + working + extra_activations
+    if copy is None:
+        return live
+    copied = o.product(body_count, copy.body) + copy.extra
+    if lead_count:
+        copied = copied + lead_count * copy.lead
+    return o.maximum(live, held + copied)
+
+
+def stage_copies(o, ctx: TrainingContext, first: bool, last) -> StageCopy | None:
+    """The reduction's gradient copy (``REDUCE_COPY``) of the first stage (``first``; ``last`` then says whether it
+    is the only one, a bool or a backend condition), the last (its output layer, MTP modules and their embedding
+    copy, as ``compose`` counts their states) or a middle stage; None without such a copy
+    (``workload.grad_reduce_copy_bytes`` 0)."""
+    if not ctx.workload.grad_reduce_copy_bytes:
+        return None
+    c, mtp = o.lookup(REDUCE_COPY), ctx.workload.mtp_layers
+    if first:
+        extra = c.embedding + o.where(last, c.output_first + mtp * c.body, 0)
+    elif last:
+        extra = c.output_last + mtp * c.body + (c.embedding if mtp else 0)
+    else:
+        extra = 0
+    return StageCopy(lead=c.lead, body=c.body, extra=extra)
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -606,14 +669,32 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     last_act = edge.logits_activation + mtp.activation
     first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
     first_act = embedding_act + o.where(single, last_act, 0)
-    mem_first = stage_memory(o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off)
+    mem_first = stage_memory(
+        o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off, stage_copies(o, ctx, True, single)
+    )
     last_states = states.output_last + mtp.states + mtp.embedding
     mem_last = o.where(
-        single, mem_first, stage_memory(o, 0, n_last, lead, body, states, last_states, limits.last, chunks, vpp, last_act, off)
+        single,
+        mem_first,
+        stage_memory(
+            o,
+            0,
+            n_last,
+            lead,
+            body,
+            states,
+            last_states,
+            limits.last,
+            chunks,
+            vpp,
+            last_act,
+            off,
+            stage_copies(o, ctx, False, True),
+        ),
     )
 
     def middle_memory(limit):
-        return stage_memory(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off)
+        return stage_memory(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off, stage_copies(o, ctx, False, False))
 
     mem_mid = o.where(has_middle, middle_memory(limits.middle), 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
@@ -752,7 +833,8 @@ def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> fl
             wl.grad_reduce_copy_bytes,
         )
         kept = min(cache + copies, max(free, 0.0)) if pytorch else 0.0
-        return stage["memory_bytes"] + kept + system.memory_reserve_bytes
+        at_activations = sum(stage["state"].values()) + stage["activations_bytes"]  # the backward's peak, as reserved
+        return max(stage["memory_bytes"], at_activations + kept) + system.memory_reserve_bytes
 
     return max(in_use(stage) for stage in stages)
 
@@ -806,7 +888,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge.logits_activation + mtp.activation if last else 0.0
         )
         offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
-        total = stage_memory(
+        held = (
             o,
             lead_count,
             n - lead_count,
@@ -820,10 +902,13 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge_act,
             m.offload_layers,
         )
+        at_activations = stage_memory(*held)  # the backward's peak
+        total = stage_memory(*held, stage_copies(o, ctx, first, last))  # or the reduction's, beside its copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
-        activations = total - sum(state.values())
+        activations = at_activations - sum(state.values())
+        reduction = {"reduction_copy": (total - at_activations) / GIB} if total > at_activations else {}
         tables = first or last  # the embedding; the output layer (tied: its copy of the embedding)
         largest = (params.largest_module_params(model) if tables else params.largest_layer_module_params(model)) / m.tp
         out.append(
@@ -846,7 +931,8 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "extra_s": extra_fwd + extra_bwd,
                 "offload_s": offload_s,
                 "mtp_s": mtp.fwd + mtp.bwd,
-                "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
+                # by component; where the reduction's copy beside the states outweighs the activations, its excess
+                "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB, **reduction},
             }
         )
     if m.dualpipe:
