@@ -213,6 +213,11 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
     lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
+    memory = [abs(r.memory_error) for r in results if r.measured_memory_gib]
+    lines.append(
+        f"| device memory per GPU against nvidia-smi (BLOOM's 02-28 benchmarks; every published run fits) | {len(memory)} | "
+        f"{100 * statistics.fmean(memory):.1f} % |"
+    )
     lines.append(
         f"| whole-run GPU-hours, out of sample (DeepSeek-V3's budget; DeepSeek-V2's per trillion tokens, on "
         f"assumptions that span -23 to +1 %) | {len(budget)} | {100 * statistics.fmean(abs(b['error']) for b in budget):.1f} % |"
