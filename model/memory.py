@@ -314,20 +314,25 @@ def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free
     return min(overhead_fraction * transient_bytes, max(free_bytes, 0.0))
 
 
-def gradient_copy_bytes(
-    stage_params: float, largest_module_params: float, accumulate_copy_bytes: float, reduce_copy_bytes: float
-) -> float:
-    """Bytes of the conversion copies a framework makes of gradients on the optimizer's path, for a GPU
-    holding ``stage_params`` parameters whose largest module holds ``largest_module_params``: the
-    accumulation's copy of one parameter's gradient (``accumulate_copy_bytes`` per element, the largest
-    parameter's: 4 where DeepSpeed's BF16_Optimizer casts each bf16 .grad to fp32 before adding it to its
-    buffer, ``update_hp_grads``) and the data-parallel reduction's copy of the stage's flat gradient group
-    (``reduce_copy_bytes`` per parameter: 2 where DeepSpeed's fallback all-reduce casts the fp32 group to its
-    bf16 communication type, ``engine.allreduce_bucket``; deepspeed/runtime at 15293139f, the branch BLOOM
-    ran). Each is a fresh tensor larger than any block the activations free (a table or a whole stage's
-    gradients against one layer's tensors), so PyTorch's caching allocator gives it a segment of its own,
-    which it keeps reserved afterwards: it shows in nvidia-smi beside the activations' cache
-    (``allocator_cache_bytes``). The first is live when a micro-batch's backward has freed its working set, and
-    the live peak leaves it out; the second once the step's activations are freed, beside the model states
-    alone, which the live peak takes when larger (``training_step.stage_memory``)."""
-    return accumulate_copy_bytes * largest_module_params + reduce_copy_bytes * stage_params
+def accumulate_copy_bytes(largest_module_params: float, bytes_per_element: float) -> float:
+    """Bytes of the copy a framework makes of one parameter's gradient as it adds it to the accumulation
+    buffer, the largest module's (``largest_module_params`` elements on the GPU): 4 per element where
+    DeepSpeed's BF16_Optimizer casts each bf16 .grad to fp32 first (``update_hp_grads``: ``lp.grad.to(fp32)``,
+    one parameter at a time; deepspeed/runtime/bf16_optimizer.py at 15293139f, the branch BLOOM ran). It is
+    live at the end of each micro-batch's backward, once the working set is freed, beside the in-flight
+    activations: the stage's peak takes the larger of the two (``training_step.stage_memory``)."""
+    return bytes_per_element * largest_module_params
+
+
+def reduce_copy_bytes(group_params: float, bytes_per_param: float) -> float:
+    """Bytes of the copy the data-parallel reduction makes of a flat gradient group of ``group_params``
+    parameters: 2 per parameter where DeepSpeed's fallback all-reduce casts the BF16_Optimizer's fp32 group
+    to its bf16 communication type (pipe/engine.py ``_bf16_reduce_grads`` -> engine.py
+    ``buffered_allreduce_fallback`` -> ``allreduce_bucket``; ``communication_data_type`` bf16 at ZeRO stage 0
+    and no ds_config override; at 15293139f). A group of 500M elements or more is its own bucket and is cast
+    whole; smaller groups are concatenated first, a further fp32 copy this leaves out (BLOOM's stages hold
+    billions). It is live once the step's activations are freed, beside the model states alone (the stage's
+    peak takes the larger, ``training_step.stage_memory``); larger than any block the activations free, it
+    gets a segment of its own from PyTorch's caching allocator, which keeps it reserved: it shows in
+    nvidia-smi beside the activations' cache (``allocator_cache_bytes``, ``training_step.device_memory_bytes``)."""
+    return bytes_per_param * group_params

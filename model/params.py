@@ -69,14 +69,22 @@ def largest_module_params(model: ModelSpec) -> int:
 
 
 def largest_layer_module_params(model: ModelSpec) -> int:
-    """Weights of a transformer layer's largest single module, in parameters: the fused QKV projection
-    (h x (q + 2·kv)), the output projection, the MLP's first linear (h x 2f for SwiGLU, gate and up
-    fused; h x f for GeLU), a routed or shared expert's, the MLA projections."""
+    """Weights of a transformer layer's largest single module, in parameters (``layer_module_params``)."""
+    dense, routed = layer_module_params(model)
+    return max(dense + routed)
+
+
+def layer_module_params(model: ModelSpec) -> tuple[list[int], list[int]]:
+    """Weights of a transformer layer's single modules, in parameters, as (those besides routed experts,
+    a routed expert's): the fused QKV projection (h x (q + 2·kv)), the output projection, the MLP's first
+    linear (h x 2f for SwiGLU, gate and up fused; h x f for GeLU), a shared expert's, the MLA
+    projections; a routed expert's first linear. An MLP's second linear (f x h) is never larger."""
     h = model.hidden
     gated = 2 if model.activation == "swiglu" else 1
-    widths = [model.ffn]
+    widths, routed = [model.ffn], []
     if model.moe is not None:
-        widths += [model.moe.expert_ffn, model.moe.shared_experts * model.moe.shared_expert_ffn]
+        widths.append(model.moe.shared_experts * model.moe.shared_expert_ffn)
+        routed.append(h * model.moe.expert_ffn * gated)
     if model.mla is not None:
         m, a = model.mla, model.heads
         attention = [
@@ -88,7 +96,19 @@ def largest_layer_module_params(model: ModelSpec) -> int:
         ]
     else:
         attention = [h * (model.q_width + 2 * model.kv_width), model.q_width * h]
-    return max(attention + [h * w * gated for w in widths])  # an MLP's second linear (f x h) is never larger
+    return attention + [h * w * gated for w in widths], routed
+
+
+def largest_module_params_per_gpu(model: ModelSpec, tables: bool, tp: int, etp: int = 1) -> float:
+    """Weights of the largest single module one GPU holds, in parameters: a layer's modules split over
+    tp (Megatron's column and row parallel linears), a routed expert's over etp (expert tensor
+    parallelism), and where the GPU holds ``tables`` (the first and the last pipeline stage) the token
+    embedding or output layer, vocab-parallel over tp."""
+    dense, routed = layer_module_params(model)
+    held = [m / tp for m in dense] + [m / etp for m in routed]
+    if tables:
+        held.append(model.vocab * model.hidden / tp)
+    return max(held)
 
 
 def norm_params_per_layer(model: ModelSpec) -> int:

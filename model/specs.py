@@ -339,7 +339,7 @@ class Workload:
     )
     grad_bytes: float = 4.0  # bytes per gradient element held (Megatron main_grad: fp32)
     lowp_grad_bytes: float = 0.0  # a 16-bit .grad kept beside the accumulation buffer (2: DeepSpeed BF16_Optimizer, 2022)
-    # conversion copies of gradients on the optimizer's path (``memory.gradient_copy_bytes``): per element of the largest
+    # conversion copies of gradients on the optimizer's path (``memory.accumulate_copy_bytes``, ``reduce_copy_bytes``): per element of the largest
     # parameter's gradient as it is accumulated (4: DeepSpeed BF16_Optimizer's fp32 cast, 2022), per parameter of the
     # stage's gradients as they are reduced (2: DeepSpeed's fallback all-reduce in bf16, 2022)
     grad_accumulate_copy_bytes: float = 0.0

@@ -228,15 +228,14 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
 
     moe = 1 if model.moe is not None else 0
-    lead = stage_params(model, 1, False, False, tp)
-    embedding = stage_params(model, 0, True, False, tp)
+    lead, body, embedding, output_first, output_last = state_part_params(model, tp)
     zero3 = stage_state_bytes(model, wl, m, lead).get("zero3_buffers", 0.0)
     return (
         state(lead),
-        state(stage_params(model, 1, False, False, tp, moe), stage_expert_params(model, moe, ep, etp)),
+        state(body, stage_expert_params(model, moe, ep, etp)),
         state(embedding),
-        state(stage_params(model, 0, True, True, tp) - embedding),
-        state(stage_params(model, 0, False, True, tp)),
+        state(output_first),
+        state(output_last),
         zero3,
     )
 
@@ -249,40 +248,55 @@ STATES = Factor(
 )
 
 
-def _reduce_copy(ctx: TrainingContext, tp) -> tuple:
-    """The data-parallel reduction's conversion copy of the gradients (``memory.gradient_copy_bytes`` at
-    ``workload.grad_reduce_copy_bytes``) of the parameters besides routed experts in one lead layer, one body
-    layer, the embedding, the output layer on the first stage and on the last, bytes per GPU, as ``_states``
-    splits them (a stage's copy is of its whole flat group: the sum of its parts; routed experts reduce in
-    groups of their own)."""
-    model = ctx.model
+def state_part_params(model: ModelSpec, tp) -> tuple:
+    """Parameters besides routed experts, per GPU, of the parts the model states are counted by: one lead
+    layer, one body layer, the embedding, the output layer when it shares the first stage (pp = 1) and on the
+    last (a tied model keeps a second copy there) (``training.stage_params``)."""
     moe = 1 if model.moe is not None else 0
     embedding = stage_params(model, 0, True, False, tp)
-    parts = (
+    return (
         stage_params(model, 1, False, False, tp),
         stage_params(model, 1, False, False, tp, moe),
         embedding,
         stage_params(model, 0, True, True, tp) - embedding,
         stage_params(model, 0, False, True, tp),
     )
-    return tuple(memory.gradient_copy_bytes(p, 0.0, 0.0, ctx.workload.grad_reduce_copy_bytes) for p in parts)
 
 
-REDUCE_COPY = Factor(
-    "reduce_copy",
-    (D.TP,),
-    tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last")),
-    _reduce_copy,
+def _gradient_copies(ctx: TrainingContext, tp, etp) -> tuple:
+    """The gradients' conversion copies a framework makes on the optimizer's path, bytes per GPU: the
+    data-parallel reduction's copy (``memory.reduce_copy_bytes`` at ``workload.grad_reduce_copy_bytes``) of each of
+    the parts ``state_part_params`` counts (a stage's flat group holds its parts), and the accumulation's copy
+    (``memory.accumulate_copy_bytes`` at ``workload.grad_accumulate_copy_bytes``) of the largest module of a stage
+    that holds the embedding or the output layer, and of one that holds layers only."""
+    model, wl = ctx.model, ctx.workload
+    reduced = tuple(memory.reduce_copy_bytes(p, wl.grad_reduce_copy_bytes) for p in state_part_params(model, tp))
+    accumulated = tuple(
+        memory.accumulate_copy_bytes(params.largest_module_params_per_gpu(model, tables, tp, etp), wl.grad_accumulate_copy_bytes)
+        for tables in (True, False)
+    )
+    return reduced + accumulated
+
+
+GRADIENT_COPIES = Factor(
+    "gradient_copies",
+    (D.TP, D.ETP),
+    tuple(
+        Output(n, MEMORY)
+        for n in ("lead", "body", "embedding", "output_first", "output_last", "accumulate_edge", "accumulate_layers")
+    ),
+    _gradient_copies,
 )
 
 
 class StageCopy(NamedTuple):
-    """A stage's share of the reduction's gradient copy (``REDUCE_COPY``): bytes per lead layer, per body
-    layer, and of its edges (embedding, output layer, MTP modules)."""
+    """A stage's gradient copies (``GRADIENT_COPIES``): the reduction's, bytes per lead layer, per body layer and
+    of its edges (embedding, output layer, MTP modules), and the accumulation's of its largest module."""
 
     lead: object
     body: object
     extra: object
+    accumulate: object
 
 
 def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False) -> tuple:
@@ -496,13 +510,38 @@ def stage_memory(
     offload=0,
     copy: StageCopy | None = None,
 ):
-    """Bytes per GPU of a stage: model states of its layers and edges, the activations of its
-    in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``), the recomputation
-    working set of the widest layer kind it holds, ZeRO-3's gather buffers and edge buffers
-    (``extra_activations``). The activations of ``offload`` body layers wait in host memory; one
-    layer's stay as the copy buffer. With a reduction ``copy`` (``REDUCE_COPY``), the larger of that and
-    the states beside the copy of the stage's gradients, which the reduction makes once the step's
-    activations are freed."""
+    """Bytes per GPU of a stage at its peak: its backward's (``stage_backward_memory``) or, with the
+    gradients' ``copy`` (``stage_copies``), the larger of that and the states beside the reduction's copy,
+    which it makes once the step's activations are freed."""
+    args = (o, lead_count, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations)
+    held, live = stage_backward_memory(*args, offload, None if copy is None else copy.accumulate)
+    if copy is None:
+        return live
+    return o.maximum(live, held + reduction_copy(o, lead_count, body_count, copy))
+
+
+def stage_backward_memory(
+    o,
+    lead_count: int,
+    body_count,
+    lead,
+    body,
+    states,
+    extra_states,
+    chunk_limit,
+    microbatch_chunks,
+    vpp,
+    extra_activations,
+    offload=0,
+    accumulate=None,
+):
+    """(model states, peak) bytes per GPU of a stage during its micro-batches: model states of its layers and
+    edges, the activations of its in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``),
+    the recomputation working set of the widest layer kind it holds, ZeRO-3's gather buffers and edge
+    buffers (``extra_activations``). The activations of ``offload`` body layers wait in host memory; one
+    layer's stay as the copy buffer. The accumulation's gradient copy (``accumulate``, ``StageCopy``), live once
+    a micro-batch's backward has freed its working set, counts where it is the larger of the two
+    [assumption: the finished micro-batch's own stored activations are not subtracted]."""
     layers_act = o.product(body_count, body.activation)
     if not (isinstance(offload, int) and offload == 0):
         layers_act = layers_act - o.product(offload, body.activation)
@@ -514,33 +553,38 @@ def stage_memory(
         working = o.maximum(lead.working, o.where(o.at_least(body_count, 1), body.working, 0))
     else:
         working = body.working
+    if accumulate is not None:
+        working = o.maximum(working, accumulate)
     chunks = o.minimum(microbatch_chunks, chunk_limit)
     activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
     held = layers_state + extra_states + states.zero3
-    live = held + activations + working + extra_activations
-    if copy is None:
-        return live
+    return held, held + activations + working + extra_activations
+
+
+def reduction_copy(o, lead_count: int, body_count, copy: StageCopy):
+    """Bytes of the reduction's gradient copy of a stage holding ``lead_count`` lead and ``body_count`` body
+    layers and the edges ``copy`` counts (``stage_copies``)."""
     copied = o.product(body_count, copy.body) + copy.extra
-    if lead_count:
-        copied = copied + lead_count * copy.lead
-    return o.maximum(live, held + copied)
+    return copied + lead_count * copy.lead if lead_count else copied
 
 
 def stage_copies(o, ctx: TrainingContext, first: bool, last) -> StageCopy | None:
-    """The reduction's gradient copy (``REDUCE_COPY``) of the first stage (``first``; ``last`` then says whether it
-    is the only one, a bool or a backend condition), the last (its output layer, MTP modules and their embedding
-    copy, as ``compose`` counts their states) or a middle stage; None without such a copy
-    (``workload.grad_reduce_copy_bytes`` 0)."""
-    if not ctx.workload.grad_reduce_copy_bytes:
+    """The gradients' copies (``GRADIENT_COPIES``) of the first stage (``first``; ``last`` then says whether it is
+    the only one, a bool or a backend condition), the last (its output layer, MTP modules and their embedding
+    copy, as ``compose`` counts their states) or a middle stage; None where the workload makes neither
+    (``grad_accumulate_copy_bytes`` and ``grad_reduce_copy_bytes`` 0)."""
+    wl = ctx.workload
+    if not (wl.grad_accumulate_copy_bytes or wl.grad_reduce_copy_bytes):
         return None
-    c, mtp = o.lookup(REDUCE_COPY), ctx.workload.mtp_layers
+    c, mtp = o.lookup(GRADIENT_COPIES), wl.mtp_layers
     if first:
         extra = c.embedding + o.where(last, c.output_first + mtp * c.body, 0)
     elif last:
         extra = c.output_last + mtp * c.body + (c.embedding if mtp else 0)
     else:
         extra = 0
-    return StageCopy(lead=c.lead, body=c.body, extra=extra)
+    accumulate = c.accumulate_edge if first or last else c.accumulate_layers
+    return StageCopy(lead=c.lead, body=c.body, extra=extra, accumulate=accumulate)
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -812,12 +856,13 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
 
 
 def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> float:
-    """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes: per stage its live peak,
-    the caching allocator's reserve on the bytes above its model states (``activations_bytes``:
-    activations, working sets, buffers; ``memory.allocator_cache_bytes``) and the segments of the
-    gradients' conversion copies it keeps (``memory.gradient_copy_bytes``), at most what the device has
-    free, none of either where another runtime than PyTorch's allocator holds the memory; and the
-    runtime's reserve (the system's ``memory_reserve_bytes``: CUDA context, NCCL buffers)."""
+    """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes: per stage its backward's peak
+    (its states and ``activations_bytes``: activations, working sets, buffers) with the caching allocator's
+    reserve on the bytes above the states (``memory.allocator_cache_bytes``) and the segment it keeps for the
+    reduction's gradient copy (``reduction_copy_bytes``, ``memory.reduce_copy_bytes``), together at most what the
+    device has free beside the live peak and none where another runtime than PyTorch's allocator holds the
+    memory, or its live peak where that is more (the reduction's moment); and the runtime's reserve (the
+    system's ``memory_reserve_bytes``: CUDA context, NCCL buffers); at most the device's memory."""
     system = ctx.system
     wl = ctx.workload
     fraction = memory.allocator_overhead_fraction(wl.allocator_overhead, mapping.recompute, wl.attention)
@@ -825,16 +870,10 @@ def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> fl
 
     def in_use(stage):
         free = system.device.hbm_bytes - system.memory_reserve_bytes - stage["memory_bytes"]
-        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free) if pytorch else 0.0
-        copies = memory.gradient_copy_bytes(
-            max(stage["params"], stage["expert_params"]),
-            stage["largest_module_params"],
-            wl.grad_accumulate_copy_bytes,
-            wl.grad_reduce_copy_bytes,
-        )
-        kept = min(cache + copies, max(free, 0.0)) if pytorch else 0.0
-        at_activations = sum(stage["state"].values()) + stage["activations_bytes"]  # the backward's peak, as reserved
-        return max(stage["memory_bytes"], at_activations + kept) + system.memory_reserve_bytes
+        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free)
+        kept = min(cache + stage["reduction_copy_bytes"], max(free, 0.0)) if pytorch else 0.0
+        backward = sum(stage["state"].values()) + stage["activations_bytes"]
+        return min(max(stage["memory_bytes"], backward + kept) + system.memory_reserve_bytes, system.device.hbm_bytes)
 
     return max(in_use(stage) for stage in stages)
 
@@ -902,15 +941,15 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge_act,
             m.offload_layers,
         )
-        at_activations = stage_memory(*held)  # the backward's peak
-        total = stage_memory(*held, stage_copies(o, ctx, first, last))  # or the reduction's, beside its copy
+        copy = stage_copies(o, ctx, first, last)
+        _, backward = stage_backward_memory(*held, None if copy is None else copy.accumulate)
+        copied = reduction_copy(o, lead_count, n - lead_count, copy) if copy is not None else 0.0
+        total = stage_memory(*held, copy)  # the backward's peak, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
-        activations = at_activations - sum(state.values())
-        reduction = {"reduction_copy": (total - at_activations) / GIB} if total > at_activations else {}
-        tables = first or last  # the embedding; the output layer (tied: its copy of the embedding)
-        largest = (params.largest_module_params(model) if tables else params.largest_layer_module_params(model)) / m.tp
+        activations = backward - sum(state.values())
+        reduction = {"reduction_copy": (total - backward) / GIB} if total > backward else {}
         out.append(
             {
                 "stage": i,
@@ -921,7 +960,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 ),
                 "params": p,
                 "expert_params": pe,
-                "largest_module_params": largest,  # per GPU, tp-split
+                "reduction_copy_bytes": copied,
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
                 "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
@@ -947,19 +986,23 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
     stages' (each evaluated at its own 1F1B in-flight count)."""
     total = dualpipe_rank_memory(own["memory_bytes"], mirrored["memory_bytes"])
     state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
-    activations = total - sum(state.values())
-    summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
+    activations = own["activations_bytes"] + mirrored["activations_bytes"]  # each stage's backward's
+    reduction = total - sum(state.values()) - activations  # what the stages' reduction copies add beyond them
+    summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes", "reduction_copy_bytes")
     mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")
     return {
         "stage": own["stage"],
         "stages": [own["stage"], mirrored["stage"]],
         **{key: own[key] + mirrored[key] for key in summed},
         **{key: (own[key] + mirrored[key]) / 2 for key in mean},
-        "largest_module_params": max(own["largest_module_params"], mirrored["largest_module_params"]),
         "memory_bytes": total,
         "state": state,
         "activations_bytes": activations,
-        "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB},
+        "memory_gib": {
+            **{key: v / GIB for key, v in state.items()},
+            "activations": activations / GIB,
+            **({"reduction_copy": reduction / GIB} if reduction > 0 else {}),
+        },
     }
 
 

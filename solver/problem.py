@@ -272,7 +272,7 @@ def _parse_workload(data, src: str) -> Workload:
     # backward (deepspeed/runtime/bf16_optimizer.py, pipe/engine.py clear_lp_grads); Megatron folds it into main_grad
     lowp_grad_bytes = checks.choice(data.get("lowp_grad_bytes", 0), (0, 2), "workload.lowp_grad_bytes", src)
     # and casts each .grad to fp32 as it accumulates it (update_hp_grads), and DeepSpeed's fallback all-reduce casts the
-    # fp32 group to its bf16 communication type (engine.py allreduce_bucket): memory.gradient_copy_bytes
+    # fp32 group to its bf16 communication type (engine.py allreduce_bucket): memory.accumulate_copy_bytes, reduce_copy_bytes
     accumulate_copy = checks.choice(
         data.get("grad_accumulate_copy_bytes", 0), (0, 2, 4), "workload.grad_accumulate_copy_bytes", src
     )
@@ -578,6 +578,14 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             workload = dataclasses.replace(workload, engine=framework.engine)
     constraints = data.get("constraints")  # parsed per system: a headroom in GiB is checked against its device
     inference = workload.kind == "inference"
+    if not inference and model_spec.moe is not None and workload.grad_reduce_copy_bytes:
+        # DeepSpeed's buffered_allreduce_fallback (15293139f) refuses gradients handed to it with MoE layers
+        raise ProblemError(
+            "the fallback all-reduce's gradient copy (DeepSpeed 2022's BF16_Optimizer path) has no mixture-of-experts "
+            "case; set it 0 for an MoE model",
+            source=source,
+            field="workload.grad_reduce_copy_bytes",
+        )
     mapping = (
         parse_inference_mapping(data.get("mapping"), workload, source)
         if inference

@@ -219,11 +219,12 @@ class TrainingPlanner(Planner):
         system = problem.system(plan.num_gpus)
         device, m = system.device, plan.mapping
         mem = plan.evaluation.breakdown["memory_gib"]
-        states = sum(v for k, v in mem.items() if k != "activations")
+        states = sum(v for k, v in mem.items() if k not in ("activations", "reduction_copy"))
+        copy = f" + the gradient reduction's copy beyond them {mem['reduction_copy']:.1f} GiB" if "reduction_copy" in mem else ""
         how = "the least any allowed mapping needs" if proven else "the least found within the time limit"
         return (
             f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is {how} "
-            f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB, "
+            f"(weights, gradients and optimizer states {states:.1f} GiB + activations {mem['activations']:.1f} GiB{copy}, "
             f"at tp {m.tp}, pp {m.pp}, dp {m.dp}, zero {m.zero}, recompute {m.recompute}, micro_batch {m.micro_batch}); "
             f"the {device.name} offers {system.usable_memory_bytes / GIB:.1f} GiB ({device.hbm_bytes / GIB:.1f} GiB minus "
             f"{system.memory_reserve_bytes / GIB:.1f} GiB reserved"

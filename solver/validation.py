@@ -62,11 +62,12 @@ def load_runs(path=None, name: str = "training_runs.yaml", expressible: bool = T
 
 def load_out_of_memory_runs(path=None, name: str = "training_runs.yaml") -> list[dict]:
     """The published configurations that ran out of memory (``measured.out_of_memory``): no step time,
-    and a planner should refuse them (``evaluate_out_of_memory_run``)."""
+    and a planner should refuse them (``best_listed_mapping`` evaluates them)."""
     return [e for e in _entries(path, name) if ran_out_of_memory(e)]
 
 
 def ran_out_of_memory(entry: dict) -> bool:
+    """Whether a validation entry is a configuration its publication reports out of memory."""
     return bool(entry.get("measured", {}).get("out_of_memory"))
 
 

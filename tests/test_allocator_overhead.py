@@ -105,7 +105,7 @@ def test_states_match_the_measured_persistent_bytes(measured):
 
 
 def bloom_run(allocator: str | None) -> validation.RunResult:
-    """BLOOM's run under ``allocator``, without the gradient copies' segments (test_framework_memory.py holds those)."""
+    """BLOOM's run under ``allocator``, without the gradients' conversion copies (test_framework_memory.py holds those)."""
     entry = next(e for e in validation.load_runs() if e["id"] == "bloom176b-bench-dp8-tp4-pp12-mbs2-nh112")
     entry = {**entry, "workload": {**entry["workload"], "grad_accumulate_copy_bytes": 0, "grad_reduce_copy_bytes": 0}}
     if allocator is not None:
