@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .choices import Recompute, Zero3Gather
 from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
+from .ops import FloatOps
 from .specs import AllocatorOverhead, ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
@@ -302,7 +303,7 @@ def allocator_overhead_fraction(overhead: AllocatorOverhead | None, recompute: s
     return overhead.recompute_full_scores if attention == "standard" else overhead.recompute_full
 
 
-def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free_bytes: float) -> float:
+def allocator_cache_bytes(transient_bytes, overhead_fraction, free_bytes, o=FloatOps):
     """Bytes PyTorch's caching allocator holds reserved, beyond the tensors live at the step's peak, on a
     GPU whose step allocates ``transient_bytes`` above what persists between steps (its peak less the
     model states): blocks freed by one tensor and not reusable by the next request, measured as
@@ -310,8 +311,9 @@ def allocator_cache_bytes(transient_bytes: float, overhead_fraction: float, free
     ``torch.cuda.max_memory_reserved`` / ``max_memory_allocated``), at most the ``free_bytes`` the
     device has beside the live peak and the runtime's reserve. It shows in nvidia-smi but does not
     decide whether a plan fits: on a failed cudaMalloc the allocator frees its unused cached blocks and
-    retries (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so the live peak is the limit."""
-    return min(overhead_fraction * transient_bytes, max(free_bytes, 0.0))
+    retries (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so the live peak is the limit. Written
+    against ``o`` (``model.ops``: plain numbers by default, or a backend's arrays)."""
+    return o.minimum(overhead_fraction * transient_bytes, o.maximum(free_bytes, 0.0))
 
 
 def accumulate_copy_bytes(largest_module_params: float, bytes_per_element: float) -> float:
@@ -334,5 +336,5 @@ def reduce_copy_bytes(group_params: float, bytes_per_param: float) -> float:
     billions). It is live once the step's activations are freed, beside the model states alone (the stage's
     peak takes the larger, ``training_step.stage_memory``); larger than any block the activations free, it
     gets a segment of its own from PyTorch's caching allocator, which keeps it reserved: it shows in
-    nvidia-smi beside the activations' cache (``allocator_cache_bytes``, ``training_step.device_memory_bytes``)."""
+    nvidia-smi beside the activations' cache (``allocator_cache_bytes``, ``training_step.stage_device_memory``)."""
     return bytes_per_param * group_params

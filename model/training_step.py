@@ -440,6 +440,21 @@ class TrainingStep:
     stage_memory: dict  # first / middle / last: bytes per GPU
     minimised: dict  # TrainingObjective -> what is minimised for it
     limits: list  # ops.Limit
+    memory_parts: MemoryParts | None = None  # what ``device_memory`` reads
+
+
+class MemoryParts(NamedTuple):
+    """The stages' memory by moment (``StageMemory``) as ``compose`` builds them, for ``device_memory``: the first,
+    a middle stage at its first position and the last; under DualPipe the middle stage at 2 chunks in flight
+    (``middle_pair``, else None); and the conditions: a single stage, middle stages, DualPipe (or False)."""
+
+    first: StageMemory
+    middle: StageMemory
+    last: StageMemory
+    middle_pair: StageMemory | None
+    single: object
+    has_middle: object
+    dual: object
 
 
 class MtpTerms(NamedTuple):
@@ -495,7 +510,18 @@ def dualpipe_rank_memory(own, mirrored):
     return own + mirrored
 
 
-def stage_memory(
+class StageMemory(NamedTuple):
+    """A stage's (or a DualPipe rank's) memory by moment, bytes per GPU: its model states, its backward's peak
+    (the states, in-flight activations, working set and buffers), the reduction's gradient copy (None without
+    one) and its peak (``stage_peak``; a DualPipe rank's: its two stages' together)."""
+
+    held: object
+    backward: object
+    copy: object
+    total: object
+
+
+def stage_memory_parts(
     o,
     lead_count: int,
     body_count,
@@ -509,15 +535,21 @@ def stage_memory(
     extra_activations,
     offload=0,
     copy: StageCopy | None = None,
-):
-    """Bytes per GPU of a stage at its peak: its backward's (``stage_backward_memory``) or, with the
-    gradients' ``copy`` (``stage_copies``), the larger of that and the states beside the reduction's copy,
-    which it makes once the step's activations are freed."""
+) -> StageMemory:
+    """A stage's memory (``StageMemory``): its backward's (``stage_backward_memory``) and, with the gradients'
+    ``copy`` (``stage_copies``), the reduction's copy, which it makes once the step's activations are freed,
+    beside the states alone: its peak is the larger of the two."""
     args = (o, lead_count, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations)
-    held, live = stage_backward_memory(*args, offload, None if copy is None else copy.accumulate)
+    held, backward = stage_backward_memory(*args, offload, None if copy is None else copy.accumulate)
     if copy is None:
-        return live
-    return o.maximum(live, held + reduction_copy(o, lead_count, body_count, copy))
+        return StageMemory(held, backward, None, backward)
+    copied = reduction_copy(o, lead_count, body_count, copy)
+    return StageMemory(held, backward, copied, o.maximum(backward, held + copied))
+
+
+def stage_memory(*args, **kwargs):
+    """Bytes per GPU of a stage at its peak (``stage_memory_parts``'s ``total``)."""
+    return stage_memory_parts(*args, **kwargs).total
 
 
 def stage_backward_memory(
@@ -713,40 +745,31 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     last_act = edge.logits_activation + mtp.activation
     first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
     first_act = embedding_act + o.where(single, last_act, 0)
-    mem_first = stage_memory(
+    first = stage_memory_parts(
         o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off, stage_copies(o, ctx, True, single)
     )
     last_states = states.output_last + mtp.states + mtp.embedding
-    mem_last = o.where(
-        single,
-        mem_first,
-        stage_memory(
-            o,
-            0,
-            n_last,
-            lead,
-            body,
-            states,
-            last_states,
-            limits.last,
-            chunks,
-            vpp,
-            last_act,
-            off,
-            stage_copies(o, ctx, False, True),
-        ),
+    last = stage_memory_parts(
+        o, 0, n_last, lead, body, states, last_states, limits.last, chunks, vpp, last_act, off, stage_copies(o, ctx, False, True)
     )
 
     def middle_memory(limit):
-        return stage_memory(o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off, stage_copies(o, ctx, False, False))
+        return stage_memory_parts(
+            o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off, stage_copies(o, ctx, False, False)
+        )
 
-    mem_mid = o.where(has_middle, middle_memory(limits.middle), 0)
+    middle = middle_memory(limits.middle)
+    mem_first = first.total
+    mem_last = o.where(single, mem_first, last.total)
+    mem_mid = o.where(has_middle, middle.total, 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
+    middle_pair = None
     if dual is not False:
         # DualPipe (``dualpipe_rank_memory``): ranks 0 and pp-1 hold the first and the last stage at their 1F1B
         # counts, a middle rank as many chunks of its two equal stages as rank 1: pp - 1 of stage 1, 2 of stage pp-2
+        middle_pair = middle_memory(2)
         edge_rank = dualpipe_rank_memory(mem_first, mem_last)
-        middle_rank = o.where(has_middle, dualpipe_rank_memory(mem_mid, middle_memory(2)), 0)
+        middle_rank = o.where(has_middle, dualpipe_rank_memory(mem_mid, middle_pair.total), 0)
         peak = o.where(dual, o.maximum(edge_rank, middle_rank), peak)
     o.implied_at_least(peak, mean_stage_states(ctx))
 
@@ -775,6 +798,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         stage_memory={"first": mem_first, "middle": mem_mid, "last": mem_last},
         minimised=minimised,
         limits=out_limits,
+        memory_parts=MemoryParts(first, middle, last, middle_pair, single, has_middle, dual),
     )
 
 
@@ -841,7 +865,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         params_b=params.total_params(model) / 1e9,
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
-    metrics["device_memory_gib"] = device_memory_bytes(ctx, mapping, stages) / GIB
+    metrics["device_memory_gib"] = device_memory(o, ctx, q) / GIB
     if mapping.optimizer_offload or mapping.weight_offload:  # the host memory tier: reported, not a limit (docs/model.md)
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
@@ -855,27 +879,51 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     return Evaluation(metrics=metrics, breakdown=breakdown, stages=stages)
 
 
-def device_memory_bytes(ctx: TrainingContext, mapping, stages: list[dict]) -> float:
-    """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes: per stage its backward's peak
-    (its states and ``activations_bytes``: activations, working sets, buffers) with the caching allocator's
-    reserve on the bytes above the states (``memory.allocator_cache_bytes``) and the segment it keeps for the
-    reduction's gradient copy (``reduction_copy_bytes``, ``memory.reduce_copy_bytes``), together at most what the
-    device has free beside the live peak and none where another runtime than PyTorch's allocator holds the
-    memory, or its live peak where that is more (the reduction's moment); and the runtime's reserve (the
-    system's ``memory_reserve_bytes``: CUDA context, NCCL buffers); at most the device's memory."""
-    system = ctx.system
+def device_memory(o, ctx: TrainingContext, q: TrainingStep):
+    """Device memory in use (what nvidia-smi shows) on the fullest GPU, bytes (``stage_device_memory`` of each
+    stage ``compose`` builds, and of DualPipe's ranks), written against ``ops`` for the float and numpy backends
+    (``evaluate``; ``enumerate --all``'s table); the solver's model leaves it out: whether a plan fits is
+    decided on the live peak."""
+    p = q.memory_parts
     wl = ctx.workload
-    fraction = memory.allocator_overhead_fraction(wl.allocator_overhead, mapping.recompute, wl.attention)
-    pytorch = system.device.pytorch_allocator
+    full, other = (
+        memory.allocator_overhead_fraction(wl.allocator_overhead, recompute, wl.attention)
+        for recompute in (Recompute.FULL, Recompute.NONE)
+    )
+    fraction = o.where(o.equals(o.decision(D.RECOMPUTE), Recompute.FULL), full, other)
 
-    def in_use(stage):
-        free = system.device.hbm_bytes - system.memory_reserve_bytes - stage["memory_bytes"]
-        cache = memory.allocator_cache_bytes(stage["activations_bytes"], fraction, free)
-        kept = min(cache + stage["reduction_copy_bytes"], max(free, 0.0)) if pytorch else 0.0
-        backward = sum(stage["state"].values()) + stage["activations_bytes"]
-        return min(max(stage["memory_bytes"], backward + kept) + system.memory_reserve_bytes, system.device.hbm_bytes)
+    def in_use(mem: StageMemory):
+        return stage_device_memory(o, ctx.system, mem, fraction)
 
-    return max(in_use(stage) for stage in stages)
+    first = in_use(p.first)
+    out = o.maximum(first, o.where(p.single, first, in_use(p.last)), o.where(p.has_middle, in_use(p.middle), 0))
+    if p.dual is False:
+        return out
+    edge_rank = in_use(stage_pair(p.first, p.last))
+    middle_rank = o.where(p.has_middle, in_use(stage_pair(p.middle, p.middle_pair)), 0)
+    return o.where(p.dual, o.maximum(edge_rank, middle_rank), out)
+
+
+def stage_pair(a: StageMemory, b: StageMemory) -> StageMemory:
+    """A DualPipe rank's memory: its two stages' (``dualpipe_rank_memory``), each part summed."""
+    copy = None if a.copy is None else a.copy + b.copy
+    return StageMemory(a.held + b.held, a.backward + b.backward, copy, dualpipe_rank_memory(a.total, b.total))
+
+
+def stage_device_memory(o, system: SystemSpec, mem: StageMemory, fraction):
+    """Device memory in use on a GPU of a stage, bytes: its backward's peak with the caching allocator's reserve
+    on the bytes above the states (``memory.allocator_cache_bytes`` at the measured ``fraction``) and the segment it
+    keeps for the reduction's gradient copy (``memory.reduce_copy_bytes``), together at most what the device has free
+    beside the peak and none where another runtime than PyTorch's allocator holds the memory, or its peak where
+    that is more (the reduction's moment); and the runtime's reserve (the system's ``memory_reserve_bytes``: CUDA
+    context, NCCL buffers); at most the device's memory."""
+    reserve, hbm = system.memory_reserve_bytes, system.device.hbm_bytes
+    if not system.device.pytorch_allocator:
+        return o.minimum(mem.total + reserve, hbm)
+    free = o.maximum(hbm - reserve - mem.total, 0.0)
+    cache = memory.allocator_cache_bytes(mem.backward - mem.held, fraction, free, o)
+    kept = o.minimum(cache + (0.0 if mem.copy is None else mem.copy), free)
+    return o.minimum(o.maximum(mem.total, mem.backward + kept) + reserve, hbm)
 
 
 def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
@@ -941,10 +989,8 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge_act,
             m.offload_layers,
         )
-        copy = stage_copies(o, ctx, first, last)
-        _, backward = stage_backward_memory(*held, None if copy is None else copy.accumulate)
-        copied = reduction_copy(o, lead_count, n - lead_count, copy) if copy is not None else 0.0
-        total = stage_memory(*held, copy)  # the backward's peak, or the states beside the reduction's copy
+        mem = stage_memory_parts(*held, stage_copies(o, ctx, first, last))
+        total, backward = mem.total, mem.backward  # the peak: the backward's, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
@@ -960,7 +1006,6 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 ),
                 "params": p,
                 "expert_params": pe,
-                "reduction_copy_bytes": copied,
                 "time_fwd_s": (n - lead_count) * body.fwd + lead_count * lead.fwd + extra_fwd + mtp.fwd,
                 "time_bwd_s": (n - lead_count) * body.bwd + lead_count * lead.bwd + extra_bwd + mtp.bwd + offload_s,
                 "memory_bytes": total,
@@ -988,7 +1033,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
     state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
     activations = own["activations_bytes"] + mirrored["activations_bytes"]  # each stage's backward's
     reduction = total - sum(state.values()) - activations  # what the stages' reduction copies add beyond them
-    summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes", "reduction_copy_bytes")
+    summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
     mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")
     return {
         "stage": own["stage"],

@@ -28,6 +28,7 @@ from parasol.model.training_step import (
     HOURLY_PRICE,
     TrainingContext,
     compose,
+    device_memory,
     evaluate_step,
     layer_factors,
     least_peak_memory,
@@ -118,6 +119,7 @@ class TrainingPlanner(Planner):
         n = o.decision(D.NUM_GPUS)
         columns = training_metrics(ctx, out.step, out.peak_memory, n)
         columns["microbatches"] = o.decision(D.MICROBATCHES)
+        columns["device_memory_gib"] = device_memory(o, ctx, out) / GIB
         if problem.needs_cost:
             rows = {m: problem.system_cost(m) for m in problem.num_gpus}
             by_n = {key: _per_gpu_count(n, {m: r[key] for m, r in rows.items()}) for key in next(iter(rows.values()))}
