@@ -322,7 +322,7 @@ def accumulate_copy_bytes(largest_module_params: float, bytes_per_element: float
     DeepSpeed's BF16_Optimizer casts each bf16 .grad to fp32 first (``update_hp_grads``: ``lp.grad.to(fp32)``,
     one parameter at a time; deepspeed/runtime/bf16_optimizer.py at 15293139f, the branch BLOOM ran). It is
     live at the end of each micro-batch's backward, once the working set is freed, beside the in-flight
-    activations: the stage's peak takes the larger of the two (``training_step.stage_memory``)."""
+    activations: the stage's peak takes the larger of the two (``training_step.stage_backward_memory``)."""
     return bytes_per_element * largest_module_params
 
 
@@ -334,7 +334,7 @@ def reduce_copy_bytes(group_params: float, bytes_per_param: float) -> float:
     and no ds_config override; at 15293139f). A group of 500M elements or more is its own bucket and is cast
     whole; smaller groups are concatenated first, a further fp32 copy this leaves out (BLOOM's stages hold
     billions). It is live once the step's activations are freed, beside the model states alone (the stage's
-    peak takes the larger, ``training_step.stage_memory``); larger than any block the activations free, it
+    peak takes the larger, ``training_step.stage_memory_parts``); larger than any block the activations free, it
     gets a segment of its own from PyTorch's caching allocator, which keeps it reserved: it shows in
     nvidia-smi beside the activations' cache (``allocator_cache_bytes``, ``training_step.stage_device_memory``)."""
     return bytes_per_param * group_params

@@ -291,7 +291,8 @@ GRADIENT_COPIES = Factor(
 
 class StageCopy(NamedTuple):
     """A stage's gradient copies (``GRADIENT_COPIES``): the reduction's, bytes per lead layer, per body layer and
-    of its edges (embedding, output layer, MTP modules), and the accumulation's of its largest module."""
+    of its edges (embedding, output layer, MTP modules), and the accumulation's of its largest module; None for
+    a copy the workload does not make."""
 
     lead: object
     body: object
@@ -440,7 +441,7 @@ class TrainingStep:
     stage_memory: dict  # first / middle / last: bytes per GPU
     minimised: dict  # TrainingObjective -> what is minimised for it
     limits: list  # ops.Limit
-    memory_parts: MemoryParts | None = None  # what ``device_memory`` reads
+    memory_parts: MemoryParts  # the stages' memory by moment, what ``device_memory`` reads
 
 
 class MemoryParts(NamedTuple):
@@ -496,13 +497,13 @@ def least_peak_memory(body):
     """A floor on the peak memory per GPU of every mapping whose body layers have these per-layer
     terms (``body``: a ``LAYER_OUTPUTS`` row of floats or of arrays), bytes: some stage holds a body
     layer, keeps its activations for at least one in-flight chunk (a chunk holds at least one layer)
-    and needs its recomputation working set (``stage_memory``). The planner drops the layer shapes
+    and needs its recomputation working set (``stage_backward_memory``). The planner drops the layer shapes
     this floor already puts over the device's memory."""
     return body.activation + body.working
 
 
 def dualpipe_rank_memory(own, mirrored):
-    """Bytes per GPU of a DualPipe rank holding two stages: the two stages' ``stage_memory`` at the chunks
+    """Bytes per GPU of a DualPipe rank holding two stages: the two stages' peaks (``stage_memory_parts``) at the chunks
     each keeps in flight, pp - i of stage i and i + 1 of stage pp-1-i, each stage's 1F1B count (DeepSeek-V3
     Table 2: pp + 1 in all; DualPipe.step's warm-up), with both working sets, since DualPipe runs a forward
     chunk of one direction beside a backward chunk of the other (its F&B), so a recomputation and ZeRO-3's
@@ -513,7 +514,7 @@ def dualpipe_rank_memory(own, mirrored):
 class StageMemory(NamedTuple):
     """A stage's (or a DualPipe rank's) memory by moment, bytes per GPU: its model states, its backward's peak
     (the states, in-flight activations, working set and buffers), the reduction's gradient copy (None without
-    one) and its peak (``stage_peak``; a DualPipe rank's: its two stages' together)."""
+    one) and its peak (``stage_memory_parts``; a DualPipe rank's: its two stages' together, ``stage_pair``)."""
 
     held: object
     backward: object
@@ -541,15 +542,10 @@ def stage_memory_parts(
     beside the states alone: its peak is the larger of the two."""
     args = (o, lead_count, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations)
     held, backward = stage_backward_memory(*args, offload, None if copy is None else copy.accumulate)
-    if copy is None:
+    if copy is None or copy.body is None:
         return StageMemory(held, backward, None, backward)
     copied = reduction_copy(o, lead_count, body_count, copy)
     return StageMemory(held, backward, copied, o.maximum(backward, held + copied))
-
-
-def stage_memory(*args, **kwargs):
-    """Bytes per GPU of a stage at its peak (``stage_memory_parts``'s ``total``)."""
-    return stage_memory_parts(*args, **kwargs).total
 
 
 def stage_backward_memory(
@@ -609,13 +605,17 @@ def stage_copies(o, ctx: TrainingContext, first: bool, last) -> StageCopy | None
     if not (wl.grad_accumulate_copy_bytes or wl.grad_reduce_copy_bytes):
         return None
     c, mtp = o.lookup(GRADIENT_COPIES), wl.mtp_layers
+    accumulate = None
+    if wl.grad_accumulate_copy_bytes:
+        accumulate = c.accumulate_edge if first or last else c.accumulate_layers
+    if not wl.grad_reduce_copy_bytes:
+        return StageCopy(lead=None, body=None, extra=None, accumulate=accumulate)
     if first:
         extra = c.embedding + o.where(last, c.output_first + mtp * c.body, 0)
     elif last:
         extra = c.output_last + mtp * c.body + (c.embedding if mtp else 0)
     else:
         extra = 0
-    accumulate = c.accumulate_edge if first or last else c.accumulate_layers
     return StageCopy(lead=c.lead, body=c.body, extra=extra, accumulate=accumulate)
 
 
@@ -663,7 +663,7 @@ def pipeline_time(ctx: TrainingContext) -> ImpliedBound:
 def mean_stage_states(ctx: TrainingContext) -> ImpliedBound:
     """A lower bound on the peak memory per GPU: the mean stage's model states, (k lead layers + the
     L - k body layers and the MTP modules' + the embedding) / pp, and ZeRO-3's gather buffers, which
-    every stage holds (``stage_memory``; the output layer, activations and working sets add more).
+    every stage holds (``stage_memory_parts``; the output layer, activations and working sets add more).
     Linear in the states: it holds on the integer backend's values, rounded up, too."""
     model, mtp = ctx.model, ctx.workload.mtp_layers
     k, L = lead_layers(model), model.layers
@@ -758,9 +758,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
             o, 0, n_mid, lead, body, states, 0, limit, chunks, vpp, 0, off, stage_copies(o, ctx, False, False)
         )
 
-    middle = middle_memory(limits.middle)
     mem_first = first.total
     mem_last = o.where(single, mem_first, last.total)
+    middle = middle_memory(limits.middle)  # built after the last stage's, as the solver's model always was
     mem_mid = o.where(has_middle, middle.total, 0)
     peak = o.maximum(mem_first, mem_last, mem_mid)
     middle_pair = None
@@ -948,7 +948,7 @@ def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
 
 def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict) -> list[dict]:
     """Each stage's layers, parameters, time per micro-batch (``stage_time``) and memory
-    (``stage_memory`` at its own in-flight chunk limit), with the memory by component."""
+    (``stage_memory_parts`` at its own in-flight chunk limit), with the memory by component."""
     model, wl, m = ctx.model, ctx.workload, mapping
     k = lead_layers(model)
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)

@@ -226,8 +226,9 @@ def test_bloom_peak_memory_against_nvidia_smi(results):
     conversion copies (the fp32 cast of the largest parameter's gradient in the backward's peak, the segment of
     the bf16 copy the fallback all-reduce makes of the stage's flat group), the caching allocator's measured
     reserve and the system's CUDA/NCCL reserve, the model is -8.3 to -0.0 % off (3.7 % mean; 11.9-22.1 %
-    under without the copies, 18-40 % under before the allocator and the buffers). Bounds: the issue's 10 %,
-    and the mean within 4.5 %."""
+    under without the copies, 18-40 % under before the allocator and the buffers). Counting the accumulation's
+    copy as a second reserved segment instead gave -5.7 to +1.4 % (2.4 %) under a 3 % bound, but counted it twice;
+    the accuracy given up for that is accepted here. Bounds: the issue's 10 %, and the mean within 4.5 %."""
     errors = [r.memory_error for r in results if r.family in ("BLOOM", "BLOOM 02-28 benchmarks (out of sample)")]
     assert len(errors) == 17 and all(abs(e) <= 0.10 for e in errors)
     assert statistics.fmean(map(abs, errors)) <= 0.045
