@@ -322,7 +322,7 @@ def accumulate_copy_bytes(largest_module_params: float, bytes_per_element: float
     DeepSpeed's BF16_Optimizer casts each bf16 .grad to fp32 first (``update_hp_grads``: ``lp.grad.to(fp32)``,
     one parameter at a time; deepspeed/runtime/bf16_optimizer.py at 15293139f, the branch BLOOM ran). It is
     live at the end of each micro-batch's backward, once the working set is freed, beside the in-flight
-    activations: the stage's peak takes the larger of the two (``training_step.stage_backward_memory``)."""
+    activations: the stage's peak takes the larger of the two (``training_step.stage_memory_parts``)."""
     return bytes_per_element * largest_module_params
 
 

@@ -497,7 +497,7 @@ def least_peak_memory(body):
     """A floor on the peak memory per GPU of every mapping whose body layers have these per-layer
     terms (``body``: a ``LAYER_OUTPUTS`` row of floats or of arrays), bytes: some stage holds a body
     layer, keeps its activations for at least one in-flight chunk (a chunk holds at least one layer)
-    and needs its recomputation working set (``stage_backward_memory``). The planner drops the layer shapes
+    and needs its recomputation working set (``stage_memory_parts``). The planner drops the layer shapes
     this floor already puts over the device's memory."""
     return body.activation + body.working
 
@@ -537,39 +537,15 @@ def stage_memory_parts(
     offload=0,
     copy: StageCopy | None = None,
 ) -> StageMemory:
-    """A stage's memory (``StageMemory``): its backward's (``stage_backward_memory``) and, with the gradients'
-    ``copy`` (``stage_copies``), the reduction's copy, which it makes once the step's activations are freed,
-    beside the states alone: its peak is the larger of the two."""
-    args = (o, lead_count, body_count, lead, body, states, extra_states, chunk_limit, microbatch_chunks, vpp, extra_activations)
-    held, backward = stage_backward_memory(*args, offload, None if copy is None else copy.accumulate)
-    if copy is None or copy.body is None:
-        return StageMemory(held, backward, None, backward)
-    copied = reduction_copy(o, lead_count, body_count, copy)
-    return StageMemory(held, backward, copied, o.maximum(backward, held + copied))
-
-
-def stage_backward_memory(
-    o,
-    lead_count: int,
-    body_count,
-    lead,
-    body,
-    states,
-    extra_states,
-    chunk_limit,
-    microbatch_chunks,
-    vpp,
-    extra_activations,
-    offload=0,
-    accumulate=None,
-):
-    """(model states, peak) bytes per GPU of a stage during its micro-batches: model states of its layers and
+    """A stage's memory per GPU, bytes (``StageMemory``). Its backward's peak: model states of its layers and
     edges, the activations of its in-flight chunks (each 1/vpp of its layers; ``memory.in_flight_chunks``),
     the recomputation working set of the widest layer kind it holds, ZeRO-3's gather buffers and edge
-    buffers (``extra_activations``). The activations of ``offload`` body layers wait in host memory; one
-    layer's stay as the copy buffer. The accumulation's gradient copy (``accumulate``, ``StageCopy``), live once
-    a micro-batch's backward has freed its working set, counts where it is the larger of the two
-    [assumption: the finished micro-batch's own stored activations are not subtracted]."""
+    buffers (``extra_activations``); the activations of ``offload`` body layers wait in host memory, one
+    layer's stay as the copy buffer. The gradients' ``copy`` (``stage_copies``): the accumulation's, live once a
+    micro-batch's backward has freed its working set, counts where it is the larger of the two [assumption: the
+    finished micro-batch's own stored activations are not subtracted]; the reduction's, made once the step's
+    activations are freed, sits beside the states alone: the stage's peak is the larger of that and the
+    backward's."""
     layers_act = o.product(body_count, body.activation)
     if not (isinstance(offload, int) and offload == 0):
         layers_act = layers_act - o.product(offload, body.activation)
@@ -581,12 +557,16 @@ def stage_backward_memory(
         working = o.maximum(lead.working, o.where(o.at_least(body_count, 1), body.working, 0))
     else:
         working = body.working
-    if accumulate is not None:
-        working = o.maximum(working, accumulate)
+    if copy is not None and copy.accumulate is not None:
+        working = o.maximum(working, copy.accumulate)
     chunks = o.minimum(microbatch_chunks, chunk_limit)
     activations = o.quotient(o.product(chunks, layers_act), vpp, Rounding.UP)
     held = layers_state + extra_states + states.zero3
-    return held, held + activations + working + extra_activations
+    backward = held + activations + working + extra_activations
+    if copy is None or copy.body is None:
+        return StageMemory(held, backward, None, backward)
+    copied = reduction_copy(o, lead_count, body_count, copy)
+    return StageMemory(held, backward, copied, o.maximum(backward, held + copied))
 
 
 def reduction_copy(o, lead_count: int, body_count, copy: StageCopy):
