@@ -60,14 +60,6 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
     )
 
 
-def largest_module_params(model: ModelSpec) -> int:
-    """Weights of the model's largest single module (one nn.Linear or nn.Embedding as Megatron builds
-    it), in parameters: the largest of a layer's (``largest_layer_module_params``) and the token
-    embedding (V x h; an untied output layer is as large). What DeepSpeed ZeRO-3 gathers at once
-    (``memory.zero3_gather_buffer_bytes``)."""
-    return max(largest_layer_module_params(model), model.vocab * model.hidden)
-
-
 def largest_layer_module_params(model: ModelSpec) -> int:
     """Weights of a transformer layer's largest single module, in parameters (``layer_module_params``)."""
     dense, routed = layer_module_params(model)
@@ -100,10 +92,12 @@ def layer_module_params(model: ModelSpec) -> tuple[list[int], list[int]]:
 
 
 def largest_module_params_per_gpu(model: ModelSpec, tables: bool, tp: int, etp: int = 1) -> float:
-    """Weights of the largest single module one GPU holds, in parameters: a layer's modules split over
-    tp (Megatron's column and row parallel linears), a routed expert's over etp (expert tensor
-    parallelism), and where the GPU holds ``tables`` (the first and the last pipeline stage) the token
-    embedding or output layer, vocab-parallel over tp."""
+    """Weights of the largest single module (one nn.Linear or nn.Embedding as Megatron builds it) one GPU
+    holds, in parameters: a layer's modules split over tp (Megatron's column and row parallel linears), a
+    routed expert's over etp (expert tensor parallelism), and where the GPU holds ``tables`` (the first and
+    the last pipeline stage) the token embedding or output layer (V x h; an untied output layer is as
+    large), vocab-parallel over tp. What DeepSpeed ZeRO-3 gathers at once (``memory.zero3_gather_buffer_bytes``)
+    and the largest gradient a framework converts (``memory.accumulate_copy_bytes``)."""
     dense, routed = layer_module_params(model)
     held = [m / tp for m in dense] + [m / etp for m in routed]
     if tables:

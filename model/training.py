@@ -669,7 +669,8 @@ def stage_state_bytes(
         out["zero3_buffers"] = memory.zero3_gather_buffer_bytes(
             workload.zero3_gather,
             params.layer_params(model) / mapping.tp,
-            params.largest_module_params(model) / mapping.tp,
+            # every stage's: ZeRO-3 runs without a pipeline (DeepSpeed's engine), the one stage holds the tables
+            params.largest_module_params_per_gpu(model, True, mapping.tp, mapping.etp),
             WEIGHT_BYTES,
         )
     return out

@@ -21,10 +21,10 @@ WORKLOAD = Workload(kind="training", seq_len=2048, global_batch=64)
 def test_the_largest_module_is_the_widest_linear_or_the_embedding_table():
     # GPT 529.6B (GeLU, f = 4h, V = 51,200): the MLP's first linear, h x 4h, outweighs the table (V x h)
     gpt = load_model("megatron-gpt-529.6b")
-    assert params.largest_module_params(gpt) == gpt.hidden * gpt.ffn == 4 * gpt.hidden**2
+    assert params.largest_module_params_per_gpu(gpt, True, 1) == gpt.hidden * gpt.ffn == 4 * gpt.hidden**2
     # Llama 3.1 405B (SwiGLU, gate and up fused: h x 2f = 1.74e9) has a larger table, 128,256 x 16,384 = 2.10e9
     llama = load_model("llama3.1-405b")
-    assert params.largest_module_params(llama) == llama.vocab * llama.hidden > 2 * llama.hidden * llama.ffn
+    assert params.largest_module_params_per_gpu(llama, True, 1) == llama.vocab * llama.hidden > 2 * llama.hidden * llama.ffn
 
 
 @pytest.mark.parametrize("tp", [1, 4])
