@@ -975,7 +975,10 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         state = stage_state_bytes(model, wl, m, p, pe)
         host = stage_host_bytes(wl, m, p, pe)
         activations = backward - sum(state.values())
-        reduction = {"reduction_copy": (total - backward) / GIB} if total > backward else {}
+        # at its peak, by component: the reduction's moment holds the states and the copy, the activations freed
+        at_peak = (
+            {"activations": 0.0, "reduction_copy": mem.copy / GIB} if total > backward else {"activations": activations / GIB}
+        )
         out.append(
             {
                 "stage": i,
@@ -995,8 +998,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "extra_s": extra_fwd + extra_bwd,
                 "offload_s": offload_s,
                 "mtp_s": mtp.fwd + mtp.bwd,
-                # by component; where the reduction's copy beside the states outweighs the activations, its excess
-                "memory_gib": {**{key: v / GIB for key, v in state.items()}, "activations": activations / GIB, **reduction},
+                "memory_gib": {**{key: v / GIB for key, v in state.items()}, **at_peak},
             }
         )
     if m.dualpipe:
@@ -1008,11 +1010,11 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
     """DualPipe's rank ``own["stage"]``: its stage and the mirrored one (``dualpipe_parts``), half the
     micro-batches through each, so per-micro-batch times are the two stages' mean; layers, parameters
     and states are the two stages' together, and the memory ``dualpipe_rank_memory`` of the two 1F1B
-    stages' (each evaluated at its own 1F1B in-flight count)."""
+    stages' (each evaluated at its own 1F1B in-flight count), by component each stage's at its own peak."""
     total = dualpipe_rank_memory(own["memory_bytes"], mirrored["memory_bytes"])
     state = {key: own["state"][key] + mirrored["state"].get(key, 0.0) for key in own["state"]}
     activations = own["activations_bytes"] + mirrored["activations_bytes"]  # each stage's backward's
-    reduction = total - sum(state.values()) - activations  # what the stages' reduction copies add beyond them
+    parts = dict.fromkeys([*own["memory_gib"], *mirrored["memory_gib"]], 0.0)
     summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
     mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")
     return {
@@ -1023,11 +1025,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
         "memory_bytes": total,
         "state": state,
         "activations_bytes": activations,
-        "memory_gib": {
-            **{key: v / GIB for key, v in state.items()},
-            "activations": activations / GIB,
-            **({"reduction_copy": reduction / GIB} if reduction > 0 else {}),
-        },
+        "memory_gib": {key: own["memory_gib"].get(key, 0.0) + mirrored["memory_gib"].get(key, 0.0) for key in parts},
     }
 
 

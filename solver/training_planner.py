@@ -222,7 +222,7 @@ class TrainingPlanner(Planner):
         device, m = system.device, plan.mapping
         mem = plan.evaluation.breakdown["memory_gib"]
         states = sum(v for k, v in mem.items() if k not in ("activations", "reduction_copy"))
-        copy = f" + the gradient reduction's copy beyond them {mem['reduction_copy']:.1f} GiB" if "reduction_copy" in mem else ""
+        copy = f" + the gradient reduction's copy {mem['reduction_copy']:.1f} GiB" if "reduction_copy" in mem else ""
         how = "the least any allowed mapping needs" if proven else "the least found within the time limit"
         return (
             f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is {how} "

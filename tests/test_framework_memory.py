@@ -146,7 +146,10 @@ def test_the_reduction_copy_sits_beside_the_states_and_keeps_its_segment():
     assert rel_close(copied.metrics["peak_memory_gib"] * 2**30, max(peaks), 1e-9)
     assert copied.metrics["peak_memory_gib"] > plain.metrics["peak_memory_gib"]
     assert plain.metrics["device_memory_gib"] < copied.metrics["device_memory_gib"] <= problem.system().device.hbm_bytes / 2**30
-    assert "reduction_copy" in copied.breakdown["memory_gib"]
+    # the peak by component at its moment: the states and the copy, the activations freed
+    parts, peak_stage = copied.breakdown["memory_gib"], copied.stages[copied.breakdown["peak_memory_stage"]]
+    assert parts["activations"] == 0.0 and rel_close(parts["reduction_copy"] * 2**30, 2 * peak_stage["params"], 1e-9)
+    assert rel_close(sum(parts.values()), copied.metrics["peak_memory_gib"], 1e-9)
 
 
 def test_an_moe_model_with_the_reduction_copy_is_one_line(tmp_path):
