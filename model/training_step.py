@@ -463,27 +463,36 @@ class MtpTerms(NamedTuple):
 
     fwd: object  # seconds per micro-batch
     bwd: object
-    states: object  # bytes: their layers' model states
-    embedding: object  # bytes: the embedding copy a last stage that is not the first holds for them
     activation: object  # bytes: one micro-batch of their activations and logits
 
 
-def mtp_terms(mtp: int, edge, body, states) -> MtpTerms:
+def mtp_terms(mtp: int, edge, body) -> MtpTerms:
     """``mtp`` multi-token-prediction modules on the last stage (DeepSeek-V3 Sec. 2.2), written against
     ``ops``: each is one more layer of the body's kind with its own pass through the (shared) output
-    layer and loss, forward and backward (its layer's recomputation too, as in ``body.total``); their
-    layers' states and one micro-batch of their activations and logits; and, away from the first
-    stage, a copy of the embedding (Megatron-Core builds it where pre_process or mtp_process). Zeros
-    without MTP."""
+    layer and loss, forward and backward (its layer's recomputation too, as in ``body.total``), and one
+    micro-batch of their activations and logits (their states: ``edge_parts``). Zeros without MTP."""
     if not mtp:
-        return MtpTerms(0, 0, 0, 0, 0)
+        return MtpTerms(0, 0, 0)
     return MtpTerms(
         fwd=mtp * (edge.last_fwd + body.fwd),
         bwd=mtp * (edge.last_bwd + body.total - body.fwd),
-        states=mtp * states.body,
-        embedding=states.embedding,
         activation=mtp * (edge.logits_activation + body.activation),
     )
+
+
+def edge_parts(o, row, mtp: int, first: bool, last):
+    """What a stage's edges add to a quantity counted by parts (``row``: a factor row with ``embedding``,
+    ``output_first``, ``output_last`` and ``body``; the model states, the reduction's gradient copy): on the first
+    stage the embedding and, where it is the only one (``last``, a bool or a backend condition), the output layer
+    and the ``mtp`` multi-token-prediction modules, each a body layer; on the last the output layer, the MTP
+    modules and, for them, a copy of the embedding (Megatron-Core builds it where pre_process or
+    mtp_process); nothing on a middle stage."""
+    modules = mtp * row.body if mtp else 0
+    if first:
+        return row.embedding + o.where(last, row.output_first + modules, 0)
+    if last:
+        return row.output_last + modules + (row.embedding if mtp else 0)
+    return 0
 
 
 def stage_time(o, lead_count: int, body_count, lead, body, extra, sends):
@@ -584,19 +593,13 @@ def stage_copies(o, ctx: TrainingContext, first: bool, last) -> StageCopy | None
     wl = ctx.workload
     if not (wl.grad_accumulate_copy_bytes or wl.grad_reduce_copy_bytes):
         return None
-    c, mtp = o.lookup(GRADIENT_COPIES), wl.mtp_layers
+    c = o.lookup(GRADIENT_COPIES)
     accumulate = None
     if wl.grad_accumulate_copy_bytes:
         accumulate = c.accumulate_edge if first or last else c.accumulate_layers
     if not wl.grad_reduce_copy_bytes:
         return StageCopy(lead=None, body=None, extra=None, accumulate=accumulate)
-    if first:
-        extra = c.embedding + o.where(last, c.output_first + mtp * c.body, 0)
-    elif last:
-        extra = c.output_last + mtp * c.body + (c.embedding if mtp else 0)
-    else:
-        extra = 0
-    return StageCopy(lead=c.lead, body=c.body, extra=extra, accumulate=accumulate)
+    return StageCopy(lead=c.lead, body=c.body, extra=edge_parts(o, c, wl.mtp_layers, first, last), accumulate=accumulate)
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -667,7 +670,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     b1 = n1 - k  # body layers of the first stage
     sends = o.product(vpp, o.lookup(P2P).time)
     states = o.lookup(STATES)
-    mtp = mtp_terms(wl.mtp_layers, edge, body, states)
+    mtp = mtp_terms(wl.mtp_layers, edge, body)
     last_extra = edge.last_fwd + edge.last_bwd + mtp.fwd + mtp.bwd  # the output layer and loss, the MTP modules
 
     off = o.decision(D.OFFLOAD_LAYERS)
@@ -723,12 +726,12 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
     last_act = edge.logits_activation + mtp.activation
-    first_states = states.embedding + o.where(single, states.output_first + mtp.states, 0)
+    first_states = edge_parts(o, states, wl.mtp_layers, True, single)
     first_act = embedding_act + o.where(single, last_act, 0)
     first = stage_memory_parts(
         o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off, stage_copies(o, ctx, True, single)
     )
-    last_states = states.output_last + mtp.states + mtp.embedding
+    last_states = edge_parts(o, states, wl.mtp_layers, False, True)
     last = stage_memory_parts(
         o, 0, n_last, lead, body, states, last_states, limits.last, chunks, vpp, last_act, off, stage_copies(o, ctx, False, True)
     )
@@ -941,21 +944,15 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         first, last = i == 0, i == m.pp - 1
         lead_count = k if first else 0
         mtp_here = wl.mtp_layers if last else 0
-        mtp = mtp_terms(mtp_here, edge, body, states)  # as in ``compose``
+        mtp = mtp_terms(mtp_here, edge, body)  # as in ``compose``
         extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
         extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
-        edge_states = (
-            (states.embedding if first else 0.0)
-            + (states.output_first if first and last else 0.0)
-            + (states.output_last if last and not first else 0.0)
-            + mtp.states
-            + (0.0 if first else mtp.embedding)
-        )
+        edge_states = edge_parts(o, states, wl.mtp_layers, first, last)
         edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
             edge.logits_activation + mtp.activation if last else 0.0
         )
         offload_s = m.offload_layers * body.offload  # the copies' exposed seconds, as in ``compose``
-        held = (
+        args = (
             o,
             lead_count,
             n - lead_count,
@@ -969,7 +966,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             edge_act,
             m.offload_layers,
         )
-        mem = stage_memory_parts(*held, stage_copies(o, ctx, first, last))
+        mem = stage_memory_parts(*args, stage_copies(o, ctx, first, last))
         total, backward = mem.total, mem.backward  # the peak: the backward's, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
