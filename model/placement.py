@@ -13,9 +13,11 @@ the sizes before d. Two grids share the order (Megatron-Core builds both from it
   ETP group that splits each expert, the EP all-to-all group and the expert data-parallel group that
   reduces the expert gradients.
 
-Megatron-Core's rules hold: ep next to dp in the order ("The ep and dp must be adjacent in order"),
-and for a mixture-of-experts model the expert grid's pipeline groups equal the dense grid's, with
-pp last unless pp = 1 or edp = dp (its two checks after building the expert RankGenerator).
+Megatron-Core's rules hold: any order of the five (since its MoE parallel folding the expert grid has
+a RankGenerator of its own, so ep need not sit next to dp, as it had to before: "The ep and dp must be
+adjacent in order"; --use-tp-pp-dp-mapping builds tp-cp-ep-pp-dp, megatron/training/initialize.py), and
+for a mixture-of-experts model the expert grid's pipeline groups equal the dense grid's, with pp last
+unless pp = 1 or edp = dp (its two checks after building the expert RankGenerator).
 
 The system numbers its GPUs innermost level first (``Topology.place``): a GPU's rank is its
 position in the job's compact slice of the hierarchy, on a torus dimension by dimension (x
@@ -56,15 +58,12 @@ from .specs import DEFAULT_PLACEMENT, PLACEMENT_DIMENSIONS, Mapping, SystemSpec
 from .topology import DIRECT, Placement, Topology
 
 FIELD = "mapping.placement"
-ALLOWED = (
-    f"each of {', '.join(PLACEMENT_DIMENSIONS)} once, joined by '-', innermost first, with ep next to dp "
-    f"(Megatron-Core's order), e.g. {DEFAULT_PLACEMENT}"
-)
+ALLOWED = f"each of {', '.join(PLACEMENT_DIMENSIONS)} once, joined by '-', innermost first, e.g. {DEFAULT_PLACEMENT}"
 GROUPS = ("tp", "cp", "ep", "dp", "edp", "pp", "etp")  # edp, etp: the expert data- and tensor-parallel groups
 TOPOLOGY_KINDS = ("torus", "ring", "dragonfly", "full_mesh")  # levels the two-tier model cannot express
 
 
-def _valid(order: tuple) -> bool:
+def _ep_beside_dp(order: tuple) -> bool:
     i, j = order.index("ep"), order.index("dp")
     return abs(i - j) == 1
 
@@ -75,12 +74,12 @@ def _moves(order: tuple) -> int:
     return sum(a > b for i, a in enumerate(rank) for b in rank[i + 1 :])
 
 
-# Every valid placement (48), nearest the default first (the default itself, then one swap away, ...),
-# ties in lexicographic order: the planner reports the first of equivalent placements, so the
-# most Megatron-like one.
+# Every placement (120): first the 48 with ep next to dp (the orders Megatron-Core accepted before folding;
+# for a dense model, whose ep is 1, they hold every layout), then the others; each part nearest the default
+# first (the default itself, then one swap away, ...), ties in lexicographic order: the planner reports the
+# first of equivalent placements, so the most Megatron-like one.
 PLACEMENTS = tuple(
-    "-".join(o)
-    for o in sorted((o for o in itertools.permutations(PLACEMENT_DIMENSIONS) if _valid(o)), key=lambda o: (_moves(o), o))
+    "-".join(o) for o in sorted(itertools.permutations(PLACEMENT_DIMENSIONS), key=lambda o: (not _ep_beside_dp(o), _moves(o), o))
 )
 
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.pipeline import stage_layer_counts
-from parasol.model.specs import DEFAULT_PLACEMENT
+from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
 from . import frameworks
 
@@ -190,7 +190,9 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", m.optimizer_offload)]
     _require(not m.weight_offload and m.offload_layers == 0, "offloading Megatron-LM cannot express")
     _require(not m.dualpipe, "the DualPipe schedule (Megatron-LM runs 1F1B)")
-    _require(m.placement == DEFAULT_PLACEMENT, f"rank order {m.placement}")
+    _require(m.placement in (DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT), f"rank order {m.placement}")
+    if m.placement == TP_PP_DP_PLACEMENT:
+        args.append(("--use-tp-pp-dp-mapping", None))
     args.append(("--fp16", None) if w.precision == "fp16" else ("--bf16", None))
     if w.precision == "fp8":
         args += [("--fp8-format", "hybrid"), ("--fp8-recipe", w.low_precision_recipe)]

@@ -352,7 +352,11 @@ def build_space(problem) -> Space:
     reason = offload_problem(model, device, 1, Recompute.NONE, least)  # what no mapping can get around
     if reason is not None:
         raise ProblemError(reason, source=problem.source, field="mapping.offload_layers")
-    allowed = tuple(p for p in PLACEMENTS if p in problem.mapping.get("placement", free_placements(systems.values())))
+    free = free_placements(systems.values())
+    listed = problem.mapping.get("placement", free)
+    if "placement" in problem.framework_keys:  # left free in the file: what the framework builds, where the planner decides it
+        listed = tuple(p for p in listed if p in free) or (DEFAULT_PLACEMENT,)
+    allowed = tuple(p for p in PLACEMENTS if p in listed)
     pipeline = _pipeline_rows(problem, sorted({g.pp for g in grid}), device)
     usable_pp = {partition[0] for partition in pipeline}  # its rows start with pp
     if not usable_pp:

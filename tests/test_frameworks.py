@@ -91,6 +91,20 @@ def test_evaluate_emits_the_fixed_mapping(tmp_path):
     assert "--use-distributed-optimizer" in flags  # evaluate's default zero 1, allowed by Megatron-LM
 
 
+def test_megatrons_tp_pp_dp_mapping_is_emitted_and_stays_a_choice_of_the_file(tmp_path):
+    """Megatron-LM's second rank order (--use-tp-pp-dp-mapping, data parallelism outermost) is emitted when the
+    problem fixes it; left free on a DGX the planner keeps the default order (placement is no decision there)."""
+    fixed = {"tp": 8, "pp": 4, "dp": 2, "micro_batch": 1, "vpp": 5, "placement": "tp-cp-ep-pp-dp"}
+    doc, flags = emitted(tmp_path, {**LLAMA_MEGATRON, "mapping": fixed}, command="evaluate")
+    check_megatron_flags(flags)
+    assert doc["mapping"]["placement"] == "tp-cp-ep-pp-dp" and "--use-tp-pp-dp-mapping" in flags
+    doc, flags = emitted(
+        tmp_path, {**LLAMA_MEGATRON, "mapping": {k: v for k, v in fixed.items() if k != "placement"}}, command="evaluate"
+    )
+    assert doc["mapping"]["placement"] == "tp-cp-ep-dp-pp" and "--use-tp-pp-dp-mapping" not in flags
+    assert parse_problem(LLAMA_MEGATRON).mapping["placement"] == ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
 @pytest.mark.parametrize(
     ("mapping", "field", "allowed"),
     [({"zero": [1, 2]}, "mapping.zero", "allowed: 0, 1"), ({"weight_offload": True}, "mapping.weight_offload", "allowed: false")],

@@ -29,7 +29,7 @@ from parasol.model.placement import (
     topology_decides,
     training_topology,
 )
-from parasol.model.specs import Mapping
+from parasol.model.specs import TP_PP_DP_PLACEMENT, Mapping
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.cli import main
@@ -45,12 +45,27 @@ TINY_MOE = {**TINY_GQA, "name": "tiny-moe", "moe": {"experts": 8, "top_k": 2, "e
 # ---- the placement string and the groups it builds ---------------------------------------------
 
 
-def test_placements_are_megatron_orders_with_ep_next_to_dp():
-    assert len(PLACEMENTS) == 48 == len(set(PLACEMENTS))  # 4! orders of (tp, cp, pp, [ep dp]) x 2 orders of the pair
+def test_placements_are_every_megatron_order_those_with_ep_next_to_dp_first():
+    assert len(PLACEMENTS) == 120 == len(set(PLACEMENTS))  # 5! orders
     assert PLACEMENTS[0] == DEFAULT_PLACEMENT == Mapping(tp=1, pp=1, dp=1, micro_batch=1).placement == "tp-cp-ep-dp-pp"
-    for p in PLACEMENTS:
-        order = p.split("-")
-        assert sorted(order) == ["cp", "dp", "ep", "pp", "tp"] and abs(order.index("ep") - order.index("dp")) == 1
+    beside = [abs(p.split("-").index("ep") - p.split("-").index("dp")) == 1 for p in PLACEMENTS]
+    assert beside == [True] * 48 + [False] * 72  # 4! orders of (tp, cp, pp, [ep dp]) x 2 orders of the pair, first
+    assert all(sorted(p.split("-")) == ["cp", "dp", "ep", "pp", "tp"] for p in PLACEMENTS)
+    # for a dense model (ep 1) the first 48 hold every layout: each other order has a twin among them
+    twins = {tuple(d for d in p.split("-") if d != "ep") for p in PLACEMENTS[:48]}
+    assert twins == {tuple(d for d in p.split("-") if d != "ep") for p in PLACEMENTS}
+
+
+def test_megatron_tp_pp_dp_mapping_puts_data_parallel_outermost():
+    """--use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp): a pipeline in consecutive tp·cp blocks, dp outermost; for
+    a dense model the same groups as its twin with ep beside dp."""
+    check_placement(TP_PP_DP_PLACEMENT, tp=4, cp=2, dp=8, pp=8, ep=1, moe=False)
+    g = parallel_groups(TP_PP_DP_PLACEMENT, tp=4, cp=2, dp=8, pp=8)
+    assert g["tp"].factors == ((4, 1),) and g["cp"].factors == ((2, 4),) and g["pp"].factors == ((8, 8),)
+    assert g["dp"].factors == ((2, 4), (8, 64)) and g["dp"].size == 16  # dp·cp: cp at stride 4, dp at stride 64
+    assert g == parallel_groups("tp-cp-pp-ep-dp", tp=4, cp=2, dp=8, pp=8)
+    with pytest.raises(ProblemError, match="does not end with pp"):  # with experts, edp 4 differs from dp 8
+        check_placement(TP_PP_DP_PLACEMENT, tp=1, cp=1, dp=8, pp=4, ep=2, moe=True)
 
 
 def test_default_placement_is_the_layout_the_model_always_used():

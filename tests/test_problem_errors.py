@@ -150,7 +150,7 @@ CASES = [
     ("bad-stage-split", edit(("mapping.first_stage_layers", 5), ("mapping.last_stage_layers", 5)), "mapping.pp"),
     # placement (model/placement.py): a Megatron-Core rank order string
     ("placement-missing-dimension", edit(("mapping.placement", "tp-dp-pp")), "mapping.placement"),
-    ("placement-ep-apart-from-dp", edit(("mapping.placement", "tp-ep-cp-dp-pp")), "mapping.placement"),
+    ("placement-repeated-dimension", edit(("mapping.placement", "tp-cp-ep-dp-tp")), "mapping.placement"),
     ("placement-int", edit(("mapping.placement", 5)), "mapping.placement"),
     ("placement-as-list-of-names", edit(("mapping.placement", ["tp", "cp", "ep", "dp", "pp"])), "mapping.placement"),
     ("placement-list-to-evaluate", edit(("mapping.placement", ["tp-cp-ep-dp-pp", "cp-tp-ep-dp-pp"])), "mapping.placement"),
@@ -376,7 +376,7 @@ def test_messages_say_what_is_allowed(bad_files, capsys):
     e = err("malformed-yaml")
     assert "line" in e
     e = err("placement-missing-dimension")
-    assert "tp-dp-pp" in e and "tp-cp-ep-dp-pp" in e and "ep next to dp" in e
+    assert "tp-dp-pp" in e and "tp-cp-ep-dp-pp" in e and "once" in e
     e = err("placement-moe-pp-not-last")
     assert "ending with pp" in e
 
