@@ -221,15 +221,24 @@ def schedule_order(stage: int, pp: int, microbatches: int, vpp: int) -> list[tup
     return order + [("B", *bwd[k]) for k in range(total - warm, total)]
 
 
-def pipeline_schedule(fwd_s: list[float], bwd_s: list[float], microbatches: int, vpp: int = 1) -> list[tuple]:
+def pipeline_schedule(
+    fwd_s: list[float], bwd_s: list[float], microbatches: int, vpp: int = 1, transfer_s: float = 0.0, overlapped: bool = False
+) -> list[tuple]:
     """The 1F1B / interleaved schedule played out: (stage, "F"/"B", micro-batch, chunk, start s,
     end s) of every pass, each stage running ``schedule_order`` and a pass starting when its stage is
     free and its input is ready (a forward: the previous stage's forward of the same chunk, or the
     last stage's forward of the previous chunk; a backward: the next stage's backward, or the first
     stage's backward of the next chunk, or the last chunk's forward on the last stage). ``fwd_s`` /
     ``bwd_s``: each stage's forward / backward time per micro-batch over all its chunks (a chunk
-    takes 1/vpp of it); point-to-point transfers are left out. With equal stages the last pass ends
-    at (m + (p-1)/v)·(f + b) for v = 1 as ``pipeline_time_s`` says; the idle time is the bubble."""
+    takes 1/vpp of it). With equal stages the last pass ends at (m + (p-1)/v)·(f + b) for v = 1 as
+    ``pipeline_time_s`` says; the idle time is the bubble.
+
+    ``transfer_s``: one boundary activation (or its gradient) passing to the neighbouring stage. Sent
+    synchronously (Megatron-Core's 1F1B, and the interleaved schedule with --no-overlap-p2p-communication)
+    the sender waits for it after each pass that sends, as ``compose`` charges it (vpp sends each way per
+    micro-batch in every stage's time); ``overlapped`` (the interleaved schedule's default,
+    --overlap-p2p-communication: send and receive posted beside the next pass, waited for before the pass
+    that reads them) it delays only the pass that reads it."""
     pp = len(fwd_s)
     orders = [schedule_order(s, pp, microbatches, vpp) for s in range(pp)]
     done, free, nxt, out = {}, [0.0] * pp, [0] * pp, []
@@ -241,7 +250,17 @@ def pipeline_schedule(fwd_s: list[float], bwd_s: list[float], microbatches: int,
             dep = ("B", s + 1, mb, c)
         else:
             dep = ("B", 0, mb, c + 1) if c < vpp - 1 else ("F", pp - 1, mb, vpp - 1)
-        return 0.0 if dep is None else done.get(dep)
+        if dep is None:
+            return 0.0
+        at = done.get(dep)
+        crosses = dep[1] != s  # the last stage's own last forward feeds its first backward without a send
+        return at + transfer_s if at is not None and crosses else at
+
+    def sends(s, kind, c):
+        """Whether stage s's pass sends its output to another stage."""
+        if kind == "F":
+            return s < pp - 1 or c < vpp - 1
+        return s > 0 or c > 0
 
     while any(nxt[s] < len(orders[s]) for s in range(pp)):
         moved = False
@@ -253,7 +272,8 @@ def pipeline_schedule(fwd_s: list[float], bwd_s: list[float], microbatches: int,
                     break
                 start = max(free[s], at)
                 end = start + (fwd_s[s] if kind == "F" else bwd_s[s]) / vpp
-                done[(kind, s, mb, c)], free[s] = end, end
+                done[(kind, s, mb, c)] = end
+                free[s] = end if overlapped or not sends(s, kind, c) else end + transfer_s
                 out.append((s, kind, mb, c, start, end))
                 nxt[s] += 1
                 moved = True
