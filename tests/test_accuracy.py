@@ -154,14 +154,25 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     the FP8 parameter gather the five FP8 configs set (workload.fp8_param_gather): +6.7, +5.2, -2.5, +2.1, -9.5 %,
     6.2 % mean, worst +12.2 %. Seven more of the same submissions' scales (GPT-3 on 11,616 and 256 H100, Llama 3.1
     405B on 2,048 to 8,192 H100 and 2,560 GB200 NVFP4): +6.7, +6.0, +3.8, +4.0, +4.0, +4.1, +7.5 %; 15 runs 5.7 %.
-    The bounds are the measurement + about one point, and both signs must stay."""
+    The v5.1 runs lay data parallelism outermost (TP_PP_DP_MAPPING: placement tp-cp-ep-pp-dp), recorded later the same
+    day: the four NVFP4 runs +2.3, -9.3, +16.0, +24.8 % (13.1 %), the fifteen 7.1 %, worst +24.8 %. Added then: v5.0's
+    Llama 3.1 405B on 512 GB200 (the same order; -18.1 %) and v5.1's Llama 3.1 8B on GB200 and GB300 at 8 GPUs (NVFP4:
+    -3.7, +0.9 %), 72 (-27.3, -16.7 %) and 512 (-61.3, -60.4 %), whose 0.09-0.17 s steps the model misses by 24-55 ms
+    (docs/accuracy.md); 22 runs 13.4 %. The bounds are the measurement + about one point, and both signs must stay."""
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)"}
-    assert len(rows) == 15 and all(r.evaluation.metrics["fits"] for r in rows.values())
-    errors = [r.error for r in rows.values()]
-    assert statistics.fmean(abs(e) for e in errors) <= 0.067 and max(abs(e) for e in errors) <= 0.132
-    assert min(errors) < 0 < max(errors)
-    fp4 = [abs(r.error) for r in rows.values() if r.problem.workload.precision == "fp4"]
-    assert len(fp4) == 4 and statistics.fmean(fp4) <= 0.088  # 7.8 %: NVFP4 no longer far too fast
+    assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
+    first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
+    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.081
+    assert max(abs(e) for e in first.values()) <= 0.258 and min(first.values()) < 0 < max(first.values())
+    dp_last = [r for r in rows.values() if r.mapping.placement == "tp-cp-ep-pp-dp" and r.problem.model.name == "llama3.1-405b"]
+    assert len(dp_last) == 5  # v5.1's four and v5.0's 512-GPU run, as their configs set TP_PP_DP_MAPPING
+    fp4 = [r.error for r in rows.values() if r.problem.workload.precision == "fp4" and r.problem.model.name == "llama3.1-405b"]
+    assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.141 and min(fp4) >= -0.10  # NVFP4 not far too fast
+    small = {k: r.error for k, r in rows.items() if "llama31-8b" in k}
+    assert len(small) == 6 and all(abs(e) <= 0.05 for k, e in small.items() if "-8gpu-" in k)
+    # the short steps of 72 and 512 GPUs: too fast, by no more than when added
+    assert all(-0.623 <= e < -0.15 for k, e in small.items() if "-8gpu-" not in k)
+    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.144
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):
