@@ -3,11 +3,12 @@
     python benchmarks/pipeline_overlap.py
 
 Megatron-Core's interleaved schedule posts each boundary send and receive beside the next pass
-(--overlap-p2p-communication, on by default; Megatron-Bridge and NeMo set it whenever vpp > 1), while
+(overlap_p2p_comm: on in Megatron-LM unless --no-overlap-p2p-communication; Megatron-Bridge and NeMo set it whenever vpp > 1), while
 ``training_step.compose`` charges vpp sends each way per micro-batch in every stage's time, as a
 synchronous schedule spends them. First, the schedule played out (``pipeline.pipeline_schedule``, equal
-stages, f = 0.05 s and b = 0.10 s per micro-batch) with synchronous and with overlapped transfers,
-against the two closed forms: synchronous (m + (p-1)/v)(c + s), overlapped m·max(c, s) + (p-1)·c/v + p·s,
+stages, f = 0.05 s and b = 0.10 s per micro-batch) with synchronous and with overlapped transfers (Megatron's
+default, the warm-up's and the flush's sends synchronous, and with every send overlapped,
+--overlap-p2p-communication-warmup-flush), against the two closed forms: synchronous (m + (p-1)/v)(c + s), overlapped m·max(c, s) + (p-1)·c/v + p·s,
 with c = f + b and s = 2·v·h the sends of one micro-batch through a stage (vpp 1 is left out: Megatron's
 1F1B sends synchronously). Then, for every published
 interleaved run, the share of its predicted step that the model charges to the sends (breakdown
@@ -25,19 +26,20 @@ F, B = 0.05, 0.10
 GRID = [(4, 16, 5, 0.01), (8, 64, 6, 0.004), (8, 64, 6, 0.001), (16, 32, 8, 0.002), (4, 32, 20, 0.0005), (2, 16, 8, 0.002)]
 
 
-def schedule_end(pp: int, m: int, v: int, h: float, overlapped: bool) -> float:
-    return max(p[5] for p in pipeline_schedule([F] * pp, [B] * pp, m, v, h, overlapped))
+def schedule_end(pp: int, m: int, v: int, h: float, overlapped: bool, warmup_flush: bool = False) -> float:
+    return max(p[5] for p in pipeline_schedule([F] * pp, [B] * pp, m, v, h, overlapped, warmup_flush))
 
 
 def main() -> None:
-    print("pp   m   v  h ms | synchronous: played  closed form | overlapped: played  closed form | overlap saves")
+    print("pp   m   v  h ms | synchronous: played  closed form | overlapped: played  all sends  closed form | saves")
     for pp, m, v, h in GRID:
         c, s = F + B, 2 * v * h
         sync, overlap = schedule_end(pp, m, v, h, False), schedule_end(pp, m, v, h, True)
+        every = schedule_end(pp, m, v, h, True, True)
         closed = m * max(c, s) + (pp - 1) * c / v + pp * s
         print(
             f"{pp:2d} {m:3d} {v:3d} {h * 1e3:5.1f} | {sync:19.3f} {pipeline_time_s([c + s] * pp, m, v):12.3f} |"
-            f" {overlap:18.3f} {closed:12.3f} | {1 - overlap / sync:12.1%}"
+            f" {overlap:18.3f} {every:10.3f} {closed:12.3f} | {1 - overlap / sync:5.1%}"
         )
     shares = []
     for entry in load_runs():

@@ -203,6 +203,14 @@ def pipeline_time_s(stage_times_s: list[float], microbatches: int, vpp: int) -> 
     return busy + bubble
 
 
+def warmup_passes(stage: int, pp: int, microbatches: int, vpp: int) -> int:
+    """Forward passes stage ``stage`` of ``pp`` runs before its first backward, as many backwards ending it
+    (the flush): pp - stage - 1 in 1F1B, 2(pp - stage - 1) + (vpp - 1)·pp chunks interleaved, at most all of
+    them (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches)."""
+    total = microbatches * vpp
+    return min(pp - stage - 1 if vpp == 1 else 2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+
+
 def schedule_order(stage: int, pp: int, microbatches: int, vpp: int) -> list[tuple[str, int, int]]:
     """The order in which stage ``stage`` of ``pp`` runs its passes, as (``"F"`` or ``"B"``,
     micro-batch, model chunk): Megatron-Core's 1F1B (``vpp`` = 1; warm-up of pp - stage - 1
@@ -214,7 +222,7 @@ def schedule_order(stage: int, pp: int, microbatches: int, vpp: int) -> list[tup
     fwd = [(mb, c) for grp in groups for c in range(vpp) for mb in grp]
     bwd = [(mb, c) for grp in groups for c in reversed(range(vpp)) for mb in grp]
     total = len(fwd)
-    warm = min(pp - stage - 1 if vpp == 1 else 2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+    warm = warmup_passes(stage, pp, microbatches, vpp)
     order = [("F", *fwd[k]) for k in range(warm)]
     for k in range(total - warm):
         order += [("F", *fwd[warm + k]), ("B", *bwd[k])]
@@ -222,7 +230,13 @@ def schedule_order(stage: int, pp: int, microbatches: int, vpp: int) -> list[tup
 
 
 def pipeline_schedule(
-    fwd_s: list[float], bwd_s: list[float], microbatches: int, vpp: int = 1, transfer_s: float = 0.0, overlapped: bool = False
+    fwd_s: list[float],
+    bwd_s: list[float],
+    microbatches: int,
+    vpp: int = 1,
+    transfer_s: float = 0.0,
+    overlapped: bool = False,
+    overlapped_warmup_flush: bool = False,
 ) -> list[tuple]:
     """The 1F1B / interleaved schedule played out: (stage, "F"/"B", micro-batch, chunk, start s,
     end s) of every pass, each stage running ``schedule_order`` and a pass starting when its stage is
@@ -236,9 +250,12 @@ def pipeline_schedule(
     ``transfer_s``: one boundary activation (or its gradient) passing to the neighbouring stage. Sent
     synchronously (Megatron-Core's 1F1B, and the interleaved schedule with --no-overlap-p2p-communication)
     the sender waits for it after each pass that sends, as ``compose`` charges it (vpp sends each way per
-    micro-batch in every stage's time); ``overlapped`` (the interleaved schedule's default,
-    --overlap-p2p-communication: send and receive posted beside the next pass, waited for before the pass
-    that reads them) it delays only the pass that reads it."""
+    micro-batch in every stage's time). ``overlapped`` (the interleaved schedule's overlap_p2p_comm, on in
+    Megatron-LM unless --no-overlap-p2p-communication) posts the steady state's sends and receives beside the
+    next pass, waited for before the pass that reads them, so they delay only that pass; the warm-up's forwards
+    and the flush's backwards still send synchronously unless ``overlapped_warmup_flush``
+    (--overlap-p2p-communication-warmup-flush; megatron/core/pipeline_parallel/schedules.py). No composition
+    uses the transfers: ``benchmarks/pipeline_overlap.py`` compares the schedules (docs/accuracy.md)."""
     pp = len(fwd_s)
     orders = [schedule_order(s, pp, microbatches, vpp) for s in range(pp)]
     done, free, nxt, out = {}, [0.0] * pp, [0] * pp, []
@@ -262,6 +279,14 @@ def pipeline_schedule(
             return s < pp - 1 or c < vpp - 1
         return s > 0 or c > 0
 
+    def hidden(s, k):
+        """Whether stage s's k-th pass sends beside its next pass (the interleaved schedule only): in the steady
+        state when overlapped, in the warm-up and the flush too when those are."""
+        if not overlapped or vpp == 1:
+            return False
+        warm = 0 if overlapped_warmup_flush else warmup_passes(s, pp, microbatches, vpp)
+        return warm <= k < len(orders[s]) - warm
+
     while any(nxt[s] < len(orders[s]) for s in range(pp)):
         moved = False
         for s in range(pp):
@@ -273,7 +298,7 @@ def pipeline_schedule(
                 start = max(free[s], at)
                 end = start + (fwd_s[s] if kind == "F" else bwd_s[s]) / vpp
                 done[(kind, s, mb, c)] = end
-                free[s] = end if overlapped or not sends(s, kind, c) else end + transfer_s
+                free[s] = end if hidden(s, nxt[s]) or not sends(s, kind, c) else end + transfer_s
                 out.append((s, kind, mb, c, start, end))
                 nxt[s] += 1
                 moved = True

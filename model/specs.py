@@ -27,9 +27,8 @@ ATTENTION_KERNELS = ("flash", "standard")
 # (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"); see model/placement.py.
 PLACEMENT_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_PLACEMENT = "-".join(PLACEMENT_DIMENSIONS)
-TP_PP_DP_PLACEMENT = (
-    "tp-cp-ep-pp-dp"  # the order Megatron-LM builds with --use-tp-pp-dp-mapping (megatron/training/initialize.py)
-)
+# the order Megatron-LM builds with --use-tp-pp-dp-mapping (megatron/training/initialize.py), data parallelism outermost
+TP_PP_DP_PLACEMENT = "tp-cp-ep-pp-dp"
 
 
 @dataclass(frozen=True)

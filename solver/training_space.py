@@ -114,7 +114,7 @@ def free_placements(systems) -> tuple:
     whose topology the model follows (a torus, dragonfly, full mesh or oversubscribed tier:
     ``placement.topology_decides``), else only the default. On the two-tier DGX/HGX systems a
     placement changes only how many members of each group share an NVLink domain; freeing it there
-    cost 3.7x the solve time on GPT-3 175B at 1,024 GPUs for the same optimum (docs/placement.md),
+    cost 2.6x the solve time on GPT-3 175B at 1,024 GPUs for the same optimum (docs/placement.md),
     so a problem lists placements to make it a decision there."""
     return PLACEMENTS if any(topology_decides(s.topology) for s in systems) else (DEFAULT_PLACEMENT,)
 

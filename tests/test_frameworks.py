@@ -15,6 +15,7 @@ import parasol
 from parasol.model.errors import ProblemError
 from parasol.solver import frameworks, launch, library
 from parasol.solver.problem import parse_problem
+from parasol.solver.training_space import build_space, placements_by_point
 
 LLAMA_MEGATRON = {
     "model": "llama3-70b",
@@ -103,6 +104,18 @@ def test_megatrons_tp_pp_dp_mapping_is_emitted_and_stays_a_choice_of_the_file(tm
     )
     assert doc["mapping"]["placement"] == "tp-cp-ep-dp-pp" and "--use-tp-pp-dp-mapping" not in flags
     assert parse_problem(LLAMA_MEGATRON).mapping["placement"] == ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
+def test_the_profiles_rank_orders_are_a_decision_only_where_the_planner_decides_placement():
+    """Left free, the profile's two orders stay the default on a DGX (placement no decision there,
+    docs/placement.md) and are both tried where the topology decides it, classes allowing."""
+    dgx = placements_by_point(build_space(parse_problem(LLAMA_MEGATRON)))
+    assert set(dgx.values()) == {("tp-cp-ep-dp-pp",)}
+    torus = placements_by_point(
+        build_space(parse_problem({**LLAMA_MEGATRON, "system": {"name": "tpu-v5p-torus", "num_gpus": 64}}))
+    )
+    tried = {p for v in torus.values() for p in v}
+    assert tried == {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,26 @@ def test_megatron_tp_pp_dp_mapping_puts_data_parallel_outermost():
         check_placement(TP_PP_DP_PLACEMENT, tp=1, cp=1, dp=8, pp=4, ep=2, moe=True)
 
 
+def test_the_orders_with_ep_apart_from_dp_add_classes_to_mixtures_of_experts_only(monkeypatch):
+    """On the dragonfly (placement a decision), a dense model's space is the same with the 48 orders that put ep
+    next to dp as with all 120; a mixture of experts gains placement classes from the other 72."""
+    import parasol.solver.training_space as ts  # noqa: PLC0415
+
+    def rows(model: str, placements: tuple) -> tuple:
+        monkeypatch.setattr(ts, "PLACEMENTS", placements)
+        data = {
+            "model": model,
+            "system": {"name": "slingshot-a100-dragonfly", "num_gpus": 64},
+            "workload": {"kind": "training", "seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+        }
+        return placements_by_point(build_space(parse_problem(data, model)))
+
+    assert rows("llama3-8b", PLACEMENTS) == rows("llama3-8b", PLACEMENTS[:48])
+    moe, old = rows("mixtral-8x7b", PLACEMENTS), rows("mixtral-8x7b", PLACEMENTS[:48])
+    assert moe.keys() == old.keys() and all(set(old[k]) <= set(moe[k]) for k in old)
+    assert sum(map(len, moe.values())) > sum(map(len, old.values()))
+
+
 def test_default_placement_is_the_layout_the_model_always_used():
     """tp consecutive, cp at stride tp, the gradient group dp·cp at stride tp, pp outermost; the
     expert grid: ep consecutive, expert data parallel at stride ep."""
