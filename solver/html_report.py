@@ -106,14 +106,17 @@ def bars_svg(chart_id: str, title: str, series: list[tuple[str, dict]], unit: st
 
 def schedule_svg(stages: list[dict], pp: int, vpp: int, microbatches: int, bubble_s: float | None) -> str:
     """The 1F1B / interleaved schedule (``pipeline_schedule``) of the plan's stages as a Gantt chart:
-    one row per stage, forwards light and backwards dark, coloured by micro-batch; grey is idle."""
+    one row per stage, forwards light and backwards dark, coloured by micro-batch; grey is idle or a
+    boundary send, each as long as the model charges it (a stage's time per micro-batch beyond its
+    passes, 2·vpp sends), sent synchronously as the model composes them."""
     shown = microbatches
     if microbatches * vpp * pp * 2 > MAX_PASSES:
         shown = min(microbatches, max(2 * pp, (MAX_PASSES // (2 * vpp * pp)) // pp * pp))
     fwd = [s["time_fwd_s"] for s in stages]
     bwd = [s["time_bwd_s"] for s in stages]
+    transfer = max(0.0, stages[0]["time_per_microbatch_s"] - fwd[0] - bwd[0]) / (2 * vpp) if pp > 1 else 0.0
     try:
-        passes = pipeline_schedule(fwd, bwd, shown, vpp)
+        passes = pipeline_schedule(fwd, bwd, shown, vpp, transfer)
     except ValueError as exc:  # an order Megatron's rule would not run: say so rather than draw
         return _svg("pipeline-schedule", 40, [_text(10, 24, f"no schedule drawn: {exc}", 12)], "pipeline schedule")
     end = max(p[5] for p in passes)
@@ -138,7 +141,8 @@ def schedule_svg(stages: list[dict], pp: int, vpp: int, microbatches: int, bubbl
         fill = base if kind == "F" else "#333333"
         body.append(_rect(left + start * px, y, (stop - start) * px, row_h, fill, f"stage {s} {kind} micro-batch {mb} chunk {c}"))
     y = top + pp * (row_h + 2) + 16
-    body.append(_text(left, y, f"0 s — {end:.4g} s shown;  idle (grey, the bubble) {100 * idle:.1f} % of stage time", 11))
+    sending = f", each boundary send {transfer * 1e3:.3g} ms" if transfer else ""
+    body.append(_text(left, y, f"0 s — {end:.4g} s shown;  grey (the bubble{sending}) {100 * idle:.1f} % of stage time", 11))
     legend = "coloured: forward pass (colour = micro-batch); dark: backward pass"
     if bubble_s is not None:
         legend += f";  the model's pipeline bubble for the whole step: {bubble_s:.4g} s"
