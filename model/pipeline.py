@@ -254,8 +254,9 @@ def pipeline_schedule(
     Megatron-LM unless --no-overlap-p2p-communication) posts the steady state's sends and receives beside the
     next pass, waited for before the pass that reads them, so they delay only that pass; the warm-up's forwards
     and the flush's backwards still send synchronously unless ``overlapped_warmup_flush``
-    (--overlap-p2p-communication-warmup-flush; megatron/core/pipeline_parallel/schedules.py). No composition
-    uses the transfers: ``benchmarks/pipeline_overlap.py`` compares the schedules (docs/accuracy.md)."""
+    (--overlap-p2p-communication-warmup-flush; megatron/core/pipeline_parallel/schedules.py). The report's Gantt
+    plays the model's sends out synchronously (``html_report.schedule_svg``); no composition overlaps them
+    (``benchmarks/pipeline_overlap.py`` compares the schedules: docs/accuracy.md, a trial not adopted)."""
     pp = len(fwd_s)
     orders = [schedule_order(s, pp, microbatches, vpp) for s in range(pp)]
     done, free, nxt, out = {}, [0.0] * pp, [0] * pp, []
