@@ -60,12 +60,6 @@ def moe_params_per_layer(model: ModelSpec, active: bool = False) -> int:
     )
 
 
-def largest_layer_module_params(model: ModelSpec) -> int:
-    """Weights of a transformer layer's largest single module, in parameters (``layer_module_params``)."""
-    dense, routed = layer_module_params(model)
-    return max(dense + routed)
-
-
 def layer_module_params(model: ModelSpec) -> tuple[list[int], list[int]]:
     """Weights of a transformer layer's single modules, in parameters, as (those besides routed experts,
     a routed expert's): the fused QKV projection (h x (q + 2·kv)), the output projection, the MLP's first

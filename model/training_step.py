@@ -995,6 +995,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
                 "extra_s": extra_fwd + extra_bwd,
                 "offload_s": offload_s,
                 "mtp_s": mtp.fwd + mtp.bwd,
+                "sends_s": sends,  # its boundary sends per micro-batch, vpp each way (``P2P``)
                 "memory_gib": {**{key: v / GIB for key, v in state.items()}, **at_peak},
             }
         )
@@ -1013,7 +1014,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
     activations = own["activations_bytes"] + mirrored["activations_bytes"]  # each stage's backward's
     parts = dict.fromkeys([*own["memory_gib"], *mirrored["memory_gib"]], 0.0)
     summed = ("layers", "moe_layers", "params", "expert_params", "host_bytes")
-    mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s")
+    mean = ("time_per_microbatch_s", "time_fwd_s", "time_bwd_s", "extra_s", "offload_s", "mtp_s", "sends_s")
     return {
         "stage": own["stage"],
         "stages": [own["stage"], mirrored["stage"]],
@@ -1061,7 +1062,6 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
     def layers_sum(*names):
         return sum(n_dense * getattr(lt, f) + n_moe * getattr(lt_moe, f) for f in names)
 
-    p2p = pipeline_p2p_time_s(model, ctx.system, wl, m.tp, m.cp, m.micro_batch, layouts["pp"]) * m.vpp if m.pp > 1 else 0.0
     out = {
         "compute/gemm": layers_sum("gemm_fwd", "gemm_bwd"),
         "compute/attention": layers_sum("attention_fwd", "attention_bwd"),
@@ -1073,7 +1073,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
         "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
         "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),
         "comm/ep": layers_sum("ep_comm_fwd", "ep_comm_bwd"),
-        "comm/pp": p2p * mb,
+        "comm/pp": critical["sends_s"] * mb,
         "comm/dp_exposed": q.dp_exposed,
         "optimizer": q.optimizer,
         "scale/stragglers": q.stragglers,

@@ -107,14 +107,14 @@ def bars_svg(chart_id: str, title: str, series: list[tuple[str, dict]], unit: st
 def schedule_svg(stages: list[dict], pp: int, vpp: int, microbatches: int, bubble_s: float | None) -> str:
     """The 1F1B / interleaved schedule (``pipeline_schedule``) of the plan's stages as a Gantt chart:
     one row per stage, forwards light and backwards dark, coloured by micro-batch; grey is idle or a
-    boundary send, each as long as the model charges it (a stage's time per micro-batch beyond its
-    passes, 2·vpp sends), sent synchronously as the model composes them."""
+    boundary send, each as long as the model charges it (a stage's ``sends_s`` per micro-batch are 2·vpp
+    sends), sent synchronously as the model composes them."""
     shown = microbatches
     if microbatches * vpp * pp * 2 > MAX_PASSES:
         shown = min(microbatches, max(2 * pp, (MAX_PASSES // (2 * vpp * pp)) // pp * pp))
     fwd = [s["time_fwd_s"] for s in stages]
     bwd = [s["time_bwd_s"] for s in stages]
-    transfer = max(0.0, stages[0]["time_per_microbatch_s"] - fwd[0] - bwd[0]) / (2 * vpp) if pp > 1 else 0.0
+    transfer = stages[0]["sends_s"] / (2 * vpp)  # one send, one way: the model's sends per micro-batch are 2·vpp
     try:
         passes = pipeline_schedule(fwd, bwd, shown, vpp, transfer)
     except ValueError as exc:  # an order Megatron's rule would not run: say so rather than draw

@@ -185,7 +185,7 @@ def test_schedule_draws_the_sends_the_model_charges(pp, m, v):
     transfers) synchronously, as the model composes them: it ends within 2 % of the model's pipeline time
     for those stage times, and later than without them."""
     f, b, sends = 0.05, 0.10, 0.012
-    stages = [{"time_fwd_s": f, "time_bwd_s": b, "time_per_microbatch_s": f + b + sends} for _ in range(pp)]
+    stages = [{"time_fwd_s": f, "time_bwd_s": b, "time_per_microbatch_s": f + b + sends, "sends_s": sends} for _ in range(pp)]
     svg = schedule_svg(stages, pp, v, m, None)
     shown = float(re.search(r"0 s — ([0-9.e+-]+) s shown", svg).group(1))
     assert shown == pytest.approx(pipeline_time_s([f + b + sends] * pp, m, v), rel=0.02)
