@@ -280,6 +280,15 @@ def logits_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, 
     return gemm + cross_entropy
 
 
+def logits_cast_bytes(model: ModelSpec, tokens: float, tp: int, recipe: LowPrecisionRecipe) -> tuple[float, float]:
+    """(forward, backward) bytes of quantising the output layer's GEMM inputs on one rank when it runs in
+    low precision (Megatron-Core ``fp8_output_proj``: Transformer Engine's linear under ``recipe``): the
+    tokens x h input in the forward, the tokens x V/t logit gradient in the backward, as
+    ``low_precision_cast_bytes`` counts a layer's (``precision.quantised_bytes_per_element``)."""
+    per_element = quantised_bytes_per_element(recipe)
+    return tokens * model.hidden * per_element, tokens * model.vocab / tp * per_element
+
+
 def embedding_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float) -> float:
     """Token (and position) embedding lookup plus dropout: a gather of tokens x h elements."""
     e = bytes_per_element(activation_precision(precision))

@@ -356,6 +356,7 @@ class Workload:
     moe_fp8_dispatch: bool = False  # deepep sends the fp8 forward dispatch in FP8 + 1x128 scales (DeepSeek's framework)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
+    fp8_output_proj: bool = False  # the output layer's GEMMs in MXFP8 too (Megatron-Core fp8_output_proj), not 16 bits
     allocator: Allocator = Allocator.CACHING  # PyTorch's CUDA allocator setting (choices.Allocator)
     # its measured reserve beyond the live tensors, the row of ``allocator`` (the problem parser reads it); None: none counted
     allocator_overhead: AllocatorOverhead | None = None

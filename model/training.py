@@ -517,28 +517,39 @@ def layer_times(
 @dataclass(frozen=True)
 class EdgeTimes:
     """Extra per-micro-batch seconds of the edge stages: the embedding on the first stage,
-    the output layer and loss on the last. Backward is twice forward (dgrad + wgrad)."""
+    the output layer and loss on the last. A backward is twice its forward (dgrad + wgrad), and the
+    output layer's adds quantising its logit gradient when it runs in low precision (``edge_stage_times``)."""
 
     first_fwd: float
     last_fwd: float
+    last_bwd: float
 
     @property
     def first_bwd(self) -> float:
         return 2.0 * self.first_fwd
 
-    @property
-    def last_bwd(self) -> float:
-        return 2.0 * self.last_fwd
-
 
 def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> EdgeTimes:
-    """Forward times of the embedding (first stage) and of the output layer and loss (last stage)."""
+    """Forward times of the embedding (first stage) and of the output layer and loss (last stage), and
+    the output layer's backward.
+
+    The output layer is Megatron-Core's own ColumnParallelLinear, not a Transformer Engine module: 16-bit
+    GEMMs; with ``workload.fp8_output_proj`` (MXFP8 only, as Megatron-Core allows) it is Transformer Engine's
+    linear under the run's recipe: GEMMs at the run's precision plus quantising their inputs
+    (``compute.logits_cast_bytes``); the fp32 cross-entropy is unchanged."""
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
+    gemm_precision = workload.precision if workload.fp8_output_proj else activation_precision(workload.precision)
+    logits = compute.logits_forward_time_s(model, device, gemm_precision, tokens, tp)
+    cast_fwd = cast_bwd = 0.0
+    if workload.fp8_output_proj:
+        recipe = training_recipe(workload.precision, workload.low_precision_recipe)
+        fwd_bytes, bwd_bytes = compute.logits_cast_bytes(model, tokens, tp, recipe)
+        cast_fwd, cast_bwd = compute.memory_bound_time_s(device, fwd_bytes), compute.memory_bound_time_s(device, bwd_bytes)
     return EdgeTimes(
         first_fwd=compute.embedding_forward_time_s(model, device, workload.precision, tokens),
-        # the output layer is Megatron-Core's own ColumnParallelLinear, not a Transformer Engine module: 16-bit GEMMs
-        last_fwd=compute.logits_forward_time_s(model, device, activation_precision(workload.precision), tokens, tp),
+        last_fwd=logits + cast_fwd,
+        last_bwd=2.0 * logits + cast_bwd,
     )
 
 

@@ -198,6 +198,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
         args += [("--fp8-format", "hybrid"), ("--fp8-recipe", w.low_precision_recipe)]
         if w.fp8_param_gather and m.zero == 1:  # without the distributed optimizer no parameter is gathered
             args.append(("--fp8-param-gather", None))
+        _require(not w.fp8_output_proj, "the MXFP8 output layer (no flag in the recorded release)")
     elif w.precision == "fp4":
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
     return args

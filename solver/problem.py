@@ -69,6 +69,7 @@ WORKLOAD_KEYS = (
     "moe_a2a_overlap",
     "moe_fp8_dispatch",
     "fp8_param_gather",
+    "fp8_output_proj",
     "allocator",
     "mtp_layers",
     "train_tokens",
@@ -297,6 +298,7 @@ def _parse_workload(data, src: str) -> Workload:
             ("moe_a2a_overlap", False),
             ("moe_fp8_dispatch", False),
             ("fp8_param_gather", False),
+            ("fp8_output_proj", False),
         )
     }
     if flags["fp8_param_gather"] and precision != "fp8":
@@ -304,6 +306,13 @@ def _parse_workload(data, src: str) -> Workload:
             f"an FP8 parameter gather needs precision fp8 (Megatron-LM --fp8-param-gather), got {precision}; set it false",
             source=src,
             field="workload.fp8_param_gather",
+        )
+    if flags["fp8_output_proj"] and (precision != "fp8" or recipe != LowPrecisionRecipe.MXFP8):
+        raise ProblemError(
+            f"an FP8 output layer needs precision fp8 with low_precision_recipe mxfp8, as Megatron-Core's fp8_output_proj does "
+            f"(got {precision}, {recipe}); set it false",
+            source=src,
+            field="workload.fp8_output_proj",
         )
     dispatcher = MoeDispatcher(
         checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
