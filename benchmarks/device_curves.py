@@ -19,6 +19,14 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
+- attention (Blackwell): the Hopper measurements (no Blackwell cuDNN measurement at hand [assumption]); on
+  Blackwell Ultra (B300, GB300) faster by its doubled softmax exponential rate (published_kernels.yaml
+  blackwell_ultra_softmax). Rule [assumption]: a score element costs its tensor-core work M plus its
+  exponential E, one after the other; the FP8 forward's M is half the 16-bit one's, and NVIDIA's measured
+  FP8 forward speed-up s at an exponential rate r times Blackwell's gives E = M_fp8 (s - 1)/(1 - s/r). The
+  16-bit forward (2 M_fp8 + E) and backward (2.5 x the forward's tensor work, one exponential again) then
+  run (2 + 2.5 x 2 + 2e)/(7 + 2e/r) faster together (training's curve, e = E/M_fp8), the forward alone
+  (2 + e)/(2 + e/r) (serving's attention).
 - grouped_fp8 (Blackwell): the MXFP8 grouped GEMM Megatron-LM's GB200 guide measured, over GB200's FP8
   curve at the same per-expert shape (``compute.gemm_time_s``); the other Blackwell devices take the
   same ratio of their own curves [assumption: the same tensor cores and kernels].
@@ -34,6 +42,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -54,6 +63,7 @@ DEVICES = {
     "gb300": ("gb200", "gb200"),  # no GB300 entry: GB200's, whose nominal bf16/fp8 peaks it shares [assumption]
 }
 BLACKWELL = tuple(device for device, (_, fp8) in DEVICES.items() if fp8)  # the devices with FP8 tensor cores here
+BLACKWELL_ULTRA = ("b300", "gb300")  # twice Blackwell's softmax exponential rate
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 3.5  # forward + backward, backward = 2.5 x forward (h200-microbench.yaml flops_convention)
 DIGITS = 3
@@ -84,6 +94,26 @@ def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
     gb200 = dataclasses.replace(load_device("gb200"), low_precision_gemm=(("fp8", *gb200_fp8),))
     dense = 2.0 * m * n * k / gemm_time_s(gb200, m, n, k, "fp8")
     return round(measured["tflops"] * 1e12 / dense, 2)
+
+
+class SoftmaxSpeedup(NamedTuple):
+    """How much faster 16-bit attention runs at a doubled exponential rate (``softmax_speedups``)."""
+
+    forward: float  # the forward alone (serving's attention)
+    training: float  # forward + backward (training's curve)
+
+
+def softmax_speedups(published: dict) -> SoftmaxSpeedup:
+    """Blackwell Ultra's 16-bit attention against Blackwell's from the published exponential-rate ratio
+    and FP8 forward speed-up (the module docstring's rule)."""
+    r, s = published["exp_rate_ratio"], published["fp8_forward_speedup"]
+    e = (s - 1.0) / (1.0 - s / r)  # exponential time per element over the FP8 forward's tensor-core time
+    bwd = FWD_BWD_FLOPS - 1.0  # the backward's tensor-core work over the forward's
+    fwd16 = 2.0  # the 16-bit forward's tensor-core time over the FP8 one's
+    return SoftmaxSpeedup(
+        forward=(fwd16 + e) / (fwd16 + e / r),
+        training=(fwd16 * (1.0 + bwd) + 2.0 * e) / (fwd16 * (1.0 + bwd) + 2.0 * e / r),
+    )
 
 
 def derive() -> dict:
@@ -124,8 +154,15 @@ def derive() -> dict:
             values["attention"] = round(combined * flash_median_over_max(), 2)
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
+    ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
     for device in BLACKWELL:
         out[device]["grouped_fp8"] = grouped
+        fwd, train = (ultra.forward, ultra.training) if device in BLACKWELL_ULTRA else (1.0, 1.0)
+        out[device]["attention"] = round(hopper.attention_efficiency * fwd, DIGITS)
+        out[device]["attention_by_tokens"] = (
+            tuple(hopper.attention_tokens),
+            tuple(round(y * train, DIGITS) for y in hopper.attention_curve),
+        )
     return out
 
 
@@ -136,8 +173,9 @@ def differences(derived: dict) -> list[str]:
         spec = load_device(device)
         curves = {"gemm": (spec.gemm_efficiency_flops, spec.gemm_efficiency)}
         curves.update({f"gemm_{name}": (x, y) for name, x, y in spec.low_precision_gemm})
+        curves["attention_by_tokens"] = (spec.attention_tokens, spec.attention_curve)
         for key, value in values.items():
-            if key.startswith("gemm"):
+            if key in curves:
                 have = curves.get(key)
                 if (
                     have is None
@@ -173,7 +211,10 @@ def main(argv=None) -> int:
     for device, values in derived.items():
         print(f"{device}:")
         for key, value in values.items():
-            if key.startswith("gemm"):
+            if key == "attention_by_tokens":
+                print(f"  {key}:\n    tokens:     [{', '.join(f'{x:g}' for x in value[0])}]")
+                print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
+            elif key.startswith("gemm"):
                 print(f"  {key}:\n    flops:      [{', '.join(f'{x:.3g}' for x in value[0])}]")
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
             else:
