@@ -147,7 +147,9 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     ]
     counts = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     plain = len(set(counts)) == 1 and (m.vpp == 1 or counts[0] % m.vpp == 0) and not m.uneven_chunks
-    if m.pp > 1 and not plain:
+    if problem.pipeline_layout is not None:  # the problem's own layout, which fixed pp's split and vpp
+        args.append(("--pipeline-model-parallel-layout", problem.pipeline_layout))
+    elif m.pp > 1 and not plain:
         args.append(
             (
                 "--pipeline-model-parallel-layout",

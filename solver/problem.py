@@ -35,6 +35,8 @@ from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
+from parasol.model.pipeline_layout import FIELD as LAYOUT_FIELD
+from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
@@ -83,7 +85,9 @@ MAX_SEQ_LEN = checks.MAX_SEQ_LEN  # tokens per sequence (16.8M)
 MAX_GLOBAL_BATCH = 1 << 24  # sequences per step
 MAX_DEVICES = 1 << 20  # devices in one system (1,048,576)
 MAX_DEVICE_COUNTS = 4096  # device counts one problem may compare
-ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus",)  # num_gpus: as solve reports it; must match the system
+# num_gpus: as solve reports it; must match the system. pipeline_layout: a Megatron-Core layout string that sets
+# vpp, the edge stages' layers and uneven_chunks (model/pipeline_layout.py, ``_apply_pipeline_layout``)
+ACCEPTED_MAPPING_KEYS = MAPPING_KEYS + ("num_gpus", "pipeline_layout")
 # evaluate's defaults for absent keys (sp defaults to tp > 1; zero 1 = Megatron's distributed optimizer)
 MAPPING_DEFAULTS = {
     "cp": 1,
@@ -155,6 +159,8 @@ class Problem:
     # the mapping keys its restriction filled in (the user left them free)
     framework: frameworks.Framework | None = field(default=None, compare=False)
     framework_keys: tuple = field(default=(), compare=False)
+    # mapping.pipeline_layout as written (its vpp, edge stages and uneven_chunks are in ``mapping``): --emit passes it on
+    pipeline_layout: str | None = field(default=None, compare=False)
 
     @property
     def is_inference(self) -> bool:
@@ -370,6 +376,9 @@ def _parse_mapping(data, src: str) -> dict:
     checks.keys(data, ACCEPTED_MAPPING_KEYS, (), src, "mapping.")
     out = {}
     for key, value in data.items():
+        if key == "pipeline_layout":  # one string, read with the model (``_apply_pipeline_layout``)
+            out[key] = value
+            continue
         values = value if isinstance(value, list) else [value]
         if not values:
             raise ProblemError("an empty list allows nothing", source=src, field=f"mapping.{key}")
@@ -397,6 +406,46 @@ def _parse_mapping(data, src: str) -> dict:
             values = [checks.share(v, f"mapping.{key}", src) for v in values]
         out[key] = tuple(dict.fromkeys(values))
     return out
+
+
+def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, src: str) -> dict:
+    """``mapping`` with the vpp, edge stage layers and uneven_chunks a Megatron-Core pipeline layout sets
+    (``pipeline_layout.parse_pipeline_layout``), for one pp; ProblemError where the layout does not fit the
+    model, the workload's MTP layers or a value the mapping also gives, or places layers the model cannot
+    hold (its middle stages equal)."""
+    pps = mapping.get("pp", ())
+    if len(pps) != 1:
+        raise ProblemError("a pipeline layout needs one mapping.pp, the ranks it spreads over", source=src, field="mapping.pp")
+    pp = pps[0]
+    try:
+        placed = parse_pipeline_layout(layout, pp)
+    except ProblemError as exc:
+        raise exc.located(source=src) from None
+    layers = sum(placed.stage_layers)
+    if layers != model.layers:
+        raise ProblemError(f"places {layers} transformer layers; {model.name} has {model.layers}", source=src, field=LAYOUT_FIELD)
+    if placed.mtp_layers != workload.mtp_layers:
+        raise ProblemError(
+            f"places {placed.mtp_layers} MTP layers; workload.mtp_layers is {workload.mtp_layers}", source=src, field=LAYOUT_FIELD
+        )
+    middle = set(placed.stage_layers[1:-1])
+    if len(middle) > 1:
+        raise ProblemError(
+            f"gives the middle ranks {', '.join(map(str, placed.stage_layers[1:-1]))} layers; the model holds equal middle stages",
+            source=src,
+            field=LAYOUT_FIELD,
+        )
+    first, last = (placed.stage_layers[0], placed.stage_layers[-1]) if pp > 1 else (0, 0)
+    implied = {"vpp": placed.vpp, "first_stage_layers": first, "last_stage_layers": last, "uneven_chunks": placed.uneven}
+    for key, value in implied.items():
+        if key in mapping and mapping[key] != (value,):
+            given = ", ".join(str(v).lower() for v in mapping[key])
+            raise ProblemError(
+                f"is {given} where the pipeline layout sets {str(value).lower()}; leave it out or match the layout",
+                source=src,
+                field=f"mapping.{key}",
+            )
+    return {**mapping, **{key: (value,) for key, value in implied.items()}}
 
 
 def _counts(value, src: str, field_name: str) -> tuple:
@@ -601,6 +650,9 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         else _parse_mapping(data.get("mapping"), source)
     )
     pasted = mapping.pop("num_gpus", None)
+    layout = mapping.pop("pipeline_layout", None)
+    if layout is not None:
+        mapping = _apply_pipeline_layout(mapping, layout, model_spec, workload, source)
     framework_keys = ()
     if framework is not None:
         restricted = frameworks.restrict(framework, mapping, source, getattr(workload, "serving", None) == "disaggregated")
@@ -626,7 +678,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         problem = _single_system_problem(
             model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
         )
-        problems.append(dataclasses.replace(problem, framework=framework, framework_keys=framework_keys))
+        problems.append(dataclasses.replace(problem, framework=framework, framework_keys=framework_keys, pipeline_layout=layout))
     if not problems:
         raise ProblemError("none of the listed systems allows these device counts", source=source, field="mapping.num_gpus")
     if len(problems) == 1:
