@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import yaml
 
-from parasol.model.compute import gemm_time_s
+from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
 from parasol.solver.library import load_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ DEVICES = {
 BLACKWELL = tuple(device for device, (_, fp8) in DEVICES.items() if fp8)  # the devices with FP8 tensor cores here
 BLACKWELL_ULTRA = ("b300", "gb300")  # twice Blackwell's softmax exponential rate
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
-FWD_BWD_FLOPS = 3.5  # forward + backward, backward = 2.5 x forward (h200-microbench.yaml flops_convention)
+FWD_BWD_FLOPS = 1.0 + FLASH_BACKWARD_FACTOR  # forward + backward FLOPs over the forward's (h200-microbench.yaml flops_convention)
 DIGITS = 3
 
 
@@ -97,22 +97,28 @@ def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
 
 
 class SoftmaxSpeedup(NamedTuple):
-    """How much faster 16-bit attention runs at a doubled exponential rate (``softmax_speedups``)."""
+    """How much faster attention runs at a faster exponential rate (``softmax_speedups``)."""
 
-    forward: float  # the forward alone (serving's attention)
-    training: float  # forward + backward (training's curve)
+    fp8_forward: float  # the FP8 forward the rule starts from (it gives the published figure back)
+    forward: float  # a 16-bit forward alone (serving's attention)
+    training: float  # a 16-bit forward + backward (training's curve)
 
 
 def softmax_speedups(published: dict) -> SoftmaxSpeedup:
-    """Blackwell Ultra's 16-bit attention against Blackwell's from the published exponential-rate ratio
-    and FP8 forward speed-up (the module docstring's rule)."""
+    """Blackwell Ultra's attention against Blackwell's from the published exponential-rate ratio and FP8
+    forward speed-up (the module docstring's rule: a score element's tensor-core work and exponential
+    serial, the upper bound of the 16-bit gain the FP8 figure allows; at DeepSeek-V3's MLA head sizes)."""
     r, s = published["exp_rate_ratio"], published["fp8_forward_speedup"]
     e = (s - 1.0) / (1.0 - s / r)  # exponential time per element over the FP8 forward's tensor-core time
-    bwd = FWD_BWD_FLOPS - 1.0  # the backward's tensor-core work over the forward's
+
+    def speedup(tensor: float, exponentials: float) -> float:  # tensor-core time (FP8 forwards) + exponentials
+        return (tensor + exponentials * e) / (tensor + exponentials * e / r)
+
     fwd16 = 2.0  # the 16-bit forward's tensor-core time over the FP8 one's
     return SoftmaxSpeedup(
-        forward=(fwd16 + e) / (fwd16 + e / r),
-        training=(fwd16 * (1.0 + bwd) + 2.0 * e) / (fwd16 * (1.0 + bwd) + 2.0 * e / r),
+        fp8_forward=speedup(1.0, 1.0),
+        forward=speedup(fwd16, 1.0),
+        training=speedup(fwd16 * (1.0 + FLASH_BACKWARD_FACTOR), 2.0),  # the backward: 2.5x the tensor work, one exponential
     )
 
 
@@ -150,7 +156,7 @@ def derive() -> dict:
                 values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
         if device == "a100-sxm-80gb":
             fa = pub["flash_attention_2_a100"]
-            combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + (FWD_BWD_FLOPS - 1.0) / fa["max_bwd_efficiency"])
+            combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + FLASH_BACKWARD_FACTOR / fa["max_bwd_efficiency"])
             values["attention"] = round(combined * flash_median_over_max(), 2)
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])

@@ -94,6 +94,11 @@ def _shown(values) -> str:
     return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
 
 
+def _value(value) -> str:
+    """A refused value as the problem file writes it: true/false, or the quoted value."""
+    return _shown([value]) if isinstance(value, bool) else repr(plain(value))
+
+
 def _same(a, b) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
@@ -110,7 +115,7 @@ def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bo
                 for value in mapping[key]:
                     if not any(_same(value, a) for a in allowed):
                         raise ProblemError(
-                            f"{plain(value)!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
+                            f"{_value(value)} is not supported by {framework.label}; allowed: {_shown(allowed)}",
                             source=source,
                             field=f"mapping.{key}",
                         )
@@ -126,7 +131,7 @@ def check_workload(framework: Framework, workload, source: str) -> None:
         if key == "serving" or value is not None:
             if value not in allowed:
                 raise ProblemError(
-                    f"{plain(value)!r} is not supported by {framework.label}; allowed: {_shown(allowed)}",
+                    f"{_value(value)} is not supported by {framework.label}; allowed: {_shown(allowed)}",
                     source=source,
                     field=f"workload.{key}",
                 )

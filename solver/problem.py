@@ -316,7 +316,7 @@ def _parse_workload(data, src: str) -> Workload:
     if flags["fp8_output_proj"] and (precision != "fp8" or recipe != LowPrecisionRecipe.MXFP8):
         raise ProblemError(
             f"an FP8 output layer needs precision fp8 with low_precision_recipe mxfp8, as Megatron-Core's fp8_output_proj does "
-            f"(got {precision}, {recipe}); set it false",
+            f"(got precision {precision}, {'no recipe' if recipe is None else f'recipe {recipe}'}); set it false",
             source=src,
             field="workload.fp8_output_proj",
         )

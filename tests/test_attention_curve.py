@@ -94,11 +94,13 @@ def test_the_hopper_and_blackwell_files_hold_the_measured_curve():
     (B300, GB300) takes it faster by its softmax rate (benchmarks/device_curves.py, tests/test_device_curves.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import calibrate  # noqa: PLC0415  benchmarks/calibrate.py
+    import device_curves  # noqa: PLC0415  benchmarks/device_curves.py
 
     tokens, efficiency = calibrate.attention_curve()
+    published = yaml.safe_load(device_curves.PUBLISHED.read_text())["blackwell_ultra_softmax"]
+    ultra = device_curves.softmax_speedups(published).training
     for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "b200", "b300", "gb200", "gb300"):
         device = library.load_device(name)
         assert device.attention_tokens == tuple(float(t) for t in tokens), name
-        scale = device.attention_curve[-1] / efficiency[-1] if name in ("b300", "gb300") else 1.0
-        assert scale == 1.0 or 1.1 < scale < 1.2, name
+        scale = ultra if name in device_curves.BLACKWELL_ULTRA else 1.0
         assert device.attention_curve == pytest.approx(tuple(e * scale for e in efficiency), abs=5e-4), name
