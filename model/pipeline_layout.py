@@ -22,8 +22,10 @@ from .errors import ProblemError
 
 FIELD = "mapping.pipeline_layout"
 ITEMS = {"E": "the embedding", "t": "a transformer layer", "m": "an MTP layer", "L": "the loss"}
-GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")  # (...)*n, unrolled first, as Megatron-Core does
-REPEAT = re.compile(r"(.)\*(\d+)")  # X*n
+GROUP = re.compile(r"\(([^)]+)\)\*(\d{1,9})")  # (...)*n, unrolled first, as Megatron-Core does
+REPEAT = re.compile(r"(.)\*(\d{1,9})")  # X*n
+MAX_ITEMS = 100_000  # items a layout may unroll to: far above any model's layers and chunks
+MAX_CHARS = 10_000  # characters of the layout as written
 
 
 class PipelineLayout(NamedTuple):
@@ -39,9 +41,11 @@ def unrolled_chunks(text: str) -> list[str]:
     """The layout's chunks in model order, repetitions unrolled (``parse_str_to_list``)."""
     if not isinstance(text, str) or not text.strip():
         raise ProblemError(f"must be a layout string such as 'Et*4|(t*4|)*14tmL'; items: {', '.join(ITEMS)}", field=FIELD)
-    flat = text.replace(",", "").replace(" ", "")
+    if len(text) > MAX_CHARS:
+        raise ProblemError(f"is {len(text):,} characters long, more than {MAX_CHARS:,}", field=FIELD)
+    flat = text.replace(",", "")  # commas are cosmetic; a space is refused, as Megatron-Core refuses it
     for pattern in (GROUP, REPEAT):
-        flat = pattern.sub(lambda match: match.group(1) * int(match.group(2)), flat)
+        flat = _unrolled(pattern, flat)
     bad = sorted(set(flat) - set(ITEMS) - {"|"})
     if bad:
         raise ProblemError(
@@ -51,6 +55,20 @@ def unrolled_chunks(text: str) -> list[str]:
             field=FIELD,
         )
     return flat.split("|")
+
+
+def _unrolled(pattern: re.Pattern, text: str) -> str:
+    """``text`` with every repetition ``pattern`` finds written out, refused before the whole would grow
+    past ``MAX_ITEMS`` (a layout of any real model is a few hundred items)."""
+    parts, at, size = [], 0, len(text)
+    for match in pattern.finditer(text):
+        body, times = match.group(1), int(match.group(2))
+        size += len(body) * times - len(match.group(0))
+        if size > MAX_ITEMS:
+            raise ProblemError(f"unrolls to more than {MAX_ITEMS:,} items", field=FIELD)
+        parts += [text[at : match.start()], body * times]
+        at = match.end()
+    return "".join(parts) + text[at:]
 
 
 def parse_pipeline_layout(text: str, pp: int) -> PipelineLayout:

@@ -408,11 +408,18 @@ def _parse_mapping(data, src: str) -> dict:
     return out
 
 
-def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, src: str) -> dict:
+def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, framework, src: str) -> dict:
     """``mapping`` with the vpp, edge stage layers and uneven_chunks a Megatron-Core pipeline layout sets
     (``pipeline_layout.parse_pipeline_layout``), for one pp; ProblemError where the layout does not fit the
-    model, the workload's MTP layers or a value the mapping also gives, or places layers the model cannot
-    hold (its middle stages equal)."""
+    model, the workload's MTP layers or a value the mapping also gives, places layers the model cannot hold
+    (edge stages of at least one layer, the dense leading layers on the first, middle stages equal), or the
+    problem's framework builds its own stages (only Megatron-LM reads a layout)."""
+    if framework is not None and framework.emitter != "megatron":
+        raise ProblemError(
+            f"is Megatron-Core's layout; {framework.label} builds its own stages (leave it out, or use megatron-lm)",
+            source=src,
+            field=LAYOUT_FIELD,
+        )
     pps = mapping.get("pp", ())
     if len(pps) != 1:
         raise ProblemError("a pipeline layout needs one mapping.pp, the ranks it spreads over", source=src, field="mapping.pp")
@@ -421,6 +428,21 @@ def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, sr
         placed = parse_pipeline_layout(layout, pp)
     except ProblemError as exc:
         raise exc.located(source=src) from None
+    if pp == 1 and placed.vpp > 1:
+        raise ProblemError(f"gives pp 1 {placed.vpp} chunks; interleaving needs pp > 1", source=src, field=LAYOUT_FIELD)
+    edges = {"first": placed.stage_layers[0], "last": placed.stage_layers[-1]}
+    if pp > 1 and not all(edges.values()):
+        rank = "the first" if not edges["first"] else "the last"
+        raise ProblemError(
+            f"gives {rank} rank no transformer layer; the model's edge stages hold at least one", source=src, field=LAYOUT_FIELD
+        )
+    lead = model.moe.first_dense_layers if model.moe is not None else 0
+    if placed.stage_layers[0] < lead:
+        raise ProblemError(
+            f"gives the first rank {placed.stage_layers[0]} layers; the model keeps its {lead} dense leading layers there",
+            source=src,
+            field=LAYOUT_FIELD,
+        )
     layers = sum(placed.stage_layers)
     if layers != model.layers:
         raise ProblemError(f"places {layers} transformer layers; {model.name} has {model.layers}", source=src, field=LAYOUT_FIELD)
@@ -652,7 +674,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
     pasted = mapping.pop("num_gpus", None)
     layout = mapping.pop("pipeline_layout", None)
     if layout is not None:
-        mapping = _apply_pipeline_layout(mapping, layout, model_spec, workload, source)
+        mapping = _apply_pipeline_layout(mapping, layout, model_spec, workload, framework, source)
     framework_keys = ()
     if framework is not None:
         restricted = frameworks.restrict(framework, mapping, source, getattr(workload, "serving", None) == "disaggregated")

@@ -26,8 +26,10 @@ def test_the_mlperf_deepseek_layout_is_16_16_16_13_layers_in_four_chunks():
     placed = parse_pipeline_layout(MLPERF_DSV3, 4)
     assert placed.vpp == 4 and placed.stage_layers == (16, 16, 16, 13) and placed.mtp_layers == 1
     assert placed.uneven  # rank 0's first chunk holds the embedding beside four layers, rank 3's last one layer
-    even = parse_pipeline_layout("Ett|tt|tt|ttL", 2)  # rank 0: Ett, tt; rank 1: tt, ttL
-    assert even.stage_layers == (4, 4) and even.vpp == 2 and even.uneven
+    unequal = parse_pipeline_layout("Ett|tt|tt|ttL", 2)  # rank 0: Ett, tt; rank 1: tt, ttL
+    assert unequal.stage_layers == (4, 4) and unequal.vpp == 2 and unequal.uneven
+    equal = parse_pipeline_layout("Ettt|tttt|tttt|tttL", 2)  # rank 0: Ettt, tttt; rank 1: tttt, tttL: chunks of 4
+    assert equal.stage_layers == (7, 7) and equal.vpp == 2 and not equal.uneven
 
 
 @pytest.mark.parametrize(
@@ -41,6 +43,10 @@ def test_the_mlperf_deepseek_layout_is_16_16_16_13_layers_in_four_chunks():
         ("Ett|tmtL", 2, "MTP layers"),
         ("Ettt|(tt|)*29,m|L", 4, "MTP layers"),  # MTP standalone on another rank: Megatron-Core allows it, the model does not
         ("", 2, "layout string"),
+        ("Et t|tL", 2, "' ' is no layout item"),  # Megatron-Core refuses a space too
+        ("E(t|" + "(" * 20_000, 2, "more than 10,000"),
+        ("Et*999999999L", 2, "unrolls to more than 100,000 items"),  # refused before it is written out
+        ("E(t*60000|)*60000L", 2, "unrolls to more than 100,000 items"),
     ],
 )
 def test_a_layout_the_model_cannot_hold_is_refused_in_one_line(layout, pp, words):
@@ -92,12 +98,24 @@ def test_a_problem_takes_its_stages_from_the_layout_and_emits_it_as_written():
         ({"pipeline_layout": "Et*16|t*16|t*16|t*13L"}, "mapping.pipeline_layout", "places 0 MTP layers"),
         ({"pipeline_layout": "Et*16|t*16|t*16|t*12mL"}, "mapping.pipeline_layout", "places 60 transformer layers"),
         ({"pipeline_layout": "Et*16|t*15|t*17|t*13mL"}, "mapping.pipeline_layout", "middle ranks 15, 17"),
+        ({"pipeline_layout": "E|t*16|t*16|t*16|t*13mL", "pp": 5}, "mapping.pipeline_layout", "the first rank no transformer"),
+        ({"pipeline_layout": "Et*2|t*19|t*20|t*20mL"}, "mapping.pipeline_layout", "its 3 dense leading layers"),
+        ({"pipeline_layout": "Et*30|t*31mL", "pp": 1}, "mapping.pipeline_layout", "interleaving needs pp > 1"),
     ],
 )
 def test_a_layout_that_disagrees_with_the_problem_names_the_field(mapping, field, words):
     with pytest.raises(ProblemError) as err:
         _dsv3(**mapping)
     assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_framework_that_builds_its_own_stages_refuses_the_layout():
+    data = training_problem(
+        "llama3-8b", "dgx-h100", 64, global_batch=128, framework="torchtitan", mapping={"pp": 2, "pipeline_layout": "Et*16|t*16L"}
+    )
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="t.yaml")
+    assert err.value.field == "mapping.pipeline_layout" and "torchtitan" in str(err.value)
 
 
 def test_solver_equals_the_enumerator_under_a_layout():
