@@ -273,20 +273,23 @@ def elementwise_forward_bytes(
     return seq_tokens * (norms + residuals) + act + permute
 
 
+def logits_gemm_shape(model: ModelSpec, tokens: float, tp: int) -> tuple[float, float, float]:
+    """(m, n, k) of the output projection on one rank: vocab-parallel, h x V/t."""
+    return tokens, model.vocab / tp, model.hidden
+
+
 def logits_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int) -> float:
-    """Forward time of the output projection (vocab-parallel, h x V/t) and the fp32 cross-entropy."""
-    gemm = gemm_time_s(device, tokens, model.vocab / tp, model.hidden, precision)
+    """Forward time of the output projection (``logits_gemm_shape``) and the fp32 cross-entropy."""
+    gemm = gemm_time_s(device, *logits_gemm_shape(model, tokens, tp), precision)
     cross_entropy = memory_bound_time_s(device, 3 * 4.0 * tokens * model.vocab / tp)
     return gemm + cross_entropy
 
 
 def logits_cast_bytes(model: ModelSpec, tokens: float, tp: int, recipe: LowPrecisionRecipe) -> tuple[float, float]:
     """(forward, backward) bytes of quantising the output layer's GEMM inputs on one rank when it runs in
-    low precision (Megatron-Core ``fp8_output_proj``: Transformer Engine's linear under ``recipe``): the
-    tokens x h input in the forward, the tokens x V/t logit gradient in the backward, as
-    ``low_precision_cast_bytes`` counts a layer's (``precision.quantised_bytes_per_element``)."""
-    per_element = quantised_bytes_per_element(recipe)
-    return tokens * model.hidden * per_element, tokens * model.vocab / tp * per_element
+    low precision (Megatron-Core ``fp8_output_proj``: Transformer Engine's linear under ``recipe``), as a
+    layer's GEMMs quantise theirs (``gemm_input_cast_bytes``)."""
+    return gemm_input_cast_bytes([logits_gemm_shape(model, tokens, tp)], recipe)
 
 
 def embedding_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float) -> float:
@@ -352,7 +355,12 @@ def low_precision_cast_bytes(
     shapes = list(layer_gemm_shapes(model, tokens, tp, moe_layer).values())
     if moe_layer:
         shapes += list(routed_gemm_shapes(model, tokens, tp, etp).values())
+    return gemm_input_cast_bytes(shapes, recipe)
+
+
+def gemm_input_cast_bytes(shapes, recipe: LowPrecisionRecipe) -> tuple[float, float]:
+    """(forward, backward) bytes of quantising the inputs of the (m, n, k) GEMMs ``shapes`` under ``recipe``
+    (``precision.quantised_bytes_per_element``): Transformer Engine quantises each linear's m x k input in
+    the forward and its m x n output gradient in the backward."""
     per_element = quantised_bytes_per_element(recipe)
-    forward = sum(m * k for m, _, k in shapes) * per_element
-    backward = sum(m * n for m, n, _ in shapes) * per_element
-    return forward, backward
+    return sum(m * k for m, _, k in shapes) * per_element, sum(m * n for m, n, _ in shapes) * per_element

@@ -35,12 +35,14 @@ from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
+from parasol.model.pipeline import split_stages
 from parasol.model.pipeline_layout import FIELD as LAYOUT_FIELD
 from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
 from parasol.model.training import check_mapping
+from parasol.model.training_step import lead_layers
 
 from . import costing, frameworks, library
 from .inference_problem import check_inference_objective, fixed_serving_mapping, parse_inference_mapping, parse_inference_workload
@@ -430,16 +432,16 @@ def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, fr
         raise exc.located(source=src) from None
     if pp == 1 and placed.vpp > 1:
         raise ProblemError(f"gives pp 1 {placed.vpp} chunks; interleaving needs pp > 1", source=src, field=LAYOUT_FIELD)
-    edges = {"first": placed.stage_layers[0], "last": placed.stage_layers[-1]}
-    if pp > 1 and not all(edges.values()):
-        rank = "the first" if not edges["first"] else "the last"
+    edge_layers = placed.stage_layers[0], placed.stage_layers[-1]
+    if pp > 1 and not all(edge_layers):
+        rank = "the first" if not edge_layers[0] else "the last"
         raise ProblemError(
             f"gives {rank} rank no transformer layer; the model's edge stages hold at least one", source=src, field=LAYOUT_FIELD
         )
-    lead = model.moe.first_dense_layers if model.moe is not None else 0
-    if placed.stage_layers[0] < lead:
+    lead = lead_layers(model)
+    if edge_layers[0] < lead:
         raise ProblemError(
-            f"gives the first rank {placed.stage_layers[0]} layers; the model keeps its {lead} dense leading layers there",
+            f"gives the first rank {edge_layers[0]} layers; the model keeps its {lead} dense leading layers there",
             source=src,
             field=LAYOUT_FIELD,
         )
@@ -450,8 +452,8 @@ def _apply_pipeline_layout(mapping: dict, layout, model: ModelSpec, workload, fr
         raise ProblemError(
             f"places {placed.mtp_layers} MTP layers; workload.mtp_layers is {workload.mtp_layers}", source=src, field=LAYOUT_FIELD
         )
-    middle = set(placed.stage_layers[1:-1])
-    if len(middle) > 1:
+    # the partition the model holds with these edges (``pipeline.split_stages``: the middle stages equal)
+    if split_stages(model.layers, pp, *edge_layers)[0] != list(placed.stage_layers):
         raise ProblemError(
             f"gives the middle ranks {', '.join(map(str, placed.stage_layers[1:-1]))} layers; the model holds equal middle stages",
             source=src,
