@@ -35,6 +35,23 @@ class RecomputeModule(StrEnum):
     SHARED_EXPERTS = "shared_experts"
 
 
+class OffloadModule(StrEnum):
+    """Modules whose saved inputs Megatron-Core's fine-grained activation offloading copies to host memory
+    in the forward and back before the backward (--fine-grained-activation-offloading --offload-modules;
+    TransformerConfig.offload_modules, from core_v0.16.0): the attention's input norm when it runs apart
+    from a linear (``attn_norm``), the QKV projection (``qkv_linear``), the attention core (``core_attn``),
+    the output projection (``attn_proj``, only with ``core_attn``), the pre-MLP norm when it runs apart
+    (``mlp_norm``), the routed experts' FC1 (``expert_fc1``) and their activation function (``moe_act``)."""
+
+    ATTN_NORM = "attn_norm"
+    QKV_LINEAR = "qkv_linear"
+    CORE_ATTN = "core_attn"
+    ATTN_PROJ = "attn_proj"
+    MLP_NORM = "mlp_norm"
+    EXPERT_FC1 = "expert_fc1"
+    MOE_ACT = "moe_act"
+
+
 class ZeroStage(IntEnum):
     """What data parallelism shards (Rajbhandari et al., ZeRO, SC'20): nothing (0), the optimizer
     states (1, = Megatron's distributed optimizer), also the gradients (2), also the weights (3)."""

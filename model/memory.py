@@ -41,12 +41,23 @@ def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: 
     """Per-layer attention activations split by tensor parallelism, without the s x s score terms
     (Korthikanti's 8sbh of the 24sbh for MHA): Q, K and V (the attention's inputs; MLA keeps them
     decompressed, a·d_qk, a·d_qk and a·d_v) and the output-projection input (a GEMM input)."""
+    qkv, proj = attention_activation_widths(model)
+    return tokens * (qkv * ACT_BYTES + proj * gemm_input_bytes)
+
+
+def attention_activation_widths(model: ModelSpec) -> tuple[float, float]:
+    """(Q + K + V, output-projection input) elements per token across all heads, before tensor
+    parallelism splits them: MLA keeps Q, K and V decompressed (a·d_qk, a·d_qk and a·d_v)."""
     d_qk, d_v = attention_head_dims(model)
     if model.mla is not None:
-        qkv, proj = model.heads * (2 * d_qk + d_v), model.heads * d_v
-    else:
-        qkv, proj = model.q_width + 2 * model.kv_width, model.q_width
-    return tokens * (qkv * ACT_BYTES + proj * gemm_input_bytes)
+        return model.heads * (2 * d_qk + d_v), model.heads * d_v
+    return model.q_width + 2 * model.kv_width, model.q_width
+
+
+def activation_input_bytes(model: ModelSpec) -> float:
+    """Bytes the FFN's activation function keeps per intermediate element as its input: GeLU's one
+    16-bit value, SwiGLU's two (gate and up)."""
+    return (2 if model.activation == "swiglu" else 1) * ACT_BYTES
 
 
 def ffn_activation_bytes(
@@ -66,7 +77,7 @@ def ffn_activation_bytes(
     the intermediate elements stay the same) and its 16-bit permuted copy (Megatron-Core token dispatcher;
     ``permuted_bytes`` 0 where the dispatch arrives in FP8, its rows being the FP8 GEMM input itself:
     ``expert_parallel.fp8_dispatch``)."""
-    act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
+    act_in = activation_input_bytes(model)
     elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
     rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + permuted_bytes) if moe_layer else 0.0
     return elements * (act_in + gemm_input_bytes) + rows
@@ -120,9 +131,57 @@ def selective_savings_bytes(
     if "moe_act" in modules:
         saved += routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn * gemm_input_bytes
     if "shared_experts" in modules and moe.shared_experts:
-        act_in = (2 if model.activation == "swiglu" else 1) * ACT_BYTES
+        act_in = activation_input_bytes(model)
         saved += tokens * moe.shared_experts * moe.shared_expert_ffn / tp * (act_in + gemm_input_bytes)
     return saved
+
+
+def offloaded_input_bytes(
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    sp: bool,
+    gemm_input_bytes: float,
+    moe_layer: bool,
+    etp: int,
+    modules: tuple,
+) -> float:
+    """Per-layer activation bytes that Megatron-Core's fine-grained activation offloading of ``modules``
+    (``choices.OffloadModule``, --offload-modules) moves to host memory: each module's saved input
+    (docs/user-guide/features/fine_grained_activation_offloading.md, "Each module offloads its input
+    activation"), as the terms of ``activation_bytes_per_layer`` count them.
+
+    attn_norm / mlp_norm: the input of a norm that runs apart from a linear (MLA's input norm; an MoE
+    layer's pre-MLP norm: ``unfused_norms``), 2 bytes per hidden element; a norm fused into
+    LayerNormLinear is Megatron-Core's IdentityOp, which it skips. qkv_linear: the QKV projection's
+    saved input, the GEMM input, with the norm input where the norm is fused into it. core_attn: Q, K
+    and V. attn_proj: the output projection's input. expert_fc1: the routed rows' expert input (a GEMM
+    input, etp rows gathered per row). moe_act: the routed rows' activation input (SwiGLU: gate and up)."""
+    if not modules:
+        return 0.0
+    h = model.hidden
+    seq_tokens = tokens / (tp if sp else 1)
+    qkv, proj = attention_activation_widths(model)
+    attention_norm_apart = model.mla is not None
+    out = 0.0
+    if "attn_norm" in modules and attention_norm_apart:
+        out += seq_tokens * h * ACT_BYTES
+    if "qkv_linear" in modules:
+        out += seq_tokens * h * (gemm_input_bytes + (0.0 if attention_norm_apart else ACT_BYTES))
+    if "core_attn" in modules:
+        out += tokens * qkv * ACT_BYTES / tp
+    if "attn_proj" in modules:
+        out += tokens * proj * gemm_input_bytes / tp
+    if not moe_layer:
+        return out
+    if "mlp_norm" in modules:
+        out += seq_tokens * h * ACT_BYTES
+    rows = routed_rows_per_gpu(model, tokens, tp)
+    if "expert_fc1" in modules:
+        out += rows * h * etp * gemm_input_bytes
+    if "moe_act" in modules:
+        out += rows * model.moe.expert_ffn * activation_input_bytes(model)
+    return out
 
 
 def activation_bytes_per_layer(

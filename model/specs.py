@@ -350,6 +350,7 @@ class Workload:
     adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
     master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)
     recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)
+    offload_modules: tuple = ()  # modules whose saved inputs wait in host memory (choices.OffloadModule)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     overlap_tp_grad: bool = True  # TP input-gradient collectives under the weight-gradient GEMMs (Megatron since 2021)
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL  # alltoall (Megatron-Core) | deepep (DeepEP, HybridEP)

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from . import checks, compute, expert_parallel, memory, params
-from .choices import CpComm, Recompute, ZeroStage, allowed
+from .choices import CpComm, OffloadModule, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
@@ -45,10 +45,20 @@ class LayerTimes:
     recompute: float
     ep_comm_fwd: float = 0.0  # MoE all-to-all dispatch + combine
     ep_comm_bwd: float = 0.0
+    offload_fwd: float = 0.0  # fine-grained activation offloading's copies left exposed (``offload_copy_exposed_s``)
+    offload_bwd: float = 0.0
 
     @property
     def forward(self) -> float:
-        return self.gemm_fwd + self.attention_fwd + self.elementwise_fwd + self.tp_comm_fwd + self.cp_comm_fwd + self.ep_comm_fwd
+        return (
+            self.gemm_fwd
+            + self.attention_fwd
+            + self.elementwise_fwd
+            + self.tp_comm_fwd
+            + self.cp_comm_fwd
+            + self.ep_comm_fwd
+            + self.offload_fwd
+        )
 
     @property
     def backward(self) -> float:
@@ -60,6 +70,7 @@ class LayerTimes:
             + self.cp_comm_bwd
             + self.ep_comm_bwd
             + self.recompute
+            + self.offload_bwd
         )
 
     @property
@@ -339,10 +350,38 @@ def activation_offload_exposed_s(device: DeviceSpec, activation_bytes: float, la
     host link (``host_bytes_per_s``), on a copy stream behind the next layer's compute (Rhu et al.,
     vDNN, MICRO 2016; Megatron-Core's --cpu-offloading). Zero for a device without a host link,
     which cannot offload (``check_mapping`` says so)."""
+    return offload_copy_exposed_s(device, activation_bytes, layer_fwd_s) + offload_copy_exposed_s(
+        device, activation_bytes, layer_bwd_s
+    )
+
+
+def offload_copy_exposed_s(device: DeviceSpec, activation_bytes: float, compute_s: float) -> float:
+    """Seconds one copy of ``activation_bytes`` between device and host memory leaves exposed beside
+    ``compute_s`` of compute on another stream: what the copy at the device's host link
+    (``host_bytes_per_s``, each direction) takes beyond it. Zero without a host link."""
     if device.host_bytes_per_s <= 0:
         return 0.0
-    copy = activation_bytes / device.host_bytes_per_s
-    return max(0.0, copy - layer_fwd_s) + max(0.0, copy - layer_bwd_s)
+    return max(0.0, activation_bytes / device.host_bytes_per_s - compute_s)
+
+
+def offloaded_activation_bytes(
+    model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, recompute: str, moe_layer: bool, etp: int
+) -> float:
+    """Bytes of one layer's saved activations that fine-grained offloading (``workload.offload_modules``)
+    keeps in host memory for one micro-batch (``memory.offloaded_input_bytes``); none under full
+    recomputation, which keeps only the layer input."""
+    if not workload.offload_modules or recompute == Recompute.FULL:
+        return 0.0
+    return memory.offloaded_input_bytes(
+        model,
+        micro_batch * workload.seq_len / cp,
+        tp,
+        sp,
+        memory.saved_gemm_input_bytes(workload.precision),
+        moe_layer,
+        etp,
+        workload.offload_modules,
+    )
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -497,6 +536,9 @@ def layer_times(
         )
     else:
         redo = 0.0
+    # fine-grained offloading: each layer's offloaded inputs leave beside its forward and return beside its backward
+    offloaded = offloaded_activation_bytes(model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp)
+    compute_fwd = gemm_fwd + attn_fwd + elem_fwd
     return LayerTimes(
         gemm_fwd=gemm_fwd,
         attention_fwd=attn_fwd,
@@ -511,6 +553,8 @@ def layer_times(
         recompute=redo,
         ep_comm_fwd=ep_fwd_shown,
         ep_comm_bwd=ep_bwd_shown,
+        offload_fwd=offload_copy_exposed_s(device, offloaded, compute_fwd) if offloaded else 0.0,
+        offload_bwd=offload_copy_exposed_s(device, offloaded, 2.0 * gemm_fwd + attn_bwd + elem_bwd + redo) if offloaded else 0.0,
     )
 
 
@@ -775,6 +819,23 @@ def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: st
     return None
 
 
+def module_offload_problem(model: ModelSpec, device: DeviceSpec, modules: tuple, offload_layers: int) -> str | None:
+    """Why fine-grained activation offloading of ``modules`` cannot run here, or None when it can: it
+    needs a link to host memory, cannot run beside whole-layer offloading (Megatron-Core asserts
+    "fine_grained_activation_offloading cannot be enabled with cpu_offloading"), and the routed-expert
+    modules need an MoE model."""
+    if not modules:
+        return None
+    if device.host_bytes_per_s <= 0:
+        return f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs"
+    if offload_layers:
+        return "offload_modules cannot run beside mapping.offload_layers (Megatron-Core refuses both); drop one"
+    experts = [m for m in modules if m in (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT)]
+    if experts and model.moe is None:
+        return f"{', '.join(experts)} offload the routed experts' inputs, and {model.name} has no MoE layers"
+    return None
+
+
 def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> None:
     """ProblemError unless ``cp_comm`` is a CpComm that the model's heads allow: the all-to-all gives
     each of the tp·cp ranks whole query and key/value heads (Megatron-Core asserts it)."""
@@ -896,6 +957,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
     if reason is not None:
         raise ProblemError(reason, field="mapping.offload_layers")
+    reason = module_offload_problem(model, system.device, workload.offload_modules, m.offload_layers)
+    if reason is not None:
+        raise ProblemError(reason, field="workload.offload_modules")
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
         hint = (
             "each chunk needs at least one layer"

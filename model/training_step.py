@@ -42,6 +42,7 @@ from .training import (
     dp_comm_times_s,
     edge_stage_times,
     layer_times,
+    offloaded_activation_bytes,
     optimizer_owned_params,
     pipeline_p2p_time_s,
     stage_expert_params,
@@ -119,6 +120,9 @@ def _layer(
         )
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
         working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
+    # fine-grained offloading: the offloaded inputs wait in host memory, but the layer in flight holds its own
+    offloaded = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp)
+    act, working = act - min(act, offloaded), working + offloaded
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
     return lt.total, lt.forward, lt.backward, act, working, offload
 
@@ -1068,7 +1072,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
         "compute/elementwise": layers_sum("elementwise_fwd", "elementwise_bwd"),
         "compute/recompute": layers_sum("recompute"),
         "compute/embedding_logits": critical["extra_s"] * mb,
-        "memory/offload": critical["offload_s"] * mb,
+        "memory/offload": critical["offload_s"] * mb + layers_sum("offload_fwd", "offload_bwd"),
         "compute/mtp": critical["mtp_s"] * mb,
         "comm/tp": layers_sum("tp_comm_fwd", "tp_comm_bwd"),
         "comm/cp": layers_sum("cp_comm_fwd", "cp_comm_bwd"),

@@ -72,8 +72,11 @@ def load(spec, source: str | None = None, fld: str = "workload.framework") -> Fr
     if bad:
         raise ProblemError(f"unknown key {bad[0]!r}; allowed: {', '.join(RELEASE_KEYS)}", source=src, field="releases")
 
-    def lists(d):
-        return {k: tuple(v if isinstance(v, list) else [v]) for k, v in (d or {}).items()}
+    def lists(d):  # a list-valued key (offload_modules) lists its allowed lists, held as tuples as the Workload holds them
+        return {
+            k: tuple(tuple(x) if isinstance(x, list) else x for x in (v if isinstance(v, list) else [v]))
+            for k, v in (d or {}).items()
+        }
 
     return Framework(
         name=name,
@@ -91,12 +94,19 @@ def load(spec, source: str | None = None, fld: str = "workload.framework") -> Fr
 
 
 def _shown(values) -> str:
-    return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+    return ", ".join(_one(v) for v in values)
+
+
+def _one(value) -> str:
+    """One value as the problem file writes it: true/false, [a, b] for a list, else as is."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
 
 
 def _value(value) -> str:
     """A refused value as the problem file writes it: true/false, or the quoted value."""
-    return _shown([value]) if isinstance(value, bool) else repr(plain(value))
+    return _one(value) if isinstance(value, (bool, tuple)) else repr(plain(value))
 
 
 def _same(a, b) -> bool:

@@ -23,6 +23,7 @@ from parasol.model.choices import (
     CpComm,
     LowPrecisionRecipe,
     MoeDispatcher,
+    OffloadModule,
     Recompute,
     RecomputeModule,
     TrainingObjective,
@@ -41,7 +42,7 @@ from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
-from parasol.model.training import check_mapping
+from parasol.model.training import check_mapping, module_offload_problem
 from parasol.model.training_step import lead_layers
 
 from . import costing, frameworks, library
@@ -67,6 +68,7 @@ WORKLOAD_KEYS = (
     "adam_moment_bytes",
     "master_weight_bytes",
     "recompute_modules",
+    "offload_modules",
     "overlap_dp",
     "overlap_tp_grad",
     "moe_dispatcher",
@@ -254,6 +256,31 @@ def mapping_with_defaults(values: dict) -> Mapping:
     return Mapping(**kwargs)
 
 
+def offload_module_list(value, recompute_modules: list, src: str) -> tuple:
+    """``workload.offload_modules`` as Megatron-Core's TransformerConfig accepts it: OffloadModule
+    values, attn_proj only with core_attn (its input is core_attn's output, which core_attn's backward
+    needs), and no routed-expert module while selective recomputation redoes the whole MoE block."""
+    fld = "workload.offload_modules"
+    items = value if isinstance(value, list) else [value]
+    modules = tuple(dict.fromkeys(str(checks.choice(m, OffloadModule, fld, src)) for m in items))
+    if OffloadModule.ATTN_PROJ in modules and OffloadModule.CORE_ATTN not in modules:
+        raise ProblemError(
+            "attn_proj needs core_attn as well (its input is core_attn's output, which core_attn's backward needs; "
+            "Megatron-Core refuses it alone)",
+            source=src,
+            field=fld,
+        )
+    inside = [m for m in (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT) if m in modules]
+    if inside and RecomputeModule.MOE in recompute_modules:
+        raise ProblemError(
+            f"{', '.join(inside)} cannot be offloaded while recompute_modules holds moe (the whole MoE block is "
+            "recomputed; Megatron-Core refuses both): drop one",
+            source=src,
+            field=fld,
+        )
+    return modules
+
+
 def _parse_workload(data, src: str) -> Workload:
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping", source=src, field="workload")
@@ -298,6 +325,7 @@ def _parse_workload(data, src: str) -> Workload:
             field="workload.recompute_modules",
         )
     modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
+    offload_modules = offload_module_list(data.get("offload_modules", []), modules, src)
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
         for key, default in (
@@ -359,6 +387,7 @@ def _parse_workload(data, src: str) -> Workload:
         adam_moment_bytes=float(moment_bytes),
         master_weight_bytes=float(master_bytes),
         recompute_modules=tuple(dict.fromkeys(modules)),
+        offload_modules=offload_modules,
         moe_dispatcher=dispatcher,
         allocator=allocator,
         allocator_overhead=library.load_allocator_overhead(allocator.value),
@@ -725,6 +754,11 @@ def _single_system_problem(
         )
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
+    if workload.kind == "training":  # fine-grained offloading: the model, the device and the listed offload_layers allow it
+        whole_layers = max(mapping.get("offload_layers", (0,)), default=0)
+        reason = module_offload_problem(model_spec, device, workload.offload_modules, whole_layers)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.offload_modules")
     problem = Problem(
         model=model_spec,
         system_name=system_name,

@@ -96,10 +96,12 @@ def test_moe_runs_on_blackwell_stay_within_their_measured_bound(results):
     """Out of sample, added 2026-11-27: the Model Zoo's Qwen3-235B rows on GB200 (BF16 4K; MXFP8 128K,
     cp 4) and GB300 (MXFP8 4K, ep 64), and the Megatron-LM guide's DeepSeek-V3 on 256 GB200 (MXFP8,
     970 TFLOPS): +10.5, +36.3, +13.5 and +19.3 % when added, all too slow (CUDA graphs and the guide's
-    CPU-side work are not modelled). The bounds keep the figures from drifting."""
+    CPU-side work are not modelled). The Zoo's GB200 MXFP8 4K row (256 GPUs, pp 4 x vpp 6, expert_fc1 and
+    moe_act offloaded: workload.offload_modules), added 2026-11-28: +9.2 %. The bounds keep the figures
+    from drifting."""
     zoo = [abs(r.error) for r in results if r.family == MOE_BLACKWELL]
     guide = [abs(r.error) for r in results if r.family == GB200_GUIDE]
-    assert len(zoo) == 3 and statistics.fmean(zoo) <= 0.22 and max(zoo) <= 0.40
+    assert len(zoo) == 4 and statistics.fmean(zoo) <= 0.22 and max(zoo) <= 0.40
     assert len(guide) == 1 and guide[0] <= 0.22
 
 
@@ -126,7 +128,7 @@ def test_the_long_context_step_times_follow_the_model_zoos_causal_flop_count():
     assert all(abs(x / causal - 1.0) < 0.01 for x in implied)
     assert model_flops_per_token(model, 4096) > 1.1 * max(implied)
     runs = [e for e in load_runs() if "tflops_per_gpu" in e["measured"]]
-    assert {family(e["id"]) for e in runs} == {MOE_LONG_CONTEXT, MOE_BLACKWELL, GB200_GUIDE} and len(runs) == 8
+    assert {family(e["id"]) for e in runs} == {MOE_LONG_CONTEXT, MOE_BLACKWELL, GB200_GUIDE} and len(runs) == 9
     for e in runs:
         wl, measured, spec = e["workload"], e["measured"], load_model(e["model"])
         flops = wl["global_batch"] * wl["seq_len"] * model_flops_per_token(spec, wl["seq_len"], causal=True)

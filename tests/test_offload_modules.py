@@ -1,0 +1,134 @@
+"""workload.offload_modules: Megatron-Core's fine-grained activation offloading (--offload-modules), each
+listed module's saved input kept in host memory between its forward and its backward."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import solved_as_enumerated, training_problem
+
+from parasol.model import memory, training
+from parasol.model.errors import ProblemError
+from parasol.model.training_step import evaluate_training
+from parasol.solver import library
+from parasol.solver.problem import parse_problem
+from parasol.solver.validation import evaluate_run, load_runs
+
+QWEN = {"tp": 1, "pp": 4, "dp": 16, "ep": 16, "micro_batch": 1, "zero": 1, "vpp": 1, "recompute": "none"}
+
+
+def _evaluate(system="gb200-nvl72", offload=(), model="qwen3-30b-a3b", mapping=QWEN, precision="bf16", **workload):
+    data = training_problem(
+        model, system, 64, global_batch=192, precision=precision, mapping=mapping, offload_modules=list(offload), **workload
+    )
+    problem = parse_problem(data, source="t.yaml")
+    sys_ = library.load_system(system, 64)
+    return problem, evaluate_training(problem.model, sys_, problem.workload, problem.fixed_mapping())
+
+
+def test_the_routed_experts_inputs_are_their_rows_times_the_fc1_input_and_the_activation_input():
+    """Qwen3-30B-A3B (h 2048, expert width 768, top-8, SwiGLU) on 4,096 tokens in 16 bits: expert_fc1 keeps
+    4,096 x 8 rows x 2,048 x 2 bytes, moe_act 4,096 x 8 rows x 768 x (gate + up) x 2 bytes."""
+    model = library.load_model("qwen3-30b-a3b")
+    rows = 4096 * 8
+
+    def offloaded(*modules, gemm_input_bytes=2.0):
+        return memory.offloaded_input_bytes(model, 4096, 1, False, gemm_input_bytes, True, 1, modules)
+
+    assert offloaded("expert_fc1") == pytest.approx(rows * 2048 * 2)
+    assert offloaded("moe_act") == pytest.approx(rows * 768 * 2 * 2)
+    assert offloaded("expert_fc1", gemm_input_bytes=1.0) == pytest.approx(rows * 2048)  # FP8 keeps its 1-byte cast
+    # a dense layer has neither; its norms are fused into their linears (IdentityOp: Megatron-Core skips them)
+    assert (
+        memory.offloaded_input_bytes(model, 4096, 1, False, 2.0, False, 1, ("expert_fc1", "moe_act", "attn_norm", "mlp_norm"))
+        == 0
+    )
+    assert offloaded("mlp_norm") == pytest.approx(4096 * 2048 * 2)  # an MoE layer's pre-MLP norm runs apart
+
+
+def test_offloading_frees_device_memory_and_costs_no_time_over_a_fast_host_link():
+    """Qwen3-235B-A22B's experts at 3 x 4,096 tokens per micro-batch (the Model Zoo's GB200 MXFP8 shape):
+    over NVLink-C2C (225 GB/s per direction per GPU) each layer's copies hide behind its compute."""
+    mapping = {**QWEN, "micro_batch": 3}
+    kw = {"model": "qwen3-235b-a22b", "mapping": mapping, "precision": "fp8", "low_precision_recipe": "mxfp8"}
+    _, plain = _evaluate(**kw)
+    _, offloaded = _evaluate(offload=("expert_fc1", "moe_act"), **kw)
+    assert offloaded.metrics["peak_memory_gib"] < plain.metrics["peak_memory_gib"] - 10.0
+    assert offloaded.metrics["step_time_s"] == pytest.approx(plain.metrics["step_time_s"])
+    # a small model's layer computes too little to hide them: Qwen3-30B-A3B's grows
+    _, small_plain = _evaluate()
+    _, small = _evaluate(offload=("expert_fc1", "moe_act"))
+    assert small.metrics["peak_memory_gib"] < small_plain.metrics["peak_memory_gib"]
+    assert small.metrics["step_time_s"] > small_plain.metrics["step_time_s"]
+
+
+def test_a_slow_host_link_leaves_the_copies_beyond_the_compute_exposed():
+    device = library.load_system("dgx-h100", 8).device  # PCIe Gen5 x16, 63 GB/s per direction
+    assert training.offload_copy_exposed_s(device, 6.3e9, 0.04) == pytest.approx(0.06)
+    assert training.offload_copy_exposed_s(device, 6.3e9, 0.2) == 0.0
+    mapping = {**QWEN, "micro_batch": 4}
+    _, plain = _evaluate("dgx-h100", mapping=mapping)
+    _, offloaded = _evaluate("dgx-h100", offload=("expert_fc1", "moe_act", "core_attn", "qkv_linear"), mapping=mapping)
+    assert offloaded.metrics["step_time_s"] > plain.metrics["step_time_s"]
+
+
+def test_full_recomputation_keeps_only_the_layer_input_so_there_is_nothing_to_offload():
+    full = {**QWEN, "recompute": "full"}
+    _, plain = _evaluate(mapping=full)
+    _, offloaded = _evaluate(offload=("expert_fc1", "moe_act"), mapping=full)
+    assert offloaded.metrics["peak_memory_gib"] == pytest.approx(plain.metrics["peak_memory_gib"])
+
+
+@pytest.mark.parametrize(
+    "workload, model, mapping, field, words",
+    [
+        ({"offload_modules": ["experts"]}, "qwen3-30b-a3b", QWEN, "workload.offload_modules", "allowed: attn_norm"),
+        ({"offload_modules": ["attn_proj"]}, "qwen3-30b-a3b", QWEN, "workload.offload_modules", "needs core_attn"),
+        (
+            {"offload_modules": ["moe_act"], "recompute_modules": ["moe"]},
+            "qwen3-30b-a3b",
+            QWEN,
+            "workload.offload_modules",
+            "recompute_modules holds moe",
+        ),
+        ({"offload_modules": ["expert_fc1"]}, "llama3-8b", None, "workload.offload_modules", "has no MoE layers"),
+        (
+            {"offload_modules": ["core_attn"]},
+            "llama3-8b",
+            {"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, "offload_layers": 2},
+            "workload.offload_modules",
+            "offload_layers",
+        ),
+        (
+            {"offload_modules": ["core_attn"], "framework": "megatron-lm"},
+            "llama3-8b",
+            None,
+            "workload.offload_modules",
+            "[core_attn] is not supported by megatron-lm@core_v0.15.3; allowed: []",
+        ),
+    ],
+)
+def test_what_megatron_core_refuses_is_refused_in_one_line(workload, model, mapping, field, words):
+    data = training_problem(model, "gb200-nvl72", 64, global_batch=64, mapping=mapping, **workload)
+    with pytest.raises(ProblemError) as err:
+        problem = parse_problem(data, source="t.yaml")
+        if mapping is not None:  # the checks that need the model and the device run on the mapping
+            system = library.load_system("gb200-nvl72", 64)
+            training.check_mapping(problem.model, system, problem.workload, problem.fixed_mapping())
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_solver_equals_the_enumerator_with_it():
+    data = training_problem("qwen3-30b-a3b", "gb200-nvl72", 64, global_batch=64, offload_modules=["expert_fc1", "moe_act"])
+    solved_as_enumerated(parse_problem(data, source="t.yaml"))
+
+
+def test_the_published_gb200_mxfp8_run_fits_only_with_its_offloading():
+    """The Model Zoo's Qwen3-235B-A22B MXFP8 row on 256 GB200 ("activation offloading required"): it fits with
+    expert_fc1 and moe_act offloaded and does not without (measured 2026-11-28: 154.3 and 250.4 GiB of 183.0)."""
+    (entry,) = [e for e in load_runs() if e["id"] == "moezoo-bw-qwen3_235b-gb200-256gpu-mxfp8-offload-tp1-ep64-pp4"]
+    assert entry["workload"]["offload_modules"] == ["expert_fc1", "moe_act"]
+    plain = copy.deepcopy(entry)
+    plain["workload"]["offload_modules"] = []
+    assert evaluate_run(entry).evaluation.metrics["fits"] and not evaluate_run(plain).evaluation.metrics["fits"]
