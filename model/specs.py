@@ -397,6 +397,7 @@ class Mapping:
     optimizer_offload: float = 0.0  # owned optimizer state kept and stepped on the host (--optimizer-offload-fraction)
     weight_offload: bool = False  # ZeRO-3's weight shard kept on the host (DeepSpeed offload_param)
     dualpipe: bool = False  # DeepSeek-V3's bidirectional schedule: rank i runs stage i and stage pp-1-i (model/pipeline.py)
+    module_offload: bool = False  # workload.offload_modules' inputs offloaded (--fine-grained-activation-offloading)
 
     @property
     def num_gpus(self) -> int:
@@ -425,6 +426,7 @@ class Mapping:
             "optimizer_offload": self.optimizer_offload,
             "weight_offload": self.weight_offload,
             "dualpipe": self.dualpipe,
+            "module_offload": self.module_offload,
         }
 
 

@@ -365,12 +365,21 @@ def offload_copy_exposed_s(device: DeviceSpec, activation_bytes: float, compute_
 
 
 def offloaded_activation_bytes(
-    model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, recompute: str, moe_layer: bool, etp: int
+    model: ModelSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    sp: bool,
+    recompute: str,
+    moe_layer: bool,
+    etp: int,
+    module_offload: bool,
 ) -> float:
-    """Bytes of one layer's saved activations that fine-grained offloading (``workload.offload_modules``)
-    keeps in host memory for one micro-batch (``memory.offloaded_input_bytes``); none under full
-    recomputation, which keeps only the layer input."""
-    if not workload.offload_modules or recompute == Recompute.FULL:
+    """Bytes of one layer's saved activations that fine-grained offloading (``mapping.module_offload`` of
+    ``workload.offload_modules``) keeps in host memory for one micro-batch (``memory.offloaded_input_bytes``);
+    none under full recomputation, which keeps only the layer input."""
+    if not module_offload or not workload.offload_modules or recompute == Recompute.FULL:
         return 0.0
     return memory.offloaded_input_bytes(
         model,
@@ -488,6 +497,7 @@ def layer_times(
     cp_comm: str = CpComm.RING,
     etp: int = 1,
     tp_comm_overlap: bool = False,
+    module_offload: bool = False,
 ) -> LayerTimes:
     """Forward and backward time of one transformer layer (dense, or MoE with ``moe_layer``) for
     one micro-batch on one GPU; ``layouts`` ({'tp', 'cp', 'ep', 'etp': Layout}, ``placement.group_layouts``)
@@ -537,7 +547,7 @@ def layer_times(
     else:
         redo = 0.0
     # fine-grained offloading: each layer's offloaded inputs leave beside its forward and return beside its backward
-    offloaded = offloaded_activation_bytes(model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp)
+    offloaded = offloaded_activation_bytes(model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp, module_offload)
     compute_fwd = gemm_fwd + attn_fwd + elem_fwd
     return LayerTimes(
         gemm_fwd=gemm_fwd,
@@ -957,9 +967,14 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     reason = offload_problem(model, system.device, m.pp, m.recompute, m.offload_layers)
     if reason is not None:
         raise ProblemError(reason, field="mapping.offload_layers")
-    reason = module_offload_problem(model, system.device, workload.offload_modules, m.offload_layers)
-    if reason is not None:
-        raise ProblemError(reason, field="workload.offload_modules")
+    if not isinstance(m.module_offload, bool):
+        raise ProblemError(f"must be true or false, got {m.module_offload!r}", field="mapping.module_offload")
+    if m.module_offload:
+        if not workload.offload_modules:
+            raise ProblemError("module offloading needs workload.offload_modules", field="mapping.module_offload")
+        reason = module_offload_problem(model, system.device, workload.offload_modules, m.offload_layers)
+        if reason is not None:
+            raise ProblemError(reason, field="mapping.module_offload")
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):
         hint = (
             "each chunk needs at least one layer"

@@ -89,14 +89,40 @@ LAYER_OUTPUTS = (
 
 
 def _layer(
-    ctx: TrainingContext, moe_layer: bool, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_comm_overlap, etp=1
+    ctx: TrainingContext,
+    moe_layer: bool,
+    tp,
+    cp,
+    micro_batch,
+    sp,
+    recompute,
+    ep,
+    layouts,
+    cp_comm,
+    tp_comm_overlap,
+    etp=1,
+    module_offload=False,
 ) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
     model, wl = ctx.model, ctx.workload
     lt = layer_times(
-        model, ctx.system, wl, tp, cp, micro_batch, sp, recompute, ep, moe_layer, layouts, cp_comm, etp, tp_comm_overlap
+        model,
+        ctx.system,
+        wl,
+        tp,
+        cp,
+        micro_batch,
+        sp,
+        recompute,
+        ep,
+        moe_layer,
+        layouts,
+        cp_comm,
+        etp,
+        tp_comm_overlap,
+        bool(module_offload),
     )
     layer = dict(
         model=model,
@@ -121,7 +147,7 @@ def _layer(
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
         working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     # fine-grained offloading: the offloaded inputs wait in host memory, but the layer in flight holds its own
-    offloaded = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp)
+    offloaded = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp, bool(module_offload))
     act, working = act - min(act, offloaded), working + offloaded
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
     return lt.total, lt.forward, lt.backward, act, working, offload
@@ -129,10 +155,21 @@ def _layer(
 
 LEAD_LAYER = Factor(
     "lead_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP),
+    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm, tp_comm_overlap: _layer(
-        ctx, False, tp, cp, micro_batch, sp, recompute, 1, {"tp": tp_group, "cp": cp_group}, cp_comm, tp_comm_overlap
+    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm, tp_comm_overlap, module_offload: _layer(
+        ctx,
+        False,
+        tp,
+        cp,
+        micro_batch,
+        sp,
+        recompute,
+        1,
+        {"tp": tp_group, "cp": cp_group},
+        cp_comm,
+        tp_comm_overlap,
+        module_offload=module_offload,
     ),
 )
 MOE_LAYER = Factor(
@@ -151,9 +188,10 @@ MOE_LAYER = Factor(
         D.ETP,
         D.ETP_GROUP,
         D.TP_COMM_OVERLAP,
+        D.MODULE_OFFLOAD,
     ),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_comm_overlap: (
+    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_comm_overlap, module_offload: (
         _layer(
             ctx,
             True,
@@ -167,6 +205,7 @@ MOE_LAYER = Factor(
             cp_comm,
             tp_comm_overlap,
             etp,
+            module_offload,
         )
     ),
 )
@@ -817,6 +856,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.TP_COMM_OVERLAP: m.tp_comm_overlap,
         D.OPTIMIZER_OFFLOAD: m.optimizer_offload,
         D.WEIGHT_OFFLOAD: m.weight_offload,
+        D.MODULE_OFFLOAD: m.module_offload,
         D.DUALPIPE: m.dualpipe,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
@@ -1054,6 +1094,7 @@ def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, cri
             m.cp_comm,
             etp,
             m.tp_comm_overlap,
+            m.module_offload,
         )
 
     lt = times(False)

@@ -191,7 +191,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     if m.optimizer_offload > 0:
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", m.optimizer_offload)]
     _require(not m.weight_offload and m.offload_layers == 0, "offloading Megatron-LM cannot express")
-    _require(not w.offload_modules, "fine-grained activation offloading (no flag in the recorded release)")
+    _require(not m.module_offload, "fine-grained activation offloading (no flag in the recorded release)")
     _require(not m.dualpipe, "the DualPipe schedule (Megatron-LM runs 1F1B)")
     _require(m.placement in (DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT), f"rank order {m.placement}")
     if m.placement == TP_PP_DP_PLACEMENT:
@@ -267,7 +267,7 @@ def torchtitan_sections(problem, num_gpus: int, m) -> dict:
     _require(m.zero in (0, 3), f"ZeRO-{m.zero} (FSDP2 shards as ZeRO-3, DDP is ZeRO-0)")
     _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
     _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")
-    _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0 and not w.offload_modules, "offloading")
+    _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0 and not m.module_offload, "offloading")
     _require(not m.dualpipe, "the DualPipe schedule")
     parallelism = {
         "data_parallel_replicate_degree": m.dp if m.zero == 0 else 1,
@@ -305,7 +305,7 @@ def emit_torchtitan(problem, num_gpus: int, m) -> str:
 def deepspeed_config(problem, num_gpus: int, m) -> dict:
     w = problem.workload
     _require(m.tp == m.pp == m.cp == m.vpp == 1 and m.ep == 1, "model parallelism (not in a ds_config)")
-    _require(m.dp == num_gpus and m.offload_layers == 0 and not w.offload_modules, "a plan the ds_config cannot hold")
+    _require(m.dp == num_gpus and m.offload_layers == 0 and not m.module_offload, "a plan the ds_config cannot hold")
     _require(not m.weight_offload or m.zero == 3, "offload_param without ZeRO-3")
     _require(w.precision in ("bf16", "fp16"), f"{w.precision} training")
     zero = {"stage": m.zero}

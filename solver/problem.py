@@ -110,9 +110,10 @@ MAPPING_DEFAULTS = {
     "optimizer_offload": 0.0,
     "weight_offload": False,
     "dualpipe": False,
+    "module_offload": False,  # true where workload.offload_modules lists modules (parse_problem)
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap", "weight_offload", "dualpipe")  # true/false mapping keys
+FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap", "weight_offload", "dualpipe", "module_offload")  # true/false mapping keys
 ALLOWED_VALUES = {
     "recompute": tuple(r.value for r in Recompute),
     "zero": tuple(int(z) for z in ZeroStage),
@@ -254,6 +255,22 @@ def mapping_with_defaults(values: dict) -> Mapping:
     kwargs = {**MAPPING_DEFAULTS, **values}
     kwargs.setdefault("sp", kwargs["tp"] > 1)
     return Mapping(**kwargs)
+
+
+def _module_offload_choice(mapping: dict, workload: Workload, src: str) -> dict:
+    """``mapping.module_offload``: whether the modules ``workload.offload_modules`` lists are offloaded.
+    Listing modules sets it true unless the mapping says otherwise (``[false, true]`` lets solve decide);
+    true without modules is refused."""
+    values = mapping.get("module_offload")
+    if values is None:
+        return {**mapping, "module_offload": (True,)} if workload.offload_modules else mapping
+    if True in values and not workload.offload_modules:
+        raise ProblemError(
+            "module offloading needs workload.offload_modules to list the modules whose inputs it offloads",
+            source=src,
+            field="mapping.module_offload",
+        )
+    return mapping
 
 
 def offload_module_list(value, recompute_modules: list, src: str) -> tuple:
@@ -702,6 +719,8 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         if inference
         else _parse_mapping(data.get("mapping"), source)
     )
+    if not inference:
+        mapping = _module_offload_choice(mapping, workload, source)
     pasted = mapping.pop("num_gpus", None)
     layout = mapping.pop("pipeline_layout", None)
     if layout is not None:
@@ -754,8 +773,9 @@ def _single_system_problem(
         )
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
-    if workload.kind == "training":  # fine-grained offloading: the model, the device and the listed offload_layers allow it
-        whole_layers = max(mapping.get("offload_layers", (0,)), default=0)
+    if workload.kind == "training":  # fine-grained offloading: the model, the device and, where it must run, offload_layers
+        forced = mapping.get("module_offload") == (True,)
+        whole_layers = min(mapping.get("offload_layers", (0,))) if forced else 0
         reason = module_offload_problem(model_spec, device, workload.offload_modules, whole_layers)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.offload_modules")

@@ -197,7 +197,7 @@ class TrainingPlanner(Planner):
         # the ZeRO stage, sequence parallelism and the schedule with its interleaving depth (the bubble and
         # the in-flight chunks); the pipeline split and the choices that leave the step nearly unchanged
         # (cp and tp communication, offloads) are enumerated within each block
-        first = (*space.relation("grid").columns, D.MICRO_BATCH, D.MICROBATCHES, D.RECOMPUTE)
+        first = (*space.relation("grid").columns, D.MICRO_BATCH, D.MICROBATCHES, D.RECOMPUTE, D.MODULE_OFFLOAD)
         second = (D.ZERO, D.OPTIMIZER_OFFLOAD, D.SP, D.TP_COMM_OVERLAP, D.INTERLEAVED, D.VPP)
         return tuple(tuple(k for k in level if k in space.domains) for level in (first, second))
 

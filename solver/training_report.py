@@ -33,6 +33,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
         + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + ("  weight_offload" if m.weight_offload else "")
+        + (f"  module_offload {'/'.join(problem.workload.offload_modules)}" if m.module_offload else "")
         + ("  dualpipe (each rank: its stage and the mirrored one)" if m.dualpipe else "")
     )
     system = problem.system(met["num_gpus"])
@@ -128,6 +129,7 @@ def plan_label(plan) -> str:
         + (", tp overlap" if m.tp_comm_overlap else "")
         + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + (", weight offload" if m.weight_offload else "")
+        + (", module offload" if m.module_offload else "")
         + (", dualpipe" if m.dualpipe else "")
     )
     return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"

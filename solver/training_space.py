@@ -406,11 +406,16 @@ def build_space(problem) -> Space:
     ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
+    # fine-grained offloading (workload.offload_modules): off unless the mapping (or the listed modules) asks; not
+    # beside whole-layer offloading (Megatron-Core refuses both), nothing to move under full recomputation
+    module_offloads = [int(x) for x in problem.mapping.get("module_offload", (False,))]
     offload_recompute = [
-        (x, r)
+        (x, r, u)
         for x in sorted({row[-1] for row in pipeline})
         for r in recompute
+        for u in module_offloads
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
+        and not (u and (x or tuple(Recompute)[r] == Recompute.FULL))
     ]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     # offloading to the host: none unless the mapping lists it
@@ -433,7 +438,7 @@ def build_space(problem) -> Space:
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
-        ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE])),
+        ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE, D.MODULE_OFFLOAD])),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED, D.DUALPIPE])),
@@ -465,6 +470,7 @@ def build_space(problem) -> Space:
         D.OPTIMIZER_OFFLOAD: categorical(shares),
         D.WEIGHT_OFFLOAD: categorical(weights),
         D.DUALPIPE: categorical((False, True)),
+        D.MODULE_OFFLOAD: categorical((False, True)),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -482,7 +488,7 @@ def build_space(problem) -> Space:
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
             "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3; dualpipe needs an even pp and an even count of at "
-            "least 2·pp micro-batches, without vpp)",
+            "least 2·pp micro-batches, without vpp; module_offload needs neither offload_layers nor recompute full)",
             source=problem.source,
             field="mapping",
         )

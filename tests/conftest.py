@@ -97,6 +97,7 @@ MAPPING_KEYS = (
     "optimizer_offload",  # issue 13: share of the optimizer state held and stepped on the host
     "weight_offload",  # issue 13: ZeRO-3's weight shard held on the host
     "dualpipe",  # issue 13: DeepSeek-V3's bidirectional pipeline schedule
+    "module_offload",  # issue 13: the listed modules' inputs offloaded (fine-grained activation offloading)
 )
 
 

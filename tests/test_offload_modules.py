@@ -119,9 +119,46 @@ def test_what_megatron_core_refuses_is_refused_in_one_line(workload, model, mapp
     assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_solver_equals_the_enumerator_with_it():
-    data = training_problem("qwen3-30b-a3b", "gb200-nvl72", 64, global_batch=64, offload_modules=["expert_fc1", "moe_act"])
-    solved_as_enumerated(parse_problem(data, source="t.yaml"))
+def test_listing_modules_turns_it_on_and_a_mapping_can_turn_it_off_or_leave_it_to_solve():
+    def mapping(**kw):
+        data = training_problem("qwen3-30b-a3b", "gb200-nvl72", 64, global_batch=64, **kw)
+        return parse_problem(data, source="t.yaml").mapping.get("module_offload")
+
+    assert mapping() is None and mapping(offload_modules=["moe_act"]) == (True,)
+    assert mapping(offload_modules=["moe_act"], mapping={"module_offload": [False, True]}) == (False, True)
+    with pytest.raises(ProblemError) as err:
+        mapping(mapping={"module_offload": True})
+    assert err.value.field == "mapping.module_offload" and "workload.offload_modules" in str(err.value)
+
+
+def test_solver_equals_the_enumerator_with_it_as_a_decision():
+    """Qwen3-30B-A3B on 64 GB200: its layers compute too little to hide the copies, so where memory does not
+    bind the planner leaves the modules on the device."""
+    data = training_problem(
+        "qwen3-30b-a3b",
+        "gb200-nvl72",
+        64,
+        global_batch=64,
+        offload_modules=["expert_fc1", "moe_act"],
+        mapping={"module_offload": [False, True], "pp": [1, 2], "tp": 1},
+    )
+    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"))
+    assert plan.mapping.module_offload is False
+
+
+def test_solve_offloads_where_the_plan_only_fits_with_it():
+    """The Model Zoo's GB200 MXFP8 shape (Qwen3-235B-A22B, 256 GPUs, pp 4 x vpp 6, ep 64, micro-batch 3),
+    offloading left to the planner: only the offloaded plan fits, so solve takes it."""
+    (entry,) = [e for e in load_runs() if e["id"] == "moezoo-bw-qwen3_235b-gb200-256gpu-mxfp8-offload-tp1-ep64-pp4"]
+    data = {
+        "model": entry["model"],
+        "system": {"name": entry["system"], "num_gpus": entry["num_gpus"]},
+        "workload": {k: v for k, v in entry["workload"].items()},
+        "mapping": {**{k: v for k, v in entry["mapping"].items()}, "module_offload": [False, True]},
+        "objective": "throughput",
+    }
+    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"))
+    assert plan.mapping.module_offload is True and plan.evaluation.metrics["fits"]
 
 
 def test_the_published_gb200_mxfp8_run_fits_only_with_its_offloading():

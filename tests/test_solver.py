@@ -423,6 +423,7 @@ KNOWN_GOOD = {
     "optimizer_offload": 0.0,
     "weight_offload": False,
     "dualpipe": False,
+    "module_offload": False,
 }
 
 
