@@ -8,6 +8,8 @@ All activation sizes assume 16-bit activations (2 bytes) and 1-byte dropout mask
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .choices import Recompute, Zero3Gather
 from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
 from .ops import FloatOps
@@ -136,6 +138,15 @@ def selective_savings_bytes(
     return saved
 
 
+class OffloadedBytes(NamedTuple):
+    """One layer's fine-grained offloading, bytes per micro-batch: what its copies move to host memory and
+    back (``copied``) and what leaves device memory (``freed``, at least ``copied``: a module may also
+    release a tensor it no longer needs)."""
+
+    copied: float
+    freed: float
+
+
 def offloaded_input_bytes(
     model: ModelSpec,
     tokens: float,
@@ -145,43 +156,55 @@ def offloaded_input_bytes(
     moe_layer: bool,
     etp: int,
     modules: tuple,
-) -> float:
-    """Per-layer activation bytes that Megatron-Core's fine-grained activation offloading of ``modules``
+    recomputed: tuple = (),
+    permuted_bytes: float = ACT_BYTES,
+    fc1_saves_original: bool = False,
+) -> OffloadedBytes:
+    """One layer's activation bytes that Megatron-Core's fine-grained activation offloading of ``modules``
     (``choices.OffloadModule``, --offload-modules) moves to host memory: each module's saved input
     (docs/user-guide/features/fine_grained_activation_offloading.md, "Each module offloads its input
-    activation"), as the terms of ``activation_bytes_per_layer`` count them.
+    activation"), as the terms of ``activation_bytes_per_layer`` count them, less what selective
+    recomputation of ``recomputed`` (``selective_savings_bytes``) already drops.
 
     attn_norm / mlp_norm: the input of a norm that runs apart from a linear (MLA's input norm; an MoE
     layer's pre-MLP norm: ``unfused_norms``), 2 bytes per hidden element; a norm fused into
     LayerNormLinear is Megatron-Core's IdentityOp, which it skips. qkv_linear: the QKV projection's
-    saved input, the GEMM input, with the norm input where the norm is fused into it. core_attn: Q, K
-    and V. attn_proj: the output projection's input. expert_fc1: the routed rows' expert input (a GEMM
-    input, etp rows gathered per row). moe_act: the routed rows' activation input (SwiGLU: gate and up)."""
+    saved input, the GEMM input (MLA's: the input norm's output, none when layernorm is recomputed),
+    with the norm input where the norm is fused into it. core_attn: Q, K and V, none when the attention
+    core is recomputed (its checkpoint bypasses the offload, megatron/core/transformer/attention.py) or,
+    for MLA, when mla_up_proj is. attn_proj: the output projection's input. expert_fc1: the routed rows'
+    expert input (a GEMM input, etp rows gathered per row; per-tensor FP8 makes FC1 save its 16-bit
+    original instead, ``fc1_saves_original``), and it releases the 16-bit permuted rows
+    (``permuted_bytes``; moe/experts.py forced_released_tensors). moe_act: the routed rows' activation
+    input (SwiGLU: gate and up)."""
     if not modules:
-        return 0.0
+        return OffloadedBytes(0.0, 0.0)
     h = model.hidden
     seq_tokens = tokens / (tp if sp else 1)
     qkv, proj = attention_activation_widths(model)
-    attention_norm_apart = model.mla is not None
-    out = 0.0
-    if "attn_norm" in modules and attention_norm_apart:
-        out += seq_tokens * h * ACT_BYTES
+    mla = model.mla is not None
+    copied = released = 0.0
+    if "attn_norm" in modules and mla:
+        copied += seq_tokens * h * ACT_BYTES
     if "qkv_linear" in modules:
-        out += seq_tokens * h * (gemm_input_bytes + (0.0 if attention_norm_apart else ACT_BYTES))
-    if "core_attn" in modules:
-        out += tokens * qkv * ACT_BYTES / tp
+        norm_output = 0.0 if mla and "layernorm" in recomputed else gemm_input_bytes
+        copied += seq_tokens * h * (norm_output + (0.0 if mla else ACT_BYTES))
+    if "core_attn" in modules and "core_attn" not in recomputed and not (mla and "mla_up_proj" in recomputed):
+        copied += tokens * qkv * ACT_BYTES / tp
     if "attn_proj" in modules:
-        out += tokens * proj * gemm_input_bytes / tp
-    if not moe_layer:
-        return out
-    if "mlp_norm" in modules:
-        out += seq_tokens * h * ACT_BYTES
-    rows = routed_rows_per_gpu(model, tokens, tp)
-    if "expert_fc1" in modules:
-        out += rows * h * etp * gemm_input_bytes
-    if "moe_act" in modules:
-        out += rows * model.moe.expert_ffn * activation_input_bytes(model)
-    return out
+        copied += tokens * proj * gemm_input_bytes / tp
+    if moe_layer:
+        if "mlp_norm" in modules:
+            copied += seq_tokens * h * ACT_BYTES
+        rows = routed_rows_per_gpu(model, tokens, tp)
+        if "expert_fc1" in modules:
+            copied += rows * h * etp * (ACT_BYTES if fc1_saves_original else gemm_input_bytes)
+            released += rows * h * (etp * gemm_input_bytes + permuted_bytes) - rows * h * etp * (
+                ACT_BYTES if fc1_saves_original else gemm_input_bytes
+            )
+        if "moe_act" in modules:
+            copied += rows * model.moe.expert_ffn * activation_input_bytes(model)
+    return OffloadedBytes(copied, copied + max(0.0, released))
 
 
 def activation_bytes_per_layer(

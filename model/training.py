@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from . import checks, compute, expert_parallel, memory, params
-from .choices import CpComm, OffloadModule, Recompute, ZeroStage, allowed
+from .choices import CpComm, LowPrecisionRecipe, OffloadModule, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
@@ -375,12 +375,14 @@ def offloaded_activation_bytes(
     moe_layer: bool,
     etp: int,
     module_offload: bool,
-) -> float:
-    """Bytes of one layer's saved activations that fine-grained offloading (``mapping.module_offload`` of
-    ``workload.offload_modules``) keeps in host memory for one micro-batch (``memory.offloaded_input_bytes``);
-    none under full recomputation, which keeps only the layer input."""
+) -> memory.OffloadedBytes:
+    """What fine-grained offloading (``mapping.module_offload`` of ``workload.offload_modules``) moves of one
+    layer's saved activations for one micro-batch (``memory.offloaded_input_bytes``, with the modules
+    selective recomputation redoes and the recipe's FC1 input); nothing under full recomputation, which
+    keeps only the layer input."""
     if not module_offload or not workload.offload_modules or recompute == Recompute.FULL:
-        return 0.0
+        return memory.OffloadedBytes(0.0, 0.0)
+    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     return memory.offloaded_input_bytes(
         model,
         micro_batch * workload.seq_len / cp,
@@ -390,6 +392,10 @@ def offloaded_activation_bytes(
         moe_layer,
         etp,
         workload.offload_modules,
+        recomputed=workload.recompute_modules if recompute == Recompute.SELECTIVE else (),
+        permuted_bytes=0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
+        # Megatron-Core keeps FC1's 16-bit input where the recipe quantises per tensor (moe/experts.py)
+        fc1_saves_original=recipe is not None and recipe not in (LowPrecisionRecipe.MXFP8, LowPrecisionRecipe.NVFP4),
     )
 
 
@@ -547,7 +553,9 @@ def layer_times(
     else:
         redo = 0.0
     # fine-grained offloading: each layer's offloaded inputs leave beside its forward and return beside its backward
-    offloaded = offloaded_activation_bytes(model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp, module_offload)
+    offloaded = offloaded_activation_bytes(
+        model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp, module_offload
+    ).copied
     compute_fwd = gemm_fwd + attn_fwd + elem_fwd
     return LayerTimes(
         gemm_fwd=gemm_fwd,
@@ -829,20 +837,36 @@ def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: st
     return None
 
 
-def module_offload_problem(model: ModelSpec, device: DeviceSpec, modules: tuple, offload_layers: int) -> str | None:
+def module_offload_problem(
+    model: ModelSpec,
+    device: DeviceSpec,
+    modules: tuple,
+    offload_layers: int = 0,
+    recompute: str = Recompute.NONE,
+    recompute_modules: tuple = (),
+) -> str | None:
     """Why fine-grained activation offloading of ``modules`` cannot run here, or None when it can: it
-    needs a link to host memory, cannot run beside whole-layer offloading (Megatron-Core asserts
-    "fine_grained_activation_offloading cannot be enabled with cpu_offloading"), and the routed-expert
-    modules need an MoE model."""
+    needs a link to host memory; the routed-expert modules need an MoE model; it cannot run beside
+    whole-layer offloading (Megatron-Core asserts "fine_grained_activation_offloading cannot be enabled
+    with cpu_offloading") nor offload the routed experts' inputs while selective recomputation redoes
+    the whole MoE block (TransformerConfig: "Cannot offload ... while recomputing the entire MoE
+    layer"); under full recomputation, which keeps only each layer's input, it has nothing to move."""
     if not modules:
         return None
     if device.host_bytes_per_s <= 0:
         return f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs"
-    if offload_layers:
-        return "offload_modules cannot run beside mapping.offload_layers (Megatron-Core refuses both); drop one"
     experts = [m for m in modules if m in (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT)]
     if experts and model.moe is None:
         return f"{', '.join(experts)} offload the routed experts' inputs, and {model.name} has no MoE layers"
+    if offload_layers:
+        return "offload_modules cannot run beside mapping.offload_layers (Megatron-Core refuses both); drop one"
+    if recompute == Recompute.FULL:
+        return "full recomputation keeps only each layer's input: nothing for offload_modules to move; use recompute none or selective"
+    if experts and recompute == Recompute.SELECTIVE and "moe" in recompute_modules:
+        return (
+            f"{', '.join(experts)} cannot be offloaded while recompute_modules holds moe (the whole MoE block is "
+            "recomputed; Megatron-Core refuses both): drop one"
+        )
     return None
 
 
@@ -972,7 +996,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     if m.module_offload:
         if not workload.offload_modules:
             raise ProblemError("module offloading needs workload.offload_modules", field="mapping.module_offload")
-        reason = module_offload_problem(model, system.device, workload.offload_modules, m.offload_layers)
+        reason = module_offload_problem(
+            model, system.device, workload.offload_modules, m.offload_layers, m.recompute, workload.recompute_modules
+        )
         if reason is not None:
             raise ProblemError(reason, field="mapping.module_offload")
     if not vpp_divides_stages(layers, m.vpp, workload.mtp_layers, m.uneven_chunks):

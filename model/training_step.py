@@ -85,6 +85,7 @@ LAYER_OUTPUTS = (
     Output("activation", MEMORY),
     Output("working", MEMORY),
     Output("offload", TIME),
+    Output("offloaded", MEMORY),
 )
 
 
@@ -104,8 +105,9 @@ def _layer(
     module_offload=False,
 ) -> tuple:
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
-    the activation bytes it keeps, the recomputation working set (``memory``), and the seconds
-    offloading its activations leaves exposed (``training.activation_offload_exposed_s``)."""
+    the activation bytes it keeps, the recomputation working set (``memory``), the seconds
+    offloading its activations leaves exposed (``training.activation_offload_exposed_s``), and the bytes
+    fine-grained offloading keeps in host memory (``training.offloaded_activation_bytes``)."""
     model, wl = ctx.model, ctx.workload
     lt = layer_times(
         model,
@@ -147,10 +149,10 @@ def _layer(
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
         working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     # fine-grained offloading: the offloaded inputs wait in host memory, but the layer in flight holds its own
-    offloaded = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp, bool(module_offload))
-    act, working = act - min(act, offloaded), working + offloaded
+    moved = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp, bool(module_offload))
+    act, working = act - min(act, moved.freed), working + moved.copied  # the layer in flight reloads what was copied
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
-    return lt.total, lt.forward, lt.backward, act, working, offload
+    return lt.total, lt.forward, lt.backward, act, working, offload, moved.copied
 
 
 LEAD_LAYER = Factor(
@@ -893,7 +895,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
     metrics["device_memory_gib"] = device_memory(o, ctx, q) / GIB
-    if mapping.optimizer_offload or mapping.weight_offload:  # the host memory tier: reported, not a limit (docs/model.md)
+    if mapping.optimizer_offload or mapping.weight_offload or mapping.module_offload:  # the host tier: reported, not a limit
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
         "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),
@@ -1014,7 +1016,11 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         total, backward = mem.total, mem.backward  # the peak: the backward's, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
-        host = stage_host_bytes(wl, m, p, pe)
+        # fine-grained offloading: the host holds the offloaded inputs of the stage's in-flight chunks
+        in_flight = min(microbatches * m.vpp, memory.in_flight_chunk_limit(i, m.pp, m.vpp))
+        host = (
+            stage_host_bytes(wl, m, p, pe) + in_flight * ((n - lead_count) * body.offloaded + lead_count * lead.offloaded) / m.vpp
+        )
         activations = backward - sum(state.values())
         # at its peak, by component: the reduction's moment holds the states and the copy, the activations freed
         at_peak = (

@@ -273,10 +273,10 @@ def _module_offload_choice(mapping: dict, workload: Workload, src: str) -> dict:
     return mapping
 
 
-def offload_module_list(value, recompute_modules: list, src: str) -> tuple:
+def offload_module_list(value, src: str) -> tuple:
     """``workload.offload_modules`` as Megatron-Core's TransformerConfig accepts it: OffloadModule
     values, attn_proj only with core_attn (its input is core_attn's output, which core_attn's backward
-    needs), and no routed-expert module while selective recomputation redoes the whole MoE block."""
+    needs). What depends on the model, the device and the mapping: ``training.module_offload_problem``."""
     fld = "workload.offload_modules"
     items = value if isinstance(value, list) else [value]
     modules = tuple(dict.fromkeys(str(checks.choice(m, OffloadModule, fld, src)) for m in items))
@@ -284,14 +284,6 @@ def offload_module_list(value, recompute_modules: list, src: str) -> tuple:
         raise ProblemError(
             "attn_proj needs core_attn as well (its input is core_attn's output, which core_attn's backward needs; "
             "Megatron-Core refuses it alone)",
-            source=src,
-            field=fld,
-        )
-    inside = [m for m in (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT) if m in modules]
-    if inside and RecomputeModule.MOE in recompute_modules:
-        raise ProblemError(
-            f"{', '.join(inside)} cannot be offloaded while recompute_modules holds moe (the whole MoE block is "
-            "recomputed; Megatron-Core refuses both): drop one",
             source=src,
             field=fld,
         )
@@ -342,7 +334,7 @@ def _parse_workload(data, src: str) -> Workload:
             field="workload.recompute_modules",
         )
     modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
-    offload_modules = offload_module_list(data.get("offload_modules", []), modules, src)
+    offload_modules = offload_module_list(data.get("offload_modules", []), src)
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
         for key, default in (
@@ -773,10 +765,14 @@ def _single_system_problem(
         )
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
-    if workload.kind == "training":  # fine-grained offloading: the model, the device and, where it must run, offload_layers
-        forced = mapping.get("module_offload") == (True,)
+    if workload.kind == "training" and True in mapping.get("module_offload", ()):
+        # fine-grained offloading where it may run: the model, the device and, where it must run, what the mapping lists
+        forced = mapping["module_offload"] == (True,)
         whole_layers = min(mapping.get("offload_layers", (0,))) if forced else 0
-        reason = module_offload_problem(model_spec, device, workload.offload_modules, whole_layers)
+        recompute = next(iter(mapping["recompute"])) if forced and len(mapping.get("recompute", ())) == 1 else Recompute.NONE
+        reason = module_offload_problem(
+            model_spec, device, workload.offload_modules, whole_layers, recompute, workload.recompute_modules
+        )
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.offload_modules")
     problem = Problem(

@@ -69,7 +69,11 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
             else []
         )
         + [("micro-batches per step", str(met["microbatches"]))]
-        + ([("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded states)")] if "host_memory_gib" in met else []),
+        + (
+            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded states and activations)")]
+            if "host_memory_gib" in met
+            else []
+        ),
     )
     if "cost_per_hour_usd" in met:
         cost_rows = [

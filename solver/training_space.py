@@ -53,6 +53,7 @@ from parasol.model.training import (
     check_cp_comm,
     check_expert_grid,
     check_grid,
+    module_offload_problem,
     offload_problem,
     optimizer_offload_problem,
     weight_offload_problem,
@@ -415,7 +416,7 @@ def build_space(problem) -> Space:
         for r in recompute
         for u in module_offloads
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
-        and not (u and (x or tuple(Recompute)[r] == Recompute.FULL))
+        and not (u and module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], wl.recompute_modules))
     ]
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     # offloading to the host: none unless the mapping lists it
