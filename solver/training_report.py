@@ -114,18 +114,15 @@ def plans_table(plans) -> list[str]:
         lines.append(
             f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
             f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-            f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}"
+            f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}{choices(m)}"
         )
     return lines
 
 
-def plan_label(plan) -> str:
-    """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
-    choices beyond Megatron's defaults (uneven chunks, offloaded layers, all-to-all CP, expert tensor parallelism,
-    TP communication overlap, optimizer offloading)."""
-    m, met = plan.mapping, plan.evaluation.metrics
-    chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
-    extras = (
+def choices(m) -> str:
+    """The choices beyond Megatron's defaults a mapping makes, each after a comma (uneven chunks, offloaded
+    layers, all-to-all CP, expert tensor parallelism, TP communication overlap, offloading, DualPipe)."""
+    return (
         (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
@@ -136,4 +133,11 @@ def plan_label(plan) -> str:
         + (", module offload" if m.module_offload else "")
         + (", dualpipe" if m.dualpipe else "")
     )
-    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{extras}"
+
+
+def plan_label(plan) -> str:
+    """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
+    choices beyond Megatron's defaults (``choices``)."""
+    m, met = plan.mapping, plan.evaluation.metrics
+    chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
+    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{choices(m)}"

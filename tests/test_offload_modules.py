@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import pytest
-from conftest import solved_as_enumerated, training_problem
+from conftest import REPO, run_cli, solved_as_enumerated, training_problem
 
 from parasol.model import memory, training
 from parasol.model.errors import ProblemError
@@ -270,3 +271,10 @@ def test_the_host_holds_the_in_flight_chunks_offloaded_inputs():
     model = problem.model
     per_layer = memory.offloaded_input_bytes(model, 4096, 1, False, 2.0, True, 1, ("expert_fc1",)).copied
     assert ev.stages[0]["host_bytes"] == pytest.approx(model.layers * per_layer)  # 1 micro-batch in flight on pp 1
+
+
+def test_the_shipped_example_offloads_because_nothing_fits_without():
+    out = run_cli(["solve", str(REPO / "problems/examples/qwen3-235b-gb200-offload.yaml"), "--json"])
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "OPTIMAL" and doc["mapping"]["module_offload"] is True and doc["mapping"]["micro_batch"] == 3
