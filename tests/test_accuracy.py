@@ -185,11 +185,15 @@ def test_mlperf_deepseek_v3_runs_as_measured(results):
     (2026-11-27; 27.0 % mean). The model times GB300 at tp 1 barely faster than GB200 at tp 2 (29.6 against 32.4 s at
     512 GPUs) where the runs differ by 1.54x (docs/accuracy.md). The GB300 configs' MXFP8 output layer
     (workload.fp8_output_proj), then Blackwell Ultra's softmax with moe_expert refitted: +42.5, +40.7, +7.1, -4.9,
-    -26.5 % (24.3 %). Bounds: the first measurement + one point."""
+    -26.5 % (24.3 %). Added 2026-11-28: GB200 on 4,096 GPUs -11.8 %, CoreWeave's GB300 on 2,048, 4,096 and 8,192
+    +24.7, +29.0, +19.2 % (9 runs, 22.9 %): every GB300 run too slow, the GB200 runs falling from too slow to too fast
+    as the micro-batches per step fall. Bounds: the first measurement + one point."""
     rows = {r.run_id: r.error for r in results if r.family == "MLPerf Training MoE (out of sample)"}
-    assert len(rows) == 5
+    assert len(rows) == 9
     assert statistics.fmean(abs(e) for e in rows.values()) <= 0.28
     assert max(abs(e) for e in rows.values()) <= 0.50
+    gb300 = [e for k, e in rows.items() if "gb300" in k]
+    assert len(gb300) == 5 and min(gb300) > 0.15  # the pattern the docs describe; moves here need their prose
 
 
 def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):
