@@ -147,24 +147,29 @@ class OffloadedBytes(NamedTuple):
     freed: float
 
 
+class LayerTokens(NamedTuple):
+    """One layer's tokens on one GPU for one micro-batch and how its activations are kept: ``tokens`` of its
+    sequence share, split by ``tp`` (and over the sequence with ``sp``), GEMM inputs saved at
+    ``gemm_input_bytes`` per element, an MoE layer's routed rows over ``etp`` and their 16-bit permuted copy
+    (``permuted_bytes``)."""
+
+    tokens: float
+    tp: int
+    sp: bool
+    gemm_input_bytes: float = ACT_BYTES
+    moe_layer: bool = False
+    etp: int = 1
+    permuted_bytes: float = ACT_BYTES
+
+
 def offloaded_input_bytes(
-    model: ModelSpec,
-    tokens: float,
-    tp: int,
-    sp: bool,
-    gemm_input_bytes: float,
-    moe_layer: bool,
-    etp: int,
-    modules: tuple,
-    recomputed: tuple = (),
-    permuted_bytes: float = ACT_BYTES,
-    fc1_saves_original: bool = False,
+    model: ModelSpec, layer: LayerTokens, modules: tuple, recomputed: tuple = (), fc1_saves_original: bool = False
 ) -> OffloadedBytes:
     """One layer's activation bytes that Megatron-Core's fine-grained activation offloading of ``modules``
     (``choices.OffloadModule``, --offload-modules) moves to host memory: each module's saved input
     (docs/user-guide/features/fine_grained_activation_offloading.md, "Each module offloads its input
     activation"), as the terms of ``activation_bytes_per_layer`` count them, less what selective
-    recomputation of ``recomputed`` (``selective_savings_bytes``) already drops.
+    recomputation of ``recomputed`` (``selective_savings_bytes``) already drops, for a ``layer`` of ``LayerTokens``.
 
     attn_norm / mlp_norm: the input of a norm that runs apart from a linear (MLA's input norm; an MoE
     layer's pre-MLP norm: ``unfused_norms``), 2 bytes per hidden element; a norm fused into
@@ -179,8 +184,9 @@ def offloaded_input_bytes(
     input (SwiGLU: gate and up)."""
     if not modules:
         return OffloadedBytes(0.0, 0.0)
+    tokens, tp, gemm_input_bytes, etp = layer.tokens, layer.tp, layer.gemm_input_bytes, layer.etp
     h = model.hidden
-    seq_tokens = tokens / (tp if sp else 1)
+    seq_tokens = tokens / (tp if layer.sp else 1)
     qkv, proj = attention_activation_widths(model)
     mla = model.mla is not None
     copied = released = 0.0
@@ -193,13 +199,13 @@ def offloaded_input_bytes(
         copied += tokens * qkv * ACT_BYTES / tp
     if "attn_proj" in modules:
         copied += tokens * proj * gemm_input_bytes / tp
-    if moe_layer:
+    if layer.moe_layer:
         if "mlp_norm" in modules:
             copied += seq_tokens * h * ACT_BYTES
         rows = routed_rows_per_gpu(model, tokens, tp)
         if "expert_fc1" in modules:
             copied += rows * h * etp * (ACT_BYTES if fc1_saves_original else gemm_input_bytes)
-            released += rows * h * (etp * gemm_input_bytes + permuted_bytes) - rows * h * etp * (
+            released += rows * h * (etp * gemm_input_bytes + layer.permuted_bytes) - rows * h * etp * (
                 ACT_BYTES if fc1_saves_original else gemm_input_bytes
             )
         if "moe_act" in modules:

@@ -364,17 +364,25 @@ def offload_copy_exposed_s(device: DeviceSpec, activation_bytes: float, compute_
     return max(0.0, activation_bytes / device.host_bytes_per_s - compute_s)
 
 
+def layer_tokens(
+    workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, moe_layer: bool, etp: int
+) -> memory.LayerTokens:
+    """One layer's tokens on one GPU for one micro-batch (its context-parallel share) and how the workload keeps
+    their activations: GEMM inputs at the precision's saved bytes, the permuted rows in 16 bits unless the
+    dispatch arrives in FP8 (``expert_parallel.fp8_dispatch``)."""
+    return memory.LayerTokens(
+        micro_batch * workload.seq_len / cp,
+        tp,
+        sp,
+        memory.saved_gemm_input_bytes(workload.precision),
+        moe_layer,
+        etp,
+        0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
+    )
+
+
 def offloaded_activation_bytes(
-    model: ModelSpec,
-    workload: Workload,
-    tp: int,
-    cp: int,
-    micro_batch: int,
-    sp: bool,
-    recompute: str,
-    moe_layer: bool,
-    etp: int,
-    module_offload: bool,
+    model: ModelSpec, workload: Workload, layer: memory.LayerTokens, recompute: str, module_offload: bool
 ) -> memory.OffloadedBytes:
     """What fine-grained offloading (``mapping.module_offload`` of ``workload.offload_modules``) moves of one
     layer's saved activations for one micro-batch (``memory.offloaded_input_bytes``, with the modules
@@ -385,15 +393,9 @@ def offloaded_activation_bytes(
     recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     return memory.offloaded_input_bytes(
         model,
-        micro_batch * workload.seq_len / cp,
-        tp,
-        sp,
-        memory.saved_gemm_input_bytes(workload.precision),
-        moe_layer,
-        etp,
+        layer,
         workload.offload_modules,
         recomputed=workload.recompute_modules if recompute == Recompute.SELECTIVE else (),
-        permuted_bytes=0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
         # Megatron-Core keeps FC1's 16-bit input where the recipe quantises per tensor (moe/experts.py)
         fc1_saves_original=recipe is not None and recipe not in (LowPrecisionRecipe.MXFP8, LowPrecisionRecipe.NVFP4),
     )
@@ -553,9 +555,8 @@ def layer_times(
     else:
         redo = 0.0
     # fine-grained offloading: each layer's offloaded inputs leave beside its forward and return beside its backward
-    offloaded = offloaded_activation_bytes(
-        model, workload, tp, cp, micro_batch, sp, recompute, moe_layer, etp, module_offload
-    ).copied
+    tokens = layer_tokens(workload, tp, cp, micro_batch, sp, moe_layer, etp)
+    offloaded = offloaded_activation_bytes(model, workload, tokens, recompute, module_offload).copied
     compute_fwd = gemm_fwd + attn_fwd + elem_fwd
     return LayerTimes(
         gemm_fwd=gemm_fwd,

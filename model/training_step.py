@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import compute, expert_parallel, memory, params
+from . import compute, memory, params
 from .choices import CpComm, Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
@@ -42,6 +42,7 @@ from .training import (
     dp_comm_times_s,
     edge_stage_times,
     layer_times,
+    layer_tokens,
     offloaded_activation_bytes,
     optimizer_owned_params,
     pipeline_p2p_time_s,
@@ -90,28 +91,16 @@ LAYER_OUTPUTS = (
 
 
 def _layer(
-    ctx: TrainingContext,
-    moe_layer: bool,
-    tp,
-    cp,
-    micro_batch,
-    sp,
-    recompute,
-    ep,
-    layouts,
-    cp_comm,
-    tp_comm_overlap,
-    etp=1,
-    module_offload=False,
-) -> tuple:
+    ctx, moe_layer, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_comm_overlap, etp=1, module_offload=False
+):
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``), and the bytes
     fine-grained offloading keeps in host memory (``training.offloaded_activation_bytes``)."""
-    model, wl = ctx.model, ctx.workload
+    model, system, wl = ctx.model, ctx.system, ctx.workload
     lt = layer_times(
         model,
-        ctx.system,
+        system,
         wl,
         tp,
         cp,
@@ -124,8 +113,9 @@ def _layer(
         cp_comm,
         etp,
         tp_comm_overlap,
-        bool(module_offload),
+        module_offload,
     )
+    tokens = layer_tokens(wl, tp, cp, micro_batch, sp, moe_layer, etp)
     layer = dict(
         model=model,
         micro_batch=micro_batch,
@@ -134,11 +124,11 @@ def _layer(
         cp=cp,
         sp=sp,
         attention=wl.attention,
-        gemm_input_bytes=memory.saved_gemm_input_bytes(wl.precision),
+        gemm_input_bytes=tokens.gemm_input_bytes,
         moe_layer=moe_layer,
         etp=etp,
         modules=wl.recompute_modules,
-        permuted_bytes=0.0 if expert_parallel.fp8_dispatch(wl) else memory.ACT_BYTES,
+        permuted_bytes=tokens.permuted_bytes,
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))
@@ -149,67 +139,38 @@ def _layer(
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
         working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
     # fine-grained offloading: the offloaded inputs wait in host memory, but the layer in flight holds its own
-    moved = offloaded_activation_bytes(model, wl, tp, cp, micro_batch, sp, recompute, moe_layer, etp, bool(module_offload))
+    moved = offloaded_activation_bytes(model, wl, tokens, recompute, bool(module_offload))
     act, working = act - min(act, moved.freed), working + moved.copied  # the layer in flight reloads what was copied
     offload = activation_offload_exposed_s(ctx.system.device, act, lt.forward, lt.backward)
     return lt.total, lt.forward, lt.backward, act, working, offload, moved.copied
 
 
+def _lead_layer(ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm, tp_comm_overlap, module_offload):
+    """A dense layer (``_layer``) with its groups where they sit."""
+    layouts = {"tp": tp_group, "cp": cp_group}
+    return _layer(ctx, False, tp, cp, micro_batch, sp, recompute, 1, layouts, cp_comm, tp_comm_overlap, 1, module_offload)
+
+
+def _moe_layer(
+    ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_overlap, module_offload
+):
+    """An MoE layer (``_layer``) with its groups where they sit."""
+    layouts = {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group}
+    return _layer(ctx, True, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_overlap, etp, module_offload)
+
+
+LAYER_KEYS = (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE)  # what every layer's time and memory depend on
 LEAD_LAYER = Factor(
     "lead_layer",
-    (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
+    (*LAYER_KEYS, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_comm, tp_comm_overlap, module_offload: _layer(
-        ctx,
-        False,
-        tp,
-        cp,
-        micro_batch,
-        sp,
-        recompute,
-        1,
-        {"tp": tp_group, "cp": cp_group},
-        cp_comm,
-        tp_comm_overlap,
-        module_offload=module_offload,
-    ),
+    _lead_layer,
 )
 MOE_LAYER = Factor(
     "moe_layer",
-    (
-        D.TP,
-        D.CP,
-        D.MICRO_BATCH,
-        D.SP,
-        D.RECOMPUTE,
-        D.EP,
-        D.TP_GROUP,
-        D.CP_GROUP,
-        D.EP_GROUP,
-        D.CP_COMM,
-        D.ETP,
-        D.ETP_GROUP,
-        D.TP_COMM_OVERLAP,
-        D.MODULE_OFFLOAD,
-    ),
+    (*LAYER_KEYS, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM, D.ETP, D.ETP_GROUP, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
     LAYER_OUTPUTS,
-    lambda ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_comm_overlap, module_offload: (
-        _layer(
-            ctx,
-            True,
-            tp,
-            cp,
-            micro_batch,
-            sp,
-            recompute,
-            ep,
-            {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group},
-            cp_comm,
-            tp_comm_overlap,
-            etp,
-            module_offload,
-        )
-    ),
+    _moe_layer,
 )
 
 

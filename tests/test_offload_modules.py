@@ -29,6 +29,19 @@ def _evaluate(system="gb200-nvl72", offload=(), model="qwen3-30b-a3b", mapping=Q
     return problem, evaluate_training(problem.model, sys_, problem.workload, problem.fixed_mapping())
 
 
+def _solved_qwen(mapping: dict):
+    """Qwen3-30B-A3B on 64 GB200 at tp 1 with its routed experts' inputs offloadable, solved and enumerated."""
+    data = training_problem(
+        "qwen3-30b-a3b",
+        "gb200-nvl72",
+        64,
+        global_batch=64,
+        offload_modules=["expert_fc1", "moe_act"],
+        mapping={"module_offload": [False, True], "tp": 1, **mapping},
+    )
+    return solved_as_enumerated(parse_problem(data, source="t.yaml"))
+
+
 def test_the_routed_experts_inputs_are_their_rows_times_the_fc1_input_and_the_activation_input():
     """Qwen3-30B-A3B (h 2048, expert width 768, top-8, SwiGLU) on 4,096 tokens in 16 bits: expert_fc1 copies
     4,096 x 8 rows x 2,048 x 2 bytes and releases the 16-bit permuted rows as well; moe_act copies
@@ -37,7 +50,7 @@ def test_the_routed_experts_inputs_are_their_rows_times_the_fc1_input_and_the_ac
     rows, h = 4096 * 8, 2048
 
     def moved(*modules, gemm_input_bytes=2.0, **kw):
-        return memory.offloaded_input_bytes(model, 4096, 1, False, gemm_input_bytes, True, 1, modules, **kw)
+        return memory.offloaded_input_bytes(model, memory.LayerTokens(4096, 1, False, gemm_input_bytes, True), modules, **kw)
 
     assert moved("expert_fc1") == (rows * h * 2, rows * h * 4)
     assert moved("moe_act") == (rows * 768 * 2 * 2,) * 2
@@ -45,7 +58,9 @@ def test_the_routed_experts_inputs_are_their_rows_times_the_fc1_input_and_the_ac
     assert moved("expert_fc1", gemm_input_bytes=1.0) == (rows * h, rows * h * 3)
     assert moved("expert_fc1", gemm_input_bytes=1.0, fc1_saves_original=True) == (rows * h * 2, rows * h * 3)
     # a dense layer has neither; its norms are fused into their linears (IdentityOp: Megatron-Core skips them)
-    dense = memory.offloaded_input_bytes(model, 4096, 1, False, 2.0, False, 1, ("expert_fc1", "moe_act", "attn_norm", "mlp_norm"))
+    dense = memory.offloaded_input_bytes(
+        model, memory.LayerTokens(4096, 1, False), ("expert_fc1", "moe_act", "attn_norm", "mlp_norm")
+    )
     assert dense == (0.0, 0.0)
     assert moved("mlp_norm").copied == 4096 * h * 2  # an MoE layer's pre-MLP norm runs apart
 
@@ -58,7 +73,7 @@ def test_the_attention_modules_inputs_and_what_recomputation_already_drops():
     model = library.load_model("qwen3-30b-a3b")
 
     def copied(*modules, recomputed=()):
-        return memory.offloaded_input_bytes(model, 4096, 2, True, 2.0, False, 1, modules, recomputed=recomputed).copied
+        return memory.offloaded_input_bytes(model, memory.LayerTokens(4096, 2, True), modules, recomputed=recomputed).copied
 
     assert copied("qkv_linear") == 4096 / 2 * 2048 * (2 + 2)
     assert copied("core_attn") == 4096 * (4096 + 2 * 512) * 2 / 2
@@ -68,10 +83,10 @@ def test_the_attention_modules_inputs_and_what_recomputation_already_drops():
     # MLA (DeepSeek-V3): its input norm runs apart (attn_norm moves its input); mla_up_proj recomputed has already
     # dropped the decompressed Q, K and V, and layernorm recomputed the norm's output, the down-projections' input
     mla = library.load_model("deepseek-v3")
-    assert memory.offloaded_input_bytes(mla, 4096, 1, False, 2.0, False, 1, ("attn_norm",)).copied == 4096 * 7168 * 2
+    assert memory.offloaded_input_bytes(mla, memory.LayerTokens(4096, 1, False), ("attn_norm",)).copied == 4096 * 7168 * 2
 
     def mla_copied(*modules, recomputed=()):
-        return memory.offloaded_input_bytes(mla, 4096, 1, False, 2.0, False, 1, modules, recomputed=recomputed).copied
+        return memory.offloaded_input_bytes(mla, memory.LayerTokens(4096, 1, False), modules, recomputed=recomputed).copied
 
     assert mla_copied("core_attn") > 0 and mla_copied("core_attn", recomputed=("mla_up_proj",)) == 0
     assert mla_copied("qkv_linear") > 0 and mla_copied("qkv_linear", recomputed=("layernorm",)) == 0
@@ -145,17 +160,10 @@ def test_full_recomputation_leaves_nothing_to_offload_so_evaluate_refuses_it_and
     # the model keeps nothing to move under full recomputation even where the decision is on
     model = library.load_model("qwen3-30b-a3b")
     wl = parse_problem(training_problem("qwen3-30b-a3b", "gb200-nvl72", 64, offload_modules=["moe_act"]), "t").workload
-    assert training.offloaded_activation_bytes(model, wl, 1, 1, 1, False, "full", True, 1, True) == (0.0, 0.0)
+    tokens = training.layer_tokens(wl, 1, 1, 1, False, True, 1)
+    assert training.offloaded_activation_bytes(model, wl, tokens, "full", True) == (0.0, 0.0)
     # solve, left to choose both, never pairs them
-    data = training_problem(
-        "qwen3-30b-a3b",
-        "gb200-nvl72",
-        64,
-        global_batch=64,
-        offload_modules=["expert_fc1", "moe_act"],
-        mapping={"module_offload": [False, True], "recompute": ["full", "none"], "pp": 1, "tp": 1},
-    )
-    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"))
+    plan = _solved_qwen({"recompute": ["full", "none"], "pp": 1})
     assert not (plan.mapping.module_offload and plan.mapping.recompute == "full")
 
 
@@ -221,15 +229,7 @@ def test_listing_modules_turns_it_on_and_a_mapping_can_turn_it_off_or_leave_it_t
 def test_solver_equals_the_enumerator_with_it_as_a_decision():
     """Qwen3-30B-A3B on 64 GB200: its layers compute too little to hide the copies, so where memory does not
     bind the planner leaves the modules on the device."""
-    data = training_problem(
-        "qwen3-30b-a3b",
-        "gb200-nvl72",
-        64,
-        global_batch=64,
-        offload_modules=["expert_fc1", "moe_act"],
-        mapping={"module_offload": [False, True], "pp": [1, 2], "tp": 1},
-    )
-    plan = solved_as_enumerated(parse_problem(data, source="t.yaml"))
+    plan = _solved_qwen({"pp": [1, 2]})
     assert plan.mapping.module_offload is False
 
 
@@ -269,7 +269,7 @@ def test_the_host_holds_the_in_flight_chunks_offloaded_inputs():
     offloaded inputs (``memory.offloaded_input_bytes``) times the in-flight micro-batches."""
     problem, ev = _evaluate(offload=("expert_fc1",), mapping={**QWEN, "pp": 1, "dp": 64, "ep": 64})
     model = problem.model
-    per_layer = memory.offloaded_input_bytes(model, 4096, 1, False, 2.0, True, 1, ("expert_fc1",)).copied
+    per_layer = memory.offloaded_input_bytes(model, memory.LayerTokens(4096, 1, False, 2.0, True), ("expert_fc1",)).copied
     assert ev.stages[0]["host_bytes"] == pytest.approx(model.layers * per_layer)  # 1 micro-batch in flight on pp 1
 
 
