@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .choices import Recompute, Zero3Gather
+from .choices import OffloadModule, Recompute, RecomputeModule, Zero3Gather
 from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
 from .ops import FloatOps
 from .specs import AllocatorOverhead, ModelSpec
@@ -62,6 +62,14 @@ def activation_input_bytes(model: ModelSpec) -> float:
     return (2 if model.activation == "swiglu" else 1) * ACT_BYTES
 
 
+def routed_input_bytes(
+    model: ModelSpec, tokens: float, tp: int, etp: int, gemm_input_bytes: float, permuted_bytes: float
+) -> float:
+    """An MoE layer's routed rows' expert inputs on one GPU: each row's GEMM input (the etp rows gathered from
+    its expert tensor-parallel group) and its 16-bit permuted copy (``ffn_activation_bytes``)."""
+    return routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + permuted_bytes)
+
+
 def ffn_activation_bytes(
     model: ModelSpec,
     tokens: float,
@@ -81,7 +89,7 @@ def ffn_activation_bytes(
     ``expert_parallel.fp8_dispatch``)."""
     act_in = activation_input_bytes(model)
     elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
-    rows = routed_rows_per_gpu(model, tokens, tp) * model.hidden * (etp * gemm_input_bytes + permuted_bytes) if moe_layer else 0.0
+    rows = routed_input_bytes(model, tokens, tp, etp, gemm_input_bytes, permuted_bytes) if moe_layer else 0.0
     return elements * (act_in + gemm_input_bytes) + rows
 
 
@@ -140,16 +148,18 @@ def selective_savings_bytes(
 
 class OffloadedBytes(NamedTuple):
     """One layer's fine-grained offloading, bytes per micro-batch: what its copies move to host memory and
-    back (``copied``) and what leaves device memory (``freed``, at least ``copied``: a module may also
-    release a tensor it no longer needs)."""
+    back (``copied``) and what leaves device memory as the activation terms count it (``freed``: the copied
+    inputs, and for expert_fc1 the routed rows' whole expert input with its permuted copy, which Megatron-Core
+    releases, whatever FC1's own copy weighs)."""
 
     copied: float
     freed: float
 
 
 class LayerTokens(NamedTuple):
-    """One layer's tokens on one GPU for one micro-batch and how its activations are kept: ``tokens`` of its
-    sequence share, split by ``tp`` (and over the sequence with ``sp``), GEMM inputs saved at
+    """One layer's tokens on one GPU for one micro-batch and how its activations are kept: ``tokens``, its
+    data- and context-parallel share of the sequence, before tensor parallelism (``tp``, and ``sp`` splitting the
+    replicated activations over the sequence too) divides what it divides; GEMM inputs saved at
     ``gemm_input_bytes`` per element, an MoE layer's routed rows over ``etp`` and their 16-bit permuted copy
     (``permuted_bytes``)."""
 
@@ -190,27 +200,28 @@ def offloaded_input_bytes(
     qkv, proj = attention_activation_widths(model)
     mla = model.mla is not None
     copied = released = 0.0
-    if "attn_norm" in modules and mla:
+    if OffloadModule.ATTN_NORM in modules and mla:
         copied += seq_tokens * h * ACT_BYTES
-    if "qkv_linear" in modules:
-        norm_output = 0.0 if mla and "layernorm" in recomputed else gemm_input_bytes
+    if OffloadModule.QKV_LINEAR in modules:
+        norm_output = 0.0 if mla and RecomputeModule.LAYERNORM in recomputed else gemm_input_bytes
         copied += seq_tokens * h * (norm_output + (0.0 if mla else ACT_BYTES))
-    if "core_attn" in modules and "core_attn" not in recomputed and not (mla and "mla_up_proj" in recomputed):
+    dropped_qkv = RecomputeModule.CORE_ATTN in recomputed or (mla and RecomputeModule.MLA_UP_PROJ in recomputed)
+    if OffloadModule.CORE_ATTN in modules and not dropped_qkv:
         copied += tokens * qkv * ACT_BYTES / tp
-    if "attn_proj" in modules:
+    if OffloadModule.ATTN_PROJ in modules:
         copied += tokens * proj * gemm_input_bytes / tp
     if layer.moe_layer:
-        if "mlp_norm" in modules:
+        if OffloadModule.MLP_NORM in modules:
             copied += seq_tokens * h * ACT_BYTES
         rows = routed_rows_per_gpu(model, tokens, tp)
-        if "expert_fc1" in modules:
-            copied += rows * h * etp * (ACT_BYTES if fc1_saves_original else gemm_input_bytes)
-            released += rows * h * (etp * gemm_input_bytes + layer.permuted_bytes) - rows * h * etp * (
-                ACT_BYTES if fc1_saves_original else gemm_input_bytes
-            )
-        if "moe_act" in modules:
+        if OffloadModule.EXPERT_FC1 in modules:
+            fc1_copy = rows * h * etp * (ACT_BYTES if fc1_saves_original else gemm_input_bytes)
+            # the device frees the rows' expert inputs as ``ffn_activation_bytes`` counts them, and no more
+            kept = routed_input_bytes(model, tokens, tp, etp, gemm_input_bytes, layer.permuted_bytes)
+            copied, released = copied + fc1_copy, released + kept - fc1_copy
+        if OffloadModule.MOE_ACT in modules:
             copied += rows * model.moe.expert_ffn * activation_input_bytes(model)
-    return OffloadedBytes(copied, copied + max(0.0, released))
+    return OffloadedBytes(copied, copied + released)  # released < 0: FC1's 16-bit copy outweighs what was counted
 
 
 def activation_bytes_per_layer(

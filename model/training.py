@@ -18,8 +18,9 @@ import math
 from dataclasses import dataclass
 
 from . import checks, compute, expert_parallel, memory, params
-from .choices import CpComm, LowPrecisionRecipe, OffloadModule, Recompute, ZeroStage, allowed
+from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
+from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
 from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
 from .precision import activation_precision, bytes_per_element, training_recipe
@@ -355,15 +356,6 @@ def activation_offload_exposed_s(device: DeviceSpec, activation_bytes: float, la
     )
 
 
-def offload_copy_exposed_s(device: DeviceSpec, activation_bytes: float, compute_s: float) -> float:
-    """Seconds one copy of ``activation_bytes`` between device and host memory leaves exposed beside
-    ``compute_s`` of compute on another stream: what the copy at the device's host link
-    (``host_bytes_per_s``, each direction) takes beyond it. Zero without a host link."""
-    if device.host_bytes_per_s <= 0:
-        return 0.0
-    return max(0.0, activation_bytes / device.host_bytes_per_s - compute_s)
-
-
 def layer_tokens(
     workload: Workload, tp: int, cp: int, micro_batch: int, sp: bool, moe_layer: bool, etp: int
 ) -> memory.LayerTokens:
@@ -378,26 +370,6 @@ def layer_tokens(
         moe_layer,
         etp,
         0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
-    )
-
-
-def offloaded_activation_bytes(
-    model: ModelSpec, workload: Workload, layer: memory.LayerTokens, recompute: str, module_offload: bool
-) -> memory.OffloadedBytes:
-    """What fine-grained offloading (``mapping.module_offload`` of ``workload.offload_modules``) moves of one
-    layer's saved activations for one micro-batch (``memory.offloaded_input_bytes``, with the modules
-    selective recomputation redoes and the recipe's FC1 input); nothing under full recomputation, which
-    keeps only the layer input."""
-    if not module_offload or not workload.offload_modules or recompute == Recompute.FULL:
-        return memory.OffloadedBytes(0.0, 0.0)
-    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
-    return memory.offloaded_input_bytes(
-        model,
-        layer,
-        workload.offload_modules,
-        recomputed=workload.recompute_modules if recompute == Recompute.SELECTIVE else (),
-        # Megatron-Core keeps FC1's 16-bit input where the recipe quantises per tensor (moe/experts.py)
-        fc1_saves_original=recipe is not None and recipe not in (LowPrecisionRecipe.MXFP8, LowPrecisionRecipe.NVFP4),
     )
 
 
@@ -557,14 +529,15 @@ def layer_times(
     # fine-grained offloading: each layer's offloaded inputs leave beside its forward and return beside its backward
     tokens = layer_tokens(workload, tp, cp, micro_batch, sp, moe_layer, etp)
     offloaded = offloaded_activation_bytes(model, workload, tokens, recompute, module_offload).copied
-    compute_fwd = gemm_fwd + attn_fwd + elem_fwd
+    gemm_bwd = 2.0 * gemm_fwd  # the input and the weight gradients
+    compute_fwd, compute_bwd = gemm_fwd + attn_fwd + elem_fwd, gemm_bwd + attn_bwd + elem_bwd
     return LayerTimes(
         gemm_fwd=gemm_fwd,
         attention_fwd=attn_fwd,
         elementwise_fwd=elem_fwd,
         tp_comm_fwd=tp_fwd,
         cp_comm_fwd=cp_fwd,
-        gemm_bwd=2.0 * gemm_fwd,
+        gemm_bwd=gemm_bwd,
         attention_bwd=attn_bwd,
         elementwise_bwd=elem_bwd,
         tp_comm_bwd=tp_bwd,
@@ -573,7 +546,7 @@ def layer_times(
         ep_comm_fwd=ep_fwd_shown,
         ep_comm_bwd=ep_bwd_shown,
         offload_fwd=offload_copy_exposed_s(device, offloaded, compute_fwd) if offloaded else 0.0,
-        offload_bwd=offload_copy_exposed_s(device, offloaded, 2.0 * gemm_fwd + attn_bwd + elem_bwd + redo) if offloaded else 0.0,
+        offload_bwd=offload_copy_exposed_s(device, offloaded, compute_bwd + redo) if offloaded else 0.0,
     )
 
 
@@ -834,39 +807,6 @@ def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: st
         return (
             f"offload_layers {offload_layers} must be below the model's {model.layers} layers (and at most its {body} "
             "layers after the leading dense ones)"
-        )
-    return None
-
-
-def module_offload_problem(
-    model: ModelSpec,
-    device: DeviceSpec,
-    modules: tuple,
-    offload_layers: int = 0,
-    recompute: str = Recompute.NONE,
-    recompute_modules: tuple = (),
-) -> str | None:
-    """Why fine-grained activation offloading of ``modules`` cannot run here, or None when it can: it
-    needs a link to host memory; the routed-expert modules need an MoE model; it cannot run beside
-    whole-layer offloading (Megatron-Core asserts "fine_grained_activation_offloading cannot be enabled
-    with cpu_offloading") nor offload the routed experts' inputs while selective recomputation redoes
-    the whole MoE block (TransformerConfig: "Cannot offload ... while recomputing the entire MoE
-    layer"); under full recomputation, which keeps only each layer's input, it has nothing to move."""
-    if not modules:
-        return None
-    if device.host_bytes_per_s <= 0:
-        return f"device {device.name} gives no host_bytes_per_s (its link to host memory), which offloading needs"
-    experts = [m for m in modules if m in (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT)]
-    if experts and model.moe is None:
-        return f"{', '.join(experts)} offload the routed experts' inputs, and {model.name} has no MoE layers"
-    if offload_layers:
-        return "offload_modules cannot run beside mapping.offload_layers (Megatron-Core refuses both); drop one"
-    if recompute == Recompute.FULL:
-        return "full recomputation keeps only each layer's input: nothing for offload_modules to move; use recompute none or selective"
-    if experts and recompute == Recompute.SELECTIVE and "moe" in recompute_modules:
-        return (
-            f"{', '.join(experts)} cannot be offloaded while recompute_modules holds moe (the whole MoE block is "
-            "recomputed; Megatron-Core refuses both): drop one"
         )
     return None
 

@@ -31,6 +31,7 @@ from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
+from .offload import host_activation_bytes, offloaded_activation_bytes
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
 from .pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
@@ -43,7 +44,6 @@ from .training import (
     edge_stage_times,
     layer_times,
     layer_tokens,
-    offloaded_activation_bytes,
     optimizer_owned_params,
     pipeline_p2p_time_s,
     stage_expert_params,
@@ -96,7 +96,7 @@ def _layer(
     """One layer per micro-batch: forward+backward, forward and backward seconds (``layer_times``),
     the activation bytes it keeps, the recomputation working set (``memory``), the seconds
     offloading its activations leaves exposed (``training.activation_offload_exposed_s``), and the bytes
-    fine-grained offloading keeps in host memory (``training.offloaded_activation_bytes``)."""
+    fine-grained offloading keeps in host memory (``offload.offloaded_activation_bytes``)."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
     lt = layer_times(
         model,
@@ -856,7 +856,8 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
     metrics["device_memory_gib"] = device_memory(o, ctx, q) / GIB
-    if mapping.optimizer_offload or mapping.weight_offload or mapping.module_offload:  # the host tier: reported, not a limit
+    offloads = (mapping.optimizer_offload, mapping.weight_offload, mapping.module_offload, mapping.offload_layers)
+    if any(offloads):  # the host memory tier: reported, not a limit (docs/model.md)
         metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
     breakdown = {
         "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),
@@ -977,10 +978,10 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         total, backward = mem.total, mem.backward  # the peak: the backward's, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
-        # fine-grained offloading: the host holds the offloaded inputs of the stage's in-flight chunks
-        in_flight = min(microbatches * m.vpp, memory.in_flight_chunk_limit(i, m.pp, m.vpp))
-        host = (
-            stage_host_bytes(wl, m, p, pe) + in_flight * ((n - lead_count) * body.offloaded + lead_count * lead.offloaded) / m.vpp
+        in_flight = memory.in_flight_chunks(i, m.pp, m.vpp, microbatches)
+        layers_held, copied = (n - lead_count, lead_count), (body.offloaded, lead.offloaded)
+        host = stage_host_bytes(wl, m, p, pe) + host_activation_bytes(
+            in_flight, m.vpp, layers_held, copied, m.offload_layers, body.activation
         )
         activations = backward - sum(state.values())
         # at its peak, by component: the reduction's moment holds the states and the copy, the activations freed

@@ -36,13 +36,14 @@ from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
+from parasol.model.offload import module_offload_problem
 from parasol.model.pipeline import split_stages
 from parasol.model.pipeline_layout import FIELD as LAYOUT_FIELD
 from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
-from parasol.model.training import check_mapping, module_offload_problem
+from parasol.model.training import check_mapping
 from parasol.model.training_step import lead_layers
 
 from . import costing, frameworks, library
@@ -260,7 +261,7 @@ def mapping_with_defaults(values: dict) -> Mapping:
 def _module_offload_choice(mapping: dict, workload: Workload, src: str) -> dict:
     """``mapping.module_offload``: whether the modules ``workload.offload_modules`` lists are offloaded.
     Listing modules sets it true unless the mapping says otherwise (``[false, true]`` lets solve decide);
-    true without modules is refused."""
+    true, alone or in a list, without modules is refused."""
     values = mapping.get("module_offload")
     if values is None:
         return {**mapping, "module_offload": (True,)} if workload.offload_modules else mapping
@@ -276,7 +277,7 @@ def _module_offload_choice(mapping: dict, workload: Workload, src: str) -> dict:
 def offload_module_list(value, src: str) -> tuple:
     """``workload.offload_modules`` as Megatron-Core's TransformerConfig accepts it: OffloadModule
     values, attn_proj only with core_attn (its input is core_attn's output, which core_attn's backward
-    needs). What depends on the model, the device and the mapping: ``training.module_offload_problem``."""
+    needs). What depends on the model, the device and the mapping: ``offload.module_offload_problem``."""
     fld = "workload.offload_modules"
     items = value if isinstance(value, list) else [value]
     modules = tuple(dict.fromkeys(str(checks.choice(m, OffloadModule, fld, src)) for m in items))
@@ -766,15 +767,20 @@ def _single_system_problem(
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
     if workload.kind == "training" and True in mapping.get("module_offload", ()):
-        # fine-grained offloading where it may run: the model, the device and, where it must run, what the mapping lists
-        forced = mapping["module_offload"] == (True,)
-        whole_layers = min(mapping.get("offload_layers", (0,))) if forced else 0
-        recompute = next(iter(mapping["recompute"])) if forced and len(mapping.get("recompute", ())) == 1 else Recompute.NONE
-        reason = module_offload_problem(
-            model_spec, device, workload.offload_modules, whole_layers, recompute, workload.recompute_modules
-        )
+        # fine-grained offloading where it may run: what the model and the device allow (the workload's modules), then,
+        # where the mapping forces it on, what its other listed choices allow (the decision)
+        reason = module_offload_problem(model_spec, device, workload.offload_modules)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.offload_modules")
+        if mapping["module_offload"] == (True,):
+            whole_layers = min(mapping.get("offload_layers", (0,)))
+            recomputes = mapping.get("recompute", ())
+            recompute = next(iter(recomputes)) if len(recomputes) == 1 else Recompute.NONE
+            reason = module_offload_problem(
+                model_spec, device, workload.offload_modules, whole_layers, recompute, workload.recompute_modules
+            )
+            if reason is not None:
+                raise ProblemError(reason, source=source, field="mapping.module_offload")
     problem = Problem(
         model=model_spec,
         system_name=system_name,

@@ -70,7 +70,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         )
         + [("micro-batches per step", str(met["microbatches"]))]
         + (
-            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB (offloaded states and activations)")]
+            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB ({host_contents(m)})")]
             if "host_memory_gib" in met
             else []
         ),
@@ -106,6 +106,13 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     return "\n".join(lines)
 
 
+def host_contents(m) -> str:
+    """What a mapping keeps in host memory, in words: offloaded states (optimizer or weight shards) and/or
+    activations (whole layers' or the listed modules' inputs)."""
+    kinds = [("offloaded states", m.optimizer_offload or m.weight_offload), ("activations", m.module_offload or m.offload_layers)]
+    return " and ".join(k for k, on in kinds if on)
+
+
 def plans_table(plans) -> list[str]:
     """The top-K lines of a solve or an enumeration."""
     lines = ["   #  tp  pp   dp  cp  mb  vpp  sp     recompute  zero  first/last  step s    tokens/s    memory GiB  placement"]
@@ -114,12 +121,12 @@ def plans_table(plans) -> list[str]:
         lines.append(
             f"  {i:>2}  {m.tp:>2}  {m.pp:>2}  {m.dp:>3}  {m.cp:>2}  {m.micro_batch:>2}  {m.vpp:>3}  {str(m.sp).lower():<5}  "
             f"{m.recompute:<9}  {m.zero:>4}  {m.first_stage_layers:>4}/{m.last_stage_layers:<4}  {met['step_time_s']:7.3f}  "
-            f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}{choices(m)}"
+            f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}{plan_choices(m)}"
         )
     return lines
 
 
-def choices(m) -> str:
+def plan_choices(m) -> str:
     """The choices beyond Megatron's defaults a mapping makes, each after a comma (uneven chunks, offloaded
     layers, all-to-all CP, expert tensor parallelism, TP communication overlap, offloading, DualPipe)."""
     return (
@@ -137,7 +144,7 @@ def choices(m) -> str:
 
 def plan_label(plan) -> str:
     """A plan in one short line: GPUs (and chiplets), tp/pp/dp/cp/ep, micro-batch, vpp, and the
-    choices beyond Megatron's defaults (``choices``)."""
+    choices beyond Megatron's defaults (``plan_choices``)."""
     m, met = plan.mapping, plan.evaluation.metrics
     chips = f" x{met['chiplets']}c" if "chiplets" in met else ""
-    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{choices(m)}"
+    return f"{plan.num_gpus}{chips} GPUs  {m.tp}/{m.pp}/{m.dp}/{m.cp}/{m.ep}, mb {m.micro_batch}, vpp {m.vpp}{plan_choices(m)}"

@@ -28,6 +28,7 @@ from parasol.model.choices import CpComm, Recompute, ZeroStage, plain
 from parasol.model.decisions import GROUP_KEYS, TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
+from parasol.model.offload import module_offload_problem
 from parasol.model.pipeline import (
     default_edge_stage_layers,
     dualpipe_problem,
@@ -53,7 +54,6 @@ from parasol.model.training import (
     check_cp_comm,
     check_expert_grid,
     check_grid,
-    module_offload_problem,
     offload_problem,
     optimizer_offload_problem,
     weight_offload_problem,

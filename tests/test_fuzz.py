@@ -31,6 +31,7 @@ EXAMPLES = [
     "llama3-8b-pareto.yaml",
     "torus-placement.yaml",
     "llama3-8b-offline-requests.yaml",
+    "qwen3-235b-gb200-offload.yaml",
 ]
 HOSTILE = [
     None,
