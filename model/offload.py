@@ -9,7 +9,7 @@ Megatron-Core: docs/user-guide/features/fine_grained_activation_offloading.md an
 from __future__ import annotations
 
 from . import memory
-from .choices import LowPrecisionRecipe, OffloadModule, Recompute
+from .choices import LowPrecisionRecipe, OffloadModule, Recompute, RecomputeModule
 from .precision import training_recipe
 from .specs import DeviceSpec, ModelSpec, Workload
 
@@ -68,7 +68,7 @@ def module_offload_problem(
         return "offload_modules cannot run beside mapping.offload_layers (Megatron-Core refuses both); drop one"
     if recompute == Recompute.FULL:
         return "full recomputation keeps only each layer's input: nothing for offload_modules to move; use recompute none or selective"
-    if experts and recompute == Recompute.SELECTIVE and "moe" in recompute_modules:
+    if experts and recompute == Recompute.SELECTIVE and RecomputeModule.MOE in recompute_modules:
         return (
             f"{', '.join(experts)} cannot be offloaded while recompute_modules holds moe (the whole MoE block is "
             "recomputed; Megatron-Core refuses both): drop one"

@@ -767,20 +767,11 @@ def _single_system_problem(
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
     if workload.kind == "training" and True in mapping.get("module_offload", ()):
-        # fine-grained offloading where it may run: what the model and the device allow (the workload's modules), then,
-        # where the mapping forces it on, what its other listed choices allow (the decision)
+        # fine-grained offloading where it may run: what the model and the device allow of the workload's modules
+        # (what the mapping's other choices allow: the space, ``training_space.build_space``, and ``check_mapping``)
         reason = module_offload_problem(model_spec, device, workload.offload_modules)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.offload_modules")
-        if mapping["module_offload"] == (True,):
-            whole_layers = min(mapping.get("offload_layers", (0,)))
-            recomputes = mapping.get("recompute", ())
-            recompute = next(iter(recomputes)) if len(recomputes) == 1 else Recompute.NONE
-            reason = module_offload_problem(
-                model_spec, device, workload.offload_modules, whole_layers, recompute, workload.recompute_modules
-            )
-            if reason is not None:
-                raise ProblemError(reason, source=source, field="mapping.module_offload")
     problem = Problem(
         model=model_spec,
         system_name=system_name,

@@ -418,6 +418,15 @@ def build_space(problem) -> Space:
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
         and not (u and module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], wl.recompute_modules))
     ]
+    if module_offloads == [1] and not offload_recompute:  # offloading forced on beside choices it cannot run with
+        reasons = (
+            module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], wl.recompute_modules)
+            for x in sorted({row[-1] for row in pipeline})
+            for r in recompute
+        )
+        reason = next((why for why in reasons if why is not None), None)
+        if reason is not None:
+            raise ProblemError(reason, source=problem.source, field="mapping.module_offload")
     zero = [int(z) for z in allowed_values(problem, "zero", list(ZeroStage))]
     # offloading to the host: none unless the mapping lists it
     shares, optimizer_offload = offload_rows(problem, device, zero, "optimizer_offload", 0.0, optimizer_offload_problem)
