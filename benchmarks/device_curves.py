@@ -21,12 +21,16 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   kernel over the shapes measured on H200.
 - attention (Blackwell): the Hopper measurements (no Blackwell cuDNN measurement at hand [assumption]); on
   Blackwell Ultra (B300, GB300) faster by its doubled softmax exponential rate (published_kernels.yaml
-  blackwell_ultra_softmax). Rule [assumption]: a score element costs its tensor-core work M plus its
-  exponential E, one after the other; the FP8 forward's M is half the 16-bit one's, and NVIDIA's measured
-  FP8 forward speed-up s at an exponential rate r times Blackwell's gives E = M_fp8 (s - 1)/(1 - s/r). The
-  16-bit forward (2 M_fp8 + E) and backward (2.5 x the forward's tensor work, one exponential again) then
-  run (2 + 2.5 x 2 + 2e)/(7 + 2e/r) faster together (training's curve, e = E/M_fp8), the forward alone
-  (2 + e)/(2 + e/r) (serving's attention).
+  blackwell_ultra_softmax). Rule [assumption] (model/fp8_attention.py, serial_pass_time): a score element
+  costs its tensor-core work M plus its exponential E, one after the other; the FP8 forward's M is half the
+  16-bit one's, and NVIDIA's measured FP8 forward speed-up s at an exponential rate r times Blackwell's gives
+  E = M_fp8 (s - 1)/(1 - s/r). The 16-bit forward (2 M_fp8 + E) and backward (2.5 x the forward's tensor
+  work, one exponential again) then run (2 + 2.5 x 2 + 2e)/(7 + 2e/r) faster together (training's curve,
+  e = E/M_fp8), the forward alone (2 + e)/(2 + e/r) (serving's attention).
+- softmax_exp_ratio (e at DeepSeek-V3's 320-wide scores, what FP8 attention is timed by): Blackwell's e from
+  the same figures, Blackwell Ultra's e/r; Hopper's from FlashAttention-3's FP8 and FP16 forward maxima on
+  H100 (published_kernels.yaml flash_attention_3_h100): their ratio s = (2 + e)/(1 + e) at its heads' width,
+  scaled to 320 as e is (inversely with d_qk + d_v).
 - grouped_fp8 (Blackwell): the MXFP8 grouped GEMM Megatron-LM's GB200 guide measured, over GB200's FP8
   curve at the same per-expert shape (``compute.gemm_time_s``); the other Blackwell devices take the
   same ratio of their own curves [assumption: the same tensor cores and kernels].
@@ -47,6 +51,7 @@ from typing import NamedTuple
 import yaml
 
 from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
+from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, serial_pass_time
 from parasol.solver.library import load_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +69,7 @@ DEVICES = {
 }
 BLACKWELL = tuple(device for device, (_, fp8) in DEVICES.items() if fp8)  # the devices with FP8 tensor cores here
 BLACKWELL_ULTRA = ("b300", "gb300")  # twice Blackwell's softmax exponential rate
+HOPPER_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb")  # one GH100 compute die
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 1.0 + FLASH_BACKWARD_FACTOR  # forward + backward FLOPs over the forward's (h200-microbench.yaml flops_convention)
 DIGITS = 3
@@ -104,17 +110,32 @@ class SoftmaxSpeedup(NamedTuple):
     training: float  # a 16-bit forward + backward (training's curve)
 
 
+def blackwell_exp_ratio(published: dict) -> float:
+    """Blackwell's softmax_exp_ratio: a softmax exponential's time over the FP8 forward's tensor-core time per
+    score element at DeepSeek-V3's MLA heads, from the published exponential-rate ratio r and FP8 forward
+    speed-up s of Blackwell Ultra (the module docstring's rule: (1 + e)/(1 + e/r) = s)."""
+    r, s = published["exp_rate_ratio"], published["fp8_forward_speedup"]
+    return (s - 1.0) / (1.0 - s / r)
+
+
+def hopper_exp_ratio(fa3: dict) -> float:
+    """Hopper's softmax_exp_ratio from FlashAttention-3's FP8 and FP16 forward rates on H100 at one head width:
+    s = (2 + e)/(1 + e) there, e scaled to the 320-wide reference inversely with d_qk + d_v."""
+    s = fa3["fp8_forward_tflops"] / fa3["fp16_forward_tflops"]
+    e = (SIXTEEN_BIT_TENSOR_UNITS - s) / (s - 1.0)
+    return e * 2 * fa3["head_dim"] / REFERENCE_SCORE_WIDTH
+
+
 def softmax_speedups(published: dict) -> SoftmaxSpeedup:
     """Blackwell Ultra's attention against Blackwell's from the published exponential-rate ratio and FP8
     forward speed-up (the module docstring's rule: a score element's tensor-core work and exponential
     serial, the upper bound of the 16-bit gain the FP8 figure allows; at DeepSeek-V3's MLA head sizes)."""
-    r, s = published["exp_rate_ratio"], published["fp8_forward_speedup"]
-    e = (s - 1.0) / (1.0 - s / r)  # exponential time per element over the FP8 forward's tensor-core time
+    r, e = published["exp_rate_ratio"], blackwell_exp_ratio(published)
 
     def speedup(tensor: float, exponentials: float) -> float:  # tensor-core time (FP8 forwards) + exponentials
-        return (tensor + exponentials * e) / (tensor + exponentials * e / r)
+        return serial_pass_time(tensor, exponentials, e) / serial_pass_time(tensor, exponentials, e / r)
 
-    fwd16 = 2.0  # the 16-bit forward's tensor-core time over the FP8 one's
+    fwd16 = SIXTEEN_BIT_TENSOR_UNITS  # the 16-bit forward's tensor-core time over the FP8 one's
     return SoftmaxSpeedup(
         fp8_forward=speedup(1.0, 1.0),
         forward=speedup(fwd16, 1.0),
@@ -161,9 +182,16 @@ def derive() -> dict:
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
     ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
+    exp_b = blackwell_exp_ratio(pub["blackwell_ultra_softmax"])
+    for device in HOPPER_DEVICES:
+        out[device] = {"softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS)}
     for device in BLACKWELL:
         out[device]["grouped_fp8"] = grouped
-        fwd, train = (ultra.forward, ultra.training) if device in BLACKWELL_ULTRA else (1.0, 1.0)
+        ultra_device = device in BLACKWELL_ULTRA
+        out[device]["softmax_exp_ratio"] = round(
+            exp_b / pub["blackwell_ultra_softmax"]["exp_rate_ratio"] if ultra_device else exp_b, DIGITS
+        )
+        fwd, train = (ultra.forward, ultra.training) if ultra_device else (1.0, 1.0)
         out[device]["attention"] = round(hopper.attention_efficiency * fwd, DIGITS)
         out[device]["attention_by_tokens"] = (
             tuple(hopper.attention_tokens),
@@ -192,6 +220,9 @@ def differences(derived: dict) -> list[str]:
                     )
                 ):
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "softmax_exp_ratio":
+                if abs(spec.softmax_exp_ratio - value) > 1e-9:
+                    bad.append(f"{device}: softmax_exp_ratio {spec.softmax_exp_ratio} != {value}")
             elif abs(getattr(spec, f"{key}_efficiency") - value) > 1e-9:  # efficiency.KEY is DeviceSpec.KEY_efficiency
                 bad.append(f"{device}: efficiency.{key} {getattr(spec, f'{key}_efficiency')} != {value}")
     return bad

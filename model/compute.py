@@ -61,6 +61,15 @@ def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
     return model.head_dim, model.head_dim
 
 
+def attention_activation_widths(model: ModelSpec) -> tuple[float, float]:
+    """(Q + K + V, output-projection input) elements per token across all heads, before tensor
+    parallelism splits them: MLA keeps Q, K and V decompressed (a·d_qk, a·d_qk and a·d_v)."""
+    d_qk, d_v = attention_head_dims(model)
+    if model.mla is not None:
+        return model.heads * (2 * d_qk + d_v), model.heads * d_v
+    return model.q_width + 2 * model.kv_width, model.q_width
+
+
 def attention_gemm_shapes(model: ModelSpec, tokens: float, tp: int) -> dict:
     """(m, n, k) of the attention projections of one layer on one tensor-parallel rank.
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .choices import OffloadModule, Recompute, RecomputeModule, Zero3Gather
-from .compute import HOST_GRAD_BYTES, attention_head_dims, ffn_intermediate_elements, routed_rows_per_gpu, unfused_norms
+from .compute import (
+    HOST_GRAD_BYTES,
+    attention_activation_widths,
+    attention_head_dims,
+    ffn_intermediate_elements,
+    routed_rows_per_gpu,
+    unfused_norms,
+)
 from .ops import FloatOps
 from .specs import AllocatorOverhead, ModelSpec
 
@@ -39,21 +46,15 @@ def replicated_activation_bytes(model: ModelSpec, tokens: float, gemm_input_byte
     return tokens * model.hidden * (norm_inputs * ACT_BYTES + 2 * gemm_input_bytes + masks)
 
 
-def sharded_activation_bytes(model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES) -> float:
+def sharded_activation_bytes(
+    model: ModelSpec, tokens: float, gemm_input_bytes: float = ACT_BYTES, attention_input_bytes: float = ACT_BYTES
+) -> float:
     """Per-layer attention activations split by tensor parallelism, without the s x s score terms
-    (Korthikanti's 8sbh of the 24sbh for MHA): Q, K and V (the attention's inputs; MLA keeps them
-    decompressed, a·d_qk, a·d_qk and a·d_v) and the output-projection input (a GEMM input)."""
+    (Korthikanti's 8sbh of the 24sbh for MHA): Q, K and V (the attention's inputs, ``attention_input_bytes``
+    each: 1 under FP8 attention; MLA keeps them decompressed, a·d_qk, a·d_qk and a·d_v) and the
+    output-projection input (a GEMM input)."""
     qkv, proj = attention_activation_widths(model)
-    return tokens * (qkv * ACT_BYTES + proj * gemm_input_bytes)
-
-
-def attention_activation_widths(model: ModelSpec) -> tuple[float, float]:
-    """(Q + K + V, output-projection input) elements per token across all heads, before tensor
-    parallelism splits them: MLA keeps Q, K and V decompressed (a·d_qk, a·d_qk and a·d_v)."""
-    d_qk, d_v = attention_head_dims(model)
-    if model.mla is not None:
-        return model.heads * (2 * d_qk + d_v), model.heads * d_v
-    return model.q_width + 2 * model.kv_width, model.q_width
+    return tokens * (qkv * attention_input_bytes + proj * gemm_input_bytes)
 
 
 def activation_input_bytes(model: ModelSpec) -> float:
@@ -111,6 +112,7 @@ def selective_savings_bytes(
     etp: int,
     modules: tuple,
     permuted_bytes: float = ACT_BYTES,
+    attention_input_bytes: float = ACT_BYTES,
 ) -> float:
     """Per-layer activation bytes that Megatron-Core's selective recomputation of ``modules``
     (``choices.RecomputeModule``, --recompute-modules) does not keep; the attention core's score
@@ -130,7 +132,7 @@ def selective_savings_bytes(
         m = model.mla
         latents = tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) * ACT_BYTES
         d_qk, d_v = attention_head_dims(model)
-        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * ACT_BYTES / tp - latents)
+        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * attention_input_bytes / tp - latents)
     if not moe_layer:
         if "mlp" in modules:
             saved += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes)
@@ -170,6 +172,7 @@ class LayerTokens(NamedTuple):
     moe_layer: bool = False
     etp: int = 1
     permuted_bytes: float = ACT_BYTES
+    attention_input_bytes: float = ACT_BYTES  # Q, K and V as the attention keeps them (1: FP8 attention)
 
 
 def offloaded_input_bytes(
@@ -207,7 +210,7 @@ def offloaded_input_bytes(
         copied += seq_tokens * h * (norm_output + (0.0 if mla else ACT_BYTES))
     dropped_qkv = RecomputeModule.CORE_ATTN in recomputed or (mla and RecomputeModule.MLA_UP_PROJ in recomputed)
     if OffloadModule.CORE_ATTN in modules and not dropped_qkv:
-        copied += tokens * qkv * ACT_BYTES / tp
+        copied += tokens * qkv * layer.attention_input_bytes / tp
     if OffloadModule.ATTN_PROJ in modules:
         copied += tokens * proj * gemm_input_bytes / tp
     if layer.moe_layer:
@@ -238,6 +241,7 @@ def activation_bytes_per_layer(
     etp: int = 1,
     modules: tuple = ("core_attn",),
     permuted_bytes: float = ACT_BYTES,
+    attention_input_bytes: float = ACT_BYTES,
 ) -> float:
     """Activation bytes one layer keeps for one micro-batch on one GPU until its backward.
 
@@ -245,13 +249,14 @@ def activation_bytes_per_layer(
     selective: what ``modules`` recompute is not kept (``selective_savings_bytes``); with the
     attention core among them (the default), no score tensors. none: score tensors unless flash
     attention is used (flash keeps the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
-    ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training.
+    ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training, ``attention_input_bytes`` (Q, K
+    and V) 1 under FP8 attention (``fp8_attention.saved_input_bytes``).
     """
     tokens = micro_batch * seq_len / cp
     if recompute == "full":
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
-    sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes) / tp
+    sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes, attention_input_bytes) / tp
     sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp, permuted_bytes)
     kept = modules if recompute == "selective" else ()
     if attention == "flash":
@@ -261,7 +266,11 @@ def activation_bytes_per_layer(
     else:
         scores = score_activation_bytes(model, micro_batch, seq_len / cp, seq_len) / tp
     savings = (
-        selective_savings_bytes(model, tokens, tp, sp, gemm_input_bytes, moe_layer, etp, kept, permuted_bytes) if kept else 0.0
+        selective_savings_bytes(
+            model, tokens, tp, sp, gemm_input_bytes, moe_layer, etp, kept, permuted_bytes, attention_input_bytes
+        )
+        if kept
+        else 0.0
     )
     return replicated + sharded + scores - savings
 

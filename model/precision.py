@@ -97,3 +97,13 @@ def quantised_bytes_per_element(recipe: R) -> float:
     the 16-bit tensor and the two quantised copies with their scales (``QuantisationRecipe``)."""
     r = RECIPES[recipe]
     return r.reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)
+
+
+def attention_quantised_bytes_per_element(recipe: R) -> float:
+    """HBM bytes streamed per element of a 16-bit attention input that FP8 attention quantises (Q, K and V in
+    the forward, the output's gradient in the backward): its reads and one FP8 copy with a per-tensor scale.
+    cuDNN's FP8 attention takes per-tensor scales, so Transformer Engine quantises its inputs with delayed
+    scaling under the delayed recipe and with current scaling (an amax pass first) under the others
+    (NVTE_DPA_FP8_RECIPE; MLPerf Training v5.1's NVFP4 configs set Float8CurrentScaling)."""
+    reads = RECIPES[R.DELAYED if recipe == R.DELAYED else R.TENSORWISE].reads
+    return reads * BYTES_PER_ELEMENT["bf16"] + BYTES_PER_ELEMENT["fp8"]

@@ -217,6 +217,9 @@ class DeviceSpec:
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
     serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
     pytorch_allocator: bool = True  # PyTorch's caching allocator holds its memory (CUDA, HIP); false: XLA (TPU)
+    # a softmax exponential's time over the FP8 tensor-core time of its score element's two products at 320-wide
+    # heads (model/fp8_attention.py); 0 = unknown: FP8 attention cannot be timed on this device
+    softmax_exp_ratio: float = 0.0
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -358,6 +361,7 @@ class Workload:
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
     fp8_output_proj: bool = False  # the output layer's GEMMs in MXFP8 too (Megatron-Core fp8_output_proj), not 16 bits
+    fp8_attention: bool = False  # flash attention in FP8 (Megatron-Core fp8_dot_product_attention; model/fp8_attention.py)
     allocator: Allocator = Allocator.CACHING  # PyTorch's CUDA allocator setting (choices.Allocator)
     # its measured reserve beyond the live tensors, the row of ``allocator`` (the problem parser reads it); None: none counted
     allocator_overhead: AllocatorOverhead | None = None

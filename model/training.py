@@ -17,7 +17,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from . import checks, compute, expert_parallel, memory, params
+from . import checks, compute, expert_parallel, fp8_attention, memory, params
 from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
@@ -361,7 +361,7 @@ def layer_tokens(
 ) -> memory.LayerTokens:
     """One layer's tokens on one GPU for one micro-batch (its context-parallel share) and how the workload keeps
     their activations: GEMM inputs at the precision's saved bytes, the permuted rows in 16 bits unless the
-    dispatch arrives in FP8 (``expert_parallel.fp8_dispatch``)."""
+    dispatch arrives in FP8 (``expert_parallel.fp8_dispatch``), Q, K and V in FP8 under FP8 attention."""
     return memory.LayerTokens(
         micro_batch * workload.seq_len / cp,
         tp,
@@ -370,6 +370,7 @@ def layer_tokens(
         moe_layer,
         etp,
         0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
+        fp8_attention.saved_input_bytes(workload, memory.ACT_BYTES),
     )
 
 
@@ -397,6 +398,8 @@ def layer_compute_times_s(
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
     recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, recipe, moe_layer, etp)
+    attn_cast_fwd, attn_cast_bwd = fp8_attention.cast_bytes(model, workload, tokens, tp, recipe)
+    cast_fwd, cast_bwd = cast_fwd + attn_cast_fwd, cast_bwd + attn_cast_bwd
     elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
     elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
     return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
@@ -506,7 +509,9 @@ def layer_times(
         moe_layer,
         tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp")),
     )
-    attn_bwd = attn_fwd * compute.attention_core_backward_factor(workload.attention)
+    # the 16-bit kernel's times, as FP8 attention runs them where the workload sets it
+    fp8_fwd, fp8_bwd = fp8_attention.pass_factors(model, device, workload)
+    attn_fwd, attn_bwd = attn_fwd * fp8_fwd, attn_fwd * compute.attention_core_backward_factor(workload.attention) * fp8_bwd
     if cp_comm == CpComm.A2A:
         cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:

@@ -129,6 +129,7 @@ def _layer(
         etp=etp,
         modules=wl.recompute_modules,
         permuted_bytes=tokens.permuted_bytes,
+        attention_input_bytes=tokens.attention_input_bytes,
     )
     act = memory.activation_bytes_per_layer(recompute=recompute, **layer)
     working = memory.recompute_working_bytes(recompute, memory.activation_bytes_per_layer(recompute=Recompute.NONE, **layer))

@@ -204,6 +204,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
         _require(not w.fp8_output_proj, "the MXFP8 output layer (no flag in the recorded release)")
     elif w.precision == "fp4":
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
+    _require(not w.fp8_attention, "FP8 attention (no flag in the recorded release)")
     return args
 
 

@@ -323,6 +323,7 @@ DEVICE_KEYS = (
     "sms",
     "serving_step_overhead_s",
     "pytorch_allocator",
+    "softmax_exp_ratio",
     "efficiency",
     "chiplets",
 )
@@ -427,6 +428,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             data.get("serving_step_overhead_s", 0.0), "serving_step_overhead_s", src
         ),
         pytorch_allocator=checks.flag(data.get("pytorch_allocator", True), "pytorch_allocator", src),
+        softmax_exp_ratio=checks.non_negative_number(data.get("softmax_exp_ratio", 0.0), "softmax_exp_ratio", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in (

@@ -77,6 +77,7 @@ WORKLOAD_KEYS = (
     "moe_fp8_dispatch",
     "fp8_param_gather",
     "fp8_output_proj",
+    "fp8_attention",
     "allocator",
     "mtp_layers",
     "train_tokens",
@@ -345,6 +346,7 @@ def _parse_workload(data, src: str) -> Workload:
             ("moe_fp8_dispatch", False),
             ("fp8_param_gather", False),
             ("fp8_output_proj", False),
+            ("fp8_attention", False),
         )
     }
     if flags["fp8_param_gather"] and precision != "fp8":
@@ -359,6 +361,13 @@ def _parse_workload(data, src: str) -> Workload:
             f"(got precision {precision}, {'no recipe' if recipe is None else f'recipe {recipe}'}); set it false",
             source=src,
             field="workload.fp8_output_proj",
+        )
+    if flags["fp8_attention"] and (precision not in ("fp8", "fp4") or attention != "flash"):
+        raise ProblemError(
+            f"FP8 attention needs precision fp8 or fp4 and attention flash (Transformer Engine's fused FP8 attention, "
+            f"Megatron-Core fp8_dot_product_attention), got precision {precision}, attention {attention}; set it false",
+            source=src,
+            field="workload.fp8_attention",
         )
     dispatcher = MoeDispatcher(
         checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)

@@ -161,7 +161,9 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     Llama 3.1 405B on 512 GB200 (the same order; -18.1 %) and v5.1's Llama 3.1 8B on GB200 and GB300 at 8 GPUs (NVFP4:
     -3.7, +0.9 %), 72 (-27.3, -16.7 %) and 512 (-61.3, -60.4 %), whose 0.09-0.17 s steps the model misses by 24-55 ms
     (docs/accuracy.md); 22 runs 13.4 %. With Blackwell Ultra's faster softmax (GB300's 8B runs -2.7, -19.1, -61.6 %,
-    its 405B run -11.1 %) 13.8 %. The bounds are the measurement + about one point, and both signs must stay."""
+    its 405B run -11.1 %) 13.8 %. With FP8 attention, which the 8-GPU 8B configs set (workload.fp8_attention,
+    2026-11-28), those two -11.9 and -12.5 %: 14.6 %. The bounds are the measurement + about one point, and both signs
+    must stay."""
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)"}
     assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
     first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
@@ -173,10 +175,10 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     # NVFP4 not far too fast (GB300's run -9.3 % when recorded, -11.1 % with Blackwell Ultra's softmax)
     assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.141 and min(fp4) >= -0.12
     small = {k: r.error for k, r in rows.items() if "llama31-8b" in k}
-    assert len(small) == 6 and all(abs(e) <= 0.05 for k, e in small.items() if "-8gpu-" in k)
+    assert len(small) == 6 and all(abs(e) <= 0.135 for k, e in small.items() if "-8gpu-" in k)
     # the short steps of 72 and 512 GPUs: too fast by no more than when added
     assert all(e >= -0.623 for k, e in small.items() if "-8gpu-" not in k)
-    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.144
+    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.152
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):
@@ -187,13 +189,15 @@ def test_mlperf_deepseek_v3_runs_as_measured(results):
     (workload.fp8_output_proj), then Blackwell Ultra's softmax with moe_expert refitted: +42.5, +40.7, +7.1, -4.9,
     -26.5 % (24.3 %). Added 2026-11-28: GB200 on 4,096 GPUs -11.8 %, CoreWeave's GB300 on 2,048, 4,096 and 8,192
     +24.7, +29.0, +19.2 % (9 runs, 22.9 %): every GB300 run too slow, the GB200 runs falling from too slow to too fast
-    as the micro-batches per step fall. Bounds: the first measurement + one point."""
+    as the micro-batches per step fall. With FP8 attention, which all nine set (workload.fp8_attention, 2026-11-28):
+    GB300 +36.5, +34.7, +19.4, +23.5, +14.1 %, GB200 -14.5, +3.6, -7.9, -28.5 % (20.3 %). Bounds: the first
+    measurement + one point."""
     rows = {r.run_id: r.error for r in results if r.family == "MLPerf Training MoE (out of sample)"}
     assert len(rows) == 9
     assert statistics.fmean(abs(e) for e in rows.values()) <= 0.28
     assert max(abs(e) for e in rows.values()) <= 0.50
     gb300 = [e for k, e in rows.items() if "gb300" in k]
-    assert len(gb300) == 5 and min(gb300) > 0.15  # the pattern the docs describe; moves here need their prose
+    assert len(gb300) == 5 and min(gb300) > 0.13  # the pattern the docs describe; moves here need their prose
 
 
 def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):

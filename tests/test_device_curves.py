@@ -108,3 +108,19 @@ def test_blackwell_ultra_attention_follows_the_published_softmax_speedup():
     assert gb200.attention_curve == hopper.attention_curve
     for blackwell, ultra_y in zip(gb200.attention_curve, gb300.attention_curve):
         assert ultra_y == pytest.approx(blackwell * ultra.training, abs=6e-4)
+
+
+def test_the_softmax_exp_ratios_give_the_published_fp8_speedups_back():
+    """softmax_exp_ratio, what FP8 attention is timed by (model/fp8_attention.py): Blackwell's gives NVIDIA's
+    ~35 % faster FP8 forward on Blackwell Ultra back at the Ultra's halved ratio; Hopper's gives
+    FlashAttention-3's FP8 over FP16 forward on H100 (1,200 over 740 TFLOP/s) back at its 256-dim heads (a
+    512-wide score, 1.6x the reference); a faster FP8 forward would mean a cheaper exponential."""
+    from parasol.model.fp8_attention import serial_pass_time  # noqa: PLC0415
+
+    gb200, gb300, h100 = (load_device(n) for n in ("gb200", "gb300", "h100-sxm-80gb"))
+    e = gb200.softmax_exp_ratio
+    assert serial_pass_time(1, 1, e) / serial_pass_time(1, 1, gb300.softmax_exp_ratio) == pytest.approx(1.35, abs=2e-3)
+    e_h = h100.softmax_exp_ratio * 320 / 512
+    assert serial_pass_time(2, 1, e_h) / serial_pass_time(1, 1, e_h) == pytest.approx(1200 / 740, abs=2e-3)
+    faster = device_curves.hopper_exp_ratio({"fp8_forward_tflops": 1300, "fp16_forward_tflops": 740, "head_dim": 256})
+    assert faster < h100.softmax_exp_ratio

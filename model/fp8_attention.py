@@ -1,0 +1,79 @@
+"""FP8 flash attention: Transformer Engine's FP8 DotProductAttention (cuDNN's fused FP8 attention, forward
+and backward: NVTE_FP8_DPA_BWD defaults to 1), which Megatron-Core runs under
+``TransformerConfig.fp8_dot_product_attention`` (``workload.fp8_attention``).
+
+Time, against the 16-bit kernel the device file measures (``compute.attention_core_forward_time_s``), by
+one rule [assumption] (benchmarks/device_curves.py applies it to Blackwell Ultra as well): a score element
+costs its tensor-core work and its softmax exponential one after the other. In units of the FP8 tensor-core
+time of the element's two products (QK^T and AV, 2·(d_qk + d_v) FLOPs), a 16-bit forward costs 2 + e, an
+FP8 one 1 + e, the backward 2.5x the tensor work and one exponential again (FlashAttention-2, Sec. 4.1),
+with e the exponential's cost (``exp_ratio``). So FP8 gains most where the exponential is cheap against
+the products: wide heads, and devices whose special-function units keep pace with their tensor cores.
+
+Memory: the attention keeps its FP8 Q, K and V for the backward instead of 16-bit ones (``memory``'s
+``LayerTokens.attention_input_bytes``). Casts: Q, K and V quantised in the forward, the output's gradient
+in the backward (``cast_bytes``).
+"""
+
+from __future__ import annotations
+
+from .compute import FLASH_BACKWARD_FACTOR, attention_activation_widths, attention_head_dims
+from .errors import ProblemError
+from .precision import attention_quantised_bytes_per_element
+from .specs import DeviceSpec, ModelSpec, Workload
+
+# d_qk + d_v of DeepSeek-V3's MLA heads (192 + 128), the shape NVIDIA's published FP8 attention speed-up was
+# measured at: the width a device file's ``softmax_exp_ratio`` is given for
+REFERENCE_SCORE_WIDTH = 320
+SIXTEEN_BIT_TENSOR_UNITS = 2.0  # a 16-bit product takes twice the FP8 tensor-core time (half the dense rate)
+FP8_SAVED_BYTES = 1.0  # Q, K and V kept for the backward in FP8
+
+
+def serial_pass_time(tensor_units: float, exponentials: float, exp_ratio: float) -> float:
+    """Time of a flash-attention pass per score element, in FP8 tensor-core units (the module docstring's
+    rule): ``tensor_units`` of tensor-core work, then ``exponentials`` softmax exponentials of
+    ``exp_ratio`` units each."""
+    return tensor_units + exponentials * exp_ratio
+
+
+def exp_ratio(model: ModelSpec, device: DeviceSpec) -> float:
+    """A softmax exponential's time over the FP8 tensor-core time of its score element's two products for
+    ``model``'s heads on ``device``: the device file's ``softmax_exp_ratio`` (given at 320-wide scores),
+    inversely as the products' width d_qk + d_v. ProblemError where the device file gives none."""
+    if not device.softmax_exp_ratio:
+        raise ProblemError(
+            f"device {device.name} gives no softmax_exp_ratio, so FP8 attention cannot be timed on it; "
+            "set workload.fp8_attention false",
+            field="workload.fp8_attention",
+        )
+    d_qk, d_v = attention_head_dims(model)
+    return device.softmax_exp_ratio * REFERENCE_SCORE_WIDTH / (d_qk + d_v)
+
+
+def pass_factors(model: ModelSpec, device: DeviceSpec, workload: Workload) -> tuple[float, float]:
+    """(forward, backward) time of the attention core against its 16-bit kernel's, dimensionless: 1 and 1
+    unless ``workload.fp8_attention``; then (1 + e)/(2 + e) and (2.5 + e)/(5 + e) (``serial_pass_time``)."""
+    if not workload.fp8_attention:
+        return 1.0, 1.0
+    e = exp_ratio(model, device)
+    forward = serial_pass_time(1.0, 1.0, e) / serial_pass_time(SIXTEEN_BIT_TENSOR_UNITS, 1.0, e)
+    backward_units = FLASH_BACKWARD_FACTOR
+    backward = serial_pass_time(backward_units, 1.0, e) / serial_pass_time(SIXTEEN_BIT_TENSOR_UNITS * backward_units, 1.0, e)
+    return forward, backward
+
+
+def cast_bytes(model: ModelSpec, workload: Workload, tokens: float, tp: int, recipe) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of FP8 attention's quantisation on one rank for ``tokens`` tokens: Q, K
+    and V in the forward, the output's gradient in the backward
+    (``precision.attention_quantised_bytes_per_element`` under the training ``recipe``); 0 without it."""
+    if not workload.fp8_attention:
+        return 0.0, 0.0
+    qkv, out = attention_activation_widths(model)
+    per_element = attention_quantised_bytes_per_element(recipe)
+    return tokens * qkv / tp * per_element, tokens * out / tp * per_element
+
+
+def saved_input_bytes(workload: Workload, sixteen_bit: float) -> float:
+    """Bytes per element of the attention's Q, K and V kept for the backward: FP8 under FP8 attention, else
+    ``sixteen_bit``."""
+    return FP8_SAVED_BYTES if workload.fp8_attention else sixteen_bit
