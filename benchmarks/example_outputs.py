@@ -27,6 +27,7 @@ EXAMPLES = {
     "solve-fixed-grid": ("planner.md", "solve problems/examples/gpt3-175b-a100.yaml"),
     "solve-free": ("planner.md", "solve problems/examples/gpt3-175b-a100-free.yaml --top 3"),
     "solve-infeasible": ("planner.md", "solve problems/examples/gpt3-175b-8gpu-infeasible.yaml"),
+    "solve-host-infeasible": ("planner.md", "solve problems/examples/gpt3-175b-b200-host-infeasible.yaml"),
     "solve-deepseek": ("planner.md", "solve problems/examples/deepseek-v3-h800.yaml"),
     "solve-128k": ("planner.md", "solve problems/examples/llama3.1-405b-128k.yaml"),
     "solve-cost-capped": ("planner.md", "solve problems/examples/cost-capped-sizing.yaml"),

@@ -74,14 +74,3 @@ def module_offload_problem(
             "recomputed; Megatron-Core refuses both): drop one"
         )
     return None
-
-
-def host_activation_bytes(
-    in_flight_chunks: int, vpp: int, layers: tuple[int, int], copied: tuple[float, float], offload_layers: int, activation: float
-) -> float:
-    """Bytes of activations a pipeline stage keeps in host memory at its peak: its in-flight chunks' (each
-    1/vpp of its layers, ``memory.in_flight_chunks``) fine-grained offloaded inputs, ``copied`` bytes per
-    micro-batch of each of its (body, lead) ``layers``, and the activations (``activation`` bytes each) of the
-    ``offload_layers`` body layers whole-layer offloading moves (``training_step.stage_memory_parts``)."""
-    held = layers[0] * copied[0] + layers[1] * copied[1] + offload_layers * activation
-    return in_flight_chunks * held / vpp

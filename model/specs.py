@@ -293,6 +293,7 @@ class SystemSpec:
     # memory.memory_headroom_bytes): it comes off the usable memory every peak is compared against
     memory_headroom_bytes: float = 0.0
     straggler: float = 0.0  # mean per-GPU delay of a synchronous step, as a share of it (training.straggler_stretch)
+    host_memory_bytes: float = 0.0  # host DRAM of one node (gpus_per_node GPUs), bytes; 0 = unknown: not checked
     source: str | None = field(default=None, compare=False)
     topology: object = field(default=None, compare=False)  # model.topology.Topology from the file; None: derived
 
@@ -301,6 +302,13 @@ class SystemSpec:
         """Bytes per GPU a plan may use: the device's memory less what the runtime reserves (CUDA
         context, allocator) and the headroom the problem keeps free."""
         return self.device.hbm_bytes - self.memory_reserve_bytes - self.memory_headroom_bytes
+
+    @property
+    def host_memory_per_gpu_bytes(self) -> float:
+        """Each GPU's share of its node's host DRAM, bytes (0: the system file gives none): what offloaded
+        states and activations may take on the host [assumption: the OS, data loading and pinned staging
+        buffers beside them not counted]."""
+        return self.host_memory_bytes / self.gpus_per_node
 
     def network_topology(self):
         """The system file's topology, or the two-level one its scale_up/scale_out tiers describe

@@ -31,7 +31,7 @@ from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
-from .offload import host_activation_bytes, offloaded_activation_bytes
+from .offload import offloaded_activation_bytes
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
 from .pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
@@ -69,6 +69,9 @@ class TrainingContext:
     hourly_usd: dict | None = field(default=None, compare=False)
     max_step_s: float | None = None
     run_stretch: dict | None = field(default=None, compare=False)
+    # host memory each GPU may fill with what it offloads (``SystemSpec.host_memory_per_gpu_bytes``) where the plans
+    # may offload and the system file gives it; None: no host limit composed
+    host_limit_bytes: float | None = None
 
 
 def lead_layers(model: ModelSpec) -> int:
@@ -211,14 +214,9 @@ P2P = Factor(
 )
 
 
-def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0.0, weight_offload=False) -> tuple:
-    """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
-    layer, one body layer (routed experts included), the embedding, the output layer when it shares the
-    first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
-    gather buffers, bytes (what ``optimizer_offload`` and ``weight_offload`` keep on the host aside). States are
-    linear in the parameters they hold."""
-    model, wl = ctx.model, ctx.workload
-    m = Mapping(
+def _state_mapping(tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload) -> Mapping:
+    """The mapping the model states of one pipeline stage's parts depend on (the other degrees set to 1)."""
+    return Mapping(
         tp=tp,
         pp=1,
         dp=dp,
@@ -230,6 +228,16 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0
         optimizer_offload=optimizer_offload,
         weight_offload=weight_offload,
     )
+
+
+def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0.0, weight_offload=False) -> tuple:
+    """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
+    layer, one body layer (routed experts included), the embedding, the output layer when it shares the
+    first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
+    gather buffers, bytes (what ``optimizer_offload`` and ``weight_offload`` keep on the host aside). States are
+    linear in the parameters they hold."""
+    model, wl = ctx.model, ctx.workload
+    m = _state_mapping(tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload)
 
     def state(p, pe=0.0):
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
@@ -252,6 +260,31 @@ STATES = Factor(
     (D.TP, D.ZERO, D.DP, D.CP, D.EP, D.ETP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
     tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last", "zero3")),
     _states,
+)
+
+
+def _host_states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload) -> tuple:
+    """What the parts ``_states`` counts keep in host memory per GPU (``training.stage_host_bytes``: the
+    offloaded share of the optimizer state a rank owns, ZeRO-3's host weight shard), bytes; linear in the
+    parameters, as the states are."""
+    model, wl = ctx.model, ctx.workload
+    m = _state_mapping(tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload)
+    moe = 1 if model.moe is not None else 0
+    lead, body, embedding, output_first, output_last = state_part_params(model, tp)
+    return (
+        stage_host_bytes(wl, m, lead),
+        stage_host_bytes(wl, m, body, stage_expert_params(model, moe, ep, etp)),
+        stage_host_bytes(wl, m, embedding),
+        stage_host_bytes(wl, m, output_first),
+        stage_host_bytes(wl, m, output_last),
+    )
+
+
+HOST_STATES = Factor(
+    "host_states",
+    STATES.keys,
+    tuple(Output(n, MEMORY) for n in ("lead", "body", "embedding", "output_first", "output_last")),
+    _host_states,
 )
 
 
@@ -449,6 +482,7 @@ class TrainingStep:
     minimised: dict  # TrainingObjective -> what is minimised for it
     limits: list  # ops.Limit
     memory_parts: MemoryParts  # the stages' memory by moment, what ``device_memory`` reads
+    host_memory: object = None  # host bytes per GPU of the fullest stage (or DualPipe rank); None: not composed
 
 
 class MemoryParts(NamedTuple):
@@ -583,6 +617,45 @@ def stage_memory_parts(
         return StageMemory(held, backward, None, backward)
     copied = reduction_copy(o, lead_count, body_count, copy)
     return StageMemory(held, backward, copied, o.maximum(backward, held + copied))
+
+
+def stage_host_memory(o, lead_count: int, body_count, lead, body, host_states, extra_states, chunks, vpp, offload=0):
+    """Host memory one GPU of a stage fills, bytes: what it offloads of its layers' and edges' model states
+    (``host_states``: the ``HOST_STATES`` row; ``extra_states``: its edges', ``edge_parts``) and, for each of its
+    ``chunks`` in-flight chunks (each 1/vpp of its layers, as ``stage_memory_parts`` counts them), the inputs
+    fine-grained offloading moved (``offloaded`` per layer) and the activations of the ``offload`` body layers
+    whole-layer offloading moved."""
+    held = o.product(body_count, host_states.body) + extra_states
+    layers = o.product(body_count, body.offloaded)
+    if lead_count:
+        held, layers = held + lead_count * host_states.lead, layers + lead_count * lead.offloaded
+    if not (isinstance(offload, int) and offload == 0):
+        layers = layers + o.product(offload, body.activation)
+    return held + o.quotient(o.product(chunks, layers), vpp, Rounding.UP)
+
+
+def host_peak(o, ctx: TrainingContext, lead, body, body_counts: tuple, chunks, vpp, offload, conditions: tuple):
+    """The host memory of the fullest stage, bytes per GPU (``stage_host_memory`` of the first, the last and a
+    middle stage holding ``body_counts`` body layers, at their in-flight chunk limits; a DualPipe rank holds its
+    two stages'), or None where ``ctx`` sets no host limit. ``conditions``: a single stage, middle stages and
+    DualPipe, as ``compose`` holds them."""
+    if ctx.host_limit_bytes is None:
+        return None
+    wl, single, has_middle, dual = ctx.workload, *conditions
+    first_body, last_body, middle_body = body_counts
+    limits, row = o.lookup(CHUNK_LIMITS), o.lookup(HOST_STATES)
+
+    def stage(lead_count, count, extra, limit):
+        return stage_host_memory(o, lead_count, count, lead, body, row, extra, o.minimum(chunks, limit), vpp, offload)
+
+    first = stage(lead_layers(ctx.model), first_body, edge_parts(o, row, wl.mtp_layers, True, single), limits.first)
+    last = o.where(single, first, stage(0, last_body, edge_parts(o, row, wl.mtp_layers, False, True), limits.last))
+    middle = o.where(has_middle, stage(0, middle_body, 0, limits.middle), 0)
+    peak = o.maximum(first, last, middle)
+    if dual is not False:  # DualPipe's ranks: the first and the last stage, or a middle stage and its pair at 2 chunks
+        pair = o.where(has_middle, dualpipe_rank_memory(middle, stage(0, middle_body, 0, 2)), 0)
+        peak = o.where(dual, o.maximum(dualpipe_rank_memory(first, last), pair), peak)
+    return peak
 
 
 def reduction_copy(o, lead_count: int, body_count, copy: StageCopy):
@@ -762,6 +835,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         middle_rank = o.where(has_middle, dualpipe_rank_memory(mem_mid, middle_pair.total), 0)
         peak = o.where(dual, o.maximum(edge_rank, middle_rank), peak)
     o.implied_at_least(peak, mean_stage_states(ctx))
+    host = host_peak(o, ctx, lead, body, (b1, n_last, n_mid), chunks, vpp, off, (single, has_middle, dual))
 
     minimised = {
         TrainingObjective.THROUGHPUT: step,
@@ -773,6 +847,8 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         cost = o.product(step, o.lookup(HOURLY_PRICE).usd_per_hour)
         minimised[TrainingObjective.COST] = minimised[TrainingObjective.TOKENS_PER_USD] = cost
     out_limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
+    if host is not None:
+        out_limits.append(Limit("host_memory", host, ctx.host_limit_bytes, MEMORY))
     if ctx.max_step_s is not None:  # the step stretched by the run's goodput: wall-clock per step, x 10^4
         wall = o.product(step, o.lookup(RUN_STRETCH).basis_points)
         out_limits.append(Limit("run_length", wall, ctx.max_step_s * BASIS_POINTS, TIME))
@@ -789,6 +865,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         minimised=minimised,
         limits=out_limits,
         memory_parts=MemoryParts(first, middle, last, middle_pair, single, has_middle, dual),
+        host_memory=host,
     )
 
 
@@ -858,8 +935,9 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     )
     metrics["device_memory_gib"] = device_memory(o, ctx, q) / GIB
     offloads = (mapping.optimizer_offload, mapping.weight_offload, mapping.module_offload, mapping.offload_layers)
-    if any(offloads):  # the host memory tier: reported, not a limit (docs/model.md)
-        metrics["host_memory_gib"] = max(s["host_bytes"] for s in stages) / GIB
+    if any(offloads):  # the host memory tier, checked where the system file gives its host DRAM
+        metrics.update(host_metrics(system, max(s["host_bytes"] for s in stages)))
+        metrics["fits"] = bool(metrics["fits"] and metrics.get("host_fits", True))
     breakdown = {
         "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),
         "memory_gib": stages[peak_stage]["memory_gib"],
@@ -938,6 +1016,16 @@ def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
     }
 
 
+def host_metrics(system: SystemSpec, host) -> dict:
+    """The host memory a plan fills per GPU (``host`` bytes, its fullest stage's) and, where the system file
+    gives its host DRAM, each GPU's share of it and whether the plan fits there; numbers or numpy arrays."""
+    out = {"host_memory_gib": host / GIB}
+    if system.host_memory_bytes:
+        out["usable_host_memory_gib"] = system.host_memory_per_gpu_bytes / GIB
+        out["host_fits"] = host <= system.host_memory_per_gpu_bytes
+    return out
+
+
 def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict) -> list[dict]:
     """Each stage's layers, parameters, time per micro-batch (``stage_time``) and memory
     (``stage_memory_parts`` at its own in-flight chunk limit), with the memory by component."""
@@ -946,6 +1034,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
     layers = stage_layer_counts(model.layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     lead_f, body_f = layer_factors(model)
     lead, body, edge, states = o.lookup(lead_f), o.lookup(body_f), o.lookup(EDGES), o.lookup(STATES)
+    host_states = o.lookup(HOST_STATES)
     sends = m.vpp * o.lookup(P2P).time if m.pp > 1 else 0.0
     microbatches = decisions[D.MICROBATCHES]
     out = []
@@ -980,9 +1069,9 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         in_flight = memory.in_flight_chunks(i, m.pp, m.vpp, microbatches)
-        layers_held, copied = (n - lead_count, lead_count), (body.offloaded, lead.offloaded)
-        host = stage_host_bytes(wl, m, p, pe) + host_activation_bytes(
-            in_flight, m.vpp, layers_held, copied, m.offload_layers, body.activation
+        host_extra = edge_parts(o, host_states, wl.mtp_layers, first, last)
+        host = stage_host_memory(
+            o, lead_count, n - lead_count, lead, body, host_states, host_extra, in_flight, m.vpp, m.offload_layers
         )
         activations = backward - sum(state.values())
         # at its peak, by component: the reduction's moment holds the states and the copy, the activations freed

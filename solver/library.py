@@ -11,6 +11,7 @@ import functools
 import math
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -543,6 +544,7 @@ SYSTEM_KEYS = (
     "device",
     "gpus_per_node",
     "memory_reserve_bytes",
+    "host_memory_bytes",
     "straggler",
     "scale_up",
     "scale_out",
@@ -552,46 +554,48 @@ SYSTEM_KEYS = (
 SYSTEM_REQUIRED = ("device", "gpus_per_node", "scale_up", "scale_out")
 
 
-def _system_parts(src: str, data: dict) -> tuple:
-    """(source, device, gpus per node, scale-up domain, tiers, reserve, straggler, topology) of a system mapping.
-    ``cost:`` is read by solver.cost_library."""
+class SystemParts(NamedTuple):
+    """What a system file says, before the device count is chosen (``_spec`` makes the SystemSpec)."""
+
+    source: str
+    device: DeviceSpec
+    gpus_per_node: int
+    scale_up_domain: int
+    scale_up: NetworkTier
+    scale_out: NetworkTier
+    memory_reserve_bytes: float
+    host_memory_bytes: float
+    straggler: float
+    topology: object
+
+
+def _system_parts(src: str, data: dict) -> SystemParts:
+    """The parts of a system mapping (``SystemParts``); ``cost:`` is read by solver.cost_library."""
     device_file = file_path(data["device"], src, "device")
     device = load_device(str(device_file) if device_file else data["device"], src)
     domain = data["scale_up"].get("domain_size", data["gpus_per_node"]) if isinstance(data["scale_up"], dict) else None
     topology = topology_from_dict(data["topology"], src) if "topology" in data else None
-    return (
-        src,
-        device,
-        int(data["gpus_per_node"]),
-        int(domain or data["gpus_per_node"]),
-        _tier(data["scale_up"], "scale_up", src),
-        _tier(data["scale_out"], "scale_out", src),
-        float(data.get("memory_reserve_bytes", 0.0)),
-        checks.share(data.get("straggler", 0.0), "straggler", src),
-        topology,
+    return SystemParts(
+        source=src,
+        device=device,
+        gpus_per_node=int(data["gpus_per_node"]),
+        scale_up_domain=int(domain or data["gpus_per_node"]),
+        scale_up=_tier(data["scale_up"], "scale_up", src),
+        scale_out=_tier(data["scale_out"], "scale_out", src),
+        memory_reserve_bytes=float(data.get("memory_reserve_bytes", 0.0)),
+        host_memory_bytes=checks.non_negative_number(data.get("host_memory_bytes", 0.0), "host_memory_bytes", src),
+        straggler=checks.share(data.get("straggler", 0.0), "straggler", src),
+        topology=topology,
     )
 
 
 @functools.cache
-def _system_file(name: str) -> tuple:
+def _system_file(name: str) -> SystemParts:
     return _system_parts(*_read_library_entry("systems", name, "system.name", SYSTEM_KEYS, SYSTEM_REQUIRED))
 
 
-def _spec(name: str, parts: tuple, num_gpus: int) -> SystemSpec:
-    src, device, per_node, domain, up, out, reserve, straggler, topology = parts
-    return SystemSpec(
-        name=name,
-        device=device,
-        num_gpus=num_gpus,
-        gpus_per_node=per_node,
-        scale_up_domain=domain,
-        scale_up=up,
-        scale_out=out,
-        memory_reserve_bytes=reserve,
-        straggler=straggler,
-        source=src,
-        topology=topology,
-    )
+def _spec(name: str, parts: SystemParts, num_gpus: int) -> SystemSpec:
+    return SystemSpec(name=name, num_gpus=num_gpus, **parts._asdict())
 
 
 def is_system_path(name: str) -> bool:

@@ -30,6 +30,7 @@ from parasol.model.training_step import (
     compose,
     device_memory,
     evaluate_step,
+    host_metrics,
     layer_factors,
     least_peak_memory,
     training_metrics,
@@ -83,8 +84,15 @@ class TrainingPlanner(Planner):
         goodput = {n: costing.goodput(problem, n) for n in problem.num_gpus} if priced or max_step is not None else {}
         hourly = {n: problem.system_cost(n)["cost_per_hour_usd"] / goodput[n] for n in problem.num_gpus} if priced else None
         stretch = {n: stretch_basis_points(g) for n, g in goodput.items()} if max_step is not None else None
+        system = problem.system(problem.num_gpus[0])
         return TrainingContext(
-            problem.model, problem.system(problem.num_gpus[0]), problem.workload, hourly, max_step, run_stretch=stretch
+            problem.model,
+            system,
+            problem.workload,
+            hourly,
+            max_step,
+            run_stretch=stretch,
+            host_limit_bytes=host_limit_bytes(problem, system),
         )
 
     def compose(self, o, ctx):
@@ -120,6 +128,9 @@ class TrainingPlanner(Planner):
         columns = training_metrics(ctx, out.step, out.peak_memory, n)
         columns["microbatches"] = o.decision(D.MICROBATCHES)
         columns["device_memory_gib"] = device_memory(o, ctx, out) / GIB
+        if out.host_memory is not None:  # the plans may offload, and the system gives its host DRAM
+            columns.update(host_metrics(ctx.system, out.host_memory))
+            columns["fits"] = columns["fits"] & columns["host_fits"]
         if problem.needs_cost:
             rows = {m: problem.system_cost(m) for m in problem.num_gpus}
             by_n = {key: _per_gpu_count(n, {m: r[key] for m, r in rows.items()}) for key in next(iter(rows.values()))}
@@ -213,6 +224,15 @@ class TrainingPlanner(Planner):
 
     def binds(self, problem, limit, plan: Plan, proven: bool) -> str:
         met = plan.evaluation.metrics
+        if limit.name == "host_memory":
+            how = "the least any allowed mapping needs" if proven else "the least found within the time limit"
+            system = problem.system(plan.num_gpus)
+            return (
+                f"host memory binds: {met['host_memory_gib']:.1f} GiB per GPU ({training_report.host_contents(plan.mapping)}) is {how} "
+                f"where the device memory allows; the {system.name} gives each GPU "
+                f"{system.host_memory_per_gpu_bytes / GIB:.1f} GiB of host DRAM (its host_memory_bytes over {system.gpus_per_node} "
+                "GPUs per node)"
+            )
         if limit.name == "run_length":
             return (
                 f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
@@ -241,6 +261,17 @@ class TrainingPlanner(Planner):
 
 
 TRAINING = TrainingPlanner()
+
+# the mapping keys whose allowed values say whether a plan may put anything in host memory
+OFFLOAD_KEYS = ("optimizer_offload", "weight_offload", "module_offload", "offload_layers")
+
+
+def host_limit_bytes(problem, system) -> float | None:
+    """The host memory each GPU may fill (``SystemSpec.host_memory_per_gpu_bytes``) where the problem's mapping
+    allows some offloading (each offload key is off unless the mapping lists it) and the system file gives its
+    host DRAM; None otherwise: no host limit to compose."""
+    offloads = any(value for key in OFFLOAD_KEYS for value in problem.mapping.get(key, ()))
+    return system.host_memory_per_gpu_bytes if offloads and system.host_memory_bytes else None
 
 
 def _per_gpu_count(n, values: dict):

@@ -70,7 +70,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         )
         + [("micro-batches per step", str(met["microbatches"]))]
         + (
-            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB ({host_contents(m)})")]
+            [("host memory per GPU", f"{met['host_memory_gib']:.1f} GiB{host_capacity(met)} ({host_contents(m)})")]
             if "host_memory_gib" in met
             else []
         ),
@@ -104,6 +104,14 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
     return "\n".join(lines)
+
+
+def host_capacity(met: dict) -> str:
+    """' of X GiB' where the system file gives its host DRAM (``usable_host_memory_gib``), marked when the plan
+    overfills it; '' otherwise."""
+    if "usable_host_memory_gib" not in met:
+        return ""
+    return f" of {met['usable_host_memory_gib']:.1f} GiB" + ("" if met["host_fits"] else "  ** DOES NOT FIT **")
 
 
 def host_contents(m) -> str:
