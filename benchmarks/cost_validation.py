@@ -39,8 +39,12 @@ DEEPSEEK_V2_GPUS = 2048
 
 
 def fits_label(metrics: dict) -> str:
-    """'fits', or by how much a plan's peak memory does not."""
-    return "fits" if metrics["fits"] else f"does not fit: {metrics['peak_memory_gib']:.0f} GiB"
+    """'fits', or by how much a plan's peak memory (or its host memory) does not."""
+    if metrics["fits"]:
+        return "fits"
+    if not metrics.get("host_fits", True):
+        return f"does not fit the host: {metrics['host_memory_gib']:.0f} GiB"
+    return f"does not fit: {metrics['peak_memory_gib']:.0f} GiB"
 
 
 def published_mapping_row(recompute: str, dualpipe: bool) -> tuple[str, float, float, float]:

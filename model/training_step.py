@@ -521,18 +521,20 @@ def mtp_terms(mtp: int, edge, body) -> MtpTerms:
     )
 
 
-def edge_parts(o, row, mtp: int, first: bool, last):
+def edge_parts(o, row, ctx: TrainingContext, first: bool, last):
     """What a stage's edges add to a quantity counted by parts (``row``: a factor row with ``embedding``,
     ``output_first``, ``output_last`` and ``body``; the model states, the reduction's gradient copy): on the first
     stage the embedding and, where it is the only one (``last``, a bool or a backend condition), the output layer
-    and the ``mtp`` multi-token-prediction modules, each a body layer; on the last the output layer, the MTP
-    modules and, for them, a copy of the embedding (Megatron-Core builds it where pre_process or
-    mtp_process); nothing on a middle stage."""
+    and the workload's multi-token-prediction modules, each a body layer; on the last the output layer, the MTP
+    modules and, for them, a copy of the embedding (Megatron-Core builds it where pre_process or mtp_process),
+    which a model with tied embeddings already keeps there as its output layer (``output_last``); nothing on a
+    middle stage."""
+    mtp = ctx.workload.mtp_layers
     modules = mtp * row.body if mtp else 0
     if first:
         return row.embedding + o.where(last, row.output_first + modules, 0)
     if last:
-        return row.output_last + modules + (row.embedding if mtp else 0)
+        return row.output_last + modules + (row.embedding if mtp and not ctx.model.tied_embeddings else 0)
     return 0
 
 
@@ -641,15 +643,15 @@ def host_peak(o, ctx: TrainingContext, lead, body, body_counts: tuple, chunks, v
     DualPipe, as ``compose`` holds them."""
     if ctx.host_limit_bytes is None:
         return None
-    wl, single, has_middle, dual = ctx.workload, *conditions
+    single, has_middle, dual = conditions
     first_body, last_body, middle_body = body_counts
     limits, row = o.lookup(CHUNK_LIMITS), o.lookup(HOST_STATES)
 
     def stage(lead_count, count, extra, limit):
         return stage_host_memory(o, lead_count, count, lead, body, row, extra, o.minimum(chunks, limit), vpp, offload)
 
-    first = stage(lead_layers(ctx.model), first_body, edge_parts(o, row, wl.mtp_layers, True, single), limits.first)
-    last = o.where(single, first, stage(0, last_body, edge_parts(o, row, wl.mtp_layers, False, True), limits.last))
+    first = stage(lead_layers(ctx.model), first_body, edge_parts(o, row, ctx, True, single), limits.first)
+    last = o.where(single, first, stage(0, last_body, edge_parts(o, row, ctx, False, True), limits.last))
     middle = o.where(has_middle, stage(0, middle_body, 0, limits.middle), 0)
     peak = o.maximum(first, last, middle)
     if dual is not False:  # DualPipe's ranks: the first and the last stage, or a middle stage and its pair at 2 chunks
@@ -679,7 +681,7 @@ def stage_copies(o, ctx: TrainingContext, first: bool, last) -> StageCopy | None
         accumulate = c.accumulate_edge if first or last else c.accumulate_layers
     if not wl.grad_reduce_copy_bytes:
         return StageCopy(lead=None, body=None, extra=None, accumulate=accumulate)
-    return StageCopy(lead=c.lead, body=c.body, extra=edge_parts(o, c, wl.mtp_layers, first, last), accumulate=accumulate)
+    return StageCopy(lead=c.lead, body=c.body, extra=edge_parts(o, c, ctx, first, last), accumulate=accumulate)
 
 
 def pipeline_work(ctx: TrainingContext) -> ImpliedBound:
@@ -806,12 +808,12 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
     embedding_act = o.lookup(EMBEDDING_ACTIVATION).bytes
     chunks = o.product(m, vpp)
     last_act = edge.logits_activation + mtp.activation
-    first_states = edge_parts(o, states, wl.mtp_layers, True, single)
+    first_states = edge_parts(o, states, ctx, True, single)
     first_act = embedding_act + o.where(single, last_act, 0)
     first = stage_memory_parts(
         o, k, b1, lead, body, states, first_states, limits.first, chunks, vpp, first_act, off, stage_copies(o, ctx, True, single)
     )
-    last_states = edge_parts(o, states, wl.mtp_layers, False, True)
+    last_states = edge_parts(o, states, ctx, False, True)
     last = stage_memory_parts(
         o, 0, n_last, lead, body, states, last_states, limits.last, chunks, vpp, last_act, off, stage_copies(o, ctx, False, True)
     )
@@ -1045,7 +1047,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         mtp = mtp_terms(mtp_here, edge, body)  # as in ``compose``
         extra_fwd = (edge.first_fwd if first else 0.0) + (edge.last_fwd if last else 0.0)
         extra_bwd = (edge.first_bwd if first else 0.0) + (edge.last_bwd if last else 0.0)
-        edge_states = edge_parts(o, states, wl.mtp_layers, first, last)
+        edge_states = edge_parts(o, states, ctx, first, last)
         edge_act = (o.lookup(EMBEDDING_ACTIVATION).bytes if first else 0.0) + (
             edge.logits_activation + mtp.activation if last else 0.0
         )
@@ -1069,7 +1071,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
         in_flight = memory.in_flight_chunks(i, m.pp, m.vpp, microbatches)
-        host_extra = edge_parts(o, host_states, wl.mtp_layers, first, last)
+        host_extra = edge_parts(o, host_states, ctx, first, last)
         host = stage_host_memory(
             o, lead_count, n - lead_count, lead, body, host_states, host_extra, in_flight, m.vpp, m.offload_layers
         )

@@ -257,7 +257,8 @@ class TrainingPlanner(Planner):
     def together(self, problem, names: list) -> str:
         if names == ["memory"]:
             return "the mapping restrictions and the pipeline partition rules admit no mapping, whatever the memory"
-        return "max_run_hours and memory together admit no plan (each alone does)"
+        named = {"memory": "memory", "host_memory": "host memory", "run_length": "max_run_hours"}
+        return f"{' and '.join(named[n] for n in names)} together admit no plan (each alone does)"
 
 
 TRAINING = TrainingPlanner()

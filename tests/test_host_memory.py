@@ -5,15 +5,18 @@ in HBM; solve names host memory where it binds."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
 from conftest import REPO, solved_as_enumerated, training_problem
 
+from parasol.model.errors import ProblemError
 from parasol.model.evaluation import GIB
+from parasol.model.specs import Mapping
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
-from parasol.solver.planner import planner_for, solve
+from parasol.solver.planner import enumerate_space, planner_for, solve
 from parasol.solver.problem import load_problem, parse_problem
 from parasol.solver.training_report import evaluation_table
 
@@ -49,13 +52,17 @@ def test_a_plan_that_overfills_the_host_does_not_fit_and_says_so():
     assert met["host_memory_gib"] == pytest.approx(175e9 / 8 * 16 / GIB, rel=0.01)
     assert met["usable_host_memory_gib"] == 256.0 and met["host_fits"] is False
     assert met["fits"] is False and met["peak_memory_gib"] <= met["usable_memory_gib"]  # the device memory alone fits
-    assert "of 256.0 GiB  ** DOES NOT FIT **" in evaluation_table(problem, problem.fixed_mapping(), ev)
+    table = evaluation_table(problem, problem.fixed_mapping(), ev)
+    assert "of 256.0 GiB  ** DOES NOT FIT **" in table  # the host's line says so, the device memory's does not
+    assert "GiB usable\n" in table and table.count("DOES NOT FIT") == 1
 
 
-def test_solve_names_host_memory_where_it_binds():
+@pytest.mark.parametrize("method", ["cpsat", "enumerate", "bound"])
+def test_solve_names_host_memory_where_it_binds(method):
     """The shipped example (docs/planner.md): the optimizer state may stay, half or all move to the host; only all
-    of it leaves the GPUs room, and the host cannot hold it."""
-    result = solve(load_problem(REPO / "problems" / "examples" / "gpt3-175b-b200-host-infeasible.yaml"), workers=2, time_limit=60)
+    of it leaves the GPUs room, and the host cannot hold it. Each search explains it the same way."""
+    problem = load_problem(REPO / "problems" / "examples" / "gpt3-175b-b200-host-infeasible.yaml")
+    result = solve(problem, workers=2, time_limit=60, method=method)
     assert result.status == "INFEASIBLE"
     assert result.message.startswith("host memory binds: 325.2 GiB per GPU (offloaded states)")
     assert "256.0 GiB of host DRAM" in result.message and "\n" not in result.message
@@ -95,3 +102,38 @@ def test_no_host_limit_is_composed_where_nothing_is_offloaded():
         training_problem("llama3-70b", "mi300x", 64, global_batch=64, mapping={"optimizer_offload": [0, 1.0]}), source="t.yaml"
     )
     assert planner_for(unknown).context(unknown).host_limit_bytes is None
+
+
+def test_evaluate_keeps_on_the_host_what_the_enumerator_counts():
+    """Every stage's host bytes, composed once (``training_step.stage_host_memory``): evaluate's fullest stage equals
+    the numpy enumeration's column on pipelines of 1 to 8 stages, interleaved or not, with the optimizer state, the
+    attention core's inputs and whole layers offloaded in turn."""
+    data = training_problem(
+        "llama2-7b",
+        "dgx-h100",
+        16,
+        global_batch=32,
+        offload_modules=["core_attn"],
+        mapping={"optimizer_offload": [0, 0.5, 1.0], "module_offload": [False, True], "tp": [2], "micro_batch": [1, 2]},
+    )
+    problem = parse_problem(data, source="t.yaml")
+    table = enumerate_space(problem, keep_all=True).table
+    fields = {f.name for f in dataclasses.fields(Mapping)}
+    system = problem.system(16)
+    sample = table.groupby("pp").sample(10, random_state=0, replace=True).to_dict("records")
+    assert {row["pp"] for row in sample} >= {1, 2, 4} and any(row["host_memory_gib"] > 0 for row in sample)
+    for row in sample:
+        mapping = Mapping(**{k: v for k, v in row.items() if k in fields})
+        ev = evaluate_training(problem.model, system, problem.workload, mapping)
+        assert ev.metrics.get("host_memory_gib", 0.0) == pytest.approx(row["host_memory_gib"], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("value", [-1, True, "2 TB"])
+def test_a_system_file_with_a_bad_host_memory_is_refused_in_one_line(tmp_path, value):
+    data = yaml.safe_load((REPO / "problems" / "systems" / "dgx-b200.yaml").read_text())
+    data["host_memory_bytes"] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProblemError) as err:
+        library.load_system(str(path), 8)
+    assert err.value.field == "host_memory_bytes" and "\n" not in str(err.value)
