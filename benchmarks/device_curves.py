@@ -51,8 +51,9 @@ from typing import NamedTuple
 import yaml
 
 from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
-from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, serial_pass_time
-from parasol.solver.library import load_device
+from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, pass_factors, serial_pass_time
+from parasol.model.specs import Workload
+from parasol.solver.library import load_device, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
@@ -256,7 +257,27 @@ def main(argv=None) -> int:
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
             else:
                 print(f"  {key}: {value}")
+    for line in fp8_attention_speedups(derived):
+        print(line)
     return report(differences(derived)) if args.check else 0
+
+
+def fp8_attention_speedups(derived: dict) -> list[str]:
+    """How much faster FP8 attention runs than the device's 16-bit kernel at DeepSeek-V3's MLA heads and at
+    Llama's 128-dim ones (``fp8_attention.pass_factors``; training: the forward and the 2.5x backward together)."""
+    workload = Workload(kind="training", seq_len=4096, global_batch=1, precision="fp8", fp8_attention=True)
+    lines = []
+    for device, values in derived.items():
+        if "softmax_exp_ratio" not in values:
+            continue
+        spec = dataclasses.replace(load_device(device), softmax_exp_ratio=values["softmax_exp_ratio"])
+        shown = []
+        for name in ("deepseek-v3", "llama3-70b"):
+            fwd, bwd = pass_factors(load_model(name), spec, workload)
+            training = (1.0 + FLASH_BACKWARD_FACTOR) / (fwd + FLASH_BACKWARD_FACTOR * bwd)
+            shown.append(f"{name} forward {1 / fwd:.2f}x, training {training:.2f}x")
+        lines.append(f"{device}: FP8 attention against 16 bits: " + "; ".join(shown))
+    return lines
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def selective_savings_bytes(
 
     layernorm: the output of each norm not fused into a linear (an MoE layer's pre-MLP norm, MLA's
     input norm), 2 bytes per hidden element. moe_act: the routed experts' activation output (their
-    FC2 input). mla_up_proj: Q, K and V decompressed, less the compressed latents MLA then keeps.
+    FC2 input). mla_up_proj: Q, K and V decompressed, less the compressed latents MLA then keeps (nothing
+    under FP8 attention, ``attention_input_bytes`` 1: the outputs the checkpoint frees are not what it keeps).
     mlp: a dense layer's FFN activations; moe: an MoE layer's (shared and routed, with the routed
     rows); shared_experts: the shared experts' (megatron/core/transformer, output-discarding
     checkpoints)."""
@@ -132,7 +133,10 @@ def selective_savings_bytes(
         m = model.mla
         latents = tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) * ACT_BYTES
         d_qk, d_v = attention_head_dims(model)
-        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * attention_input_bytes / tp - latents)
+        # the checkpoint discards the up-projections' 16-bit outputs, which the attention keeps only where it computes
+        # in 16 bits; FP8 attention keeps FP8 copies of its own (attention_input_bytes 1), which stay
+        freed = ACT_BYTES if attention_input_bytes == ACT_BYTES else 0.0
+        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * freed / tp - latents)
     if not moe_layer:
         if "mlp" in modules:
             saved += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes)
@@ -208,7 +212,9 @@ def offloaded_input_bytes(
     if OffloadModule.QKV_LINEAR in modules:
         norm_output = 0.0 if mla and RecomputeModule.LAYERNORM in recomputed else gemm_input_bytes
         copied += seq_tokens * h * (norm_output + (0.0 if mla else ACT_BYTES))
-    dropped_qkv = RecomputeModule.CORE_ATTN in recomputed or (mla and RecomputeModule.MLA_UP_PROJ in recomputed)
+    # the up-projections' checkpoint frees the Q, K and V a 16-bit attention keeps, not FP8 attention's own copies
+    up_proj_frees = mla and RecomputeModule.MLA_UP_PROJ in recomputed and layer.attention_input_bytes == ACT_BYTES
+    dropped_qkv = RecomputeModule.CORE_ATTN in recomputed or up_proj_frees
     if OffloadModule.CORE_ATTN in modules and not dropped_qkv:
         copied += tokens * qkv * layer.attention_input_bytes / tp
     if OffloadModule.ATTN_PROJ in modules:
@@ -250,15 +256,18 @@ def activation_bytes_per_layer(
     attention core among them (the default), no score tensors. none: score tensors unless flash
     attention is used (flash keeps the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
     ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training, ``attention_input_bytes`` (Q, K
-    and V) 1 under FP8 attention (``fp8_attention.saved_input_bytes``).
+    and V) 1 under FP8 attention (``fp8_attention.saved_input_bytes``), except where the attention core is
+    recomputed: its checkpoint (Megatron-Core ``_checkpointed_attention_forward``) keeps the 16-bit Q, K and V.
     """
     tokens = micro_batch * seq_len / cp
     if recompute == "full":
         return tokens * model.hidden * ACT_BYTES / (tp if sp else 1)
+    kept = modules if recompute == "selective" else ()
+    if "core_attn" in kept:  # the attention core's checkpoint keeps its 16-bit inputs; FP8 copies live only inside it
+        attention_input_bytes = ACT_BYTES
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes, attention_input_bytes) / tp
     sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp, permuted_bytes)
-    kept = modules if recompute == "selective" else ()
     if attention == "flash":
         scores = 4.0 * tokens * model.heads / tp
     elif "core_attn" in kept:

@@ -441,7 +441,12 @@ def selective_recompute_time_s(
             if names is None or name in names
         )
 
-    redo = attention_fwd_s + cp_fwd_s if "core_attn" in modules else 0.0
+    redo = 0.0
+    if "core_attn" in modules:  # with FP8 attention, its Q, K and V quantised again
+        cast_fwd, _ = fp8_attention.cast_bytes(
+            model, workload, tokens, tp, training_recipe(precision, workload.low_precision_recipe)
+        )
+        redo = attention_fwd_s + cp_fwd_s + compute.memory_bound_time_s(device, cast_fwd)
     if "layernorm" in modules:
         norms = compute.unfused_norms(model, moe_layer)
         redo += compute.memory_bound_time_s(device, norms * 2.0 * tokens / (tp if sp else 1) * model.hidden * e)

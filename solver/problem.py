@@ -369,6 +369,13 @@ def _parse_workload(data, src: str) -> Workload:
             source=src,
             field="workload.fp8_attention",
         )
+    if flags["fp8_attention"] and recipe == LowPrecisionRecipe.BLOCKWISE:
+        raise ProblemError(
+            "FP8 attention does not run under the blockwise recipe (Megatron-Core builds Float8BlockScaling without "
+            "fp8_dpa, megatron/core/fp8_utils.py); use delayed, tensorwise, mxfp8 or nvfp4, or set it false",
+            source=src,
+            field="workload.fp8_attention",
+        )
     dispatcher = MoeDispatcher(
         checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     )

@@ -124,3 +124,19 @@ def test_the_softmax_exp_ratios_give_the_published_fp8_speedups_back():
     assert serial_pass_time(2, 1, e_h) / serial_pass_time(1, 1, e_h) == pytest.approx(1200 / 740, abs=2e-3)
     faster = device_curves.hopper_exp_ratio({"fp8_forward_tflops": 1300, "fp16_forward_tflops": 740, "head_dim": 256})
     assert faster < h100.softmax_exp_ratio
+
+
+def test_fp8_attention_gains_more_with_the_backward_and_on_blackwell_ultra():
+    """The backward does 2.5x the forward's tensor work against one exponential, so FP8 saves it more; Blackwell
+    Ultra's cheaper exponential leaves FP8 more to save than Blackwell's; narrower heads (Llama's 128 + 128
+    against MLA's 192 + 128) less (`python benchmarks/device_curves.py` prints the figures docs/accuracy.md quotes)."""
+    lines = {line.split(":")[0]: line for line in device_curves.fp8_attention_speedups(device_curves.derive())}
+    assert set(lines) == {"b200", "b300", "gb200", "gb300", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb"}
+
+    def gains(device):
+        return [float(x) for x in re.findall(r"([0-9.]+)x", lines[device])]  # dsv3 fwd, train, llama fwd, train
+
+    for device in lines:
+        dsv3_fwd, dsv3_train, llama_fwd, llama_train = gains(device)
+        assert 1.0 < dsv3_fwd < dsv3_train < 2.0 and llama_fwd < dsv3_fwd and llama_train < dsv3_train
+    assert gains("gb300")[1] > gains("gb200")[1]
