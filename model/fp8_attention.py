@@ -17,6 +17,7 @@ in the backward (``cast_bytes``).
 
 from __future__ import annotations
 
+from .choices import LowPrecisionRecipe
 from .compute import FLASH_BACKWARD_FACTOR, attention_activation_widths, attention_head_dims
 from .errors import ProblemError
 from .precision import attention_quantised_bytes_per_element
@@ -27,6 +28,26 @@ from .specs import DeviceSpec, ModelSpec, Workload
 REFERENCE_SCORE_WIDTH = 320
 SIXTEEN_BIT_TENSOR_UNITS = 2.0  # a 16-bit product takes twice the FP8 tensor-core time (half the dense rate)
 FP8_SAVED_BYTES = 1.0  # Q, K and V kept for the backward in FP8
+
+
+def fp8_attention_problem(precision: str, attention: str, recipe, device: DeviceSpec | None = None) -> str | None:
+    """Why FP8 attention cannot run here, or None when it can: it needs FP8 or FP4 training (Transformer Engine's
+    fused FP8 attention under an FP8 autocast), flash attention, a recipe Megatron-Core passes ``fp8_dpa`` to (not
+    blockwise: it builds Float8BlockScaling without it, megatron/core/fp8_utils.py) and, to be timed, the device
+    file's ``softmax_exp_ratio``."""
+    if precision not in ("fp8", "fp4") or attention != "flash":
+        return (
+            f"FP8 attention needs precision fp8 or fp4 and attention flash (Transformer Engine's fused FP8 attention, "
+            f"Megatron-Core fp8_dot_product_attention), got precision {precision}, attention {attention}; set it false"
+        )
+    if recipe == LowPrecisionRecipe.BLOCKWISE:
+        return (
+            "FP8 attention does not run under the blockwise recipe (Megatron-Core builds Float8BlockScaling without "
+            "fp8_dpa, megatron/core/fp8_utils.py); use delayed, tensorwise, mxfp8 or nvfp4, or set it false"
+        )
+    if device is not None and not device.softmax_exp_ratio:
+        return f"device {device.name} gives no softmax_exp_ratio, so FP8 attention cannot be timed on it; set it false"
+    return None
 
 
 def serial_pass_time(tensor_units: float, exponentials: float, exp_ratio: float) -> float:
@@ -40,12 +61,9 @@ def exp_ratio(model: ModelSpec, device: DeviceSpec) -> float:
     """A softmax exponential's time over the FP8 tensor-core time of its score element's two products for
     ``model``'s heads on ``device``: the device file's ``softmax_exp_ratio`` (given at 320-wide scores),
     inversely as the products' width d_qk + d_v. ProblemError where the device file gives none."""
-    if not device.softmax_exp_ratio:
-        raise ProblemError(
-            f"device {device.name} gives no softmax_exp_ratio, so FP8 attention cannot be timed on it; "
-            "set workload.fp8_attention false",
-            field="workload.fp8_attention",
-        )
+    reason = fp8_attention_problem("fp8", "flash", None, device)
+    if reason is not None:
+        raise ProblemError(reason, field="workload.fp8_attention")
     d_qk, d_v = attention_head_dims(model)
     return device.softmax_exp_ratio * REFERENCE_SCORE_WIDTH / (d_qk + d_v)
 

@@ -14,7 +14,6 @@ from .choices import OffloadModule, Recompute, RecomputeModule, Zero3Gather
 from .compute import (
     HOST_GRAD_BYTES,
     attention_activation_widths,
-    attention_head_dims,
     ffn_intermediate_elements,
     routed_rows_per_gpu,
     unfused_norms,
@@ -102,6 +101,13 @@ def score_activation_bytes(model: ModelSpec, micro_batch: int, seq_q: float, seq
     return per_score * model.heads * seq_q * seq_kv * micro_batch
 
 
+def up_projections_kept(attention_input_bytes: float) -> bool:
+    """Whether the attention keeps MLA's up-projection outputs themselves as its Q, K and V (16-bit attention), so
+    that the up-projections' output-discarding checkpoint (recompute_modules mla_up_proj) frees them; FP8
+    attention (``attention_input_bytes`` 1) keeps FP8 copies of its own, which stay."""
+    return attention_input_bytes == ACT_BYTES
+
+
 def selective_savings_bytes(
     model: ModelSpec,
     tokens: float,
@@ -132,11 +138,9 @@ def selective_savings_bytes(
     if "mla_up_proj" in modules and model.mla is not None:
         m = model.mla
         latents = tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) * ACT_BYTES
-        d_qk, d_v = attention_head_dims(model)
-        # the checkpoint discards the up-projections' 16-bit outputs, which the attention keeps only where it computes
-        # in 16 bits; FP8 attention keeps FP8 copies of its own (attention_input_bytes 1), which stay
-        freed = ACT_BYTES if attention_input_bytes == ACT_BYTES else 0.0
-        saved += max(0.0, tokens * model.heads * (2 * d_qk + d_v) * freed / tp - latents)
+        qkv, _ = attention_activation_widths(model)
+        freed = ACT_BYTES if up_projections_kept(attention_input_bytes) else 0.0
+        saved += max(0.0, tokens * qkv * freed / tp - latents)
     if not moe_layer:
         if "mlp" in modules:
             saved += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes)
@@ -194,7 +198,8 @@ def offloaded_input_bytes(
     saved input, the GEMM input (MLA's: the input norm's output, none when layernorm is recomputed),
     with the norm input where the norm is fused into it. core_attn: Q, K and V, none when the attention
     core is recomputed (its checkpoint bypasses the offload, megatron/core/transformer/attention.py) or,
-    for MLA, when mla_up_proj is. attn_proj: the output projection's input. expert_fc1: the routed rows'
+    for MLA, when mla_up_proj is and the attention keeps the up-projections' own outputs
+    (``up_projections_kept``). attn_proj: the output projection's input. expert_fc1: the routed rows'
     expert input (a GEMM input, etp rows gathered per row; per-tensor FP8 makes FC1 save its 16-bit
     original instead, ``fc1_saves_original``), and it releases the 16-bit permuted rows
     (``permuted_bytes``; moe/experts.py forced_released_tensors). moe_act: the routed rows' activation
@@ -212,8 +217,7 @@ def offloaded_input_bytes(
     if OffloadModule.QKV_LINEAR in modules:
         norm_output = 0.0 if mla and RecomputeModule.LAYERNORM in recomputed else gemm_input_bytes
         copied += seq_tokens * h * (norm_output + (0.0 if mla else ACT_BYTES))
-    # the up-projections' checkpoint frees the Q, K and V a 16-bit attention keeps, not FP8 attention's own copies
-    up_proj_frees = mla and RecomputeModule.MLA_UP_PROJ in recomputed and layer.attention_input_bytes == ACT_BYTES
+    up_proj_frees = mla and RecomputeModule.MLA_UP_PROJ in recomputed and up_projections_kept(layer.attention_input_bytes)
     dropped_qkv = RecomputeModule.CORE_ATTN in recomputed or up_proj_frees
     if OffloadModule.CORE_ATTN in modules and not dropped_qkv:
         copied += tokens * qkv * layer.attention_input_bytes / tp

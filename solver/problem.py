@@ -34,6 +34,7 @@ from parasol.model.choices import (
 )
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
+from parasol.model.fp8_attention import fp8_attention_problem
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
 from parasol.model.offload import module_offload_problem
@@ -362,20 +363,9 @@ def _parse_workload(data, src: str) -> Workload:
             source=src,
             field="workload.fp8_output_proj",
         )
-    if flags["fp8_attention"] and (precision not in ("fp8", "fp4") or attention != "flash"):
-        raise ProblemError(
-            f"FP8 attention needs precision fp8 or fp4 and attention flash (Transformer Engine's fused FP8 attention, "
-            f"Megatron-Core fp8_dot_product_attention), got precision {precision}, attention {attention}; set it false",
-            source=src,
-            field="workload.fp8_attention",
-        )
-    if flags["fp8_attention"] and recipe == LowPrecisionRecipe.BLOCKWISE:
-        raise ProblemError(
-            "FP8 attention does not run under the blockwise recipe (Megatron-Core builds Float8BlockScaling without "
-            "fp8_dpa, megatron/core/fp8_utils.py); use delayed, tensorwise, mxfp8 or nvfp4, or set it false",
-            source=src,
-            field="workload.fp8_attention",
-        )
+    reason = fp8_attention_problem(precision, attention, recipe) if flags["fp8_attention"] else None
+    if reason is not None:
+        raise ProblemError(reason, source=src, field="workload.fp8_attention")
     dispatcher = MoeDispatcher(
         checks.choice(data.get("moe_dispatcher", MoeDispatcher.ALLTOALL.value), MOE_DISPATCHERS, "workload.moe_dispatcher", src)
     )
@@ -782,6 +772,10 @@ def _single_system_problem(
         )
     if workload.kind == "inference" and workload.engine is not None:
         library.device_under_engine(device, workload.engine, source)
+    if workload.kind == "training" and workload.fp8_attention:
+        reason = fp8_attention_problem(workload.precision, workload.attention, workload.low_precision_recipe, device)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.fp8_attention")
     if workload.kind == "training" and True in mapping.get("module_offload", ()):
         # fine-grained offloading where it may run: what the model and the device allow of the workload's modules
         # (what the mapping's other choices allow: the space, ``training_space.build_space``, and ``check_mapping``)

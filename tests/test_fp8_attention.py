@@ -106,8 +106,15 @@ def test_it_needs_fp8_training_and_flash_attention(workload, said):
 
 
 def test_a_device_without_the_ratio_is_refused_by_name():
+    """Where the problem is read, naming its file (and, for a mapping evaluated directly, by the model)."""
     dense = {**MAPPING, "ep": 1}
-    problem = _problem(True, model="llama3-70b", system="mi300x", mapping=dense, precision="fp8", low_precision_recipe="delayed")
+    with pytest.raises(ProblemError) as err:
+        _problem(True, model="llama3-70b", system="mi300x", mapping=dense, precision="fp8", low_precision_recipe="delayed")
+    assert err.value.field == "workload.fp8_attention" and "softmax_exp_ratio" in str(err.value)
+    assert str(err.value).startswith("t.yaml: ") and "\n" not in str(err.value)
+    problem = _problem(
+        True, model="llama3-70b", system="gb200-nvl72", mapping=dense, precision="fp8", low_precision_recipe="delayed"
+    )
     with pytest.raises(ProblemError) as err:
         evaluate_training(problem.model, library.load_system("mi300x", 8), problem.workload, problem.fixed_mapping())
     assert err.value.field == "workload.fp8_attention" and "softmax_exp_ratio" in str(err.value)

@@ -108,24 +108,21 @@ def test_evaluate_keeps_on_the_host_what_the_enumerator_counts():
     """Every stage's host bytes, composed once (``training_step.stage_host_memory``): evaluate's fullest stage equals
     the numpy enumeration's column on pipelines of 1 to 8 stages, interleaved or not, with the optimizer state, the
     attention core's inputs and whole layers offloaded in turn."""
-    data = training_problem(
-        "llama2-7b",
-        "dgx-h100",
-        16,
-        global_batch=32,
-        offload_modules=["core_attn"],
-        mapping={"optimizer_offload": [0, 0.5, 1.0], "module_offload": [False, True], "tp": [2], "micro_batch": [1, 2]},
-    )
-    problem = parse_problem(data, source="t.yaml")
-    table = enumerate_space(problem, keep_all=True).table
+    pipelines = {"optimizer_offload": [0, 0.5, 1.0], "module_offload": [False, True], "tp": [2], "micro_batch": [1, 2]}
+    whole_layers = {"offload_layers": [0, 2, 4], "pp": [1], "tp": [2, 4], "recompute": ["none"]}  # needs pp 1
     fields = {f.name for f in dataclasses.fields(Mapping)}
-    system = problem.system(16)
-    sample = table.groupby("pp").sample(10, random_state=0, replace=True).to_dict("records")
-    assert {row["pp"] for row in sample} >= {1, 2, 4} and any(row["host_memory_gib"] > 0 for row in sample)
-    for row in sample:
-        mapping = Mapping(**{k: v for k, v in row.items() if k in fields})
-        ev = evaluate_training(problem.model, system, problem.workload, mapping)
-        assert ev.metrics.get("host_memory_gib", 0.0) == pytest.approx(row["host_memory_gib"], rel=1e-9, abs=1e-12)
+    for mapping_keys, by in ((pipelines, "pp"), (whole_layers, "offload_layers")):
+        data = training_problem("llama2-7b", "dgx-h100", 16, global_batch=32, offload_modules=["core_attn"], mapping=mapping_keys)
+        if by == "offload_layers":
+            del data["workload"]["offload_modules"]  # not beside whole-layer offloading
+        problem = parse_problem(data, source="t.yaml")
+        table = enumerate_space(problem, keep_all=True).table
+        sample = table.groupby(by).sample(10, random_state=0, replace=True).to_dict("records")
+        assert len({row[by] for row in sample}) >= 3 and any(row["host_memory_gib"] > 0 for row in sample)
+        for row in sample:
+            mapping = Mapping(**{k: v for k, v in row.items() if k in fields})
+            ev = evaluate_training(problem.model, problem.system(16), problem.workload, mapping)
+            assert ev.metrics.get("host_memory_gib", 0.0) == pytest.approx(row["host_memory_gib"], rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("value", [-1, True, "2 TB"])
