@@ -13,6 +13,14 @@ from .choices import LowPrecisionRecipe, OffloadModule, Recompute, RecomputeModu
 from .precision import training_recipe
 from .specs import DeviceSpec, ModelSpec, Workload
 
+# the mapping's choices that put something in host memory
+HOST_MAPPING_KEYS = ("optimizer_offload", "weight_offload", "module_offload", "offload_layers")
+
+
+def offloads(mapping) -> bool:
+    """Whether ``mapping`` keeps anything in host memory (``HOST_MAPPING_KEYS``)."""
+    return any(getattr(mapping, key) for key in HOST_MAPPING_KEYS)
+
 
 def offload_copy_exposed_s(device: DeviceSpec, activation_bytes: float, compute_s: float) -> float:
     """Seconds one copy of ``activation_bytes`` between device and host memory leaves exposed beside

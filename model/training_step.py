@@ -31,7 +31,7 @@ from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
-from .offload import offloaded_activation_bytes
+from .offload import offloaded_activation_bytes, offloads
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
 from .pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
@@ -927,7 +927,9 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     m = decisions[D.MICROBATCHES]
     critical = max(range(mapping.pp), key=lambda i: stages[i]["time_per_microbatch_s"])
     peak_stage = max(range(mapping.pp), key=lambda i: stages[i]["memory_bytes"])
-    metrics = training_metrics(ctx, q.step, q.peak_memory, system.num_gpus)
+    # the host memory tier: what the fullest stage keeps there, where the mapping offloads anything
+    host = max(s["host_bytes"] for s in stages) if offloads(mapping) else None
+    metrics = training_metrics(ctx, q.step, q.peak_memory, system.num_gpus, host)
     metrics["fits"] = bool(metrics["fits"])
     metrics.update(
         microbatches=m,
@@ -936,10 +938,6 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
         active_params_b=params.total_params(model, active=True) / 1e9,
     )
     metrics["device_memory_gib"] = device_memory(o, ctx, q) / GIB
-    offloads = (mapping.optimizer_offload, mapping.weight_offload, mapping.module_offload, mapping.offload_layers)
-    if any(offloads):  # the host memory tier, checked where the system file gives its host DRAM
-        metrics.update(host_metrics(system, max(s["host_bytes"] for s in stages)))
-        metrics["fits"] = bool(metrics["fits"] and metrics.get("host_fits", True))
     breakdown = {
         "time_s": _time_breakdown(ctx, mapping, decisions, stages[critical], q),
         "memory_gib": stages[peak_stage]["memory_gib"],
@@ -998,14 +996,15 @@ def stage_device_memory(o, system: SystemSpec, mem: StageMemory, fraction):
     return o.minimum(o.maximum(mem.total, mem.backward + kept) + reserve, hbm)
 
 
-def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
+def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus, host_memory=None) -> dict:
     """Throughput, MFU (PaLM's model FLOPs, ``params.model_flops_per_token``) and memory of a step of
-    ``step`` seconds peaking at ``peak_memory`` bytes on ``num_gpus`` GPUs; plain arithmetic, so
-    numbers and numpy arrays alike."""
+    ``step`` seconds peaking at ``peak_memory`` bytes on ``num_gpus`` GPUs, and, with ``host_memory`` (the bytes
+    the fullest stage keeps in host memory; None: nothing offloaded), the host tier's (``host_metrics``), which
+    ``fits`` then counts too; plain arithmetic, so numbers and numpy arrays alike."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
     tokens = wl.global_batch * wl.seq_len
     model_flops = params.model_flops_per_token(model, wl.seq_len) * tokens
-    return {
+    out = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
         "tokens_per_s_per_gpu": tokens / step / num_gpus,
@@ -1016,6 +1015,11 @@ def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus) -> dict:
         "fits": peak_memory <= system.usable_memory_bytes,
         "num_gpus": num_gpus,
     }
+    if host_memory is not None:
+        out.update(host_metrics(system, host_memory))
+        if "host_fits" in out:
+            out["fits"] = out["fits"] & out["host_fits"]
+    return out
 
 
 def host_metrics(system: SystemSpec, host) -> dict:

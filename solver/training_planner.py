@@ -24,13 +24,13 @@ from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import GIB, Evaluation
 from parasol.model.goodput import stretch_basis_points
+from parasol.model.offload import HOST_MAPPING_KEYS
 from parasol.model.training_step import (
     HOURLY_PRICE,
     TrainingContext,
     compose,
     device_memory,
     evaluate_step,
-    host_metrics,
     layer_factors,
     least_peak_memory,
     training_metrics,
@@ -125,12 +125,9 @@ class TrainingPlanner(Planner):
 
     def frame(self, problem, ctx, o, out) -> dict:
         n = o.decision(D.NUM_GPUS)
-        columns = training_metrics(ctx, out.step, out.peak_memory, n)
+        columns = training_metrics(ctx, out.step, out.peak_memory, n, out.host_memory)
         columns["microbatches"] = o.decision(D.MICROBATCHES)
         columns["device_memory_gib"] = device_memory(o, ctx, out) / GIB
-        if out.host_memory is not None:  # the plans may offload, and the system gives its host DRAM
-            columns.update(host_metrics(ctx.system, out.host_memory))
-            columns["fits"] = columns["fits"] & columns["host_fits"]
         if problem.needs_cost:
             rows = {m: problem.system_cost(m) for m in problem.num_gpus}
             by_n = {key: _per_gpu_count(n, {m: r[key] for m, r in rows.items()}) for key in next(iter(rows.values()))}
@@ -263,15 +260,12 @@ class TrainingPlanner(Planner):
 
 TRAINING = TrainingPlanner()
 
-# the mapping keys whose allowed values say whether a plan may put anything in host memory
-OFFLOAD_KEYS = ("optimizer_offload", "weight_offload", "module_offload", "offload_layers")
-
 
 def host_limit_bytes(problem, system) -> float | None:
     """The host memory each GPU may fill (``SystemSpec.host_memory_per_gpu_bytes``) where the problem's mapping
     allows some offloading (each offload key is off unless the mapping lists it) and the system file gives its
     host DRAM; None otherwise: no host limit to compose."""
-    offloads = any(value for key in OFFLOAD_KEYS for value in problem.mapping.get(key, ()))
+    offloads = any(value for key in HOST_MAPPING_KEYS for value in problem.mapping.get(key, ()))
     return system.host_memory_per_gpu_bytes if offloads and system.host_memory_bytes else None
 
 
