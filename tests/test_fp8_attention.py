@@ -27,8 +27,8 @@ def _problem(flag: bool, model="deepseek-v3", system="gb200-nvl72", mapping=MAPP
     return parse_problem(data, source="t.yaml")
 
 
-def _evaluate(problem, system="gb200-nvl72"):
-    return evaluate_training(problem.model, library.load_system(system, 8), problem.workload, problem.fixed_mapping())
+def _evaluate(problem, system="gb200-nvl72", num_gpus=8):
+    return evaluate_training(problem.model, library.load_system(system, num_gpus), problem.workload, problem.fixed_mapping())
 
 
 def test_the_passes_follow_the_serial_rule_at_the_devices_ratio():
@@ -125,10 +125,17 @@ def test_the_recorded_megatron_release_cannot_express_it():
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t.yaml")
     assert err.value.field == "workload.fp8_attention" and str(err.value).endswith("allowed: false")
-    plain = parse_problem(training_problem("llama3-70b", "dgx-b200", 64, global_batch=64, fp8_attention=True, **MXFP8), "t.yaml")
-    plan = solved_as_enumerated(plain)
-    with pytest.raises(Unexpressible, match="FP8 attention"):  # the emitter, asked past the profile, refuses too
-        megatron_args(plain, plan.num_gpus, plan.mapping)
+    solved_as_enumerated(
+        parse_problem(training_problem("llama3-70b", "dgx-b200", 64, global_batch=64, fp8_attention=True, **MXFP8), "t.yaml")
+    )
+    # The emitter, asked past the profile, refuses too. The mapping is fixed: a solved plan may tie ZeRO-1 with
+    # ZeRO-2, which the emitter refuses first for its own reason.
+    mapping = {"tp": 8, "pp": 1, "dp": 8, "micro_batch": 1, "zero": 1, "sp": True, "recompute": "none"}
+    data = training_problem("llama3-70b", "dgx-b200", 64, global_batch=64, fp8_attention=True, mapping=mapping, **MXFP8)
+    plain = parse_problem(data, "t.yaml")
+    assert _evaluate(plain, "dgx-b200", 64).metrics["fits"]
+    with pytest.raises(Unexpressible, match="FP8 attention"):
+        megatron_args(plain, 64, plain.fixed_mapping())
 
 
 def test_the_runs_that_set_it_move_as_the_rule_says():
