@@ -614,11 +614,23 @@ def pipeline_p2p_time_s(
     return 2.0 * collective_time_s("p2p", nbytes, pp_layout, system)
 
 
+def last_stage_embedding_params(model: ModelSpec, mtp_layers: int) -> float:
+    """The embedding a last pipeline stage that is not also the first keeps, parameters: Megatron-Core builds the
+    input embedding there for the multi-token-prediction modules (``mtp_process``) and, for tied embeddings, the
+    output layer's copy of the word embeddings (V x h, ``share_embeddings_and_output_weights``); one serves both."""
+    if mtp_layers:
+        return params.input_embedding_params(model)
+    return model.vocab * model.hidden if model.tied_embeddings else 0.0
+
+
 @functools.lru_cache(maxsize=1 << 14)
-def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int, moe_layers: int = 0) -> float:
+def stage_params(
+    model: ModelSpec, layers_on_stage: int, is_first: bool, is_last: bool, tp: int, moe_layers: int = 0, mtp_layers: int = 0
+) -> float:
     """Parameters held by one GPU of a stage, routed experts aside (``stage_expert_params``): its
     layers split by tp, plus the embedding on the first stage and the output layer on the last
-    (vocab-parallel over tp; Megatron keeps a copy of tied embeddings on the last stage)."""
+    (vocab-parallel over tp), with the embedding a last stage keeps besides for tied embeddings or
+    ``mtp_layers`` MTP modules (``last_stage_embedding_params``)."""
     dense = layers_on_stage - moe_layers
     n = dense * params.layer_params(model) / tp
     if moe_layers:
@@ -626,9 +638,9 @@ def stage_params(model: ModelSpec, layers_on_stage: int, is_first: bool, is_last
     if is_first:
         n += params.input_embedding_params(model) / tp
     if is_last:
-        n += (
-            params.output_layer_params(model) + (model.vocab * model.hidden if model.tied_embeddings and not is_first else 0)
-        ) / tp
+        n += params.output_layer_params(model) / tp
+        if not is_first:
+            n += last_stage_embedding_params(model, mtp_layers) / tp
     return n
 
 

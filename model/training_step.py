@@ -243,7 +243,7 @@ def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0
         return sum(v for k, v in stage_state_bytes(model, wl, m, p, pe).items() if k != "zero3_buffers")
 
     moe = 1 if model.moe is not None else 0
-    lead, body, embedding, output_first, output_last = state_part_params(model, tp)
+    lead, body, embedding, output_first, output_last = state_part_params(model, tp, wl.mtp_layers)
     zero3 = stage_state_bytes(model, wl, m, lead).get("zero3_buffers", 0.0)
     return (
         state(lead),
@@ -270,7 +270,7 @@ def _host_states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offl
     model, wl = ctx.model, ctx.workload
     m = _state_mapping(tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload)
     moe = 1 if model.moe is not None else 0
-    lead, body, embedding, output_first, output_last = state_part_params(model, tp)
+    lead, body, embedding, output_first, output_last = state_part_params(model, tp, wl.mtp_layers)
     return (
         stage_host_bytes(wl, m, lead),
         stage_host_bytes(wl, m, body, stage_expert_params(model, moe, ep, etp)),
@@ -288,10 +288,10 @@ HOST_STATES = Factor(
 )
 
 
-def state_part_params(model: ModelSpec, tp) -> tuple:
+def state_part_params(model: ModelSpec, tp, mtp_layers: int = 0) -> tuple:
     """Parameters besides routed experts, per GPU, of the parts the model states are counted by: one lead
     layer, one body layer, the embedding, the output layer when it shares the first stage (pp = 1) and on the
-    last (a tied model keeps a second copy there) (``training.stage_params``)."""
+    last, with the embedding that stage keeps for tied embeddings or MTP modules (``training.stage_params``)."""
     moe = 1 if model.moe is not None else 0
     embedding = stage_params(model, 0, True, False, tp)
     return (
@@ -299,7 +299,7 @@ def state_part_params(model: ModelSpec, tp) -> tuple:
         stage_params(model, 1, False, False, tp, moe),
         embedding,
         stage_params(model, 0, True, True, tp) - embedding,
-        stage_params(model, 0, False, True, tp),
+        stage_params(model, 0, False, True, tp, 0, mtp_layers),
     )
 
 
@@ -310,7 +310,7 @@ def _gradient_copies(ctx: TrainingContext, tp, etp) -> tuple:
     (``memory.accumulate_copy_bytes`` at ``workload.grad_accumulate_copy_bytes``) of the largest module of a stage
     that holds the embedding or the output layer, and of one that holds layers only."""
     model, wl = ctx.model, ctx.workload
-    reduced = tuple(memory.reduce_copy_bytes(p, wl.grad_reduce_copy_bytes) for p in state_part_params(model, tp))
+    reduced = tuple(memory.reduce_copy_bytes(p, wl.grad_reduce_copy_bytes) for p in state_part_params(model, tp, wl.mtp_layers))
     accumulated = tuple(
         memory.accumulate_copy_bytes(params.largest_module_params_per_gpu(model, tables, tp, etp), wl.grad_accumulate_copy_bytes)
         for tables in (True, False)
@@ -381,7 +381,7 @@ def stage_held_params(ctx: TrainingContext, layers: int, lead_count: int, first:
     ``stage_expert_params``)."""
     mtp = ctx.workload.mtp_layers if last else 0
     moe_layers = layers - lead_count + mtp if ctx.model.moe is not None else 0
-    p = stage_params(ctx.model, layers + mtp, first or bool(mtp), last, tp, moe_layers)
+    p = stage_params(ctx.model, layers + mtp, first, last, tp, moe_layers, mtp)
     return p, stage_expert_params(ctx.model, moe_layers, ep, etp)
 
 
@@ -525,16 +525,15 @@ def edge_parts(o, row, ctx: TrainingContext, first: bool, last):
     """What a stage's edges add to a quantity counted by parts (``row``: a factor row with ``embedding``,
     ``output_first``, ``output_last`` and ``body``; the model states, the reduction's gradient copy): on the first
     stage the embedding and, where it is the only one (``last``, a bool or a backend condition), the output layer
-    and the workload's multi-token-prediction modules, each a body layer; on the last the output layer, the MTP
-    modules and, for them, a copy of the embedding (Megatron-Core builds it where pre_process or mtp_process),
-    which a model with tied embeddings already keeps there as its output layer (``output_last``); nothing on a
-    middle stage."""
+    and the workload's multi-token-prediction modules, each a body layer; on the last the output layer with the
+    embedding that stage keeps (``output_last``: ``training.last_stage_embedding_params``) and the MTP modules;
+    nothing on a middle stage."""
     mtp = ctx.workload.mtp_layers
     modules = mtp * row.body if mtp else 0
     if first:
         return row.embedding + o.where(last, row.output_first + modules, 0)
     if last:
-        return row.output_last + modules + (row.embedding if mtp and not ctx.model.tied_embeddings else 0)
+        return row.output_last + modules
     return 0
 
 
