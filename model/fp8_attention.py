@@ -91,6 +91,16 @@ def cast_bytes(model: ModelSpec, workload: Workload, tokens: float, tp: int, rec
     return tokens * qkv / tp * per_element, tokens * out / tp * per_element
 
 
+def exchanged_bytes_per_element(workload: Workload, sixteen_bit: float) -> float:
+    """Bytes per element of what context parallelism exchanges for the attention, FP8 or ``sixteen_bit``: under
+    FP8 attention Transformer Engine quantises Q, K and V before any exchange and passes the FP8 data
+    (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, per-tensor recipes): K and
+    V around the ring and their gradients back (AttnFuncWithCPAndKVP2P), Q, K, V, the output and their
+    gradients through the all-to-alls (AttnFuncWithCPAndQKVOA2A), K and V gathered (AttnFuncWithCPAndKVAllGather,
+    whose dK and dV are reduce-scattered in 16 bits: not this)."""
+    return FP8_SAVED_BYTES if workload.fp8_attention else sixteen_bit
+
+
 def saved_input_bytes(workload: Workload, sixteen_bit: float) -> float:
     """Bytes per element of the attention's Q, K and V kept for the backward: FP8 under FP8 attention, else
     ``sixteen_bit``."""

@@ -178,12 +178,13 @@ def cp_exposed_forward_time_s(
     """Exposed ring-attention K/V exchange in one layer's forward (Liu et al., Ring Attention, 2023).
 
     cp-1 steps, each passing this rank's K and V block (2·b·(s/cp)·kv·d elements, kv heads split
-    by tp) to the next rank of the CP group at ``cp_layout`` (default: stride tp) while the current
-    block's attention is computed; what exceeds the attention compute is exposed.
+    by tp; FP8 under FP8 attention, ``fp8_attention.exchanged_bytes_per_element``) to the next rank of the
+    CP group at ``cp_layout`` (default: stride tp) while the current block's attention is computed; what
+    exceeds the attention compute is exposed.
     """
     if cp == 1:
         return 0.0
-    e = bytes_per_element(activation_precision(workload.precision))
+    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
     block = 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
     transfer = (cp - 1) * collective_time_s("p2p", block, cp_layout or layout(system, Group.of((cp, tp))), system)
     return max(0.0, transfer - attention_fwd_s)
@@ -203,10 +204,11 @@ def cp_a2a_forward_time_s(
     its s/cp tokens of all its heads for all s tokens of 1/cp of them: Q, K and V, (q + 2·kv)/tp wide;
     after it the output, q/tp wide, goes back. Each all-to-all sends (cp-1)/cp of the rank's buffer
     over the CP group at ``cp_layout``; the attention waits for it, so none is hidden. The backward
-    sends the gradients of the same tensors back the same way."""
+    sends the gradients of the same tensors back the same way. FP8 under FP8 attention
+    (``fp8_attention.exchanged_bytes_per_element``)."""
     if cp == 1:
         return 0.0
-    e = bytes_per_element(activation_precision(workload.precision))
+    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
     tokens = micro_batch * workload.seq_len / cp
     where = cp_layout or layout(system, Group.of((cp, tp)))
     qkv = tokens * (model.q_width + 2 * model.kv_width) / tp * e
@@ -227,23 +229,25 @@ def cp_allgather_times_s(
     --cp-comm-type allgather; the Llama 3 report, Sec. 3.3.2). The forward all-gathers the whole
     sequence's K and V over the CP group (``cp_allgather_buffer_bytes``, small with GQA) before the
     attention, which waits for it; the backward, keeping no gathered K and V (Transformer Engine's
-    AttnFuncWithCPAndKVAllGather.backward), gathers them again and reduce-scatters dK and dV, the same
-    bytes each. None is hidden."""
+    AttnFuncWithCPAndKVAllGather.backward), gathers them again and reduce-scatters dK and dV, 16-bit
+    (``cp_allgather_buffer_bytes``: the gathered K and V in FP8 under FP8 attention). None is hidden."""
     if cp == 1:
         return 0.0, 0.0
-    gathered = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
+    gathered, gradients = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
     where = cp_layout or layout(system, Group.of((cp, tp)))
     forward = collective_time_s("allgather", gathered, where, system)
-    return forward, forward + collective_time_s("reducescatter", gathered, where, system)
+    return forward, forward + collective_time_s("reducescatter", gradients, where, system)
 
 
-def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
-    """The whole sequence's K and V that all-gather context parallelism gathers for a layer's attention,
-    bytes (the forward's; the backward holds them again beside dK and dV of the same size)."""
+def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
+    """(K and V, dK and dV) of the whole sequence that all-gather context parallelism gathers and
+    reduce-scatters for a layer's attention, bytes: the forward gathers K and V (FP8 under FP8 attention,
+    ``fp8_attention.exchanged_bytes_per_element``), the backward holds them again beside 16-bit dK and dV."""
     if cp == 1:
-        return 0.0
+        return 0.0, 0.0
     e = bytes_per_element(activation_precision(workload.precision))
-    return 2.0 * micro_batch * workload.seq_len * model.kv_width / tp * e
+    elements = 2.0 * micro_batch * workload.seq_len * model.kv_width / tp
+    return elements * fp8_attention.exchanged_bytes_per_element(workload, e), elements * e
 
 
 def ep_comm_time_s(

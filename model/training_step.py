@@ -141,7 +141,7 @@ def _layer(
             memory.score_backward_bytes(model, micro_batch, wl.seq_len / cp, wl.seq_len, recompute, wl.recompute_modules) / tp
         )
     if cp_comm == CpComm.ALLGATHER:  # the backward's gathered K and V and the full dK and dV of the layer in flight
-        working += 2.0 * cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch)
+        working += sum(cp_allgather_buffer_bytes(model, wl, tp, cp, micro_batch))
     # fine-grained offloading: the offloaded inputs wait in host memory, but the layer in flight holds its own
     moved = offloaded_activation_bytes(model, wl, tokens, recompute, bool(module_offload))
     act, working = act - min(act, moved.freed), working + moved.copied  # the layer in flight reloads what was copied

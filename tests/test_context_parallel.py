@@ -5,13 +5,15 @@ form trades sequence shards for head shards before the attention and back after 
 tp·cp to divide the heads and the kv heads, and hides nothing.
 """
 
+import dataclasses
+
 import pytest
 from conftest import TINY_GQA, rel_close
 
 from parasol.model.errors import ProblemError
 from parasol.model.placement import Group, collective_time_s, layout
 from parasol.model.specs import Mapping, Workload
-from parasol.model.training import cp_a2a_forward_time_s, layer_times
+from parasol.model.training import cp_a2a_forward_time_s, cp_exposed_forward_time_s, layer_times
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.planner import enumerate_space, planner_for, solve
@@ -119,3 +121,51 @@ def test_selective_recomputation_of_the_attention_core_redoes_its_exchange():
             times[exchange].cp_comm_fwd - times["ring"].cp_comm_fwd
         )
         assert times[exchange].cp_comm_fwd > 0
+
+
+def test_fp8_attention_exchanges_fp8_q_k_v_and_keeps_the_gathered_gradients_16_bit():
+    """Under FP8 attention Transformer Engine quantises Q, K and V before context parallelism exchanges them
+    and passes the FP8 data (context_parallel.py): K and V around the ring and dK, dV back, every all-to-all,
+    the gathered K and V; all-gather's dK and dV are reduce-scattered in 16 bits. Each exchange's bytes are
+    what the collective model is given, so the times follow from the same collectives at 1 byte."""
+    model, system = library.load_model("llama3.1-405b"), library.load_system("dgx-h100", 128)
+    plain = Workload(kind="training", seq_len=131072, global_batch=8, precision="fp8", low_precision_recipe="delayed")
+    fp8 = dataclasses.replace(plain, fp8_attention=True)
+    where = layout(system, Group.of((16, 8)))
+    elements = 2.0 * 131072 * model.kv_width / 8
+    gather = {w.fp8_attention: layer_times(model, system, w, 8, 16, 1, True, "none", cp_comm="allgather") for w in (plain, fp8)}
+    assert gather[True].cp_comm_fwd == pytest.approx(collective_time_s("allgather", elements * 1.0, where, system))
+    assert gather[True].cp_comm_bwd == pytest.approx(
+        collective_time_s("allgather", elements * 1.0, where, system)
+        + collective_time_s("reducescatter", elements * 2.0, where, system)
+    )
+    assert gather[False].cp_comm_fwd == pytest.approx(collective_time_s("allgather", elements * 2.0, where, system))
+    # the ring: with the attention taken away (a zero-time compute), the whole transfer shows, at 1 byte
+    ring = {w.fp8_attention: cp_exposed_forward_time_s(model, system, w, 8, 16, 1, 0.0) for w in (plain, fp8)}
+    block = 2.0 * 131072 / 16 * model.kv_width / 8
+    assert ring[True] == pytest.approx(15 * collective_time_s("p2p", block * 1.0, where, system))
+    assert ring[False] == pytest.approx(15 * collective_time_s("p2p", block * 2.0, where, system))
+    a2a = {w.fp8_attention: cp_a2a_forward_time_s(model, system, w, 4, 2, 1) for w in (plain, fp8)}
+    assert a2a[True] < a2a[False]
+    # memory: all-gather's backward holds the FP8 K and V and the 16-bit dK and dV of the layer in flight
+    small = library.load_model("llama3-8b")
+    mapping = dict(tp=8, pp=1, dp=1, cp=16, micro_batch=1, sp=True, recompute="full")
+    ev = {
+        (w.fp8_attention, c): evaluate_training(small, system, w, Mapping(**mapping, cp_comm=c))
+        for w in (plain, fp8)
+        for c in ("ring", "allgather")
+    }
+    held = 2.0 * 131072 * small.kv_width / 8 * (1.0 + 2.0)
+    grew = ev[(True, "allgather")].metrics["peak_memory_gib"] - ev[(True, "ring")].metrics["peak_memory_gib"]
+    assert rel_close(grew, held / 2**30, 1e-9)
+
+
+def test_the_solver_equals_the_enumerator_with_fp8_attention_over_the_exchanges():
+    data = {
+        **PROBLEM,
+        "workload": {**PROBLEM["workload"], "precision": "fp8", "low_precision_recipe": "delayed", "fp8_attention": True},
+        "mapping": {**PROBLEM["mapping"], "cp_comm": ["ring", "a2a", "allgather"]},
+    }
+    problem = parse_problem(data, source="t")
+    enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60, method="cpsat")
+    assert enum.status == sol.status == "OPTIMAL" and rel_close(sol.objective_value, enum.objective_value, 1e-3)
