@@ -95,10 +95,21 @@ def exchanged_bytes_per_element(workload: Workload, sixteen_bit: float) -> float
     """Bytes per element of what context parallelism exchanges for the attention, FP8 or ``sixteen_bit``: under
     FP8 attention Transformer Engine quantises Q, K and V before any exchange and passes the FP8 data
     (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, per-tensor recipes): K and
-    V around the ring and their gradients back (AttnFuncWithCPAndKVP2P), Q, K, V, the output and their
-    gradients through the all-to-alls (AttnFuncWithCPAndQKVOA2A), K and V gathered (AttnFuncWithCPAndKVAllGather,
-    whose dK and dV are reduce-scattered in 16 bits: not this)."""
+    V around the ring and their gradients back (AttnFuncWithCPAndKVP2P); Q, K, V, their gradients and the
+    output's gradient through the all-to-alls (AttnFuncWithCPAndQKVOA2A; the output itself:
+    ``exchanged_output_bytes_per_element``); K and V gathered (AttnFuncWithCPAndKVAllGather, whose dK and dV
+    are reduce-scattered in 16 bits: not this)."""
     return FP8_SAVED_BYTES if workload.fp8_attention else sixteen_bit
+
+
+def exchanged_output_bytes_per_element(workload: Workload, recipe, sixteen_bit: float) -> float:
+    """Bytes per element of the attention's output as the all-to-alls of context parallelism return it in the
+    forward: FP8 under FP8 attention with delayed scaling; 16-bit otherwise, current scaling included
+    (Transformer Engine keeps that output in 16 bits: NVTE_DPA_FP8CS_O_in_F16 defaults to 1). Its gradient goes
+    back quantised, at ``exchanged_bytes_per_element``."""
+    if workload.fp8_attention and recipe == LowPrecisionRecipe.DELAYED:
+        return FP8_SAVED_BYTES
+    return sixteen_bit
 
 
 def saved_input_bytes(workload: Workload, sixteen_bit: float) -> float:

@@ -190,7 +190,7 @@ def cp_exposed_forward_time_s(
     return max(0.0, transfer - attention_fwd_s)
 
 
-def cp_a2a_forward_time_s(
+def cp_a2a_times_s(
     model: ModelSpec,
     system: SystemSpec,
     workload: Workload,
@@ -198,22 +198,30 @@ def cp_a2a_forward_time_s(
     cp: int,
     micro_batch: int,
     cp_layout: Layout | None = None,
-) -> float:
-    """All-to-all (Ulysses) context parallelism in one layer's forward, seconds (Jacobs et al.,
+) -> tuple[float, float]:
+    """All-to-all (Ulysses) context parallelism in one layer, (forward, backward) seconds (Jacobs et al.,
     DeepSpeed-Ulysses, 2023; Megatron-Core --cp-comm-type a2a). Before the attention each rank trades
     its s/cp tokens of all its heads for all s tokens of 1/cp of them: Q, K and V, (q + 2·kv)/tp wide;
     after it the output, q/tp wide, goes back. Each all-to-all sends (cp-1)/cp of the rank's buffer
     over the CP group at ``cp_layout``; the attention waits for it, so none is hidden. The backward
-    sends the gradients of the same tensors back the same way. FP8 under FP8 attention
-    (``fp8_attention.exchanged_bytes_per_element``)."""
+    sends the gradients of the same tensors back the same way. 16-bit, or FP8 under FP8 attention
+    (``fp8_attention.exchanged_bytes_per_element``; the forward's output:
+    ``exchanged_output_bytes_per_element``)."""
     if cp == 1:
-        return 0.0
-    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
+        return 0.0, 0.0
+    e = bytes_per_element(activation_precision(workload.precision))
+    exchanged = fp8_attention.exchanged_bytes_per_element(workload, e)
+    output = fp8_attention.exchanged_output_bytes_per_element(
+        workload, training_recipe(workload.precision, workload.low_precision_recipe), e
+    )
     tokens = micro_batch * workload.seq_len / cp
     where = cp_layout or layout(system, Group.of((cp, tp)))
-    qkv = tokens * (model.q_width + 2 * model.kv_width) / tp * e
-    out = tokens * model.q_width / tp * e
-    return collective_time_s("alltoall", qkv, where, system) + collective_time_s("alltoall", out, where, system)
+    qkv = collective_time_s("alltoall", tokens * (model.q_width + 2 * model.kv_width) / tp * exchanged, where, system)
+    out = tokens * model.q_width / tp
+    return (
+        qkv + collective_time_s("alltoall", out * output, where, system),
+        qkv + collective_time_s("alltoall", out * exchanged, where, system),
+    )
 
 
 def cp_allgather_times_s(
@@ -522,7 +530,7 @@ def layer_times(
     fp8_fwd, fp8_bwd = fp8_attention.pass_factors(model, device, workload)
     attn_fwd, attn_bwd = attn_fwd * fp8_fwd, attn_fwd * compute.attention_core_backward_factor(workload.attention) * fp8_bwd
     if cp_comm == CpComm.A2A:
-        cp_fwd = cp_bwd = cp_a2a_forward_time_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+        cp_fwd, cp_bwd = cp_a2a_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:
         cp_fwd, cp_bwd = cp_allgather_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     else:

@@ -13,7 +13,7 @@ from conftest import TINY_GQA, rel_close
 from parasol.model.errors import ProblemError
 from parasol.model.placement import Group, collective_time_s, layout
 from parasol.model.specs import Mapping, Workload
-from parasol.model.training import cp_a2a_forward_time_s, cp_exposed_forward_time_s, layer_times
+from parasol.model.training import cp_a2a_times_s, cp_exposed_forward_time_s, layer_times
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.planner import enumerate_space, planner_for, solve
@@ -25,7 +25,8 @@ TINY = TINY_GQA
 def test_the_all_to_alls_carry_q_k_v_and_the_output_and_hide_nothing():
     model, system = library.load_model("llama3-70b"), library.load_system("dgx-h100", 64)
     wl = Workload(kind="training", seq_len=131072, global_batch=8)
-    t = cp_a2a_forward_time_s(model, system, wl, 8, 8, 1)
+    t, back = cp_a2a_times_s(model, system, wl, 8, 8, 1)
+    assert back == t  # 16-bit: the gradients go back as the tensors came
     tokens, e = 131072 / 8, 2.0
     where = layout(system, Group.of((8, 8)))  # the CP group's default layout: stride tp
     qkv = tokens * (model.q_width + 2 * model.kv_width) / 8 * e
@@ -145,8 +146,21 @@ def test_fp8_attention_exchanges_fp8_q_k_v_and_keeps_the_gathered_gradients_16_b
     block = 2.0 * 131072 / 16 * model.kv_width / 8
     assert ring[True] == pytest.approx(15 * collective_time_s("p2p", block * 1.0, where, system))
     assert ring[False] == pytest.approx(15 * collective_time_s("p2p", block * 2.0, where, system))
-    a2a = {w.fp8_attention: cp_a2a_forward_time_s(model, system, w, 4, 2, 1) for w in (plain, fp8)}
-    assert a2a[True] < a2a[False]
+    # the all-to-alls: Q, K, V and every gradient at 1 byte; the output at 1 byte under delayed scaling, at 2
+    # under current scaling (Transformer Engine keeps that output in 16 bits)
+    pair = layout(system, Group.of((2, 4)))
+    tokens = 131072 / 2
+    qkv, out = tokens * (model.q_width + 2 * model.kv_width) / 4, tokens * model.q_width / 4
+    a2a = {w.fp8_attention: cp_a2a_times_s(model, system, w, 4, 2, 1) for w in (plain, fp8)}
+    moved = collective_time_s("alltoall", qkv, pair, system) + collective_time_s("alltoall", out, pair, system)
+    wide = collective_time_s("alltoall", 2 * qkv, pair, system) + collective_time_s("alltoall", 2 * out, pair, system)
+    assert a2a[True] == pytest.approx((moved, moved)) and a2a[False] == pytest.approx((wide, wide))
+    current = dataclasses.replace(fp8, low_precision_recipe="tensorwise")
+    forward, backward = cp_a2a_times_s(model, system, current, 4, 2, 1)
+    assert backward == pytest.approx(moved)
+    assert forward == pytest.approx(
+        collective_time_s("alltoall", qkv, pair, system) + collective_time_s("alltoall", 2 * out, pair, system)
+    )
     # memory: all-gather's backward holds the FP8 K and V and the 16-bit dK and dV of the layer in flight
     small = library.load_model("llama3-8b")
     mapping = dict(tp=8, pp=1, dp=1, cp=16, micro_batch=1, sp=True, recompute="full")
