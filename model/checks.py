@@ -94,6 +94,13 @@ def share(value, field: str, source: str | None = None) -> float:
     return number
 
 
+def text(value, field: str, source: str | None = None) -> str:
+    """A name: a non-empty string (not a number, list, null or bool that YAML would read in its place)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ProblemError(f"must be a non-empty name, got {shown(value)}", source=source, field=field)
+    return value
+
+
 def flag(value, field: str, source: str | None = None) -> bool:
     if not isinstance(value, bool):
         raise ProblemError(f"must be true or false, got {shown(value)}", source=source, field=field)

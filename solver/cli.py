@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 
 from parasol import __version__
@@ -606,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _build_parser().parse_args(argv)
         from .results import replacing  # noqa: PLC0415
 
+        _check_outputs_apart(args)
         stopping = deadline.stopping_on_ctrl_c() if args.command in STOPPABLE else contextlib.nullcontext()
         with replacing(getattr(args, "force", False)), stopping:
             code = COMMANDS[args.command](args)
@@ -621,6 +623,29 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("parasol: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+OUTPUT_FLAGS = {"out": "--out", "plot": "--plot", "output": "-o"}  # the attributes that name a file a command writes
+INPUT_ATTRIBUTES = ("problem", "spec", "system")  # those that may name a file it reads
+
+
+def _check_outputs_apart(args) -> None:
+    """ProblemError unless every file the command writes is apart from the files it reads and from the others it
+    writes: --force lets a command replace an earlier output, never its own input (nothing the user wrote is
+    overwritten), and two outputs on one path would leave the first half-replaced by the second."""
+    written: dict[str, str] = {}
+    for attribute, flag in OUTPUT_FLAGS.items():
+        path = getattr(args, attribute, None)
+        if not isinstance(path, str):
+            continue
+        target = os.path.realpath(path)
+        for name in INPUT_ATTRIBUTES:
+            source = getattr(args, name, None)
+            if isinstance(source, str) and os.path.isfile(source) and os.path.realpath(source) == target:
+                raise ProblemError(f"{path} is the file this command reads ({source}); write elsewhere", field=flag)
+        if target in written:
+            raise ProblemError(f"{path} is also the {written[target]} file; give each output its own name", field=flag)
+        written[target] = flag
 
 
 def printable(text: str) -> str:

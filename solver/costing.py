@@ -65,11 +65,18 @@ def _priced_system(root, system_name: str, chiplets: int | None, gpu_hour_usd: f
             )
     else:
         count = chiplets if chiplets is not None else spec.compute.count
-        scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
-        if scaled is not spec:
-            price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
-            system = replace(system, device=scale_device(system.device, spec, count))
-        spec, cost = scaled, device_cost(scaled, params)
+        try:
+            scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
+            if scaled is not spec:
+                price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
+                system = replace(system, device=scale_device(system.device, spec, count))
+            spec, cost = scaled, device_cost(scaled, params)
+        except ProblemError as exc:  # name the device and the count that made the package impossible
+            if chiplets is None:
+                raise
+            raise ProblemError(
+                f"{count} compute dies per {library_device} package: {exc.message}", source=system.device.source, field="chiplets"
+            ) from None
     prices, origin = prices_for(
         system, overrides, library_device, None if cost is None else cost.device_cost_usd, gpu_hour_usd, price_scale
     )
@@ -113,7 +120,14 @@ def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) 
         raise ProblemError(
             "has no chiplets: section, so system.chiplets cannot rescale it", source=system.device.source, field="chiplets"
         )
-    return replace(system, device=scale_device(system.device, spec, chiplets))
+    try:
+        return replace(system, device=scale_device(system.device, spec, chiplets))
+    except ProblemError as exc:
+        raise ProblemError(
+            f"{chiplets} compute dies per {system.device.name} package: {exc.message}",
+            source=system.device.source,
+            field="system.chiplets",
+        ) from None
 
 
 def cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None, goodput=1.0) -> dict:

@@ -82,7 +82,10 @@ def export_suite(suite, instances, out_dir: str, fmt: str = "cpsat") -> list:
     folder = Path(out_dir)
     if folder.exists() and not folder.is_dir():
         raise ProblemError(f"{folder} exists and is not a folder", field="--out")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ProblemError(f"cannot create the folder {folder}: {err.strerror}", field="--out") from None
     manifest_path = folder / "manifest.json"
     check_new_file(str(manifest_path), "--out")  # before any model is written
     manifest = {"suite": suite.name, "version": __version__, "format": "CP-SAT CpModelProto (binary)", "models": []}

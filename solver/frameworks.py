@@ -55,7 +55,9 @@ def load(spec, source: str | None = None, fld: str = "workload.framework") -> Fr
     """The release ``spec`` ('NAME' or 'NAME@RELEASE') of a framework profile."""
     if not isinstance(spec, str) or not spec:
         raise ProblemError(f"must be a framework name; allowed: {', '.join(names())}", source=source, field=fld)
-    name, _, release = spec.partition("@")
+    name, at, release = spec.partition("@")
+    if at and not release:
+        raise ProblemError(f"{spec!r} names no release after '@'; give NAME or NAME@RELEASE", source=source, field=fld)
     if name not in names():
         raise ProblemError(f"unknown framework {name!r}; allowed: {', '.join(names())}", source=source, field=fld)
     path = library.library_root() / "frameworks" / f"{name}.yaml"

@@ -254,11 +254,13 @@ def _moe(data: dict, layout: Layout, src: str, layers: int) -> dict | None:
         }
     if layout is Layout.QWEN_MOE:
         step = _int(data, "decoder_sparse_step", src, 1)
+        if step < 1:  # transformers takes (i + 1) % step: a positive step
+            raise ProblemError(f"must be a positive integer, got {step!r}", source=src, field="decoder_sparse_step")
         dense = data.get("mlp_only_layers", [])
         if not isinstance(dense, list):
             raise ProblemError(f"must be a list of layer indices, got {dense!r}", source=src, field="mlp_only_layers")
         # transformers' Qwen3MoeDecoderLayer: MoE when i not in mlp_only_layers and (i + 1) % step == 0
-        moe_layers = [i for i in range(layers) if i not in dense and step > 0 and (i + 1) % step == 0]
+        moe_layers = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
         first = layers - len(moe_layers)
         if moe_layers != list(range(first, layers)):
             raise ProblemError(

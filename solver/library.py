@@ -411,7 +411,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         else ((), ())
     )
     return DeviceSpec(
-        name=data.get("name", name),
+        name=checks.text(data.get("name", name), "name", src),
         peak_flops=peaks,
         hbm_bytes=checks.non_negative_number(data.get("hbm_bytes"), "hbm_bytes", src),
         hbm_bytes_per_s=checks.non_negative_number(data.get("hbm_bytes_per_s"), "hbm_bytes_per_s", src),
@@ -534,7 +534,7 @@ def _tier(data, name: str, src: str) -> NetworkTier:
         name=name,
         bandwidth_bytes_per_s=checks.non_negative_number(data.get("bandwidth_bytes_per_s"), f"{name}.bandwidth_bytes_per_s", src),
         latency_s=checks.non_negative_number(data.get("latency_s"), f"{name}.latency_s", src),
-        efficiency=checks.non_negative_number(data.get("efficiency"), f"{name}.efficiency", src),
+        efficiency=checks.fraction(data.get("efficiency"), f"{name}.efficiency", src),
         deepep_efficiency=deepep,
     )
 
@@ -641,7 +641,7 @@ def system_from_path(path: str | Path, num_gpus: int) -> SystemSpec:
         if exc.source is None:
             raise exc.located(source=src) from None
         raise
-    return _spec(str(data.get("name", Path(path).stem)), parts, num_gpus)
+    return _spec(checks.text(data.get("name", Path(path).stem), "name", src), parts, num_gpus)
 
 
 # ---- topology: section (model/topology.py) ----------------------------------------------------
@@ -687,7 +687,7 @@ def _tiers(data, source: str, field: str) -> tuple:
             )
         tiers.append(
             Tier(
-                str(tier["name"]),
+                checks.text(tier["name"], where + "name", source),
                 checks.positive_int(tier.get("size"), where + "size", source),
                 oversub,
                 checks.positive_int(tier.get("radix", 1), where + "radix", source) if "radix" in tier else 0,
@@ -711,7 +711,7 @@ def _level(data, source: str, field: str) -> Level:
         where,
     )
     kwargs = {
-        "name": str(data["name"]),
+        "name": checks.text(data["name"], where + "name", source),
         "kind": kind,
         "link": _link(data["link"], source, where + "link"),
         "efficiency": checks.fraction(data.get("efficiency"), where + "efficiency", source),
@@ -748,14 +748,17 @@ def _level(data, source: str, field: str) -> Level:
     size = data.get("size")
     if size is None and kind == "fat_tree" and not kwargs["tiers"]:
         raise ProblemError("is required (or give tiers)", source=source, field=where + "size")
+    derived = {  # the kinds whose size follows from their other fields
+        "fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
+        "torus": lambda: math.prod(kwargs["dims"]),
+        "dragonfly": lambda: kwargs["groups"] * kwargs["routers_per_group"] * kwargs["units_per_router"],
+    }
     if size is not None:
         kwargs["size"] = checks.positive_int(data.get("size"), where + "size", source)
+    elif kind in derived:
+        kwargs["size"] = derived[kind]()
     else:
-        kwargs["size"] = {
-            "fat_tree": lambda: math.prod(t.size for t in kwargs["tiers"]),
-            "torus": lambda: math.prod(kwargs["dims"]),
-            "dragonfly": lambda: kwargs["groups"] * kwargs["routers_per_group"] * kwargs["units_per_router"],
-        }[kind]()
+        raise ProblemError("is required: a positive integer", source=source, field=where + "size")
     if kind == "fat_tree" and not kwargs["tiers"]:
         kwargs["tiers"] = (Tier("network", kwargs["size"]),)
     return _build(Level, kwargs, source, where, with_source=False)

@@ -631,7 +631,9 @@ def _one_system(data, src: str, prefix: str, name_field: str | None = None, coun
     return name, counts, chiplets, price
 
 
-def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float) -> dict:
+def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float, usable_bytes: float) -> dict:
+    """The constraints mapping; a memory headroom must leave some of ``usable_bytes`` (the device's memory
+    ``hbm_bytes`` less the system's reserve)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -648,10 +650,6 @@ def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float) -> 
         fld = f"constraints.{key}"
         if key == "memory_headroom_gib":
             out[key] = checks.non_negative_number(value, fld, src)
-            if out[key] * 2**30 >= hbm_bytes:
-                raise ProblemError(
-                    f"{out[key]:g} GiB leaves nothing of the device's {hbm_bytes / 2**30:.1f} GiB", source=src, field=fld
-                )
         elif key == "memory_headroom":
             share = checks.as_float(value)
             if share is None or not 0 <= share < 1:
@@ -659,6 +657,16 @@ def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float) -> 
             out[key] = share
         else:
             out[key] = checks.positive_number(value, fld, src)
+    for key in HEADROOM_KEYS:
+        if key in out:
+            kept = memory_headroom_bytes(hbm_bytes, out.get("memory_headroom_gib"), out.get("memory_headroom"))
+            if kept >= usable_bytes:
+                raise ProblemError(
+                    f"{kept / 2**30:.1f} GiB kept free leaves nothing of the {usable_bytes / 2**30:.1f} GiB the device offers "
+                    f"({hbm_bytes / 2**30:.1f} GiB less the system's reserve)",
+                    source=src,
+                    field=f"constraints.{key}",
+                )
     if "max_run_hours" in out and getattr(workload, "train_tokens", None) is None:
         raise ProblemError(
             "needs workload.train_tokens (the run's length in tokens)", source=src, field="constraints.max_run_hours"
@@ -761,8 +769,9 @@ def _single_system_problem(
     model_spec, system_name, counts, chiplets, gpu_hour_usd, workload, mapping, objective, constraints, source
 ) -> Problem:
     """The problem on one system: its device checked against the workload, its constraints parsed, its costs resolved."""
-    device = library.load_system(system_name, 1).device
-    constraints = _parse_constraints(constraints, source, workload, device.hbm_bytes)
+    system = library.load_system(system_name, 1)
+    device = system.device
+    constraints = _parse_constraints(constraints, source, workload, device.hbm_bytes, system.usable_memory_bytes)
     if workload.precision not in device.peak_flops:
         raise ProblemError(
             f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "

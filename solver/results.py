@@ -98,6 +98,7 @@ def check_new_file(path: str, field: str) -> tuple:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ProblemError(f"the folder {folder} does not exist", field=field)
+    _check_writable(folder, field)
     exists = ProblemError(
         f"{path} exists; parasol does not overwrite files (remove it, choose another name, or pass --force)", field=field
     )
@@ -112,13 +113,27 @@ def check_new_file(path: str, field: str) -> tuple:
     return folder, exists
 
 
+def _check_writable(folder: str, field: str) -> None:
+    """ProblemError (``field``) unless a file can be created in ``folder``: a probe file is created there and
+    removed (permissions, read-only or virtual file systems such as /proc say no only when one is tried)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".parasol-probe-")
+    except OSError as err:
+        raise ProblemError(f"cannot create a file in the folder {folder}: {err.strerror}", field=field) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def write_new_file(path: str, field: str, write) -> None:
     """Create ``path`` with ``write(temporary path)``: written beside it, then linked into place, so a
     reader never sees half a file and a file that exists is never replaced (nothing a user wrote is
     overwritten) unless ``replacing`` allows it, and then only a regular file, in one rename.
     ProblemError (``field``) when the folder does not exist or the file does."""
     folder, exists = check_new_file(path, field)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
+    except OSError as err:
+        raise ProblemError(f"cannot create a file in the folder {folder}: {err.strerror}", field=field) from None
     os.close(fd)
     try:
         write(tmp)
@@ -132,6 +147,8 @@ def write_new_file(path: str, field: str, write) -> None:
             raise exists from None
         except OSError:  # a file system without hard links
             os.replace(tmp, path)
+    except OSError as err:  # a full disk, a folder gone meanwhile: one line, never a traceback
+        raise ProblemError(f"could not write {path}: {err.strerror or err}", field=field) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

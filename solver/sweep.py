@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -119,18 +120,28 @@ def load_sweep(path: str, time_limit: float | None = None, seed: int | None = No
         if axes[-1] is Axis.WORKLOAD:  # each merged into the base's workload
             for j, value in enumerate(values):
                 checks.mapping(value, f"sweep.workload[{j}]", src)
+        seen = {}
+        for j, value in enumerate(values):  # a value twice would solve the same point twice under two names
+            canonical = json.dumps(value, sort_keys=True, default=str)
+            if canonical in seen:
+                raise ProblemError(
+                    f"value {j} repeats value {seen[canonical]} ({label(value)}); list each once",
+                    source=src,
+                    field=f"sweep.{key}",
+                )
+            seen[canonical] = j
     size = 1
     for values in lists:
         size *= len(values)
     if size > MAX_POINTS:
         raise ProblemError(f"the product has {size:,} points; at most {MAX_POINTS:,}", source=src, field="sweep")
-    limit = time_limit or checks.positive_number(
-        data.get("time_limit", DEFAULT_TIME_LIMIT_S), "time_limit", src, "number of seconds"
-    )
-    if seed is None:
-        seed = checks.non_negative_int(data.get("seed", 0), "seed", src)
-        if seed > MAX_SEED:
-            raise ProblemError(f"must be at most {MAX_SEED} (CP-SAT's seed is an int32), got {seed}", source=src, field="seed")
+    # the spec's own values are checked even where the command line overrides them: a bad file is refused alike
+    spec_limit = checks.positive_number(data.get("time_limit", DEFAULT_TIME_LIMIT_S), "time_limit", src, "number of seconds")
+    limit = time_limit or spec_limit
+    spec_seed = checks.non_negative_int(data.get("seed", 0), "seed", src)
+    if spec_seed > MAX_SEED:
+        raise ProblemError(f"must be at most {MAX_SEED} (CP-SAT's seed is an int32), got {spec_seed}", source=src, field="seed")
+    seed = spec_seed if seed is None else seed
     points = []
     for index, combination in enumerate(itertools.product(*lists), start=1):
         problem = copy.deepcopy(base)

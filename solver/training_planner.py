@@ -233,7 +233,7 @@ class TrainingPlanner(Planner):
         if limit.name == "run_length":
             return (
                 f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
-                f"needs {met['run_hours']:,.0f} h, over the limit {problem.constraints['max_run_hours']:,.0f} h"
+                f"needs {met['run_hours']:,.4g} h, over the limit {problem.constraints['max_run_hours']:,.4g} h"
             )
         system = problem.system(plan.num_gpus)
         device, m = system.device, plan.mapping
