@@ -50,7 +50,9 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-FORCE_HELP = "replace an output file that exists (only a regular file; without it parasol never overwrites)"
+FORCE_HELP = (
+    "replace an output file that exists (only a regular file, never the command's own input; without it parasol never overwrites)"
+)
 
 
 def _build_parser() -> argparse.ArgumentParser:
