@@ -94,8 +94,10 @@ def cast_bytes(model: ModelSpec, workload: Workload, tokens: float, tp: int, rec
 def exchanged_bytes_per_element(workload: Workload, sixteen_bit: float) -> float:
     """Bytes per element of what context parallelism exchanges for the attention, FP8 or ``sixteen_bit``: under
     FP8 attention Transformer Engine quantises Q, K and V before any exchange and passes the FP8 data
-    (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, per-tensor recipes): K and
-    V around the ring and their gradients back (AttnFuncWithCPAndKVP2P); Q, K, V, their gradients and the
+    (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, under the per-tensor recipes
+    that FP8 attention is taken to run in, ``precision.attention_quantised_bytes_per_element``; an MXFP8 attention
+    recipe would exchange them in 16 bits): K and V around the ring and, in the backward, the dK and dV blocks in
+    one all-to-all (AttnFuncWithCPAndKVP2P, ``training.cp_ring_backward_time_s``); Q, K, V, their gradients and the
     output's gradient through the all-to-alls (AttnFuncWithCPAndQKVOA2A; the output itself:
     ``exchanged_output_bytes_per_element``); K and V gathered (AttnFuncWithCPAndKVAllGather, whose dK and dV
     are reduce-scattered in 16 bits: not this)."""

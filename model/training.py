@@ -184,10 +184,41 @@ def cp_exposed_forward_time_s(
     """
     if cp == 1:
         return 0.0
-    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
-    block = 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
+    block = cp_ring_block_bytes(model, workload, tp, cp, micro_batch)
     transfer = (cp - 1) * collective_time_s("p2p", block, cp_layout or layout(system, Group.of((cp, tp))), system)
     return max(0.0, transfer - attention_fwd_s)
+
+
+def cp_ring_block_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
+    """One rank's K and V block that ring attention passes on, bytes: 2·b·(s/cp)·kv·d elements (kv heads split by
+    tp), 16-bit or FP8 under FP8 attention (``fp8_attention.exchanged_bytes_per_element``); its dK and dV the same."""
+    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
+    return 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
+
+
+def cp_ring_backward_time_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    attention_bwd_s: float,
+    cp_layout: Layout | None = None,
+) -> float:
+    """Exposed ring-attention exchange in one layer's backward, seconds (Transformer Engine's
+    AttnFuncWithCPAndKVP2P.backward). 16-bit: each of the cp-1 steps passes K and V and the dK and dV gathered so
+    far, twice the forward's bytes, behind the step's 2.5x-forward compute. FP8 attention: the steps pass only the
+    FP8 K and V (the forward's exchange against the backward's compute), and the dK and dV blocks go to their
+    owners in one all-to-all of cp blocks at the last step, behind that step's compute alone (1/cp of it)."""
+    if cp == 1:
+        return 0.0
+    if not workload.fp8_attention:
+        return 2.0 * cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attention_bwd_s / 2.0, cp_layout)
+    where = cp_layout or layout(system, Group.of((cp, tp)))
+    ring = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attention_bwd_s * (cp - 1) / cp, where)
+    gradients = collective_time_s("alltoall", cp * cp_ring_block_bytes(model, workload, tp, cp, micro_batch), where, system)
+    return ring + max(0.0, gradients - attention_bwd_s / cp)
 
 
 def cp_a2a_times_s(
@@ -535,8 +566,7 @@ def layer_times(
         cp_fwd, cp_bwd = cp_allgather_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     else:
         cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
-        # Backward of the K/V ring also returns dK, dV: twice the bytes, against 2.5x the compute.
-        cp_bwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd / 2.0, layouts.get("cp")) * 2.0
+        cp_bwd = cp_ring_backward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd, layouts.get("cp"))
     ep_fwd_shown, ep_bwd_shown = ep_exposed_times_s(
         device, workload, ep_fwd, ep_bwd, 3.0 * gemm_fwd + attn_fwd + attn_bwd + elem_fwd + elem_bwd
     )
@@ -627,12 +657,14 @@ def pipeline_p2p_time_s(
 
 
 def last_stage_embedding_params(model: ModelSpec, mtp_layers: int) -> float:
-    """The embedding a last pipeline stage that is not also the first keeps, parameters: Megatron-Core builds the
-    input embedding there for the multi-token-prediction modules (``mtp_process``) and, for tied embeddings, the
-    output layer's copy of the word embeddings (V x h, ``share_embeddings_and_output_weights``); one serves both."""
-    if mtp_layers:
-        return params.input_embedding_params(model)
-    return model.vocab * model.hidden if model.tied_embeddings else 0.0
+    """The embedding tables a last pipeline stage that is not also the first keeps beside its output layer's own,
+    parameters (Megatron-Core, megatron/core/models/gpt/gpt_model.py): the input embedding for the
+    multi-token-prediction modules (``mtp_process``: word and any position table) and, for tied embeddings, the
+    output layer's weight (V x h), whose allocation only a first stage skips (``skip_weight_param_allocation =
+    pre_process and share_embeddings_and_output_weights``): with both, both, each a trained parameter kept in step
+    with the first stage's table."""
+    tables = params.input_embedding_params(model) if mtp_layers else 0.0
+    return tables + (model.vocab * model.hidden if model.tied_embeddings else 0.0)
 
 
 @functools.lru_cache(maxsize=1 << 14)

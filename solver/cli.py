@@ -18,7 +18,7 @@ from parasol.model.choices import ServingObjective, TrainingObjective
 from parasol.model.collectives import ALL_ALGORITHMS, OPS
 from parasol.model.errors import ProblemError
 
-from . import deadline, progress
+from . import deadline, progress, read_files
 from .catalogue import LISTS
 from .fanout import Engine
 from .suites import Tier, suite_names
@@ -469,7 +469,10 @@ def cmd_report(args) -> int:
 def cmd_cost(args) -> int:
     from .cost_report import cost_document, cost_table  # noqa: PLC0415
 
-    doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
+    try:
+        doc = cost_document(args.system, num_gpus=args.num_gpus, chiplets=args.chiplets, gpu_hour_usd=args.gpu_hour_usd)
+    except ProblemError as exc:  # the chiplet count came from the command line
+        raise exc.located(field="--chiplets") if exc.field == "system.chiplets" else exc from None
     print(json.dumps(doc, indent=2) if args.json else cost_table(doc))
     return 0
 
@@ -605,6 +608,7 @@ STOPPABLE = ("solve", "enumerate", "pareto")  # a first Ctrl-C ends their search
 
 def main(argv: list[str] | None = None) -> int:
     deadline.start_command()  # --time-limit counts from here: loading and imports too
+    read_files.forget()  # a command's outputs may replace none of the files it reads
     try:
         args = _build_parser().parse_args(argv)
         from .results import replacing  # noqa: PLC0415
@@ -628,23 +632,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 OUTPUT_FLAGS = {"out": "--out", "plot": "--plot", "output": "-o"}  # the attributes that name a file a command writes
-INPUT_ATTRIBUTES = ("problem", "spec", "system")  # those that may name a file it reads
+INPUT_ATTRIBUTES = ("problem", "spec", "system", "suite", "compare")  # those that may name files it reads (compare: a list)
 
 
 def _check_outputs_apart(args) -> None:
     """ProblemError unless every file the command writes is apart from the files it reads and from the others it
     writes: --force lets a command replace an earlier output, never its own input (nothing the user wrote is
-    overwritten), and two outputs on one path would leave the first half-replaced by the second."""
+    overwritten), and two outputs on one path would leave the first half-replaced by the second. The files named
+    on the command line are checked here, before any work; the ones they name in turn (a sweep's base, a problem's
+    model file) when the output is written (``read_files``)."""
+    for name in INPUT_ATTRIBUTES:  # the files named here count as read from the start
+        given = getattr(args, name, None)
+        for source in given if isinstance(given, list) else [given]:
+            if isinstance(source, str) and os.path.isfile(source):
+                read_files.note(source)
     written: dict[str, str] = {}
     for attribute, flag in OUTPUT_FLAGS.items():
         path = getattr(args, attribute, None)
         if not isinstance(path, str):
             continue
         target = os.path.realpath(path)
-        for name in INPUT_ATTRIBUTES:
-            source = getattr(args, name, None)
-            if isinstance(source, str) and os.path.isfile(source) and os.path.realpath(source) == target:
-                raise ProblemError(f"{path} is the file this command reads ({source}); write elsewhere", field=flag)
+        read = read_files.read_file_at(path)
+        if read is not None:
+            raise ProblemError(f"{path} is the file this command reads ({read}); write elsewhere", field=flag)
         if target in written:
             raise ProblemError(f"{path} is also the {written[target]} file; give each output its own name", field=flag)
         written[target] = flag

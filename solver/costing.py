@@ -65,22 +65,40 @@ def _priced_system(root, system_name: str, chiplets: int | None, gpu_hour_usd: f
             )
     else:
         count = chiplets if chiplets is not None else spec.compute.count
-        try:
-            scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
-            if scaled is not spec:
-                price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
-                system = replace(system, device=scale_device(system.device, spec, count))
-            spec, cost = scaled, device_cost(scaled, params)
-        except ProblemError as exc:  # name the device and the count that made the package impossible
-            if chiplets is None:
-                raise
-            raise ProblemError(
-                f"{count} compute dies per {library_device} package: {exc.message}", source=system.device.source, field="chiplets"
-            ) from None
+        if chiplets is not None:
+            _check_chiplet_count(spec, params, count, library_device)
+        scaled = scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2)
+        if scaled is not spec:
+            price_scale = device_cost(scaled, params).device_cost_usd / device_cost(spec, params).device_cost_usd
+            system = replace(system, device=scale_device(system.device, spec, count))
+        spec, cost = scaled, device_cost(scaled, params)
     prices, origin = prices_for(
         system, overrides, library_device, None if cost is None else cost.device_cost_usd, gpu_hour_usd, price_scale
     )
     return PricedSystem(system, spec, cost, prices, origin)
+
+
+def _package_fits(spec, params, count: int) -> bool:
+    """Whether a package of ``count`` compute dies can be built: each die and its interposer fit on a wafer."""
+    try:
+        device_cost(scale_chiplets(spec, count, params.hbm[spec.hbm_generation].footprint_mm2), params)
+    except ProblemError as exc:
+        if exc.field != "area_mm2":  # only the wafer's limit; other cost-data errors are the device file's
+            raise
+        return False
+    return True
+
+
+def _check_chiplet_count(spec, params, count: int, device: str) -> None:
+    """ProblemError (``system.chiplets``; the caller places it: the problem file, or ``cost --chiplets``) naming
+    the count, the device and the largest count whose package a wafer holds, when ``count`` is past it."""
+    if _package_fits(spec, params, count):
+        return
+    largest = next((c for c in range(count - 1, 0, -1) if _package_fits(spec, params, c)), 0)
+    raise ProblemError(
+        f"{count} compute dies per {device} package: a die or its interposer does not fit on a wafer; allowed: 1 to {largest}",
+        field="system.chiplets",
+    )
 
 
 def system_cost_lines(
@@ -120,14 +138,8 @@ def system_with_chiplets(system_name: str, num_gpus: int, chiplets: int | None) 
         raise ProblemError(
             "has no chiplets: section, so system.chiplets cannot rescale it", source=system.device.source, field="chiplets"
         )
-    try:
-        return replace(system, device=scale_device(system.device, spec, chiplets))
-    except ProblemError as exc:
-        raise ProblemError(
-            f"{chiplets} compute dies per {system.device.name} package: {exc.message}",
-            source=system.device.source,
-            field="system.chiplets",
-        ) from None
+    _check_chiplet_count(spec, load_cost_parameters(), chiplets, system.device.name)
+    return replace(system, device=scale_device(system.device, spec, chiplets))
 
 
 def cost_metrics(system_cost_row: dict, tokens_per_s: float, train_tokens: float | None, goodput=1.0) -> dict:

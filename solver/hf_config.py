@@ -17,6 +17,8 @@ from pathlib import Path
 
 from parasol.model.errors import ProblemError
 
+from . import read_files
+
 # keys every family reads (a missing one is an error, except those with a default below)
 REQUIRED = (
     "hidden_size",
@@ -164,6 +166,7 @@ def read_config(path: Path) -> dict:
     src = str(path)
     try:
         text = path.read_text()
+        read_files.note(path)
     except FileNotFoundError:
         raise ProblemError("Hugging Face config not found", source=src) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:

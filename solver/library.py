@@ -23,6 +23,8 @@ from parasol.model.expert_parallel import A2A_COMM_SMS
 from parasol.model.specs import AllocatorOverhead, DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
 from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
+from . import read_files
+
 
 class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """YAML's safe loader, parsing with libyaml where installed (about 10x faster than the pure-Python
@@ -70,6 +72,7 @@ def read_yaml(path: Path | str, what: str = "file") -> dict:
             raise ProblemError(f"the {what} is larger than {MAX_YAML_BYTES >> 20} MiB", source=str(path))
         with path.open("rb") as handle:  # never more than the limit, whatever the file became meanwhile
             raw = handle.read(MAX_YAML_BYTES + 1)
+        read_files.note(path)
         if len(raw) > MAX_YAML_BYTES:
             raise ProblemError(f"the {what} is larger than {MAX_YAML_BYTES >> 20} MiB", source=str(path))
         text = raw.decode("utf-8")

@@ -631,9 +631,9 @@ def _one_system(data, src: str, prefix: str, name_field: str | None = None, coun
     return name, counts, chiplets, price
 
 
-def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float, usable_bytes: float) -> dict:
+def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float, usable_bytes: float, where: str = "") -> dict:
     """The constraints mapping; a memory headroom must leave some of ``usable_bytes`` (the device's memory
-    ``hbm_bytes`` less the system's reserve)."""
+    ``hbm_bytes`` less the system's reserve; ``where`` names the device and system in the message)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -662,7 +662,7 @@ def _parse_constraints(data, src: str, workload: Workload, hbm_bytes: float, usa
             kept = memory_headroom_bytes(hbm_bytes, out.get("memory_headroom_gib"), out.get("memory_headroom"))
             if kept >= usable_bytes:
                 raise ProblemError(
-                    f"{kept / 2**30:.1f} GiB kept free leaves nothing of the {usable_bytes / 2**30:.1f} GiB the device offers "
+                    f"{kept / 2**30:.1f} GiB kept free leaves nothing of the {usable_bytes / 2**30:.1f} GiB {where or 'the device'} offers "
                     f"({hbm_bytes / 2**30:.1f} GiB less the system's reserve)",
                     source=src,
                     field=f"constraints.{key}",
@@ -771,7 +771,9 @@ def _single_system_problem(
     """The problem on one system: its device checked against the workload, its constraints parsed, its costs resolved."""
     system = library.load_system(system_name, 1)
     device = system.device
-    constraints = _parse_constraints(constraints, source, workload, device.hbm_bytes, system.usable_memory_bytes)
+    constraints = _parse_constraints(
+        constraints, source, workload, device.hbm_bytes, system.usable_memory_bytes, f"the {device.name} of {system_name}"
+    )
     if workload.precision not in device.peak_flops:
         raise ProblemError(
             f"{workload.precision!r} is not supported by the {device.name} of {system_name}; allowed: "

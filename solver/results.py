@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from parasol.model.choices import plain
 from parasol.model.errors import ProblemError
 
+from . import read_files
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -99,6 +101,9 @@ def check_new_file(path: str, field: str) -> tuple:
     if not os.path.isdir(folder):
         raise ProblemError(f"the folder {folder} does not exist", field=field)
     _check_writable(folder, field)
+    read = read_files.read_file_at(path)
+    if read is not None:
+        raise ProblemError(f"{path} is the file this command reads ({read}); write elsewhere", field=field)
     exists = ProblemError(
         f"{path} exists; parasol does not overwrite files (remove it, choose another name, or pass --force)", field=field
     )
@@ -121,7 +126,8 @@ def _check_writable(folder: str, field: str) -> None:
     except OSError as err:
         raise ProblemError(f"cannot create a file in the folder {folder}: {err.strerror}", field=field) from None
     os.close(fd)
-    os.unlink(probe)
+    with contextlib.suppress(OSError):  # an append-only folder keeps the empty probe; the write may still succeed
+        os.unlink(probe)
 
 
 def write_new_file(path: str, field: str, write) -> None:

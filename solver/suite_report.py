@@ -21,6 +21,7 @@ import pandas as pd
 
 from parasol.model.errors import ProblemError
 
+from . import read_files
 from .fanout import TaskKind
 from .report import text_table
 from .results import table_suffix, write_new_file
@@ -143,6 +144,7 @@ def read_results(path: str) -> pd.DataFrame:
         raise ProblemError("results file not found", source=path, field="--compare")
     try:
         frame = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": pd.read_json}[suffix](path)
+        read_files.note(path)
     except (ValueError, OSError) as exc:
         raise ProblemError(f"cannot read it as a results table: {exc}", source=path, field="--compare") from None
     missing = [c for c in ("instance", "status", "wall_s") if c not in frame.columns]

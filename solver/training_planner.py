@@ -231,9 +231,10 @@ class TrainingPlanner(Planner):
                 "GPUs per node)"
             )
         if limit.name == "run_length":
+            need, bound = apart(met["run_hours"], problem.constraints["max_run_hours"])
             return (
                 f"max_run_hours binds: the fastest allowed plan ({plan.num_gpus} GPUs, {met['tokens_per_s']:,.0f} tokens/s) "
-                f"needs {met['run_hours']:,.4g} h, over the limit {problem.constraints['max_run_hours']:,.4g} h"
+                f"needs {need} h, over the limit {bound} h"
             )
         system = problem.system(plan.num_gpus)
         device, m = system.device, plan.mapping
@@ -314,3 +315,13 @@ def cost_filter(problem) -> tuple:
         return None, why
     counts = tuple(n for n in problem.num_gpus if costing.within_limits(problem, rows[(n, problem.chiplets[0])]))
     return dataclasses.replace(problem, num_gpus=counts), None
+
+
+def apart(value: float, limit: float) -> tuple[str, str]:
+    """``value`` and the ``limit`` it exceeds, written with the fewest decimals (one at least) that tell them apart
+    and show the limit's first significant digit."""
+    for decimals in range(1, 10):
+        shown = f"{value:,.{decimals}f}", f"{limit:,.{decimals}f}"
+        if shown[0] != shown[1] and (limit <= 0 or float(shown[1].replace(",", "")) > 0):
+            return shown
+    return f"{value:,.10g}", f"{limit:,.10g}"

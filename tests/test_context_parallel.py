@@ -13,7 +13,7 @@ from conftest import TINY_GQA, rel_close
 from parasol.model.errors import ProblemError
 from parasol.model.placement import Group, collective_time_s, layout
 from parasol.model.specs import Mapping, Workload
-from parasol.model.training import cp_a2a_times_s, cp_exposed_forward_time_s, layer_times
+from parasol.model.training import cp_a2a_times_s, cp_exposed_forward_time_s, cp_ring_backward_time_s, layer_times
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.planner import enumerate_space, planner_for, solve
@@ -146,6 +146,19 @@ def test_fp8_attention_exchanges_fp8_q_k_v_and_keeps_the_gathered_gradients_16_b
     block = 2.0 * 131072 / 16 * model.kv_width / 8
     assert ring[True] == pytest.approx(15 * collective_time_s("p2p", block * 1.0, where, system))
     assert ring[False] == pytest.approx(15 * collective_time_s("p2p", block * 2.0, where, system))
+    # the ring's backward: 16-bit, K, V and the dK, dV so far each step (twice the bytes); FP8, K and V each step
+    # and the dK, dV blocks in one all-to-all of cp blocks at the last step, hidden only behind that step's compute
+    back = {w.fp8_attention: cp_ring_backward_time_s(model, system, w, 8, 16, 1, 0.0) for w in (plain, fp8)}
+    assert back[False] == pytest.approx(2 * 15 * collective_time_s("p2p", block * 2.0, where, system))
+    assert back[True] == pytest.approx(
+        15 * collective_time_s("p2p", block * 1.0, where, system) + collective_time_s("alltoall", 16 * block, where, system)
+    )
+    # a compute that hides every step's 1-byte transfer leaves the all-to-all beyond its last step's 1/cp share
+    steps = 15 * collective_time_s("p2p", block * 1.0, where, system)
+    compute = 2.0 * steps * 16 / 15
+    gradients = collective_time_s("alltoall", 16 * block, where, system)
+    assert gradients > compute / 16
+    assert cp_ring_backward_time_s(model, system, fp8, 8, 16, 1, compute) == pytest.approx(gradients - compute / 16)
     # the all-to-alls: Q, K, V and every gradient at 1 byte; the output at 1 byte under delayed scaling, at 2
     # under current scaling (Transformer Engine keeps that output in 16 bits)
     pair = layout(system, Group.of((2, 4)))

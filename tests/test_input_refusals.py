@@ -14,6 +14,7 @@ from conftest import REPO, run_main, write_yaml
 
 from parasol.model.errors import ProblemError
 from parasol.solver import hf_config
+from parasol.solver.training_planner import apart
 
 SYSTEM = {
     "name": "mysys",
@@ -87,7 +88,7 @@ def test_a_headroom_that_leaves_nothing_after_the_reserve_is_refused(tmp_path, h
     memory (it was accepted while under the device's raw 79.6 GiB, and the binding message said 'offers -2.0 GiB')."""
     data = {**PROBLEM, "constraints": headroom}
     field = "constraints." + next(iter(headroom))
-    _refused(run_main(["solve", write_yaml(tmp_path / "p.yaml", data)]), field, "leaves nothing")
+    _refused(run_main(["solve", write_yaml(tmp_path / "p.yaml", data)]), field, "leaves nothing", "h100-sxm-80gb of dgx-h100")
     fine = {**PROBLEM, "constraints": {"memory_headroom": 0.5}, "mapping": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1}}
     assert run_main(["evaluate", write_yaml(tmp_path / "q.yaml", fine)]).returncode == 0
 
@@ -112,8 +113,18 @@ def test_a_zero_moe_step_in_a_hugging_face_config_is_refused():
 
 
 def test_a_chiplet_count_no_wafer_holds_names_the_count_and_the_device(tmp_path):
-    message = _refused(run_main(["cost", "--system", "dgx-h100", "--chiplets", "5"]), "chiplets", "5 compute dies")
-    assert "h100-sxm-80gb" in message
+    message = _refused(run_main(["cost", "--system", "dgx-h100", "--chiplets", "5"]), "--chiplets: 5 compute dies")
+    assert "h100-sxm-80gb" in message and "allowed: 1 to " in message
+    largest = int(message.rsplit("allowed: 1 to ", 1)[1])
+    assert run_main(["cost", "--system", "dgx-h100", "--chiplets", str(largest)]).returncode == 0  # the bound is real
     data = {**PROBLEM, "system": {"name": "dgx-b200", "num_gpus": 8, "chiplets": 100}}
-    _refused(run_main(["solve", write_yaml(tmp_path / "p.yaml", data)]), "100 compute dies per b200")
+    path = write_yaml(tmp_path / "p.yaml", data)
+    _refused(run_main(["solve", path]), f"{path}: system.chiplets: 100 compute dies per b200")
     assert yaml.safe_load((tmp_path / "p.yaml").read_text())["system"]["chiplets"] == 100
+
+
+def test_a_binding_run_length_shows_the_need_and_the_limit_apart():
+    """max_run_hours 0.001 was written 'over the limit 0 h', and a need of 2,160.2 h 'over the limit 2,160 h'."""
+    assert apart(2160.2, 2160.0) == ("2,160.2", "2,160.0")
+    assert apart(0.0123, 0.001) == ("0.012", "0.001")
+    assert apart(12345.6, 10000.0) == ("12,345.6", "10,000.0")

@@ -4,12 +4,13 @@ touched, even under --force."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_main, write_yaml
+from conftest import REPO, run_main, write_yaml
 
 SMALL = {
     "model": "llama3-8b",
@@ -44,21 +45,33 @@ def test_a_folder_that_takes_no_file_is_refused_before_the_work(folder, tmp_path
         assert folder in message
 
 
-def test_an_output_on_the_commands_own_input_is_refused_even_with_force(tmp_path):
-    problem = write_yaml(tmp_path / "p.yaml", SMALL)
-    before = problem.read_bytes()
-    link = tmp_path / "same.yaml"
+def test_an_output_on_a_file_the_command_reads_is_refused_even_with_force(tmp_path):
+    """JSON inputs, so that the table writer's suffix check (.csv, .parquet, .json) cannot be what refuses them: the
+    problem file, the same file through a link, a sweep's spec and the base problem it names, a problem's model
+    file (report -o takes any suffix), a suite file and a results table given to --compare."""
+    problem = tmp_path / "p.json"
+    problem.write_text(json.dumps(SMALL))
+    link = tmp_path / "same.json"
     link.symlink_to(problem)
-    for args, flag in (
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"base": "p.json", "sweep": {"num_gpus": [8]}}))
+    model = write_yaml(tmp_path / "model.yaml", {"layers": 4, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 1000})
+    with_model = write_yaml(tmp_path / "q.yaml", {**SMALL, "model": {"file": "model.yaml"}})
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(yaml.safe_load((REPO / "problems" / "suites" / "dense-training.yaml").read_text())))
+    before = {path: path.read_bytes() for path in (problem, spec, model, suite)}
+    cases = (
         (["report", problem, "-o", problem, "--force"], "-o"),
         (["solve", problem, "--out", link, "--force"], "--out"),  # the same file by another name
-    ):
+        (["sweep", spec, "--out", spec, "--force"], "--out"),
+        (["sweep", spec, "--out", problem, "--force"], "--out"),  # the base the spec names
+        (["report", with_model, "--evaluate", "-o", model, "--force"], "-o"),
+        (["suite", "run", suite, "--tier", "easy", "--out", suite, "--force"], "--out"),
+    )
+    for args, flag in cases:
         message = _one_line_refusal(run_main(args), flag)
-        assert "the file this command reads" in message
-    assert problem.read_bytes() == before
-    spec = write_yaml(tmp_path / "s.yaml", {"base": str(problem), "sweep": {"num_gpus": [8]}})
-    _one_line_refusal(run_main(["sweep", spec, "--out", spec, "--force"]), "--out")
-    assert yaml.safe_load(spec.read_text())["sweep"] == {"num_gpus": [8]}
+        assert "is the file this command reads" in message, args
+    assert all(path.read_bytes() == content for path, content in before.items())
 
 
 def test_two_outputs_on_one_path_are_refused_and_nothing_is_written(tmp_path):

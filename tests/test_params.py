@@ -234,12 +234,12 @@ def test_mla_attention_params_of_deepseek_v3():
 
 @pytest.mark.parametrize("model", ["megatron-gpt-1.7b", "llama3-8b"])
 @pytest.mark.parametrize("mtp", [0, 1])
-def test_the_last_stage_keeps_one_embedding_for_a_tied_output_and_mtp(model, mtp):
-    """Megatron-Core's last stage builds the input embedding for the MTP modules and, for tied embeddings, the
-    output layer's copy of the word embeddings; one serves both. What that stage's data-parallel traffic and
-    optimizer step count (its parameters) and what its memory holds (its weights, 2 bytes each) are the same
-    count: its layers, the MTP modules as layers, the output layer, and the embedding once, with its position
-    table where the copy is the MTP modules' (GPT's learned positions)."""
+def test_the_last_stage_keeps_the_mtp_embedding_and_a_tied_output_weight(model, mtp):
+    """Megatron-Core's last stage builds the input embedding for the MTP modules (word and position tables) and,
+    for tied embeddings, the output layer's own V x h weight (only a first stage skips allocating it): with both,
+    both. What that stage's data-parallel traffic and optimizer step count (its parameters) and what its memory
+    holds (its weights, 2 bytes each) are the same count: its layers, the MTP modules as layers, the output
+    layer and those tables."""
     mapping = {"tp": 1, "pp": 2, "dp": 4, "micro_batch": 1, "zero": 1, "recompute": "none"}
     data = training_problem(model, "dgx-h100", 8, seq_len=2048, global_batch=32, mapping=mapping, mtp_layers=mtp)
     problem = parse_problem(data, "t.yaml")
@@ -247,13 +247,10 @@ def test_the_last_stage_keeps_one_embedding_for_a_tied_output_and_mtp(model, mtp
     last = evaluate_training(problem.model, system, problem.workload, problem.fixed_mapping()).as_dict()["stages"][-1]
     spec = problem.model
     words = spec.vocab * spec.hidden
-    if mtp:
-        embedding = params.input_embedding_params(spec)
-    else:
-        embedding = words if spec.tied_embeddings else 0
+    embedding = (params.input_embedding_params(spec) if mtp else 0) + (words if spec.tied_embeddings else 0)
     expected = (last["layers"] + mtp) * params.layer_params(spec) + params.output_layer_params(spec) + embedding
     assert last["params"] == pytest.approx(expected, rel=1e-12)
     assert last["state"]["weights"] == pytest.approx(2 * expected, rel=1e-12)
-    if spec.tied_embeddings:  # the copy is V x h, and the MTP modules' adds the positions, not a second table
+    if spec.tied_embeddings and mtp:  # GPT's learned positions: the MTP embedding is more than V x h, and two tables
         assert params.input_embedding_params(spec) > words
-        assert expected - (last["layers"] + mtp) * params.layer_params(spec) < 2 * words
+        assert expected - (last["layers"] + mtp) * params.layer_params(spec) > 2 * words
