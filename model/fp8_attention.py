@@ -27,7 +27,7 @@ from .specs import DeviceSpec, ModelSpec, Workload
 # measured at: the width a device file's ``softmax_exp_ratio`` is given for
 REFERENCE_SCORE_WIDTH = 320
 SIXTEEN_BIT_TENSOR_UNITS = 2.0  # a 16-bit product takes twice the FP8 tensor-core time (half the dense rate)
-FP8_SAVED_BYTES = 1.0  # Q, K and V kept for the backward in FP8
+FP8_SAVED_BYTES = 1.0  # Q, K and V kept for the backward, and exchanged, in FP8
 
 
 def fp8_attention_problem(precision: str, attention: str, recipe, device: DeviceSpec | None = None) -> str | None:
@@ -91,9 +91,20 @@ def cast_bytes(model: ModelSpec, workload: Workload, tokens: float, tp: int, rec
     return tokens * qkv / tp * per_element, tokens * out / tp * per_element
 
 
-def exchanged_bytes_per_element(workload: Workload, sixteen_bit: float) -> float:
-    """Bytes per element of what context parallelism exchanges for the attention, FP8 or ``sixteen_bit``: under
-    FP8 attention Transformer Engine quantises Q, K and V before any exchange and passes the FP8 data
+def exchanged_output_bytes_per_element(workload: Workload, recipe, sixteen_bit: float) -> float:
+    """Bytes per element of the attention's output as the all-to-alls of context parallelism return it in the
+    forward: FP8 under FP8 attention with delayed scaling; 16-bit otherwise, current scaling included
+    (Transformer Engine keeps that output in 16 bits: NVTE_DPA_FP8CS_O_in_F16 defaults to 1). Its gradient goes
+    back quantised, at ``qkv_bytes_per_element``."""
+    if workload.fp8_attention and recipe == LowPrecisionRecipe.DELAYED:
+        return FP8_SAVED_BYTES
+    return sixteen_bit
+
+
+def qkv_bytes_per_element(workload: Workload, sixteen_bit: float) -> float:
+    """Bytes per element of the attention's Q, K and V, FP8 under FP8 attention, else ``sixteen_bit``: as the
+    attention keeps them for the backward, and as context parallelism exchanges them and their gradients, which
+    Transformer Engine quantises before any exchange and passes as FP8 data
     (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, under the per-tensor recipes
     that FP8 attention is taken to run in, ``precision.attention_quantised_bytes_per_element``; an MXFP8 attention
     recipe would exchange them in 16 bits): K and V around the ring and, in the backward, the dK and dV blocks in
@@ -101,20 +112,4 @@ def exchanged_bytes_per_element(workload: Workload, sixteen_bit: float) -> float
     output's gradient through the all-to-alls (AttnFuncWithCPAndQKVOA2A; the output itself:
     ``exchanged_output_bytes_per_element``); K and V gathered (AttnFuncWithCPAndKVAllGather, whose dK and dV
     are reduce-scattered in 16 bits: not this)."""
-    return FP8_SAVED_BYTES if workload.fp8_attention else sixteen_bit
-
-
-def exchanged_output_bytes_per_element(workload: Workload, recipe, sixteen_bit: float) -> float:
-    """Bytes per element of the attention's output as the all-to-alls of context parallelism return it in the
-    forward: FP8 under FP8 attention with delayed scaling; 16-bit otherwise, current scaling included
-    (Transformer Engine keeps that output in 16 bits: NVTE_DPA_FP8CS_O_in_F16 defaults to 1). Its gradient goes
-    back quantised, at ``exchanged_bytes_per_element``."""
-    if workload.fp8_attention and recipe == LowPrecisionRecipe.DELAYED:
-        return FP8_SAVED_BYTES
-    return sixteen_bit
-
-
-def saved_input_bytes(workload: Workload, sixteen_bit: float) -> float:
-    """Bytes per element of the attention's Q, K and V kept for the backward: FP8 under FP8 attention, else
-    ``sixteen_bit``."""
     return FP8_SAVED_BYTES if workload.fp8_attention else sixteen_bit

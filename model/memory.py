@@ -260,7 +260,7 @@ def activation_bytes_per_layer(
     attention core among them (the default), no score tensors. none: score tensors unless flash
     attention is used (flash keeps the output and a logsumexp of 4 bytes per head and token; Dao et al. 2022).
     ``gemm_input_bytes`` (``saved_gemm_input_bytes``) is 1 for FP8 training, ``attention_input_bytes`` (Q, K
-    and V) 1 under FP8 attention (``fp8_attention.saved_input_bytes``), except where the attention core is
+    and V) 1 under FP8 attention (``fp8_attention.qkv_bytes_per_element``), except where the attention core is
     recomputed: its checkpoint (Megatron-Core ``_checkpointed_attention_forward``) keeps the 16-bit Q, K and V.
     """
     tokens = micro_batch * seq_len / cp

@@ -178,7 +178,7 @@ def cp_exposed_forward_time_s(
     """Exposed ring-attention K/V exchange in one layer's forward (Liu et al., Ring Attention, 2023).
 
     cp-1 steps, each passing this rank's K and V block (2·b·(s/cp)·kv·d elements, kv heads split
-    by tp; FP8 under FP8 attention, ``fp8_attention.exchanged_bytes_per_element``) to the next rank of the
+    by tp; FP8 under FP8 attention, ``fp8_attention.qkv_bytes_per_element``) to the next rank of the
     CP group at ``cp_layout`` (default: stride tp) while the current block's attention is computed; what
     exceeds the attention compute is exposed.
     """
@@ -191,8 +191,8 @@ def cp_exposed_forward_time_s(
 
 def cp_ring_block_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> float:
     """One rank's K and V block that ring attention passes on, bytes: 2·b·(s/cp)·kv·d elements (kv heads split by
-    tp), 16-bit or FP8 under FP8 attention (``fp8_attention.exchanged_bytes_per_element``); its dK and dV the same."""
-    e = fp8_attention.exchanged_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
+    tp), 16-bit or FP8 under FP8 attention (``fp8_attention.qkv_bytes_per_element``); its dK and dV the same."""
+    e = fp8_attention.qkv_bytes_per_element(workload, bytes_per_element(activation_precision(workload.precision)))
     return 2.0 * micro_batch * workload.seq_len / cp * model.kv_width / tp * e
 
 
@@ -236,12 +236,12 @@ def cp_a2a_times_s(
     after it the output, q/tp wide, goes back. Each all-to-all sends (cp-1)/cp of the rank's buffer
     over the CP group at ``cp_layout``; the attention waits for it, so none is hidden. The backward
     sends the gradients of the same tensors back the same way. 16-bit, or FP8 under FP8 attention
-    (``fp8_attention.exchanged_bytes_per_element``; the forward's output:
+    (``fp8_attention.qkv_bytes_per_element``; the forward's output:
     ``exchanged_output_bytes_per_element``)."""
     if cp == 1:
         return 0.0, 0.0
     e = bytes_per_element(activation_precision(workload.precision))
-    exchanged = fp8_attention.exchanged_bytes_per_element(workload, e)
+    exchanged = fp8_attention.qkv_bytes_per_element(workload, e)
     output = fp8_attention.exchanged_output_bytes_per_element(
         workload, training_recipe(workload.precision, workload.low_precision_recipe), e
     )
@@ -281,12 +281,12 @@ def cp_allgather_times_s(
 def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
     """(K and V, dK and dV) of the whole sequence that all-gather context parallelism gathers and
     reduce-scatters for a layer's attention, bytes: the forward gathers K and V (FP8 under FP8 attention,
-    ``fp8_attention.exchanged_bytes_per_element``), the backward holds them again beside 16-bit dK and dV."""
+    ``fp8_attention.qkv_bytes_per_element``), the backward holds them again beside 16-bit dK and dV."""
     if cp == 1:
         return 0.0, 0.0
     e = bytes_per_element(activation_precision(workload.precision))
     elements = 2.0 * micro_batch * workload.seq_len * model.kv_width / tp
-    return elements * fp8_attention.exchanged_bytes_per_element(workload, e), elements * e
+    return elements * fp8_attention.qkv_bytes_per_element(workload, e), elements * e
 
 
 def ep_comm_time_s(
@@ -413,7 +413,7 @@ def layer_tokens(
         moe_layer,
         etp,
         0.0 if expert_parallel.fp8_dispatch(workload) else memory.ACT_BYTES,
-        fp8_attention.saved_input_bytes(workload, memory.ACT_BYTES),
+        fp8_attention.qkv_bytes_per_element(workload, memory.ACT_BYTES),
     )
 
 

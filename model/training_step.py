@@ -233,7 +233,7 @@ def _state_mapping(tp, zero, dp, cp, ep, etp, optimizer_offload, weight_offload)
 def _states(ctx: TrainingContext, tp, zero, dp, cp, ep, etp, optimizer_offload=0.0, weight_offload=False) -> tuple:
     """Model states per GPU (weights, gradients, optimizer; ``training.stage_state_bytes``) of one lead
     layer, one body layer (routed experts included), the embedding, the output layer when it shares the
-    first stage (pp = 1) or sits on the last (a tied model keeps a second copy there), and ZeRO-3's
+    first stage (pp = 1) or sits on the last (with the tables that stage keeps, ``state_part_params``), and ZeRO-3's
     gather buffers, bytes (what ``optimizer_offload`` and ``weight_offload`` keep on the host aside). States are
     linear in the parameters they hold."""
     model, wl = ctx.model, ctx.workload
@@ -929,7 +929,7 @@ def evaluate_step(ctx: TrainingContext, mapping: Mapping) -> Evaluation:
     # the host memory tier: what the fullest stage keeps there, where the mapping offloads anything
     host = max(s["host_bytes"] for s in stages) if offloads(mapping) else None
     metrics = training_metrics(ctx, q.step, q.peak_memory, system.num_gpus, host)
-    metrics["fits"] = bool(metrics["fits"])
+    metrics["fits"], metrics["device_fits"] = bool(metrics["fits"]), bool(metrics["device_fits"])
     metrics.update(
         microbatches=m,
         num_gpus=system.num_gpus,
@@ -997,9 +997,10 @@ def stage_device_memory(o, system: SystemSpec, mem: StageMemory, fraction):
 
 def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus, host_memory=None) -> dict:
     """Throughput, MFU (PaLM's model FLOPs, ``params.model_flops_per_token``) and memory of a step of
-    ``step`` seconds peaking at ``peak_memory`` bytes on ``num_gpus`` GPUs, and, with ``host_memory`` (the bytes
-    the fullest stage keeps in host memory; None: nothing offloaded), the host tier's (``host_metrics``), which
-    ``fits`` then counts too; plain arithmetic, so numbers and numpy arrays alike."""
+    ``step`` seconds peaking at ``peak_memory`` bytes on ``num_gpus`` GPUs (``device_fits``: within the usable
+    device memory), and, with ``host_memory`` (the bytes the fullest stage keeps in host memory; None: nothing
+    offloaded), the host tier's (``host_metrics``); ``fits`` holds both; plain arithmetic, so numbers and numpy
+    arrays alike."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
     tokens = wl.global_batch * wl.seq_len
     model_flops = params.model_flops_per_token(model, wl.seq_len) * tokens
@@ -1011,9 +1012,10 @@ def training_metrics(ctx: TrainingContext, step, peak_memory, num_gpus, host_mem
         "tflops_per_gpu": model_flops / step / num_gpus / 1e12,
         "peak_memory_gib": peak_memory / GIB,
         "usable_memory_gib": system.usable_memory_bytes / GIB,
-        "fits": peak_memory <= system.usable_memory_bytes,
+        "device_fits": peak_memory <= system.usable_memory_bytes,
         "num_gpus": num_gpus,
     }
+    out["fits"] = out["device_fits"]
     if host_memory is not None:
         out.update(host_metrics(system, host_memory))
         if "host_fits" in out:

@@ -55,7 +55,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
             (
                 "peak memory per GPU",
                 f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
-                + ("" if met["peak_memory_gib"] <= met["usable_memory_gib"] else "  ** DOES NOT FIT **"),
+                + ("" if met["device_fits"] else "  ** DOES NOT FIT **"),
             ),
         ]
         + (
