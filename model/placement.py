@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from . import collectives, comm
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash
+from .nccl_channels import channel_floor_s
 from .specs import DEFAULT_PLACEMENT, PLACEMENT_DIMENSIONS, Mapping, SystemSpec
 from .topology import DIRECT, Placement, Topology
 
@@ -315,13 +316,18 @@ def _topology_time_s(op: str, nbytes: float, topo: Topology, pl: Placement) -> f
     return collectives.lines_time_s(lines, nbytes)
 
 
-def collective_time_s(op: str, nbytes: float, layout: Layout, system: SystemSpec) -> float:
+def collective_time_s(op: str, nbytes: float, layout: Layout, system: SystemSpec, ctas: int | None = None) -> float:
     """Seconds of ``op`` (allreduce, reducescatter, allgather, p2p, alltoall) of ``nbytes`` (sizes as
     nccl-tests counts them) over the group at ``layout``: on the topology with the best algorithm
     (``collectives.collective_time_on``), or on the two tiers (``comm.py``: hierarchical rings; p2p
-    over the slower tier the group spans; all-to-all spread evenly)."""
+    over the slower tier the group spans; all-to-all spread evenly). A communicator capped at ``ctas``
+    NCCL channels takes no less than ``nccl_channels.channel_floor_s``."""
     if layout.n <= 1 or nbytes <= 0:
         return 0.0
+    return max(_uncapped_time_s(op, nbytes, layout, system), channel_floor_s(op, nbytes, layout.n, ctas, system.device))
+
+
+def _uncapped_time_s(op: str, nbytes: float, layout: Layout, system: SystemSpec) -> float:
     if layout.placement is not None:
         return _topology_time_s(op, float(nbytes), training_topology(system), layout.placement)
     if op == "p2p":

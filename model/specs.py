@@ -220,6 +220,9 @@ class DeviceSpec:
     # a softmax exponential's time over the FP8 tensor-core time of its score element's two products at 320-wide
     # heads (model/fp8_attention.py); 0 = unknown: FP8 attention cannot be timed on this device
     softmax_exp_ratio: float = 0.0
+    # bytes/s one NCCL channel (one thread block) moves, each direction, as NCCL's own topology search rates a
+    # channel on this GPU's NVLink (model/nccl_channels.py); 0 = unknown: a capped communicator cannot be timed
+    nccl_channel_bytes_per_s: float = 0.0
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:
@@ -336,6 +339,27 @@ class AllocatorOverhead:
 
 
 @dataclass(frozen=True)
+class CommunicatorCtas:
+    """NCCL thread blocks (channels) a run allows each communicator at most (Megatron-Core's
+    --nccl-communicator-config-path, ``max_ctas`` per process group; NCCL's ``maxCTAs`` config); None: NCCL's own
+    choice, no cap. ``dp`` caps the data-parallel gradient and parameter traffic (Megatron's dp and dp_cp groups),
+    ``tp`` the tensor-parallel collectives NCCL runs (not Transformer Engine's userbuffers), ``cp`` the
+    context-parallel exchange, ``pp`` the pipeline sends (model/nccl_channels.py)."""
+
+    tp: int | None = None
+    cp: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+
+    def any(self) -> bool:
+        """Whether any communicator is capped."""
+        return any(value is not None for value in (self.tp, self.cp, self.dp, self.pp))
+
+
+NO_CTA_CAPS = CommunicatorCtas()
+
+
+@dataclass(frozen=True)
 class Workload:
     """What is run: training with a sequence length and a global batch in sequences."""
 
@@ -376,6 +400,7 @@ class Workload:
     mtp_layers: int = 0  # multi-token-prediction modules trained on the last stage (DeepSeek-V3: 1)
     train_tokens: float | None = None  # tokens of the whole run (for run hours and run cost)
     goodput: float | None = None  # share of a run's wall-clock time that trains; None: model/goodput.py's estimate
+    nccl_max_ctas: CommunicatorCtas = NO_CTA_CAPS  # NCCL channels each communicator may use (CommunicatorCtas)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self):

@@ -88,12 +88,14 @@ def tp_comm_forward_time_s(
     micro_batch: int,
     sp: bool,
     tp_layout: Layout | None = None,
+    ctas: int | None = None,
 ) -> float:
     """TP communication in one layer's forward: two all-reduces of the b·s·h activation
     (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
     reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2); one of each in a
     parallel block (``ModelSpec.tp_reductions_per_layer``); over the TP group at ``tp_layout``
-    (default: tp consecutive ranks). Backward is the same."""
+    (default: tp consecutive ranks), on at most ``ctas`` NCCL channels (``nccl_channels``; None: uncapped).
+    Backward is the same."""
     if tp == 1:
         return 0.0
     where = tp_layout or layout(system, Group.of((tp, 1)))
@@ -101,9 +103,10 @@ def tp_comm_forward_time_s(
     blocks = model.tp_reductions_per_layer
     if sp:
         return blocks * (
-            collective_time_s("reducescatter", nbytes, where, system) + collective_time_s("allgather", nbytes, where, system)
+            collective_time_s("reducescatter", nbytes, where, system, ctas)
+            + collective_time_s("allgather", nbytes, where, system, ctas)
         )
-    return blocks * collective_time_s("allreduce", nbytes, where, system)  # on two tiers the same ring cost as with sp
+    return blocks * collective_time_s("allreduce", nbytes, where, system, ctas)  # on two tiers the same ring cost as with sp
 
 
 def tp_comm_exposed_times_s(
@@ -185,7 +188,8 @@ def cp_exposed_forward_time_s(
     if cp == 1:
         return 0.0
     block = cp_ring_block_bytes(model, workload, tp, cp, micro_batch)
-    transfer = (cp - 1) * collective_time_s("p2p", block, cp_layout or layout(system, Group.of((cp, tp))), system)
+    where = cp_layout or layout(system, Group.of((cp, tp)))
+    transfer = (cp - 1) * collective_time_s("p2p", block, where, system, workload.nccl_max_ctas.cp)
     return max(0.0, transfer - attention_fwd_s)
 
 
@@ -217,7 +221,8 @@ def cp_ring_backward_time_s(
         return 2.0 * cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attention_bwd_s / 2.0, cp_layout)
     where = cp_layout or layout(system, Group.of((cp, tp)))
     ring = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attention_bwd_s * (cp - 1) / cp, where)
-    gradients = collective_time_s("alltoall", cp * cp_ring_block_bytes(model, workload, tp, cp, micro_batch), where, system)
+    block = cp_ring_block_bytes(model, workload, tp, cp, micro_batch)
+    gradients = collective_time_s("alltoall", cp * block, where, system, workload.nccl_max_ctas.cp)
     return ring + max(0.0, gradients - attention_bwd_s / cp)
 
 
@@ -247,11 +252,12 @@ def cp_a2a_times_s(
     )
     tokens = micro_batch * workload.seq_len / cp
     where = cp_layout or layout(system, Group.of((cp, tp)))
-    qkv = collective_time_s("alltoall", tokens * (model.q_width + 2 * model.kv_width) / tp * exchanged, where, system)
+    ctas = workload.nccl_max_ctas.cp
+    qkv = collective_time_s("alltoall", tokens * (model.q_width + 2 * model.kv_width) / tp * exchanged, where, system, ctas)
     out = tokens * model.q_width / tp
     return (
-        qkv + collective_time_s("alltoall", out * output, where, system),
-        qkv + collective_time_s("alltoall", out * exchanged, where, system),
+        qkv + collective_time_s("alltoall", out * output, where, system, ctas),
+        qkv + collective_time_s("alltoall", out * exchanged, where, system, ctas),
     )
 
 
@@ -274,8 +280,8 @@ def cp_allgather_times_s(
         return 0.0, 0.0
     gathered, gradients = cp_allgather_buffer_bytes(model, workload, tp, cp, micro_batch)
     where = cp_layout or layout(system, Group.of((cp, tp)))
-    forward = collective_time_s("allgather", gathered, where, system)
-    return forward, forward + collective_time_s("reducescatter", gradients, where, system)
+    forward = collective_time_s("allgather", gathered, where, system, workload.nccl_max_ctas.cp)
+    return forward, forward + collective_time_s("reducescatter", gradients, where, system, workload.nccl_max_ctas.cp)
 
 
 def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
@@ -555,7 +561,18 @@ def layer_times(
         sp,
         tp_comm_overlap,
         moe_layer,
-        tp_comm_forward_time_s(model, system, workload, tp, cp, micro_batch, sp, layouts.get("tp")),
+        # Transformer Engine's userbuffers, not NCCL, carry an overlapped layer's collectives: no channel cap on them
+        tp_comm_forward_time_s(
+            model,
+            system,
+            workload,
+            tp,
+            cp,
+            micro_batch,
+            sp,
+            layouts.get("tp"),
+            None if tp_comm_overlap else workload.nccl_max_ctas.tp,
+        ),
     )
     # the 16-bit kernel's times, as FP8 attention runs them where the workload sets it
     fp8_fwd, fp8_bwd = fp8_attention.pass_factors(model, device, workload)
@@ -653,7 +670,7 @@ def pipeline_p2p_time_s(
     """
     e = bytes_per_element(activation_precision(workload.precision))
     nbytes = micro_batch * workload.seq_len / cp * model.hidden * e / tp
-    return 2.0 * collective_time_s("p2p", nbytes, pp_layout, system)
+    return 2.0 * collective_time_s("p2p", nbytes, pp_layout, system, workload.nccl_max_ctas.pp)
 
 
 def last_stage_embedding_params(model: ModelSpec, mtp_layers: int) -> float:
@@ -727,7 +744,7 @@ def param_gather_bytes(workload: Workload) -> float:
 
 
 def dp_comm_times_s(
-    system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout
+    system: SystemSpec, workload: Workload, zero: int, params_on_gpu: float, group: Layout, ctas: int | None = None
 ) -> tuple[float, float]:
     """(gradient reduction, parameter gather) seconds of one step's data-parallel traffic for
     ``params_on_gpu`` parameters over one data-parallel group at ``group`` (the dp·cp group, or the
@@ -740,13 +757,14 @@ def dp_comm_times_s(
     the step exposes is composed in ``training_step.compose``: Megatron overlaps the reduce-scatter
     with the last micro-batch's backward and the all-gather with the next step's first forward
     (--overlap-grad-reduce, --overlap-param-gather); ZeRO-3 prefetches each micro-batch's gathers
-    behind that micro-batch's compute (DeepSpeed).
+    behind that micro-batch's compute (DeepSpeed). On at most ``ctas`` NCCL channels (``nccl_channels``; None:
+    uncapped).
     """
     if zero == 0:
-        return collective_time_s("allreduce", params_on_gpu * grad_bytes(workload), group, system), 0.0
+        return collective_time_s("allreduce", params_on_gpu * grad_bytes(workload), group, system, ctas), 0.0
     return (
-        collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system),
-        collective_time_s("allgather", params_on_gpu * param_gather_bytes(workload), group, system),
+        collective_time_s("reducescatter", params_on_gpu * grad_bytes(workload), group, system, ctas),
+        collective_time_s("allgather", params_on_gpu * param_gather_bytes(workload), group, system, ctas),
     )
 
 

@@ -340,14 +340,18 @@ class StageCopy(NamedTuple):
     accumulate: object
 
 
-def _dp_group_step(ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False) -> tuple:
+def _dp_group_step(
+    ctx: TrainingContext, zero, params_on_gpu: float, group, optimizer_offload=0.0, weight_offload=False, ctas=None
+) -> tuple:
     """(gradient reduction, parameter gather, optimizer step) seconds of one data-parallel group's
     share of the step (``training.dp_comm_times_s``, ``compute.optimizer_step_time_s`` on the
     parameters this rank owns). The optimizer streams each owned parameter's bytes once, so the
     step over a stage's dense and expert parameters is the sum of the two; ``optimizer_offload`` of
     them step on the host; with ``weight_offload`` each ZeRO-3 pass also copies the rank's weight shard
-    up from the host before its gathers (``training.weight_offload_copy_time_s``), in series with them."""
-    grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group)
+    up from the host before its gathers (``training.weight_offload_copy_time_s``), in series with them. The
+    traffic runs on at most ``ctas`` NCCL channels: the workload's cap on the data-parallel communicator for the
+    dp·cp group, none for the expert data-parallel group, which has its own communicator."""
+    grads, gather = dp_comm_times_s(ctx.system, ctx.workload, zero, params_on_gpu, group, ctas)
     owned = optimizer_owned_params(zero, params_on_gpu, group.n)
     wl = ctx.workload
     step = compute.optimizer_step_time_s(ctx.system.device, owned, wl.grad_bytes, wl.adam_moment_bytes, optimizer_offload)
@@ -363,7 +367,7 @@ def _first_stage_dp(
     parameters it holds besides routed experts (``stage_held_params``: the output layer and the MTP
     modules too when it is the only stage)."""
     p, _ = stage_held_params(ctx, first_stage_layers, lead_layers(ctx.model), True, bool(single_stage), tp)
-    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
+    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload, ctx.workload.nccl_max_ctas.dp)
 
 
 def _first_stage_expert_dp(
@@ -390,7 +394,7 @@ def _last_stage_dp(ctx: TrainingContext, tp, zero, last_stage_layers, dp_group, 
     it holds besides routed experts (``stage_held_params``): under DualPipe, ranks 0 and pp-1 hold it
     beside the first stage (``_first_stage_dp``)."""
     p, _ = stage_held_params(ctx, last_stage_layers, 0, False, True, tp)
-    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload)
+    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload, ctx.workload.nccl_max_ctas.dp)
 
 
 def _last_stage_expert_dp(

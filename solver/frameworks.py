@@ -140,6 +140,16 @@ def check_workload(framework: Framework, workload, source: str) -> None:
     """Each workload value the profile restricts is one the framework supports."""
     for key, allowed in framework.workload.items():
         value = getattr(workload, key, None)
+        if key == CTA_CAPS_KEY:  # the profile allows caps (true) or not (false)
+            value = value.any()
+            if value not in allowed:
+                raise ProblemError(
+                    f"capped NCCL communicators are not supported by {framework.label} (no per-communicator NCCL "
+                    f"options in its configuration); remove it",
+                    source=source,
+                    field=f"workload.{key}",
+                )
+            continue
         if key == "serving" or value is not None:
             if value not in allowed:
                 raise ProblemError(
@@ -149,6 +159,7 @@ def check_workload(framework: Framework, workload, source: str) -> None:
                 )
 
 
+CTA_CAPS_KEY = "nccl_max_ctas"  # a profile lists [false] where the framework cannot cap a communicator's NCCL channels
 IMPLIED_KEYS = ("zero3_gather",)  # workload keys a profile's single allowed value sets when a problem omits them
 
 

@@ -205,7 +205,31 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     elif w.precision == "fp4":
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
     _require(not w.fp8_attention, "FP8 attention (no flag in the recorded release)")
+    if w.nccl_max_ctas.any():
+        args.append(("--nccl-communicator-config-path", NCCL_CONFIG_FILE))
     return args
+
+
+# the file --nccl-communicator-config-path reads, written beside the launch (``nccl_config_heredoc``)
+NCCL_CONFIG_FILE = "nccl_communicator_config.yaml"
+# Megatron-Core's process groups each cap of workload.nccl_max_ctas covers (parallel_state.py get_nccl_options):
+# the data-parallel gradient traffic runs on dp, or on dp_cp with context parallelism
+MEGATRON_COMMUNICATORS = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp", "dp_cp"), "pp": ("pp",)}
+
+
+def nccl_config_heredoc(problem) -> str:
+    """The shell lines writing the NCCL communicator config of workload.nccl_max_ctas ({process group: {max_ctas:
+    n}}, as Megatron-Core's get_nccl_options reads it), or nothing without caps."""
+    caps = problem.workload.nccl_max_ctas
+    if not caps.any():
+        return ""
+    lines = [
+        f"{group}: {{max_ctas: {getattr(caps, key)}}}"
+        for key, groups in MEGATRON_COMMUNICATORS.items()
+        if getattr(caps, key) is not None
+        for group in groups
+    ]
+    return f"cat > {NCCL_CONFIG_FILE} <<'EOF'\n" + "\n".join(lines) + "\nEOF\n"
 
 
 # the environment PyTorch reads for workload.allocator expandable (choices.Allocator), set before the launch
@@ -225,7 +249,7 @@ def env_comment(problem) -> str:
 def emit_megatron(problem, num_gpus: int, m) -> str:
     _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
     program = [*allocator_env(problem), "torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"]
-    return command_line(program, megatron_args(problem, num_gpus, m))
+    return nccl_config_heredoc(problem) + command_line(program, megatron_args(problem, num_gpus, m))
 
 
 # --- torchtitan (TOML job config) ---------------------------------------------------------------------

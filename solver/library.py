@@ -328,6 +328,7 @@ DEVICE_KEYS = (
     "serving_step_overhead_s",
     "pytorch_allocator",
     "softmax_exp_ratio",
+    "nccl_channel_bytes_per_s",
     "efficiency",
     "chiplets",
 )
@@ -433,6 +434,9 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         ),
         pytorch_allocator=checks.flag(data.get("pytorch_allocator", True), "pytorch_allocator", src),
         softmax_exp_ratio=checks.non_negative_number(data.get("softmax_exp_ratio", 0.0), "softmax_exp_ratio", src),
+        nccl_channel_bytes_per_s=checks.non_negative_number(
+            data.get("nccl_channel_bytes_per_s", 0.0), "nccl_channel_bytes_per_s", src
+        ),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in (

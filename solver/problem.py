@@ -37,13 +37,14 @@ from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
+from parasol.model.nccl_channels import CAPPED_GROUPS, MAX_NCCL_CTAS, cta_caps_problem
 from parasol.model.offload import module_offload_problem
 from parasol.model.pipeline import split_stages
 from parasol.model.pipeline_layout import FIELD as LAYOUT_FIELD
 from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
-from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, Mapping, ModelSpec, Workload
+from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, NO_CTA_CAPS, CommunicatorCtas, Mapping, ModelSpec, Workload
 from parasol.model.training import check_mapping
 from parasol.model.training_step import lead_layers
 
@@ -83,6 +84,7 @@ WORKLOAD_KEYS = (
     "mtp_layers",
     "train_tokens",
     "goodput",
+    "nccl_max_ctas",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 MOE_DISPATCHERS = tuple(d.value for d in MoeDispatcher)
@@ -389,6 +391,7 @@ def _parse_workload(data, src: str) -> Workload:
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
     return Workload(
+        nccl_max_ctas=_parse_cta_caps(data.get("nccl_max_ctas"), src),
         kind="training",
         seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src, MAX_SEQ_LEN),
         global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src, MAX_GLOBAL_BATCH),
@@ -412,6 +415,20 @@ def _parse_workload(data, src: str) -> Workload:
         goodput=goodput,
         source=src,
         **flags,
+    )
+
+
+def _parse_cta_caps(data, src: str) -> CommunicatorCtas:
+    """``workload.nccl_max_ctas``: the NCCL thread blocks each communicator may use ({tp, cp, dp, pp: count}, as
+    Megatron-Core's --nccl-communicator-config-path gives max_ctas per process group); absent: no caps."""
+    if data is None:
+        return NO_CTA_CAPS
+    field = "workload.nccl_max_ctas"
+    if not isinstance(data, dict):
+        raise ProblemError(f"must map communicators ({', '.join(CAPPED_GROUPS)}) to thread-block counts", source=src, field=field)
+    checks.keys(data, CAPPED_GROUPS, (), src, f"{field}.")
+    return CommunicatorCtas(
+        **{group: checks.positive_int(count, f"{field}.{group}", src, MAX_NCCL_CTAS) for group, count in data.items()}
     )
 
 
@@ -787,6 +804,10 @@ def _single_system_problem(
         reason = fp8_attention_problem(workload.precision, workload.attention, workload.low_precision_recipe, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fp8_attention")
+    if workload.kind == "training":
+        reason = cta_caps_problem(device, workload.nccl_max_ctas)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.nccl_max_ctas")
     if workload.kind == "training" and True in mapping.get("module_offload", ()):
         # fine-grained offloading where it may run: what the model and the device allow of the workload's modules
         # (what the mapping's other choices allow: the space, ``training_space.build_space``, and ``check_mapping``)
