@@ -23,6 +23,7 @@ channel that crosses the scale-out network is held to the same rate.]
 
 from __future__ import annotations
 
+from .errors import ProblemError
 from .specs import CommunicatorCtas, DeviceSpec
 
 # the communicators a run may cap (``CommunicatorCtas``), by the parallel group each one carries
@@ -67,6 +68,11 @@ def channel_floor_s(op: str, nbytes: float, ranks: int, ctas: int | None, device
     the module docstring). 0 without a cap (None)."""
     if ctas is None or ranks <= 1 or nbytes <= 0:
         return 0.0
+    reason = cta_caps_problem(device, CommunicatorCtas(dp=ctas))
+    if reason is not None or ctas < 1:
+        raise ProblemError(
+            reason or f"a communicator needs at least one thread block, got {ctas}", field="workload.nccl_max_ctas"
+        )
     rate = ctas * device.nccl_channel_bytes_per_s
     if op == "p2p":  # an exchange: each channel's block sends and receives, half its warps each way
         rate /= 2.0

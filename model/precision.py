@@ -99,6 +99,18 @@ def quantised_bytes_per_element(recipe: R) -> float:
     return r.reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)
 
 
+def gathered_bytes_per_element(recipe: R | None, activation_bytes: float) -> float:
+    """Bytes per element a tensor-parallel all-gather of a GEMM's input moves: under a low-precision recipe
+    Transformer Engine quantises the input before it gathers it, one row-wise copy with its scales (the sequence-
+    parallel input of a column-parallel GEMM, its re-gather for the weight gradient, a row-parallel GEMM's output
+    gradient: module/layernorm_linear.py, linear.py and base.py grad_output_preprocess, gather_along_first_dim with
+    the quantizer, the userbuffers path alike); ``activation_bytes``, the 16-bit activation, without one."""
+    if recipe is None:
+        return activation_bytes
+    r = RECIPES[recipe]
+    return bytes_per_element(r.precision) + r.scale_bytes
+
+
 def attention_quantised_bytes_per_element(recipe: R) -> float:
     """HBM bytes streamed per element of a 16-bit attention input that FP8 attention quantises (Q, K and V in
     the forward, the output's gradient in the backward): its reads and one FP8 copy with a per-tensor scale.

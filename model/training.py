@@ -23,7 +23,7 @@ from .errors import ProblemError
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
 from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
-from .precision import activation_precision, bytes_per_element, training_recipe
+from .precision import activation_precision, bytes_per_element, gathered_bytes_per_element, training_recipe
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights; FP8 training keeps 16-bit weights (NVIDIA Transformer Engine)
@@ -79,7 +79,7 @@ class LayerTimes:
         return self.forward + self.backward
 
 
-def tp_comm_forward_time_s(
+def tp_comm_forward_times_s(
     model: ModelSpec,
     system: SystemSpec,
     workload: Workload,
@@ -89,24 +89,27 @@ def tp_comm_forward_time_s(
     sp: bool,
     tp_layout: Layout | None = None,
     ctas: int | None = None,
-) -> float:
-    """TP communication in one layer's forward: two all-reduces of the b·s·h activation
-    (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two
-    reduce-scatters of the same total volume (Korthikanti 2022, Sec. 4.2.2); one of each in a
-    parallel block (``ModelSpec.tp_reductions_per_layer``); over the TP group at ``tp_layout``
-    (default: tp consecutive ranks), on at most ``ctas`` NCCL channels (``nccl_channels``; None: uncapped).
-    Backward is the same."""
+) -> tuple[float, float]:
+    """TP communication in one layer's forward, (all-gathers, reductions) seconds: two all-reduces of the b·s·h
+    activation (Shoeybi et al. 2019, Sec. 3), or with sequence parallelism two all-gathers and two reduce-scatters
+    of the same elements (Korthikanti 2022, Sec. 4.2.2); one of each in a parallel block
+    (``ModelSpec.tp_reductions_per_layer``). The reductions carry the GEMMs' 16-bit outputs; the all-gathers the
+    GEMMs' inputs, quantised first under a low-precision recipe (``precision.gathered_bytes_per_element``). Over
+    the TP group at ``tp_layout`` (default: tp consecutive ranks), on at most ``ctas`` NCCL channels
+    (``nccl_channels``; None: uncapped). Without sp the all-gathers are 0."""
     if tp == 1:
-        return 0.0
+        return 0.0, 0.0
     where = tp_layout or layout(system, Group.of((tp, 1)))
-    nbytes = micro_batch * workload.seq_len / cp * model.hidden * bytes_per_element(activation_precision(workload.precision))
+    elements = micro_batch * workload.seq_len / cp * model.hidden
+    e = bytes_per_element(activation_precision(workload.precision))
     blocks = model.tp_reductions_per_layer
     if sp:
-        return blocks * (
-            collective_time_s("reducescatter", nbytes, where, system, ctas)
-            + collective_time_s("allgather", nbytes, where, system, ctas)
+        gathered = gathered_bytes_per_element(training_recipe(workload.precision, workload.low_precision_recipe), e)
+        return (
+            blocks * collective_time_s("allgather", elements * gathered, where, system, ctas),
+            blocks * collective_time_s("reducescatter", elements * e, where, system, ctas),
         )
-    return blocks * collective_time_s("allreduce", nbytes, where, system, ctas)  # on two tiers the same ring cost as with sp
+    return 0.0, blocks * collective_time_s("allreduce", elements * e, where, system, ctas)  # the same ring cost as with sp
 
 
 def tp_comm_exposed_times_s(
@@ -119,14 +122,15 @@ def tp_comm_exposed_times_s(
     sp: bool,
     tp_comm_overlap: bool,
     moe_layer: bool,
-    collective_s: float,
+    collectives: tuple[float, float],
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's tensor-parallel communication left exposed, given
-    ``collective_s``, its forward collectives' time (``tp_comm_forward_time_s``): an equal share per
-    block (attention, MLP; a parallel block is one), one all-reduce, or with sequence parallelism an
-    all-gather before the column-parallel GEMMs and a reduce-scatter after the row-parallel one, half
-    of the block's share each. The GEMMs
-    they may hide behind are ``compute.tp_block_gemm_times_s``.
+    ``collectives``, its forward all-gathers' and reductions' times (``tp_comm_forward_times_s``), an equal share
+    of each per block (attention, MLP; a parallel block is one): one all-reduce, or with sequence parallelism an
+    all-gather before the column-parallel GEMMs and a reduce-scatter after the row-parallel one. The GEMMs
+    they may hide behind are ``compute.tp_block_gemm_times_s``. The backward's all-gathers (the row-parallel GEMM's
+    output gradient, the column-parallel GEMMs' re-gathered input) take the forward's all-gather time, its
+    reduce-scatter (the column-parallel input gradient) the forward's reduce-scatter time.
 
     Forward without ``tp_comm_overlap``: all exposed. Backward, with ``workload.overlap_tp_grad``
     (Megatron-LM's asynchronous input-gradient collective, on since 2021; Korthikanti et al. 2022,
@@ -144,27 +148,25 @@ def tp_comm_exposed_times_s(
     kernels take SMs and memory bandwidth from it; the chunked GEMMs run smaller): fitted with the
     network efficiency on the published runs (benchmarks/calibrate.py).
     """
-    if collective_s <= 0:
+    gathers, reductions = collectives
+    if gathers + reductions <= 0:
         return 0.0, 0.0
     tokens = micro_batch * workload.seq_len / cp
     blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer)
-    share = collective_s / len(blocks)  # one block's collectives
-    quarter, split = share / 2.0, (tp - 1) / tp
+    ag, rs = gathers / len(blocks), reductions / len(blocks)  # one block's all-gather and reduction
+    split = (tp - 1) / tp
     fwd = bwd = 0.0
     for gemms in blocks:
         column, row = (device.tp_overlap_efficiency * seconds for seconds in gemms)
         if tp_comm_overlap:
-            fwd += max(0.0, quarter - split * column) + quarter / tp + split * max(0.0, quarter - row)
-            bwd += max(0.0, quarter - split * row) + 2.0 * max(0.0, quarter - column)
-        elif not workload.overlap_tp_grad:
-            fwd += share
-            bwd += 3.0 * quarter if sp else share
-        elif sp:
-            fwd += share
-            bwd += quarter + 2.0 * max(0.0, quarter - column)
-        else:
-            fwd += share
-            bwd += max(0.0, share - column)
+            fwd += max(0.0, ag - split * column) + rs / tp + split * max(0.0, rs - row)
+            bwd += max(0.0, ag - split * row) + max(0.0, ag - column) + max(0.0, rs - column)
+            continue
+        fwd += ag + rs
+        if workload.overlap_tp_grad:
+            bwd += ag + max(0.0, ag - column) + max(0.0, rs - column)
+        else:  # with sp the output-gradient gather and the re-gather exposed too (ag is 0 without sp)
+            bwd += 2.0 * ag + rs
     return fwd, bwd
 
 
@@ -562,7 +564,7 @@ def layer_times(
         tp_comm_overlap,
         moe_layer,
         # Transformer Engine's userbuffers, not NCCL, carry an overlapped layer's collectives: no channel cap on them
-        tp_comm_forward_time_s(
+        tp_comm_forward_times_s(
             model,
             system,
             workload,

@@ -391,7 +391,7 @@ def _parse_workload(data, src: str) -> Workload:
     if train_tokens is not None:
         train_tokens = checks.positive_number(train_tokens, "workload.train_tokens", src, "number of tokens")
     return Workload(
-        nccl_max_ctas=_parse_cta_caps(data.get("nccl_max_ctas"), src),
+        nccl_max_ctas=_parse_cta_caps(data, src),
         kind="training",
         seq_len=checks.positive_int(data["seq_len"], "workload.seq_len", src, MAX_SEQ_LEN),
         global_batch=checks.positive_int(data["global_batch"], "workload.global_batch", src, MAX_GLOBAL_BATCH),
@@ -418,18 +418,27 @@ def _parse_workload(data, src: str) -> Workload:
     )
 
 
-def _parse_cta_caps(data, src: str) -> CommunicatorCtas:
-    """``workload.nccl_max_ctas``: the NCCL thread blocks each communicator may use ({tp, cp, dp, pp: count}, as
-    Megatron-Core's --nccl-communicator-config-path gives max_ctas per process group); absent: no caps."""
-    if data is None:
+def _parse_cta_caps(data: dict, src: str) -> CommunicatorCtas:
+    """``workload.nccl_max_ctas`` of the workload mapping ``data``: the NCCL thread blocks each communicator may use
+    ({tp, cp, dp, pp: count}, as Megatron-Core's --nccl-communicator-config-path gives max_ctas per process group);
+    absent: no caps."""
+    if "nccl_max_ctas" not in data:
         return NO_CTA_CAPS
-    field = "workload.nccl_max_ctas"
-    if not isinstance(data, dict):
-        raise ProblemError(f"must map communicators ({', '.join(CAPPED_GROUPS)}) to thread-block counts", source=src, field=field)
-    checks.keys(data, CAPPED_GROUPS, (), src, f"{field}.")
-    return CommunicatorCtas(
-        **{group: checks.positive_int(count, f"{field}.{group}", src, MAX_NCCL_CTAS) for group, count in data.items()}
-    )
+    caps, field = data["nccl_max_ctas"], "workload.nccl_max_ctas"
+    counts = f"thread-block counts from 1 to {MAX_NCCL_CTAS}"
+    if not isinstance(caps, dict):
+        raise ProblemError(
+            f"must map communicators ({', '.join(CAPPED_GROUPS)}) to {counts}, got {checks.shown(caps)}", source=src, field=field
+        )
+    checks.keys(caps, CAPPED_GROUPS, (), src, f"{field}.")
+    for group, count in caps.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NCCL_CTAS:
+            raise ProblemError(
+                f"must be one of the {counts} (NCCL's MAXCHANNELS), got {checks.shown(count)}",
+                source=src,
+                field=f"{field}.{group}",
+            )
+    return CommunicatorCtas(**caps)
 
 
 def _parse_mapping(data, src: str) -> dict:

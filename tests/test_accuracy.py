@@ -143,7 +143,8 @@ def test_llama3_paper_runs_outside_the_calibration_set(results):
     ring attention had hidden the K/V exchange: -21.1 %). With the measured attention curve by key
     length, which the long-context MoE runs support, the 128K row is -22.2 % (11.4 % mean): its step
     time comes from Meta's TFLOPS under the PaLM count, which Meta does not state (docs/accuracy.md).
-    The bound keeps it there."""
+    With sequence parallelism's all-gathers in FP8 as Transformer Engine runs them, and the networks refitted
+    (2026-11-28): 9.6 % mean, the 128K row -21.1 %. The bound keeps it there."""
     errors = [r.error for r in results if r.family == "Llama 3 paper (out of sample)"]
     assert len(errors) == 3 and statistics.fmean(abs(e) for e in errors) <= 0.12 and max(abs(e) for e in errors) <= 0.23
 
@@ -166,23 +167,25 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     (workload.nccl_max_ctas: 8 for data and tensor parallelism, 1 for context parallelism, 2 for the pipeline;
     model/nccl_channels.py, 2026-11-28): the 8B runs at 72 and 512 GPUs +14.8, +0.2, -1.9, -5.0 % (their one-channel
     ring exchange), the GB200 NVFP4 405B runs, whose tensor-parallel collectives go through NCCL's 8 channels, +24.2,
-    +36.3, +44.6 %, GB300's +9.1 %; the fifteen 11.8 %, worst +44.6 %; 22 runs 10.7 %. The bounds are the measurement +
-    about one point, and both signs must stay."""
+    +36.3, +44.6 %, GB300's +9.1 %; the fifteen 11.8 %, worst +44.6 %; 22 runs 10.7 %. With sequence parallelism's
+    all-gathers carrying the quantised GEMM inputs, as Transformer Engine gathers them, and the networks refitted
+    (same day): the GB200 NVFP4 runs +11.5, +23.8, +32.0 %, GB300's +4.4 %; the fifteen 9.2 %, worst +32.0 %; 22 runs
+    8.8 %. The bounds are the measurement + about one point, and both signs must stay."""
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)"}
     assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
     first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
-    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.128
-    assert max(abs(e) for e in first.values()) <= 0.456 and min(first.values()) < 0 < max(first.values())
+    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.102
+    assert max(abs(e) for e in first.values()) <= 0.33 and min(first.values()) < 0 < max(first.values())
     dp_last = [r for r in rows.values() if r.mapping.placement == "tp-cp-ep-pp-dp" and r.problem.model.name == "llama3.1-405b"]
     assert len(dp_last) == 5  # v5.1's four and v5.0's 512-GPU run, as their configs set TP_PP_DP_MAPPING
     fp4 = [r.error for r in rows.values() if r.problem.workload.precision == "fp4" and r.problem.model.name == "llama3.1-405b"]
-    # NVFP4 not far too fast (GB300's run -9.3 % when recorded, -11.1 % with Blackwell Ultra's softmax, +9.1 % capped)
-    assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.296 and min(fp4) >= -0.12
+    # NVFP4 not far too fast (GB300's run -9.3 % when recorded, -11.1 % with Blackwell Ultra's softmax, +4.4 % now)
+    assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.19 and min(fp4) >= -0.12
     small = {k: r.error for k, r in rows.items() if "llama31-8b" in k}
     assert len(small) == 6 and all(abs(e) <= 0.135 for k, e in small.items() if "-8gpu-" in k)
     # the short steps of 72 and 512 GPUs: -61 % to -17 % without the caps, within 16 % with them
     assert all(abs(e) <= 0.158 for k, e in small.items() if "-8gpu-" not in k)
-    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.117
+    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.098
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):

@@ -114,9 +114,12 @@ def test_one_channel_for_the_ring_costs_throughput_at_cp_8():
     ("caps", "field", "says"),
     [
         ({"ep": 4}, "workload.nccl_max_ctas.ep", "allowed"),
-        ({"dp": 0}, "workload.nccl_max_ctas.dp", "positive integer"),
-        ({"cp": 65}, "workload.nccl_max_ctas.cp", "at most 64"),
-        ([8], "workload.nccl_max_ctas", "thread-block counts"),
+        ({"dp": 0}, "workload.nccl_max_ctas.dp", "from 1 to 64 (NCCL's MAXCHANNELS), got 0"),
+        ({"cp": 65}, "workload.nccl_max_ctas.cp", "from 1 to 64"),
+        ({"tp": 8.0}, "workload.nccl_max_ctas.tp", "got 8.0"),
+        ({"pp": True}, "workload.nccl_max_ctas.pp", "got True"),
+        ([8], "workload.nccl_max_ctas", "thread-block counts from 1 to 64, got [8]"),
+        (None, "workload.nccl_max_ctas", "got None"),
     ],
 )
 def test_bad_caps_are_refused_naming_the_field(caps, field, says):
@@ -167,3 +170,13 @@ def test_a_framework_without_per_communicator_options_refuses_caps(tmp_path):
     assert "workload.nccl_max_ctas" in proc.stderr and "torchtitan" in proc.stderr
     data["workload"].pop("nccl_max_ctas")
     assert run_main(["solve", str(write_yaml(tmp_path / "q.yaml", data)), "--time-limit", "30"]).returncode == 0
+
+
+def test_the_floor_refuses_a_device_without_a_channel_rate():
+    """Called past the problem parser (the Python API on a device of its own), a cap on a device whose file gives no
+    rate is the same one-line refusal, not a division by zero."""
+    mi300x = library.load_device("mi300x")
+    with pytest.raises(ProblemError, match="gives no nccl_channel_bytes_per_s") as info:
+        channel_floor_s("allgather", 1e9, 8, 8, mi300x)
+    assert info.value.field == "workload.nccl_max_ctas"
+    assert channel_floor_s("allgather", 1e9, 8, None, mi300x) == 0.0  # uncapped: nothing to time

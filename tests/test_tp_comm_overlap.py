@@ -14,8 +14,9 @@ from conftest import rel_close, solved_as_enumerated, training_problem
 
 from parasol.model import compute
 from parasol.model.errors import ProblemError
+from parasol.model.placement import Group, collective_time_s, layout
 from parasol.model.specs import Mapping, Workload
-from parasol.model.training import check_mapping, tp_comm_exposed_times_s, tp_comm_forward_time_s
+from parasol.model.training import check_mapping, tp_comm_exposed_times_s, tp_comm_forward_times_s
 from parasol.model.training_step import evaluate_training
 from parasol.solver import library
 from parasol.solver.planner import planner_for
@@ -31,9 +32,14 @@ def _setup(tp_overlap: float | None = None, overlap_tp_grad: bool = True):
 
 
 def _exposed(model, system, wl, tp, sp, overlap, collective_s=None, micro_batch=1):
+    """(the forward collectives' seconds, their exposed (forward, backward)); ``collective_s`` given: split as 16-bit
+    sequence parallelism splits it, half all-gathers, half reduce-scatters (all all-reduces without sp)."""
     if collective_s is None:
-        collective_s = tp_comm_forward_time_s(model, system, wl, tp, 1, micro_batch, sp)
-    return collective_s, tp_comm_exposed_times_s(model, system.device, wl, tp, 1, micro_batch, sp, overlap, False, collective_s)
+        collectives = tp_comm_forward_times_s(model, system, wl, tp, 1, micro_batch, sp)
+    else:
+        collectives = (collective_s / 2, collective_s / 2) if sp else (0.0, collective_s)
+    exposed = tp_comm_exposed_times_s(model, system.device, wl, tp, 1, micro_batch, sp, overlap, False, collectives)
+    return sum(collectives), exposed
 
 
 @pytest.mark.parametrize("sp", [False, True])
@@ -140,8 +146,8 @@ def test_a_parallel_block_reduces_once_per_layer():
 
     model, system, wl = _setup()
     parallel = dataclasses.replace(model, parallel_block=True)
-    assert tp_comm_forward_time_s(parallel, system, wl, 8, 1, 1, True) == pytest.approx(
-        tp_comm_forward_time_s(model, system, wl, 8, 1, 1, True) / 2
+    assert sum(tp_comm_forward_times_s(parallel, system, wl, 8, 1, 1, True)) == pytest.approx(
+        sum(tp_comm_forward_times_s(model, system, wl, 8, 1, 1, True)) / 2
     )
     blocks = compute.tp_block_gemm_times_s(parallel, system.device, "bf16", 8192, 8)
     assert len(blocks) == 1 and rel_close(
@@ -163,3 +169,22 @@ def test_parallel_block_must_be_a_flag():
     with pytest.raises(ProblemError) as info:
         parse_problem(data, source="t")
     assert "model.parallel_block" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("precision", "recipe", "gathered"), [("fp8", "delayed", 1.0), ("fp8", "mxfp8", 1 + 1 / 32), ("fp4", "nvfp4", 0.5 + 1 / 16)]
+)
+def test_sequence_parallelism_gathers_the_quantised_input_and_reduces_in_16_bits(precision, recipe, gathered):
+    """Transformer Engine quantises a GEMM's input before the tensor-parallel all-gather (layernorm_linear.py,
+    linear.py, base.py grad_output_preprocess: gather_along_first_dim with the quantizer); the reduce-scatters
+    carry the 16-bit GEMM outputs. Without sp the all-reduces stay 16-bit."""
+    model, system, bf16 = _setup()
+    low = dataclasses.replace(bf16, precision=precision, low_precision_recipe=recipe)
+    where = layout(system, Group.of((8, 1)))
+    elements = 8192 * model.hidden
+    gathers, reductions = tp_comm_forward_times_s(model, system, low, 8, 1, 1, True)
+    assert gathers == pytest.approx(2 * collective_time_s("allgather", elements * gathered, where, system))
+    assert reductions == pytest.approx(2 * collective_time_s("reducescatter", elements * 2, where, system))
+    assert reductions == tp_comm_forward_times_s(model, system, bf16, 8, 1, 1, True)[1] and gathers < reductions
+    unsplit = tp_comm_forward_times_s(model, system, low, 8, 1, 1, False)
+    assert unsplit == tp_comm_forward_times_s(model, system, bf16, 8, 1, 1, False)
