@@ -146,7 +146,7 @@ def tp_comm_exposed_times_s(
     re-gather and input-gradient reduce-scatter overlap the data- and weight-gradient GEMMs in bulk.
     A GEMM hides a collective for only ``device.tp_overlap_efficiency`` of its time (the collective's
     kernels take SMs and memory bandwidth from it; the chunked GEMMs run smaller): fitted with the
-    network efficiency on the published runs (benchmarks/calibrate.py).
+    network efficiency on the published runs (benchmarks/calibrate.py). Userbuffers need sp (``check_mapping``).
     """
     gathers, reductions = collectives
     if gathers + reductions <= 0:

@@ -229,7 +229,7 @@ def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):
         measured = gb200.measured_step_s / gb300.measured_step_s
         modelled = gb200.predicted_step_s / gb300.predicted_step_s
         if rows[pair.format("gb200")].problem.workload.nccl_max_ctas.cp == 1 and gb200.mapping.cp > 1:
-            assert 1.0 <= modelled < 1.01 and measured > 1.0, pair  # the capped exchange sets both
+            assert 1.0 - 1e-9 <= modelled < 1.01 and measured > 1.0, pair  # the capped exchange sets both
             continue
         assert modelled > 1.02 and abs(modelled - measured) < measured - 1.0, pair
 

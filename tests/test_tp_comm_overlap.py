@@ -188,3 +188,22 @@ def test_sequence_parallelism_gathers_the_quantised_input_and_reduces_in_16_bits
     assert reductions == tp_comm_forward_times_s(model, system, bf16, 8, 1, 1, True)[1] and gathers < reductions
     unsplit = tp_comm_forward_times_s(model, system, low, 8, 1, 1, False)
     assert unsplit == tp_comm_forward_times_s(model, system, bf16, 8, 1, 1, False)
+
+
+def test_the_backward_charges_the_gathers_and_the_reduce_scatter_each_at_its_own_time():
+    """With FP8 the all-gathers (the row-parallel output gradient, the re-gather) are cheaper than the 16-bit
+    reduce-scatter (the column-parallel input gradient): unhidden, the backward is 2 gathers + 1 reduce-scatter per
+    block; under the asynchronous backward with GEMMs long enough, only the output-gradient gather stays."""
+    model, system, bf16 = _setup(tp_overlap=0.0)
+    fp8 = dataclasses.replace(bf16, precision="fp8", low_precision_recipe="delayed")
+    gathers, reductions = tp_comm_forward_times_s(model, system, fp8, 8, 1, 1, True)
+    assert gathers < reductions
+    for overlap_tp_grad in (False, True):
+        wl = dataclasses.replace(fp8, overlap_tp_grad=overlap_tp_grad)
+        fwd, bwd = tp_comm_exposed_times_s(model, system.device, wl, 8, 1, 1, True, False, False, (gathers, reductions))
+        assert fwd == pytest.approx(gathers + reductions) and bwd == pytest.approx(2 * gathers + reductions)
+    model, system, fp8_hidden = _setup(tp_overlap=1.0)
+    fp8_hidden = dataclasses.replace(fp8_hidden, precision="fp8", low_precision_recipe="delayed")
+    tiny = (1e-9, 3e-9)  # collectives the GEMMs hide entirely
+    _, bwd = tp_comm_exposed_times_s(model, system.device, fp8_hidden, 8, 1, 1, True, False, False, tiny)
+    assert bwd == pytest.approx(tiny[0])  # each block's output-gradient gather, half the pair's all-gathers each
