@@ -348,7 +348,13 @@ def optimizer_step_time_s(
 
 
 def low_precision_cast_bytes(
-    model: ModelSpec, tokens: float, tp: int, recipe: LowPrecisionRecipe | None, moe_layer: bool = False, etp: int = 1
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    recipe: LowPrecisionRecipe | None,
+    moe_layer: bool = False,
+    etp: int = 1,
+    transform: bool = True,
 ) -> tuple[float, float]:
     """(forward, backward) bytes of quantising the GEMM inputs of one layer on one rank, routed experts
     included, as the low-precision ``recipe`` does (``precision.quantised_bytes_per_element``; None: 16-bit
@@ -357,19 +363,20 @@ def low_precision_cast_bytes(
     Transformer Engine quantises every linear layer's input in the forward (the m x k activation, both
     copies) and its output gradient in the backward (m x n); a routed expert's grouped GEMMs quantise
     their rows the same way (TE GroupedLinear). The weights are quantised once per step (Megatron-Core
-    marks the first micro-batch, TE caches the result): not counted per micro-batch.
+    marks the first micro-batch, TE caches the result): not counted per micro-batch. ``transform``: the
+    recipe's transform pass runs (NVFP4's random Hadamard transform; ``Workload.nvfp4_hadamard``).
     """
     if recipe is None:
         return 0.0, 0.0
     shapes = list(layer_gemm_shapes(model, tokens, tp, moe_layer).values())
     if moe_layer:
         shapes += list(routed_gemm_shapes(model, tokens, tp, etp).values())
-    return gemm_input_cast_bytes(shapes, recipe)
+    return gemm_input_cast_bytes(shapes, recipe, transform)
 
 
-def gemm_input_cast_bytes(shapes, recipe: LowPrecisionRecipe) -> tuple[float, float]:
+def gemm_input_cast_bytes(shapes, recipe: LowPrecisionRecipe, transform: bool = True) -> tuple[float, float]:
     """(forward, backward) bytes of quantising the inputs of the (m, n, k) GEMMs ``shapes`` under ``recipe``
     (``precision.quantised_bytes_per_element``): Transformer Engine quantises each linear's m x k input in
     the forward and its m x n output gradient in the backward."""
-    per_element = quantised_bytes_per_element(recipe)
+    per_element = quantised_bytes_per_element(recipe, transform)
     return sum(m * k for m, _, k in shapes) * per_element, sum(m * n for m, n, _ in shapes) * per_element

@@ -49,11 +49,14 @@ class QuantisationRecipe(NamedTuple):
     """What a low-precision training recipe streams to quantise one 16-bit GEMM input: ``reads`` passes
     over it (the cast, plus an amax pass where the scale comes from the tensor itself), then two
     quantised copies written (row-wise for its own GEMM, column-wise for the weight-gradient GEMM, as
-    Transformer Engine keeps both), each ``precision`` elements with ``scale_bytes`` of scales per element."""
+    Transformer Engine keeps both), each ``precision`` elements with ``scale_bytes`` of scales per element.
+    ``transform_reads`` of the reads are a transform's own pass (NVFP4's random Hadamard transform of the
+    column-wise copy), which a run without the transform saves."""
 
     precision: str
     reads: int
     scale_bytes: float
+    transform_reads: int = 0
 
 
 # Transformer Engine's recipes (docs: transformer_engine.common.recipe; NVIDIA, "Pretraining Large Language
@@ -61,12 +64,14 @@ class QuantisationRecipe(NamedTuple):
 # reads the tensor once for its amax first; MXFP8 writes an E8M0 scale per 32 values in each copy;
 # blockwise an fp32 scale per 128; NVFP4 reads for the global amax, then quantises row-wise and, through a
 # 16x16 random Hadamard transform, column-wise in a second pass, an E4M3 scale per 16 values in each copy.
+# Without the transform (NVTE_NVFP4_DISABLE_RHT=1; common/recipe/__init__.py: it is applied to the column-wise
+# usage only) both copies come from one pass, as MXFP8's do [assumption: the fused row- and column-wise cast].
 RECIPES = {
     R.DELAYED: QuantisationRecipe("fp8", 1, 0.0),
     R.TENSORWISE: QuantisationRecipe("fp8", 2, 0.0),
     R.MXFP8: QuantisationRecipe("fp8", 1, 1.0 / 32.0),
     R.BLOCKWISE: QuantisationRecipe("fp8", 1, 4.0 / 128.0),
-    R.NVFP4: QuantisationRecipe("fp4", 3, 1.0 / 16.0),
+    R.NVFP4: QuantisationRecipe("fp4", 3, 1.0 / 16.0, transform_reads=1),
 }
 DEFAULT_RECIPE = {"fp8": R.DELAYED, "fp4": R.NVFP4}  # Megatron-LM's --fp8-recipe default; NVFP4 for fp4
 
@@ -92,11 +97,13 @@ def training_recipe(precision: str, recipe: str | None) -> R | None:
     return R(recipe)
 
 
-def quantised_bytes_per_element(recipe: R) -> float:
+def quantised_bytes_per_element(recipe: R, transform: bool = True) -> float:
     """HBM bytes streamed per element of a 16-bit GEMM input that ``recipe`` quantises: its reads of
-    the 16-bit tensor and the two quantised copies with their scales (``QuantisationRecipe``)."""
+    the 16-bit tensor and the two quantised copies with their scales (``QuantisationRecipe``); without
+    ``transform`` (``Workload.nvfp4_hadamard`` false), the recipe's transform pass is not read."""
     r = RECIPES[recipe]
-    return r.reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)
+    reads = r.reads - (0 if transform else r.transform_reads)
+    return reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)
 
 
 def gathered_bytes_per_element(recipe: R | None, activation_bytes: float) -> float:

@@ -394,6 +394,9 @@ class Workload:
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
     fp8_output_proj: bool = False  # the output layer's GEMMs in MXFP8 too (Megatron-Core fp8_output_proj), not 16 bits
     fp8_attention: bool = False  # flash attention in FP8 (Megatron-Core fp8_dot_product_attention; model/fp8_attention.py)
+    # NVFP4's random Hadamard transform on the column-wise copies of inputs and gradients (Transformer Engine's
+    # default); false: NVTE_NVFP4_DISABLE_RHT=1, as MLPerf's NVFP4 configs set it (precision.quantised_bytes_per_element)
+    nvfp4_hadamard: bool = True
     allocator: Allocator = Allocator.CACHING  # PyTorch's CUDA allocator setting (choices.Allocator)
     # its measured reserve beyond the live tensors, the row of ``allocator`` (the problem parser reads it); None: none counted
     allocator_overhead: AllocatorOverhead | None = None

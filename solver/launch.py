@@ -241,6 +241,16 @@ def allocator_env(problem) -> list[str]:
     return [EXPANDABLE_SEGMENTS] if problem.workload.allocator == Allocator.EXPANDABLE else []
 
 
+# the environment Transformer Engine reads for workload.nvfp4_hadamard false (common/recipe/__init__.py NVFP4BlockScaling)
+NO_HADAMARD = "NVTE_NVFP4_DISABLE_RHT=1"
+
+
+def recipe_env(problem) -> list[str]:
+    """The environment assignment the plan's low-precision recipe needs: none but for NVFP4 without its random
+    Hadamard transform."""
+    return [] if problem.workload.nvfp4_hadamard else [NO_HADAMARD]
+
+
 def env_comment(problem) -> str:
     """A first line naming that environment, for launch files that are configurations, not commands."""
     return "".join(f"# launch with {env} (workload.allocator)\n" for env in allocator_env(problem))
@@ -248,7 +258,7 @@ def env_comment(problem) -> str:
 
 def emit_megatron(problem, num_gpus: int, m) -> str:
     _require(m.tp * m.pp * m.cp * m.dp == num_gpus, "degrees that do not multiply to the GPU count")
-    program = [*allocator_env(problem), "torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"]
+    program = [*allocator_env(problem), *recipe_env(problem), "torchrun", "${DISTRIBUTED_ARGS[@]}", "pretrain_gpt.py"]
     return nccl_config_heredoc(problem) + command_line(program, megatron_args(problem, num_gpus, m))
 
 

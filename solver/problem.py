@@ -80,6 +80,7 @@ WORKLOAD_KEYS = (
     "fp8_param_gather",
     "fp8_output_proj",
     "fp8_attention",
+    "nvfp4_hadamard",
     "allocator",
     "mtp_layers",
     "train_tokens",
@@ -350,6 +351,7 @@ def _parse_workload(data, src: str) -> Workload:
             ("fp8_param_gather", False),
             ("fp8_output_proj", False),
             ("fp8_attention", False),
+            ("nvfp4_hadamard", True),
         )
     }
     if flags["fp8_param_gather"] and precision != "fp8":
@@ -364,6 +366,13 @@ def _parse_workload(data, src: str) -> Workload:
             f"(got precision {precision}, {'no recipe' if recipe is None else f'recipe {recipe}'}); set it false",
             source=src,
             field="workload.fp8_output_proj",
+        )
+    if not flags["nvfp4_hadamard"] and recipe != LowPrecisionRecipe.NVFP4:
+        raise ProblemError(
+            f"the random Hadamard transform is NVFP4's (Transformer Engine's NVTE_NVFP4_DISABLE_RHT), the workload "
+            f"quantises with {'no recipe' if recipe is None else f'recipe {recipe}'}; set it true",
+            source=src,
+            field="workload.nvfp4_hadamard",
         )
     reason = fp8_attention_problem(precision, attention, recipe) if flags["fp8_attention"] else None
     if reason is not None:

@@ -170,19 +170,22 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     +36.3, +44.6 %, GB300's +9.1 %; the fifteen 11.8 %, worst +44.6 %; 22 runs 10.7 %. With sequence parallelism's
     all-gathers carrying the quantised GEMM inputs, as Transformer Engine gathers them, and the networks refitted
     (same day): the GB200 NVFP4 runs +11.5, +23.8, +32.0 %, GB300's +4.4 %; the fifteen 9.2 %, worst +32.0 %; 22 runs
-    8.8 %. The bounds are the measurement + about one point, and both signs must stay."""
+    8.8 %. Without NVFP4's Hadamard transform, which all six NVFP4 configs disable (workload.nvfp4_hadamard, same day):
+    the 405B runs +9.0, +2.0, +21.5, +29.8 %, the 8B ones at 8 GPUs -15.5 and -16.7 %; the fifteen 8.5 %, worst +29.8 %;
+    22 runs 8.8 %. The bounds are the measurement + about one point, and both signs must stay."""
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)"}
     assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
     first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
-    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.102
-    assert max(abs(e) for e in first.values()) <= 0.33 and min(first.values()) < 0 < max(first.values())
+    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.095
+    assert max(abs(e) for e in first.values()) <= 0.31 and min(first.values()) < 0 < max(first.values())
     dp_last = [r for r in rows.values() if r.mapping.placement == "tp-cp-ep-pp-dp" and r.problem.model.name == "llama3.1-405b"]
     assert len(dp_last) == 5  # v5.1's four and v5.0's 512-GPU run, as their configs set TP_PP_DP_MAPPING
     fp4 = [r.error for r in rows.values() if r.problem.workload.precision == "fp4" and r.problem.model.name == "llama3.1-405b"]
-    # NVFP4 not far too fast (GB300's run -9.3 % when recorded, -11.1 % with Blackwell Ultra's softmax, +4.4 % now)
-    assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.19 and min(fp4) >= -0.12
+    # NVFP4 not far too fast (GB300's run -9.3 % when recorded, -11.1 % with Blackwell Ultra's softmax, +2.0 % now)
+    assert len(fp4) == 4 and statistics.fmean(abs(e) for e in fp4) <= 0.167 and min(fp4) >= -0.12
     small = {k: r.error for k, r in rows.items() if "llama31-8b" in k}
-    assert len(small) == 6 and all(abs(e) <= 0.135 for k, e in small.items() if "-8gpu-" in k)
+    # 8 GPUs, NVFP4: -3.7, -2.7 % when added; -11.9, -12.5 % with FP8 attention; -15.5, -16.7 % without the transform
+    assert len(small) == 6 and all(abs(e) <= 0.178 for k, e in small.items() if "-8gpu-" in k)
     # the short steps of 72 and 512 GPUs: -61 % to -17 % without the caps, within 16 % with them
     assert all(abs(e) <= 0.158 for k, e in small.items() if "-8gpu-" not in k)
     assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.098

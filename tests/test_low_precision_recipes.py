@@ -4,8 +4,11 @@ the GEMM inputs (``workload.low_precision_recipe``), the GEMMs that stay in 16 b
 The per-element costs are derived from each recipe's passes and copies, not restated: an amax pass
 is one more 16-bit read, a scale per block adds its bytes to each of the two quantised copies."""
 
+import dataclasses
+import json
+
 import pytest
-from conftest import rel_close, stretch_of, training_problem
+from conftest import rel_close, run_main, stretch_of, training_problem, write_yaml
 
 from parasol.model import compute
 from parasol.model.choices import LowPrecisionRecipe as R
@@ -128,3 +131,41 @@ def test_the_validation_runs_carry_their_tables_recipes():
     for run in runs:
         want = "tensorwise" if run["id"].endswith("-cs") else "mxfp8"
         assert run["workload"]["low_precision_recipe"] == want, run["id"]
+
+
+def test_nvfp4_without_its_hadamard_transform_saves_that_pass_and_nothing_else():
+    """Transformer Engine applies NVFP4's random Hadamard transform to the column-wise copies only
+    (common/recipe/__init__.py); NVTE_NVFP4_DISABLE_RHT=1 (MLPerf's NVFP4 configs) leaves one 16-bit read per
+    quantised input fewer. The other recipes have no transform to drop."""
+    assert quantised_bytes_per_element(R.NVFP4, transform=False) == quantised_bytes_per_element(R.NVFP4) - 2.0
+    for recipe in (R.DELAYED, R.TENSORWISE, R.MXFP8, R.BLOCKWISE):
+        assert quantised_bytes_per_element(recipe, transform=False) == quantised_bytes_per_element(recipe)
+    model, system = load_model("llama3-8b"), load_system("dgx-b200", 8)
+    mapping = Mapping(tp=1, pp=1, dp=8, micro_batch=1)
+    with_rht = Workload(kind="training", seq_len=8192, global_batch=64, precision="fp4", low_precision_recipe="nvfp4")
+    without = dataclasses.replace(with_rht, nvfp4_hadamard=False)
+    a, b = evaluate_training(model, system, with_rht, mapping), evaluate_training(model, system, without, mapping)
+    assert b.breakdown["time_s"]["compute/elementwise"] < a.breakdown["time_s"]["compute/elementwise"]
+    assert b.breakdown["time_s"]["compute/gemm"] == a.breakdown["time_s"]["compute/gemm"]
+
+
+@pytest.mark.parametrize(("precision", "recipe"), [("fp8", "mxfp8"), ("bf16", None)])
+def test_turning_off_a_hadamard_transform_the_recipe_lacks_names_the_field(precision, recipe):
+    data = training_problem(precision=precision, low_precision_recipe=recipe, nvfp4_hadamard=False)
+    with pytest.raises(ProblemError, match="NVFP4's") as info:
+        parse_problem(data, source="t")
+    assert info.value.field == "workload.nvfp4_hadamard"
+
+
+def test_megatrons_launch_sets_transformer_engines_switch_for_it(tmp_path):
+    mapping = {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1}
+    data = training_problem(
+        model="llama3-8b", system="dgx-b200", precision="fp4", framework="megatron-lm", nvfp4_hadamard=False, mapping=mapping
+    )
+    proc = run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data)), "--emit", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    launch = json.loads(proc.stdout)["launch"]
+    assert launch.startswith("NVTE_NVFP4_DISABLE_RHT=1 torchrun") and "--fp4-recipe nvfp4" in launch
+    data["workload"].pop("nvfp4_hadamard")
+    proc = run_main(["evaluate", str(write_yaml(tmp_path / "q.yaml", data)), "--emit", "--json"])
+    assert "NVTE_NVFP4_DISABLE_RHT" not in json.loads(proc.stdout)["launch"]
