@@ -45,7 +45,7 @@ def search_channel_rate(nvlink_bytes_per_s: float, speeds: tuple, compute_capabi
     if not (speed < 25 * gb or (compute_capability > 80 and speed < 50 * gb and channels > 4)):
         doubled = min(2 * channels, max_channels)
         speed, channels = speed / -(-doubled // channels), doubled
-    for faster in sorted((s for s in speeds if s > speed), reverse=False):
+    for faster in sorted(s for s in speeds if s > speed):
         if channels * faster > nvlink_bytes_per_s:
             break
         speed = faster
@@ -68,11 +68,9 @@ def channel_floor_s(op: str, nbytes: float, ranks: int, ctas: int | None, device
     the module docstring). 0 without a cap (None)."""
     if ctas is None or ranks <= 1 or nbytes <= 0:
         return 0.0
-    reason = cta_caps_problem(device, CommunicatorCtas(dp=ctas))
-    if reason is not None or ctas < 1:
-        raise ProblemError(
-            reason or f"a communicator needs at least one thread block, got {ctas}", field="workload.nccl_max_ctas"
-        )
+    if device.nccl_channel_bytes_per_s <= 0 or ctas < 1:
+        reason = _no_rate(device) if ctas >= 1 else f"a communicator needs at least one thread block, got {ctas}"
+        raise ProblemError(reason, field="workload.nccl_max_ctas")
     rate = ctas * device.nccl_channel_bytes_per_s
     if op == "p2p":  # an exchange: each channel's block sends and receives, half its warps each way
         rate /= 2.0
@@ -82,6 +80,8 @@ def channel_floor_s(op: str, nbytes: float, ranks: int, ctas: int | None, device
 def cta_caps_problem(device: DeviceSpec, caps: CommunicatorCtas) -> str | None:
     """Why ``caps`` cannot be timed on ``device``, or None when it can: a capped communicator needs the device
     file's ``nccl_channel_bytes_per_s``."""
-    if caps.any() and device.nccl_channel_bytes_per_s <= 0:
-        return f"device {device.name} gives no nccl_channel_bytes_per_s, so capped NCCL communicators cannot be timed on it"
-    return None
+    return _no_rate(device) if caps.any() and device.nccl_channel_bytes_per_s <= 0 else None
+
+
+def _no_rate(device: DeviceSpec) -> str:
+    return f"device {device.name} gives no nccl_channel_bytes_per_s, so capped NCCL communicators cannot be timed on it"

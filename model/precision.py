@@ -58,6 +58,11 @@ class QuantisationRecipe(NamedTuple):
     scale_bytes: float
     transform_reads: int = 0
 
+    @property
+    def copy_bytes(self) -> float:
+        """Bytes per element of one quantised copy, its scales included."""
+        return bytes_per_element(self.precision) + self.scale_bytes
+
 
 # Transformer Engine's recipes (docs: transformer_engine.common.recipe; NVIDIA, "Pretraining Large Language
 # Models with NVFP4", 2025): delayed scaling fuses the amax into its cast (one pass); current scaling
@@ -103,7 +108,7 @@ def quantised_bytes_per_element(recipe: R, transform: bool = True) -> float:
     ``transform`` (``Workload.nvfp4_hadamard`` false), the recipe's transform pass is not read."""
     r = RECIPES[recipe]
     reads = r.reads - (0 if transform else r.transform_reads)
-    return reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * (bytes_per_element(r.precision) + r.scale_bytes)
+    return reads * BYTES_PER_ELEMENT["bf16"] + 2.0 * r.copy_bytes
 
 
 def gathered_bytes_per_element(recipe: R | None, activation_bytes: float) -> float:
@@ -112,10 +117,7 @@ def gathered_bytes_per_element(recipe: R | None, activation_bytes: float) -> flo
     parallel input of a column-parallel GEMM, its re-gather for the weight gradient, a row-parallel GEMM's output
     gradient: module/layernorm_linear.py, linear.py and base.py grad_output_preprocess, gather_along_first_dim with
     the quantizer, the userbuffers path alike); ``activation_bytes``, the 16-bit activation, without one."""
-    if recipe is None:
-        return activation_bytes
-    r = RECIPES[recipe]
-    return bytes_per_element(r.precision) + r.scale_bytes
+    return activation_bytes if recipe is None else RECIPES[recipe].copy_bytes
 
 
 def attention_quantised_bytes_per_element(recipe: R) -> float:

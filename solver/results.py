@@ -118,14 +118,21 @@ def check_new_file(path: str, field: str) -> tuple:
     return folder, exists
 
 
-def _check_writable(folder: str, field: str) -> None:
-    """ProblemError (``field``) unless a file can be created in ``folder``: a probe file is created there and
-    removed (permissions, read-only or virtual file systems such as /proc say no only when one is tried)."""
+def _new_temporary_file(folder: str, field: str, **names) -> str:
+    """The path of a new empty file in ``folder`` (``tempfile.mkstemp``'s ``names``: prefix, suffix); ProblemError
+    (``field``) where none can be created."""
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".parasol-probe-")
+        fd, path = tempfile.mkstemp(dir=folder, **names)
     except OSError as err:
         raise ProblemError(f"cannot create a file in the folder {folder}: {err.strerror}", field=field) from None
     os.close(fd)
+    return path
+
+
+def _check_writable(folder: str, field: str) -> None:
+    """ProblemError (``field``) unless a file can be created in ``folder``: a probe file is created there and
+    removed (permissions, read-only or virtual file systems such as /proc say no only when one is tried)."""
+    probe = _new_temporary_file(folder, field, prefix=".parasol-probe-")
     with contextlib.suppress(OSError):  # an append-only folder keeps the empty probe; the write may still succeed
         os.unlink(probe)
 
@@ -136,11 +143,7 @@ def write_new_file(path: str, field: str, write) -> None:
     overwritten) unless ``replacing`` allows it, and then only a regular file, in one rename.
     ProblemError (``field``) when the folder does not exist or the file does."""
     folder, exists = check_new_file(path, field)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=Path(path).suffix)
-    except OSError as err:
-        raise ProblemError(f"cannot create a file in the folder {folder}: {err.strerror}", field=field) from None
-    os.close(fd)
+    tmp = _new_temporary_file(folder, field, suffix=Path(path).suffix)
     try:
         write(tmp)
         if _REPLACING.get():
