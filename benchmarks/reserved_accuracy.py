@@ -1,0 +1,312 @@
+"""Step-time error on the reserved Megatron-Bridge tables (releases after 25.11): a measurement, never a fit.
+
+    python benchmarks/reserved_accuracy.py                  # evaluate problems/validation/reserved_training_runs.yaml
+    python benchmarks/reserved_accuracy.py --import SUMMARY.md [ARCHIVE.md ...] --out FILE
+
+Issue 13 reserves Megatron-Bridge's performance tables of the releases after 25.11 to keep an honest
+measure of the model: no fit (benchmarks/calibrate.py) and no test reads them. This script is their only
+reader. ``--import`` copies the pre-training rows of those releases from Megatron-Bridge's
+docs/performance-summary.md and docs/performance-summary-archive.md into a validation file (it refuses to
+replace an existing one); without it, every row is evaluated with the table's own mapping and the model's
+defaults for everything the table does not print - no release's recipe settings are read in, so that the
+figure measures what a user of parasol would get from the table alone:
+
+- the distributed optimizer (ZeRO-1), or ZeRO-3 where the row's FSDP column is set; gradients in bf16;
+  no offloading, flash attention; sequence parallelism with tp > 1; recomputation, which the table does not
+  print, listed (none, selective, full: ``solver.validation`` takes the fastest that fits, as for every
+  published run that leaves a setting out);
+- "FP8" and "FP8-CS" are Transformer Engine's per-tensor current scaling, "MXFP8"/"FP8-MX" MXFP8, "NVFP4"
+  NVFP4 (its default recipe, with the random Hadamard transform; tensor-parallel overlap off, as
+  Megatron-Bridge's NVFP4 recipes set it);
+- MoE rows: the table's footnote (routing force-balanced, dropless), expert tensor parallelism 1, the
+  all-to-all dispatcher;
+- with interleaving, chunks of equal or unequal size listed (``mapping.uneven_chunks``: a pipeline layout,
+  which a layer count that pp x vp does not split needs); DeepSeek-V3 without its MTP layer (as 25.11's
+  table says; the later ones do not).
+
+Rows of models the library lacks (Nemotron 3, Kimi K2, DeepSeek-V4) are counted and named, not evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from parasol.model.errors import ProblemError
+from parasol.solver.validation import evaluate_run, load_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+RESERVED = ROOT / "problems" / "validation" / "reserved_training_runs.yaml"
+SOURCE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{commit}/docs/{name}"
+FIRST_RESERVED = (25, 11)
+RECOMPUTE = [
+    "none",
+    "selective",
+    "full",
+]  # not printed: listed, the model takes the fastest that fits  # releases after this one are reserved (issue 13)
+
+MODELS = {
+    "LLAMA3_8B": "llama3-8b",
+    "LLAMA3_70B": "llama3-70b",
+    "LLAMA3.1_405B": "llama3.1-405b",
+    "DeepSeekV3": "deepseek-v3",
+    "GPT OSS 120B": "gpt-oss-120b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b",
+}
+SYSTEMS = {
+    "DGX-GB300": "gb300-nvl72",
+    "DGX-GB200": "gb200-nvl72",
+    "DGX-B300": "dgx-b300",
+    "DGX-B200": "dgx-b200",
+    "DGX-H100": "dgx-h100",
+}
+# the table's precision -> (workload.precision, workload.low_precision_recipe or None, what it is)
+PRECISIONS = {
+    "BF16": ("bf16", None, "bf16 GEMMs and attention"),
+    "FP8": ("fp8", "tensorwise", "FP8 GEMMs with per-tensor current scaling (the 25.11 table's FP8-CS) [assumption]"),
+    "FP8-CS": ("fp8", "tensorwise", "FP8 GEMMs with per-tensor current scaling"),
+    "MXFP8": ("fp8", "mxfp8", "MXFP8 GEMMs (1x32 blocks, E8M0 scales)"),
+    "FP8-MX": ("fp8", "mxfp8", "MXFP8 GEMMs (1x32 blocks, E8M0 scales)"),
+    "NVFP4": ("fp4", "nvfp4", "NVFP4 GEMMs, Transformer Engine's default recipe; tensor-parallel overlap off"),
+}
+COLUMNS = {  # the table's header -> the row's key
+    "System": "system",
+    "#-GPUs": "num_gpus",
+    "Precision": "precision",
+    "GBS": "global_batch",
+    "MBS": "micro_batch",
+    "Sequence Length": "seq_len",
+    "FSDP": "fsdp",
+    "TP": "tp",
+    "PP": "pp",
+    "CP": "cp",
+    "VP": "vp",
+    "EP": "ep",
+    "Tokens / sec / GPU": "tokens_per_s_per_gpu",
+    "Model TFLOP / sec / GPU": "model_tflops_per_gpu",
+}
+
+
+class TableError(ValueError):
+    """A table row the importer cannot read."""
+
+
+def release_key(name: str) -> tuple:
+    """'26.04.01' -> (26, 4, 1)."""
+    return tuple(int(part) for part in name.split("."))
+
+
+def _cell(value: str):
+    value = value.strip()
+    if value in ("n/a", "", "-"):
+        return None
+    return int(value) if re.fullmatch(r"\d+", value) else value
+
+
+def parse_summary(text: str, origin: str) -> list[dict]:
+    """The pre-training rows of every release after 25.11 in one of Megatron-Bridge's performance-summary
+    pages: dicts of ``COLUMNS``' keys plus release, model and origin (the page and its line)."""
+    rows, release, model, pretraining, header = [], None, None, False, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if m := re.match(r"## (\d+\.\d+(?:\.\d+)?) NeMo Container", line):
+            release, pretraining, model = m.group(1), False, None
+        elif line.startswith("### "):
+            pretraining = line.strip() == "### Pre-Training Performance"
+        elif m := re.match(r"#### Model: (.+)", line):
+            model, header = m.group(1).strip(), None
+        elif line.startswith("|") and release and pretraining and model:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] == "System":
+                unknown = [c for c in cells if c not in COLUMNS]
+                if unknown:
+                    raise TableError(f"{origin}:{number}: unknown column(s) {unknown}; known: {list(COLUMNS)}")
+                header = [COLUMNS[c] for c in cells]
+            elif header and not set(cells[0]) <= set("-: "):
+                if len(cells) != len(header):
+                    raise TableError(f"{origin}:{number}: {len(cells)} cells under a header of {len(header)}")
+                if release_key(release) <= FIRST_RESERVED:
+                    continue
+                row = dict(zip(header, (_cell(c) for c in cells)))
+                rows.append({"release": release, "model": model, **row, "origin": f"{origin}, line {number}"})
+    return rows
+
+
+def run_id(row: dict) -> str:
+    system = row["system"].lower().removeprefix("dgx-")
+    model = row["model"].lower().replace(" ", "_")
+    fsdp = "-fsdp" if row.get("fsdp") else ""
+    shape = f"tp{row['tp']}pp{row['pp']}cp{row.get('cp') or 1}vp{row.get('vp') or 1}ep{row.get('ep') or 1}mbs{row['micro_batch']}"
+    return (
+        f"mbridge{row['release'].replace('.', '')}-{model}-{system}-{row['num_gpus']}gpu-{row['precision'].lower()}-{shape}{fsdp}"
+    )
+
+
+def entry(row: dict) -> dict:
+    """The validation entry of one table row (``solver.validation``'s format); ``not_expressible`` where the
+    library lacks the model, the system or the precision."""
+    model, system = MODELS.get(row["model"]), SYSTEMS.get(row["system"])
+    precision = PRECISIONS.get(row["precision"])
+    tp, pp, cp, vp, ep = row["tp"], row["pp"], row.get("cp") or 1, row.get("vp") or 1, row.get("ep") or 1
+    n = row["num_gpus"]
+    tokens = row["global_batch"] * row["seq_len"]
+    base = {
+        "id": run_id(row),
+        "source": f"Megatron-Bridge performance summary, NeMo container {row['release']} ({row['origin']})",
+        "verification": "primary_text",
+        "measured": {
+            "step_time_s": round(tokens / (n * row["tokens_per_s_per_gpu"]), 4),
+            "derived_from": f"global_batch x seq_len / (num_gpus x tokens_per_s_per_gpu {row['tokens_per_s_per_gpu']})",
+        },
+    }
+    missing = [
+        f"{what} {value!r}"
+        for what, value, known in (
+            ("model", model, row["model"]),
+            ("system", system, row["system"]),
+            ("precision", precision, row["precision"]),
+        )
+        if value is None
+        for value in (known,)
+    ]
+    if missing:
+        return {
+            **base,
+            "model": model or row["model"],
+            "system": system or row["system"],
+            "num_gpus": n,
+            "not_expressible": "not in the library: " + ", ".join(missing),
+        }
+    dtype, low, note = precision
+    workload = {
+        "kind": "training",
+        "seq_len": row["seq_len"],
+        "global_batch": row["global_batch"],
+        "precision": dtype,
+        "attention": "flash",
+        "grad_bytes": 2,
+    }
+    if low:
+        workload["low_precision_recipe"] = low
+    mapping = {
+        "tp": tp,
+        "pp": pp,
+        "dp": n // (tp * pp * cp),
+        "cp": cp,
+        "micro_batch": row["micro_batch"],
+        "vpp": vp,
+        "sp": tp > 1,
+        "recompute": list(RECOMPUTE),
+        "zero": 3 if row.get("fsdp") else 1,
+    }
+    if ep > 1:
+        mapping["ep"] = ep
+    if pp > 1 and vp > 1:
+        mapping["uneven_chunks"] = [False, True]
+    assumptions = [
+        note,
+        "gradients held and reduced in bf16, no offloading; recomputation not printed: the listed choices",
+        "Megatron FSDP (ZeRO-3 sharding)" if row.get("fsdp") else "distributed optimizer (ZeRO-1)",
+    ]
+    if model == "deepseek-v3":
+        assumptions.append("no MTP layer (the 25.11 table's 'w/o MTP'; later tables do not say) [assumption]")
+    if ep > 1:
+        assumptions.append("MoE: routing force-balanced and dropless (the table's footnote), expert tensor parallelism 1")
+    return {
+        **base,
+        "model": model,
+        "system": system,
+        "num_gpus": n,
+        "workload": workload,
+        "mapping": mapping,
+        "assumptions": assumptions,
+    }
+
+
+def import_tables(paths: list[Path], out: Path, commit: str) -> int:
+    if out.exists():
+        print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
+        return 2
+    rows = []
+    for path in paths:
+        try:
+            rows += parse_summary(path.read_text(), SOURCE.format(commit=commit, name=path.name))
+        except (OSError, TableError) as err:
+            print(f"{path}: {err}", file=sys.stderr)
+            return 2
+    entries, seen = [], set()
+    for row in rows:
+        e = entry(row)
+        if e["id"] in seen:  # a release that prints the same row twice
+            continue
+        seen.add(e["id"])
+        entries.append(e)
+    header = (
+        "# RESERVED by issue 13: Megatron-Bridge performance tables of the releases after 25.11. No fit and no test\n"
+        "# reads this file; benchmarks/reserved_accuracy.py (which wrote it, --import) is its only reader.\n"
+    )
+    out.write_text(header + yaml.safe_dump({"runs": entries}, sort_keys=False, width=140, allow_unicode=True))
+    print(f"{len(entries)} rows written to {out}")
+    return 0
+
+
+def report(path: Path) -> int:
+    expressible = load_runs(path)
+    lacking = load_runs(path, expressible=False)
+    results = []
+    for e in expressible:
+        try:
+            r, note = evaluate_run(e), ""
+        except ProblemError as err:
+            print(f"{e['id']}: not evaluated: {err}")
+            continue
+        results.append((e, r, note))
+    print(f"{'run':78s} {'measured s':>10s} {'model s':>9s} {'error':>8s}  fits  note")
+    for e, r, note in results:
+        fits = "yes" if r.evaluation.metrics.get("fits", True) else "NO"
+        print(f"{e['id']:78s} {r.measured_step_s:10.3f} {r.predicted_step_s:9.3f} {100 * r.error:+7.1f}%  {fits:4s}  {note}")
+
+    def summary(label, chosen):
+        if not chosen:
+            return
+        errors = [abs(r.error) for _, r, _ in chosen]
+        worst = max(chosen, key=lambda t: abs(t[1].error))
+        print(
+            f"{label}: {len(chosen)} runs, mean |error| {100 * statistics.mean(errors):.1f} %, "
+            f"worst {100 * worst[1].error:+.1f} % ({worst[0]['id']})"
+        )
+
+    print()
+    summary("all reserved rows", results)
+    summary("dense", [t for t in results if "ep" not in t[0]["mapping"]])
+    summary("MoE", [t for t in results if "ep" in t[0]["mapping"]])
+    for release in sorted({e["source"].split("container ")[1].split(" ")[0] for e, _, _ in results}, key=release_key):
+        summary(f"  release {release}", [t for t in results if f"container {release} " in t[0]["source"]])
+    misfits = [e["id"] for e, r, _ in results if not r.evaluation.metrics.get("fits", True)]
+    print(
+        f"predicted not to fit, though they ran: {len(misfits)} of {len(results)}"
+        + (": " + ", ".join(misfits) if misfits else "")
+    )
+    models = sorted({e["model"] for e in lacking})
+    print(f"not evaluated (not in the library): {len(lacking)} rows ({', '.join(models)})")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--import", dest="pages", nargs="+", type=Path, help="Megatron-Bridge performance-summary pages")
+    parser.add_argument("--out", type=Path, default=RESERVED, help="the validation file --import writes")
+    parser.add_argument("--commit", default="main", help="the Megatron-Bridge commit the pages were read at (for the source)")
+    args = parser.parse_args()
+    if args.pages:
+        return import_tables(args.pages, args.out, args.commit)
+    return report(args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
