@@ -25,6 +25,10 @@ figure measures what a user of parasol would get from the table alone:
   table says; the later ones do not).
 
 Rows of models the library lacks (Nemotron 3, Kimi K2, DeepSeek-V4) are counted and named, not evaluated.
+``--recipes`` adds, where Megatron-Bridge 25.11's recipe of the same model, GPU and precision set them, that
+recipe's dispatcher, recomputation, Adam moments, all-to-all overlap and tensor-parallel overlap
+(``import_mbridge_runs.RECIPES``, read for the in-sample 25.11 rows): what a user who knew those recipes would
+give, assuming the later releases kept them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import import_mbridge_runs  # benchmarks/import_mbridge_runs.py: the 25.11 recipes' settings (--recipes)
 import yaml
 
 from parasol.model.errors import ProblemError
@@ -255,13 +260,39 @@ def import_tables(paths: list[Path], out: Path, commit: str) -> int:
     return 0
 
 
-def report(path: Path) -> int:
+GPUS = {system: name.removeprefix("DGX-") for name, system in SYSTEMS.items()}
+RECIPE_LABELS = {None: "BF16", "tensorwise": "FP8-CS", "mxfp8": "FP8-MX", "nvfp4": "NVFP4"}  # 25.11's precision labels
+RECIPE_MAPPING_KEYS = ("recompute", "tp_comm_overlap")  # what of a 25.11 recipe's mapping settings is carried over
+
+
+def with_recipe(entry_: dict) -> tuple[dict, str]:
+    """The entry with the settings Megatron-Bridge 25.11's recipe of the same model, GPU and precision sets
+    (``import_mbridge_runs.recipe``): its workload settings (dispatcher, recomputed modules, Adam moments, the
+    all-to-all overlap) and its recomputation and tensor-parallel overlap; not its layouts, micro-batch or
+    offloading, which belong to the 25.11 row's own mapping. A note of what was taken."""
+    low = entry_["workload"].get("low_precision_recipe")
+    settings = import_mbridge_runs.recipe(entry_["model"], GPUS[entry_["system"]], RECIPE_LABELS[low])
+    workload = {**entry_["workload"], **settings.get("workload", {})}
+    mapping = dict(entry_["mapping"])
+    for key in RECIPE_MAPPING_KEYS:
+        if key in settings.get("mapping", {}):
+            mapping[key] = settings["mapping"][key]
+    if low == "nvfp4" or not mapping.get("sp"):
+        mapping.pop("tp_comm_overlap", None)  # off under NVFP4; userbuffers need sequence parallelism
+    taken = sorted(
+        set(settings.get("workload", {})) | {k for k in RECIPE_MAPPING_KEYS if k in mapping and k in settings.get("mapping", {})}
+    )
+    return {**entry_, "workload": workload, "mapping": mapping}, ("25.11 recipe: " + ", ".join(taken)) if taken else ""
+
+
+def report(path: Path, recipes: bool = False) -> int:
     expressible = load_runs(path)
     lacking = load_runs(path, expressible=False)
     results = []
     for e in expressible:
+        e, note = with_recipe(e) if recipes else (e, "")
         try:
-            r, note = evaluate_run(e), ""
+            r = evaluate_run(e)
         except ProblemError as err:
             print(f"{e['id']}: not evaluated: {err}")
             continue
@@ -302,10 +333,15 @@ def main() -> int:
     parser.add_argument("--import", dest="pages", nargs="+", type=Path, help="Megatron-Bridge performance-summary pages")
     parser.add_argument("--out", type=Path, default=RESERVED, help="the validation file --import writes")
     parser.add_argument("--commit", default="main", help="the Megatron-Bridge commit the pages were read at (for the source)")
+    parser.add_argument(
+        "--recipes",
+        action="store_true",
+        help="add the settings Megatron-Bridge 25.11's recipe of the same model, GPU and precision sets",
+    )
     args = parser.parse_args()
     if args.pages:
         return import_tables(args.pages, args.out, args.commit)
-    return report(args.out)
+    return report(args.out, args.recipes)
 
 
 if __name__ == "__main__":

@@ -101,3 +101,14 @@ def test_no_fit_reads_the_reserved_file():
     root = Path(__file__).resolve().parent.parent
     for script in ("calibrate.py", "accuracy.py"):
         assert "reserved_training_runs" not in (root / "benchmarks" / script).read_text()
+
+
+def test_recipes_add_the_25_11_settings_of_the_same_model_gpu_and_precision():
+    _, gb200, _, qwen = (reserved_accuracy.entry(r) for r in reserved_accuracy.parse_summary(PAGE, "page"))
+    # Llama 3 70B on GB200: the 25.11 recipe's activation offloading belongs to its own FSDP row, not carried over
+    same, note = reserved_accuracy.with_recipe(gb200)
+    assert same == gb200 and note == ""
+    h100_qwen = {**qwen, "system": "dgx-h100", "workload": {**qwen["workload"], "low_precision_recipe": "tensorwise"}}
+    taken, note = reserved_accuracy.with_recipe(h100_qwen)
+    assert taken["workload"]["moe_a2a_overlap"] is True and note == "25.11 recipe: moe_a2a_overlap"
+    assert "moe_a2a_overlap" not in h100_qwen["workload"]  # the entry itself is left as it was
