@@ -1,7 +1,12 @@
-"""Step-time error on the reserved Megatron-Bridge tables (releases after 25.11): a measurement, never a fit.
+"""The model's error on the reserved sets it can read: a measurement, never a fit.
 
-    python benchmarks/reserved_accuracy.py                  # evaluate problems/validation/reserved_training_runs.yaml
-    python benchmarks/reserved_accuracy.py --import SUMMARY.md [ARCHIVE.md ...] --out FILE
+    python benchmarks/reserved_accuracy.py [--recipes]      # evaluate both reserved files
+    python benchmarks/reserved_accuracy.py --import SUMMARY.md [ARCHIVE.md ...] [--out FILE] [--commit C]
+    python benchmarks/reserved_accuracy.py --import-trtllm PERF_OVERVIEW.md [--out-serving FILE] [--commit C]
+
+Training: Megatron-Bridge's performance tables of the releases after 25.11 (step time). Serving: TensorRT-LLM's
+perf-overview throughput tables of B200, GB200 and B300 (``reserved_serving``: tokens/s per GPU at the
+planner's best batch).
 
 Issue 13 reserves Megatron-Bridge's performance tables of the releases after 25.11 to keep an honest
 measure of the model: no fit (benchmarks/calibrate.py) and no test reads them. This script is their only
@@ -40,14 +45,22 @@ import sys
 from pathlib import Path
 
 import import_mbridge_runs  # benchmarks/import_mbridge_runs.py: the 25.11 recipes' settings (--recipes)
+import reserved_serving  # benchmarks/reserved_serving.py: TensorRT-LLM's reserved tables
 import yaml
 
 from parasol.model.errors import ProblemError
+from parasol.solver.inference_validation import evaluate_planned_run
 from parasol.solver.validation import evaluate_run, load_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 RESERVED = ROOT / "problems" / "validation" / "reserved_training_runs.yaml"
+RESERVED_SERVING = ROOT / "problems" / "validation" / "reserved_inference_runs.yaml"
 SOURCE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{commit}/docs/{name}"
+TRTLLM_SOURCE = "https://github.com/NVIDIA/TensorRT-LLM/blob/{commit}/docs/source/performance/perf-overview.md"
+HEADER = (
+    "# RESERVED by issue 13: {what}. No fit and no test reads this file;\n"
+    "# benchmarks/reserved_accuracy.py (which wrote it, {flag}) is its only reader.\n"
+)
 FIRST_RESERVED = (25, 11)
 RECOMPUTE = [
     "none",
@@ -251,12 +264,62 @@ def import_tables(paths: list[Path], out: Path, commit: str) -> int:
             continue
         seen.add(e["id"])
         entries.append(e)
-    header = (
-        "# RESERVED by issue 13: Megatron-Bridge performance tables of the releases after 25.11. No fit and no test\n"
-        "# reads this file; benchmarks/reserved_accuracy.py (which wrote it, --import) is its only reader.\n"
-    )
+    return write(out, entries, "Megatron-Bridge performance tables of the releases after 25.11", "--import")
+
+
+def write(out: Path, entries: list, what: str, flag: str) -> int:
+    header = HEADER.format(what=what, flag=flag)
     out.write_text(header + yaml.safe_dump({"runs": entries}, sort_keys=False, width=140, allow_unicode=True))
     print(f"{len(entries)} rows written to {out}")
+    return 0
+
+
+def import_trtllm(page: Path, out: Path, commit: str) -> int:
+    if out.exists():
+        print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
+        return 2
+    try:
+        text = page.read_text()
+    except OSError as err:
+        print(f"{page}: {err}", file=sys.stderr)
+        return 2
+    requests = reserved_serving.parse_requests(text)
+    entries = [
+        reserved_serving.entry(r, requests, TRTLLM_SOURCE.format(commit=commit)) for r in reserved_serving.parse_page(text)
+    ]
+    if not entries:
+        print(f"{page}: no B200, GB200 or B300 throughput column found", file=sys.stderr)
+        return 2
+    return write(out, entries, "TensorRT-LLM perf-overview tables of B200, GB200 and B300", "--import-trtllm")
+
+
+def report_serving(path: Path) -> int:
+    entries = yaml.safe_load(path.read_text())["runs"]
+    lacking = [e for e in entries if "not_expressible" in e]
+    results = []
+    for e in entries:
+        if "not_expressible" in e:
+            continue
+        try:
+            results.append(evaluate_planned_run(e))
+        except (ProblemError, ValueError) as err:
+            print(f"{e['id']}: not evaluated: {err}")
+    print(f"{'run':58s} {'measured tok/s/GPU':>18s} {'model':>9s} {'error':>8s}")
+    for r in results:
+        print(f"{r.run_id:58s} {r.measured:18.1f} {r.predicted:9.1f} {100 * r.error:+7.1f}%")
+    print()
+    for label, chosen in [("all reserved serving rows", results)] + [
+        (f"  {fam}", [r for r in results if r.family == fam]) for fam in sorted({r.family for r in results})
+    ]:
+        if chosen:
+            worst = max(chosen, key=lambda r: abs(r.error))
+            faster = sum(r.error > 0 for r in chosen)
+            print(
+                f"{label}: {len(chosen)} runs, mean |error| {100 * statistics.mean(abs(r.error) for r in chosen):.1f} %, "
+                f"worst {100 * worst.error:+.1f} % ({worst.run_id}), {faster} predicted faster"
+            )
+    reasons = sorted({e["not_expressible"] for e in lacking})
+    print(f"not evaluated: {len(lacking)} cells ({'; '.join(reasons)})")
     return 0
 
 
@@ -331,8 +394,10 @@ def report(path: Path, recipes: bool = False) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--import", dest="pages", nargs="+", type=Path, help="Megatron-Bridge performance-summary pages")
-    parser.add_argument("--out", type=Path, default=RESERVED, help="the validation file --import writes")
-    parser.add_argument("--commit", default="main", help="the Megatron-Bridge commit the pages were read at (for the source)")
+    parser.add_argument("--out", type=Path, default=RESERVED, help="the training validation file --import writes")
+    parser.add_argument("--import-trtllm", dest="trtllm", type=Path, help="TensorRT-LLM's perf-overview.md")
+    parser.add_argument("--out-serving", type=Path, default=RESERVED_SERVING, help="the serving file --import-trtllm writes")
+    parser.add_argument("--commit", default="main", help="the commit the pages were read at (for the source)")
     parser.add_argument(
         "--recipes",
         action="store_true",
@@ -341,7 +406,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.pages:
         return import_tables(args.pages, args.out, args.commit)
-    return report(args.out, args.recipes)
+    if args.trtllm:
+        return import_trtllm(args.trtllm, args.out_serving, args.commit)
+    status = report(args.out, args.recipes)
+    if args.out_serving.exists():
+        print(
+            "\nServing ("
+            + str(args.out_serving.relative_to(ROOT) if args.out_serving.is_relative_to(ROOT) else args.out_serving)
+            + ")"
+        )
+        status = status or report_serving(args.out_serving)
+    return status
 
 
 if __name__ == "__main__":

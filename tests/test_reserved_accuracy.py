@@ -112,3 +112,68 @@ def test_recipes_add_the_25_11_settings_of_the_same_model_gpu_and_precision():
     taken, note = reserved_accuracy.with_recipe(h100_qwen)
     assert taken["workload"]["moe_a2a_overlap"] is True and note == "25.11 recipe: moe_a2a_overlap"
     assert "moe_a2a_overlap" not in h100_qwen["workload"]  # the entry itself is left as it was
+
+
+TRTLLM_PAGE = """## Throughput Measurements
+
+#### Llama 3.3 70B
+
+| Sequence Length (ISL/OSL) | B200<br/>TP1 (FP4) | GB200<br/>TP1 (FP4) | H100<br/>TP2 (FP8) |
+|---|---|---|---|
+| 1000/1000 | 5,000 | | 3,000 |
+| 20000/2000 | 500 | 600 | 300 |
+
+RTX 6000 Pro Blackwell Server Edition
+| Sequence Length (ISL/OSL) | **4 GPUs**<br/>TP2,PP2 (FP4) |
+|---|---|
+| 1000/1000 | 9,000 |
+
+#### Qwen3-235B-A22B
+
+| Sequence Length (ISL/OSL) | B200<br/>TP8 (FP4) |
+|---|---|
+| 1000/1000 | 16,000 |
+
+#### Llama 4 Maverick
+
+| Sequence Length (ISL/OSL) | B200<br/>TP8 (FP4) |
+|---|---|
+| 1000/1000 | 80,000 |
+
+## Reproducing Benchmarked Results
+
+| Input Length | Output Length |  $seq_len  | $num_requests      |
+| ------------ | ------------- | ---------- | ------------------ |
+| 1000         | 1000          | 2000       | 3000               |
+| 20000        | 2000          | 22000      | 1000               |
+"""
+
+
+def test_serving_reads_only_the_reserved_columns_of_the_throughput_tables():
+    import reserved_serving  # noqa: PLC0415  benchmarks/reserved_serving.py
+
+    rows = reserved_serving.parse_page(TRTLLM_PAGE)
+    assert [(r["model"], r["gpu"], r["tp"], r["isl"], r["total_tokens_per_s"]) for r in rows] == [
+        ("Llama 3.3 70B", "B200", 1, 1000, 5000),
+        ("Llama 3.3 70B", "B200", 1, 20000, 500),
+        ("Llama 3.3 70B", "GB200", 1, 20000, 600),
+        ("Qwen3-235B-A22B", "B200", 8, 1000, 16000),
+        ("Llama 4 Maverick", "B200", 8, 1000, 80000),
+    ]
+    requests = reserved_serving.parse_requests(TRTLLM_PAGE)
+    assert requests == {(1000, 1000): 3000, (20000, 2000): 1000}
+    llama, long, _, qwen, maverick = (reserved_serving.entry(r, requests, "src") for r in rows)
+    assert llama["workload"]["requests"] == 3000 and llama["workload"]["precision"] == "fp4"
+    assert llama["mapping"] == {"tp": 1, "pp": 1, "dp": 1, "ep": 1} and llama["system"] == "dgx-b200"
+    assert qwen["mapping"]["ep"] == [1, 8] and qwen["measured"]["tokens_per_s_per_gpu"] == 2000.0
+    assert "left out" in long["not_expressible"] and "not in the library" in maverick["not_expressible"]
+
+
+def test_serving_import_and_report(tmp_path, capsys):
+    page, out = tmp_path / "perf-overview.md", tmp_path / "serving.yaml"
+    page.write_text(TRTLLM_PAGE)
+    assert reserved_accuracy.import_trtllm(page, out, "abc") == 0
+    assert reserved_accuracy.import_trtllm(page, out, "abc") == 2  # not replaced
+    assert reserved_accuracy.report_serving(out) == 0
+    text = capsys.readouterr().out
+    assert "all reserved serving rows: 2 runs" in text and "not evaluated: 3 cells" in text

@@ -1,0 +1,112 @@
+"""TensorRT-LLM's reserved throughput tables (B200, GB200, B300 columns of docs/source/performance/perf-overview.md).
+
+Issue 13 reserves them for measuring the model; ``reserved_accuracy.py --import-trtllm`` is the only writer of
+problems/validation/reserved_inference_runs.yaml and ``reserved_accuracy.py`` its only reader. Each row is
+read as the out-of-sample H100/H200 rows of the same page are (problems/validation/inference_runs_oos.yaml): the
+published "Total Output Throughput" of a tp-GPU engine divided by tp; the batch is the planner's best (the engine
+chooses it); the finite request set of the page's ``$num_requests`` table; FP4 checkpoints (nvidia/*-FP4: NVFP4
+weights and GEMMs) with an FP8 KV cache [assumption: the page does not state it]. MoE models: the page's command
+takes an expert-parallel size it does not print, so ep is listed as 1 or tp and the planner takes the faster.
+The 20000/2000 rows are left out as in the out-of-sample file (prompts beyond the default 8,192-token prefill
+chunk), and so are the RTX 6000 tables (no such system in the library)."""
+
+from __future__ import annotations
+
+import re
+
+SYSTEMS = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "B300": "dgx-b300"}  # the reserved columns
+MODELS = {
+    "Llama 3.3 70B": "llama3.3-70b",
+    "Llama 3.1 405B": "llama3.1-405b",
+    "Llama 3.1 8B": "llama3.1-8b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+}
+MOE = {"qwen3-235b-a22b", "qwen3-30b-a3b"}
+PRECISIONS = {"FP4": "fp4", "FP8": "fp8"}
+LEFT_OUT = {(20000, 2000)}
+
+
+def column(header: str) -> tuple | None:
+    """'B200<br/>TP4 (FP4)' -> ('B200', 4, 'FP4'); None for a GPU count heading (the RTX tables)."""
+    m = re.fullmatch(r"(\w+)<br/>TP(\d+) \((\w+)\)", header.strip())
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+
+
+def parse_requests(text: str) -> dict:
+    """The page's ``$num_requests`` per (input, output) length."""
+    out = {}
+    for m in re.finditer(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*(\d+)\s*\|", text, re.MULTILINE):
+        out[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
+    return out
+
+
+def parse_page(text: str) -> list[dict]:
+    """Every published cell of a reserved column (``SYSTEMS``) under a model heading of the throughput section."""
+    rows, model, header = [], None, None
+    for line in text.split("## Reproducing")[0].splitlines():
+        if line.startswith("#### "):
+            model, header = line[5:].strip(), None
+        elif line.startswith("| Sequence Length"):
+            header = [column(c) for c in line.strip().strip("|").split("|")[1:]]
+        elif not line.startswith("|"):
+            header = None if line.strip() else header  # a table ends at its first non-table line
+        elif header and model and re.match(r"\|\s*\d+/\d+", line):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            isl, osl = (int(x) for x in cells[0].split("/"))
+            for spec, value in zip(header, cells[1:]):
+                if spec and spec[0] in SYSTEMS and value:
+                    gpu, tp, precision = spec
+                    rows.append(
+                        {
+                            "model": model,
+                            "gpu": gpu,
+                            "tp": tp,
+                            "precision": precision,
+                            "isl": isl,
+                            "osl": osl,
+                            "total_tokens_per_s": int(value.replace(",", "")),
+                        }
+                    )
+    return rows
+
+
+def entry(row: dict, requests: dict, source: str) -> dict:
+    """The validation entry of one cell (``solver.inference_validation``'s format); ``not_expressible`` where the
+    library lacks the model or the length pair is left out."""
+    model = MODELS.get(row["model"])
+    tp, pair = row["tp"], (row["isl"], row["osl"])
+    ident = (
+        f"trtllm-reserved-{row['gpu'].lower()}-{model or row['model'].lower().replace(' ', '-')}-tp{tp}-{row['isl']}-{row['osl']}"
+    )
+    base = {
+        "id": ident,
+        "family": f"TensorRT-LLM max throughput (reserved), {row['gpu']} {row['precision']}",
+        "source": f"TensorRT-LLM perf-overview.md, Throughput Measurements, {row['model']}, {row['gpu']} TP{tp} "
+        f"({row['precision']}), ISL/OSL {row['isl']}/{row['osl']} ({source})",
+        "verification": "primary_text",
+        "model": model or row["model"],
+        "system": SYSTEMS[row["gpu"]],
+        "num_gpus": tp,
+        "published_total_tokens_per_s": row["total_tokens_per_s"],
+        "measured": {"tokens_per_s_per_gpu": round(row["total_tokens_per_s"] / tp, 1)},
+    }
+    if model is None:
+        return {**base, "not_expressible": f"not in the library: model {row['model']!r}"}
+    if pair in LEFT_OUT or pair not in requests:
+        return {**base, "not_expressible": f"input/output {pair[0]}/{pair[1]} left out (prompts beyond one prefill chunk)"}
+    precision = PRECISIONS[row["precision"]]
+    return {
+        **base,
+        "workload": {
+            "kind": "inference",
+            "input_len": row["isl"],
+            "output_len": row["osl"],
+            "precision": precision,
+            "kv_precision": "fp8",
+            "weight_precision": precision,
+            "serving": "continuous",
+            "requests": requests[pair],
+        },
+        "mapping": {"tp": tp, "pp": 1, "dp": 1, "ep": [1, tp] if model in MOE and tp > 1 else 1},
+    }
