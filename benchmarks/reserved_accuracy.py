@@ -3,10 +3,13 @@
     python benchmarks/reserved_accuracy.py [--recipes]      # evaluate both reserved files
     python benchmarks/reserved_accuracy.py --import SUMMARY.md [ARCHIVE.md ...] [--out FILE] [--commit C]
     python benchmarks/reserved_accuracy.py --import-trtllm PERF_OVERVIEW.md [--out-serving FILE] [--commit C]
+    python benchmarks/reserved_accuracy.py --budgets [--time-limit S]   # the whole-run totals only
 
 Training: Megatron-Bridge's performance tables of the releases after 25.11 (step time). Serving: TensorRT-LLM's
 perf-overview throughput tables of B200, GB200 and B300 (``reserved_serving``: tokens/s per GPU at the
-planner's best batch).
+planner's best batch). Whole runs: the published GPU-hours of Llama 1, 2 and 3
+(problems/validation/reserved_budgets.yaml, written by hand with each total's source; ``reserved_budgets``: the
+planner's best plan and its run's GPU-hours).
 
 Issue 13 reserves Megatron-Bridge's performance tables of the releases after 25.11 to keep an honest
 measure of the model: no fit (benchmarks/calibrate.py) and no test reads them. This script is their only
@@ -45,6 +48,7 @@ import sys
 from pathlib import Path
 
 import import_mbridge_runs  # benchmarks/import_mbridge_runs.py: the 25.11 recipes' settings (--recipes)
+import reserved_budgets  # benchmarks/reserved_budgets.py: the published whole-run totals
 import reserved_serving  # benchmarks/reserved_serving.py: TensorRT-LLM's reserved tables
 import yaml
 
@@ -55,6 +59,7 @@ from parasol.solver.validation import evaluate_run, load_runs
 ROOT = Path(__file__).resolve().parent.parent
 RESERVED = ROOT / "problems" / "validation" / "reserved_training_runs.yaml"
 RESERVED_SERVING = ROOT / "problems" / "validation" / "reserved_inference_runs.yaml"
+RESERVED_BUDGETS = ROOT / "problems" / "validation" / "reserved_budgets.yaml"
 SOURCE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{commit}/docs/{name}"
 TRTLLM_SOURCE = "https://github.com/NVIDIA/TensorRT-LLM/blob/{commit}/docs/source/performance/perf-overview.md"
 HEADER = (
@@ -391,11 +396,35 @@ def report(path: Path, recipes: bool = False) -> int:
     return 0
 
 
+def report_budgets(path: Path, time_limit: float) -> int:
+    results = []
+    for row in reserved_budgets.load(path):
+        try:
+            results.append(reserved_budgets.evaluate(row, time_limit))
+        except (ProblemError, ValueError) as err:
+            print(f"{row['id']}: not evaluated: {err}")
+    print(f"{'run':16s} {'published GPU-h':>16s} {'planned GPU-h':>14s} {'error':>8s} {'plan MFU':>9s}  solve")
+    for r in results:
+        print(
+            f"{r.run_id:16s} {r.published_gpu_hours:16,.0f} {r.predicted_gpu_hours:14,.0f} {100 * r.error:+7.1f}% "
+            f"{100 * r.mfu:8.1f}%  {r.status}"
+        )
+    if results:
+        worst = max(results, key=lambda r: abs(r.error))
+        print(
+            f"\n{len(results)} whole runs: mean |error| {100 * statistics.mean(abs(r.error) for r in results):.1f} %, "
+            f"worst {100 * worst.error:+.1f} % ({worst.run_id}), {sum(r.error < 0 for r in results)} predicted cheaper"
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--import", dest="pages", nargs="+", type=Path, help="Megatron-Bridge performance-summary pages")
     parser.add_argument("--out", type=Path, default=RESERVED, help="the training validation file --import writes")
     parser.add_argument("--import-trtllm", dest="trtllm", type=Path, help="TensorRT-LLM's perf-overview.md")
+    parser.add_argument("--budgets", action="store_true", help="only the whole-run GPU-hours")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per whole-run solve")
     parser.add_argument("--out-serving", type=Path, default=RESERVED_SERVING, help="the serving file --import-trtllm writes")
     parser.add_argument("--commit", default="main", help="the commit the pages were read at (for the source)")
     parser.add_argument(
@@ -408,6 +437,8 @@ def main() -> int:
         return import_tables(args.pages, args.out, args.commit)
     if args.trtllm:
         return import_trtllm(args.trtllm, args.out_serving, args.commit)
+    if args.budgets:
+        return report_budgets(RESERVED_BUDGETS, args.time_limit)
     status = report(args.out, args.recipes)
     if args.out_serving.exists():
         print(
@@ -416,7 +447,8 @@ def main() -> int:
             + ")"
         )
         status = status or report_serving(args.out_serving)
-    return status
+    print(f"\nWhole runs ({RESERVED_BUDGETS.relative_to(ROOT)})")
+    return status or report_budgets(RESERVED_BUDGETS, args.time_limit)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from parasol.model.params import model_flops_per_token
+from parasol.solver import library
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import reserved_accuracy  # noqa: E402  benchmarks/reserved_accuracy.py
 
@@ -177,3 +180,31 @@ def test_serving_import_and_report(tmp_path, capsys):
     assert reserved_accuracy.report_serving(out) == 0
     text = capsys.readouterr().out
     assert "all reserved serving rows: 2 runs" in text and "not evaluated: 3 cells" in text
+
+
+def test_budgets_plan_each_row_and_compare_its_gpu_hours(tmp_path, capsys):
+    """An invented whole run (not a reserved total): the planner's plan, its run's GPU-hours, the signed error."""
+    import reserved_budgets  # noqa: PLC0415  benchmarks/reserved_budgets.py
+
+    row = {
+        "id": "invented",
+        "model": "llama3-8b",
+        "system": "dgx-h100",
+        "num_gpus": 64,
+        "workload": {"seq_len": 4096, "global_batch": 256, "precision": "bf16", "train_tokens": 1.0e11},
+        "published_gpu_hours": 10000,
+    }
+    r = reserved_budgets.evaluate(row, time_limit=30)
+    assert r.status == "OPTIMAL" and 0.2 < r.mfu < 0.9
+    # GPU-hours are the tokens at the plan's throughput (its MFU of the H100's 989 TFLOP/s), stretched by the run's
+    # goodput: at least the hours at full goodput, and not twice them on 64 GPUs
+    flops = model_flops_per_token(library.load_model("llama3-8b"), 4096)
+    at_full_goodput = 1.0e11 * flops / (r.mfu * 989e12) / 3600
+    assert at_full_goodput * 0.999 <= r.predicted_gpu_hours < 2 * at_full_goodput
+    assert r.error == r.predicted_gpu_hours / 10000 - 1.0
+    path = tmp_path / "budgets.yaml"
+    import yaml  # noqa: PLC0415
+
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    assert reserved_accuracy.report_budgets(path, 30) == 0
+    assert "1 whole runs: mean |error|" in capsys.readouterr().out
