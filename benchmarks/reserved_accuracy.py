@@ -2,12 +2,13 @@
 
     python benchmarks/reserved_accuracy.py [--recipes]      # evaluate both reserved files
     python benchmarks/reserved_accuracy.py --import SUMMARY.md [ARCHIVE.md ...] [--out FILE] [--commit C]
-    python benchmarks/reserved_accuracy.py --import-trtllm PERF_OVERVIEW.md [--out-serving FILE] [--commit C]
+    python benchmarks/reserved_accuracy.py --import-trtllm PERF_OVERVIEW.md [--azure ND_GB200_v6_results.md]
+        [--out-serving FILE] [--commit C] [--azure-commit C]
     python benchmarks/reserved_accuracy.py --budgets [--time-limit S]   # the whole-run totals only
 
 Training: Megatron-Bridge's performance tables of the releases after 25.11 (step time). Serving: TensorRT-LLM's
-perf-overview throughput tables of B200, GB200 and B300 (``reserved_serving``: tokens/s per GPU at the
-planner's best batch). Whole runs: the published GPU-hours of Llama 1, 2 and 3
+perf-overview throughput tables of B200, GB200 and B300 and the Azure AI benchmarking guide's GB200 TensorRT-LLM
+tables (``reserved_serving``: tokens/s per GPU at the planner's best batch). Whole runs: the published GPU-hours of Llama 1, 2 and 3
 (problems/validation/reserved_budgets.yaml, written by hand with each total's source; ``reserved_budgets``: the
 planner's best plan and its run's GPU-hours).
 
@@ -62,6 +63,7 @@ RESERVED_SERVING = ROOT / "problems" / "validation" / "reserved_inference_runs.y
 RESERVED_BUDGETS = ROOT / "problems" / "validation" / "reserved_budgets.yaml"
 SOURCE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{commit}/docs/{name}"
 TRTLLM_SOURCE = "https://github.com/NVIDIA/TensorRT-LLM/blob/{commit}/docs/source/performance/perf-overview.md"
+AZURE_SOURCE = "https://github.com/Azure/AI-benchmarking-guide/blob/{commit}/Azure_Results/ND_GB200_v6_results.md"
 HEADER = (
     "# RESERVED by issue 13: {what}. No fit and no test reads this file;\n"
     "# benchmarks/reserved_accuracy.py (which wrote it, {flag}) is its only reader.\n"
@@ -279,23 +281,32 @@ def write(out: Path, entries: list, what: str, flag: str) -> int:
     return 0
 
 
-def import_trtllm(page: Path, out: Path, commit: str) -> int:
+def import_trtllm(page: Path, out: Path, commit: str, azure: Path | None = None, azure_commit: str = "main") -> int:
+    """TensorRT-LLM's perf-overview ``page`` and, with ``azure``, the Azure guide's ND GB200 v6 page, into ``out``."""
     if out.exists():
         print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
         return 2
     try:
         text = page.read_text()
+        azure_text = azure.read_text() if azure else ""
     except OSError as err:
-        print(f"{page}: {err}", file=sys.stderr)
+        print(err, file=sys.stderr)
         return 2
     requests = reserved_serving.parse_requests(text)
-    entries = [
-        reserved_serving.entry(r, requests, TRTLLM_SOURCE.format(commit=commit)) for r in reserved_serving.parse_page(text)
-    ]
+    source = TRTLLM_SOURCE.format(commit=commit)
+    entries = [reserved_serving.entry(r, requests, source) for r in reserved_serving.parse_page(text)]
     if not entries:
         print(f"{page}: no B200, GB200 or B300 throughput column found", file=sys.stderr)
         return 2
-    return write(out, entries, "TensorRT-LLM perf-overview tables of B200, GB200 and B300", "--import-trtllm")
+    what = "TensorRT-LLM perf-overview tables of B200, GB200 and B300"
+    if azure:
+        rows = reserved_serving.parse_azure(azure_text)
+        if not rows:
+            print(f"{azure}: no 'End-to-End Inference Workloads - TensorRT-LLM' table found", file=sys.stderr)
+            return 2
+        entries += [reserved_serving.azure_entry(r, AZURE_SOURCE.format(commit=azure_commit)) for r in rows]
+        what += " and the Azure AI benchmarking guide's GB200 TensorRT-LLM tables"
+    return write(out, entries, what, "--import-trtllm")
 
 
 def report_serving(path: Path) -> int:
@@ -423,6 +434,8 @@ def main() -> int:
     parser.add_argument("--import", dest="pages", nargs="+", type=Path, help="Megatron-Bridge performance-summary pages")
     parser.add_argument("--out", type=Path, default=RESERVED, help="the training validation file --import writes")
     parser.add_argument("--import-trtllm", dest="trtllm", type=Path, help="TensorRT-LLM's perf-overview.md")
+    parser.add_argument("--azure", type=Path, help="with --import-trtllm: the Azure guide's ND_GB200_v6_results.md")
+    parser.add_argument("--azure-commit", default="main", help="the Azure guide's commit (for the source)")
     parser.add_argument("--budgets", action="store_true", help="only the whole-run GPU-hours")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per whole-run solve")
     parser.add_argument("--out-serving", type=Path, default=RESERVED_SERVING, help="the serving file --import-trtllm writes")
@@ -436,7 +449,7 @@ def main() -> int:
     if args.pages:
         return import_tables(args.pages, args.out, args.commit)
     if args.trtllm:
-        return import_trtllm(args.trtllm, args.out_serving, args.commit)
+        return import_trtllm(args.trtllm, args.out_serving, args.commit, args.azure, args.azure_commit)
     if args.budgets:
         return report_budgets(RESERVED_BUDGETS, args.time_limit)
     status = report(args.out, args.recipes)

@@ -1,4 +1,4 @@
-"""TensorRT-LLM's reserved throughput tables (B200, GB200, B300 columns of docs/source/performance/perf-overview.md).
+"""The reserved serving tables: TensorRT-LLM's perf-overview (B200, GB200, B300) and the Azure AI benchmarking guide.
 
 Issue 13 reserves them for measuring the model; ``reserved_accuracy.py --import-trtllm`` is the only writer of
 problems/validation/reserved_inference_runs.yaml and ``reserved_accuracy.py`` its only reader. Each row is
@@ -8,7 +8,14 @@ chooses it); the finite request set of the page's ``$num_requests`` table; FP4 c
 weights and GEMMs) with an FP8 KV cache [assumption: the page does not state it]. MoE models: the page's command
 takes an expert-parallel size it does not print, so ep is listed as 1 or tp and the planner takes the faster.
 The 20000/2000 rows are left out as in the out-of-sample file (prompts beyond the default 8,192-token prefill
-chunk), and so are the RTX 6000 tables (no such system in the library)."""
+chunk), and so are the RTX 6000 tables (no such system in the library).
+
+The Azure AI benchmarking guide's ND GB200 v6 results (Azure_Results/ND_GB200_v6_results.md, "End-to-End Inference
+Workloads - TensorRT-LLM") are read the same way (``parse_azure``): its Benchmarks/NVIDIA/LLMBenchmark.py runs
+``trtllm-bench throughput`` on 1,000 requests of fixed lengths with ``--kv_cache_free_gpu_mem_fraction 0.83`` on an
+FP8-quantised engine and tabulates trtllm-bench's "Token Throughput (tokens/sec)", read as the engine's output
+tokens/s [assumption: trtllm-bench's throughput report of that time counts output tokens]. Its H100, H200 and A100
+pages time a batch of 128-token prompts and 8 output tokens with another harness and are not read."""
 
 from __future__ import annotations
 
@@ -23,6 +30,10 @@ MODELS = {
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
 }
 MOE = {"qwen3-235b-a22b", "qwen3-30b-a3b"}
+AZURE_MODELS = {"LLAMA 3.1 (8B)": "llama3.1-8b", "LLAMA 3 (70B)": "llama3-70b"}
+AZURE_SYSTEM = "gb200-nvl72"
+AZURE_REQUESTS = 1000  # "with FP8 quantization, 1000 requests"
+AZURE_KV_FRACTION = 0.83  # LLMBenchmark.py: --kv_cache_free_gpu_mem_fraction 0.83
 PRECISIONS = {"FP4": "fp4", "FP8": "fp8"}
 LEFT_OUT = {(20000, 2000)}
 
@@ -109,4 +120,55 @@ def entry(row: dict, requests: dict, source: str) -> dict:
             "requests": requests[pair],
         },
         "mapping": {"tp": tp, "pp": 1, "dp": 1, "ep": [1, tp] if model in MOE and tp > 1 else 1},
+    }
+
+
+def parse_azure(text: str) -> list[dict]:
+    """The TensorRT-LLM rows of the Azure guide's ND GB200 v6 page: model heading, tp, input and output lengths,
+    the engine's tokens/s."""
+    rows, model = [], None
+    section = text.split("End-to-End Inference Workloads - TensorRT-LLM", 1)
+    if len(section) < 2:
+        return rows
+    for line in section[1].split("End-to-End Pretraining", 1)[0].splitlines():
+        if line.startswith("### "):
+            model = line[4:].strip()
+        elif model and (m := re.match(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", line)):
+            tp, isl, osl, total = (int(g) for g in m.groups())
+            rows.append({"model": model, "tp": tp, "isl": isl, "osl": osl, "total_tokens_per_s": total})
+    return rows
+
+
+def azure_entry(row: dict, source: str) -> dict:
+    """The validation entry of one Azure row (FP8 weights, GEMMs and KV cache; the guide's KV fraction)."""
+    model, tp = AZURE_MODELS.get(row["model"]), row["tp"]
+    ident = f"azure-reserved-gb200-{model or row['model'].lower()}-tp{tp}-{row['isl']}-{row['osl']}"
+    base = {
+        "id": ident,
+        "family": "Azure AI benchmarking guide, TensorRT-LLM (reserved), GB200 FP8",
+        "source": f"Azure AI benchmarking guide, ND GB200 v6 results, {row['model']}, tp {tp}, "
+        f"ISL/OSL {row['isl']}/{row['osl']} ({source})",
+        "verification": "primary_text",
+        "model": model or row["model"],
+        "system": AZURE_SYSTEM,
+        "num_gpus": tp,
+        "published_total_tokens_per_s": row["total_tokens_per_s"],
+        "measured": {"tokens_per_s_per_gpu": round(row["total_tokens_per_s"] / tp, 1)},
+    }
+    if model is None:
+        return {**base, "not_expressible": f"not in the library: model {row['model']!r}"}
+    return {
+        **base,
+        "workload": {
+            "kind": "inference",
+            "input_len": row["isl"],
+            "output_len": row["osl"],
+            "precision": "fp8",
+            "kv_precision": "fp8",
+            "weight_precision": "fp8",
+            "serving": "continuous",
+            "requests": AZURE_REQUESTS,
+            "kv_cache_memory_fraction": AZURE_KV_FRACTION,
+        },
+        "mapping": {"tp": tp, "pp": 1, "dp": 1, "ep": 1},
     }

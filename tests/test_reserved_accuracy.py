@@ -208,3 +208,52 @@ def test_budgets_plan_each_row_and_compare_its_gpu_hours(tmp_path, capsys):
     path.write_text(yaml.safe_dump({"runs": [row]}))
     assert reserved_accuracy.report_budgets(path, 30) == 0
     assert "1 whole runs: mean |error|" in capsys.readouterr().out
+
+
+AZURE_PAGE = """# Azure ND GB200 v6 Benchmark Results
+
+### NCCL Bandwidth
+
+| Message Size (Bytes) | ND GB200 v6 (GB/s) |
+| 1K          | 0.10            |
+
+## End-to-End Inference Workloads - TensorRT-LLM
+
+### LLAMA 3.1 (8B)
+
+| tp size | input len | output len | throughput(tokens/sec) |
+|---------|-----------|------------|------------------------|
+| 1       | 128       | 128        | 10000                  |
+
+### Mistral (7B)
+
+| tp size | input len | output len | throughput(tokens/sec) |
+|---------|-----------|------------|------------------------|
+| 2       | 128       | 128        | 9000                  |
+
+## End-to-End Pretraining Workloads - Single Node
+
+| 1 | 2 | 3 | 4 |
+"""
+
+
+def test_azure_rows_are_the_tensorrt_llm_section_only(tmp_path):
+    import reserved_serving  # noqa: PLC0415  benchmarks/reserved_serving.py
+
+    rows = reserved_serving.parse_azure(AZURE_PAGE)
+    assert [(r["model"], r["tp"], r["total_tokens_per_s"]) for r in rows] == [
+        ("LLAMA 3.1 (8B)", 1, 10000),
+        ("Mistral (7B)", 2, 9000),
+    ]
+    llama, mistral = (reserved_serving.azure_entry(r, "src") for r in rows)
+    assert llama["workload"]["kv_cache_memory_fraction"] == 0.83 and llama["workload"]["requests"] == 1000
+    assert llama["system"] == "gb200-nvl72" and llama["model"] == "llama3.1-8b"
+    assert mistral["measured"]["tokens_per_s_per_gpu"] == 4500.0 and "not in the library" in mistral["not_expressible"]
+    assert reserved_serving.parse_azure("# no such section") == []
+    page, azure = tmp_path / "perf.md", tmp_path / "azure.md"
+    page.write_text(TRTLLM_PAGE)
+    azure.write_text("# nothing")
+    assert reserved_accuracy.import_trtllm(page, tmp_path / "a.yaml", "c", azure) == 2  # names the missing table
+    azure.write_text(AZURE_PAGE)
+    assert reserved_accuracy.import_trtllm(page, tmp_path / "b.yaml", "c", azure) == 0
+    assert "azure-reserved-gb200-llama3.1-8b-tp1-128-128" in (tmp_path / "b.yaml").read_text()
