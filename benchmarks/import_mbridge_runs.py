@@ -194,23 +194,29 @@ RECIPES: dict[tuple, dict] = {
 }
 
 
+def table_mapping(num_gpus: int, tp: int, pp: int, cp: int, micro_batch: int, vpp: int, fsdp: bool, recompute="none") -> dict:
+    """The mapping a Megatron-Bridge performance-table row states: data parallelism the rest of the GPUs, sequence
+    parallelism with tp > 1, Megatron FSDP as ZeRO-3 and the distributed optimizer (ZeRO-1) otherwise."""
+    return {
+        "tp": tp,
+        "pp": pp,
+        "dp": num_gpus // (tp * pp * cp),
+        "cp": cp,
+        "micro_batch": micro_batch,
+        "vpp": vpp,
+        "sp": tp > 1,
+        "recompute": recompute,
+        "zero": 3 if fsdp else 1,
+    }
+
+
 def entry(run: dict) -> dict:
     par, hw, meas = run["parallel"], run["hardware"], run["measured"]
     model = MODELS[run["model"]["name"]]
     gpu = hw["gpu"].split()[0].split("-")[0]
     tp, pp, cp = par["tp"], par["pp"], par["cp"] or 1
     n = hw["num_gpus"]
-    mapping = {
-        "tp": tp,
-        "pp": pp,
-        "dp": n // (tp * pp * cp),
-        "cp": cp,
-        "micro_batch": par["micro_batch"],
-        "vpp": par["vpp"] or 1,
-        "sp": tp > 1,
-        "recompute": "none",
-        "zero": 3 if par["fsdp"] else 1,
-    }
+    mapping = table_mapping(n, tp, pp, cp, par["micro_batch"], par["vpp"] or 1, bool(par["fsdp"]))
     if par["ep"] and par["ep"] > 1:
         mapping["ep"] = par["ep"]
     workload = {

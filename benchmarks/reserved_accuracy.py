@@ -68,22 +68,10 @@ HEADER = (
     "# RESERVED by issue 13: {what}. No fit and no test reads this file;\n"
     "# benchmarks/reserved_accuracy.py (which wrote it, {flag}) is its only reader.\n"
 )
-FIRST_RESERVED = (25, 11)
-RECOMPUTE = [
-    "none",
-    "selective",
-    "full",
-]  # not printed: listed, the model takes the fastest that fits  # releases after this one are reserved (issue 13)
+FIRST_RESERVED = (25, 11)  # releases after this one are reserved (issue 13)
+RECOMPUTE = ("none", "selective", "full")  # not printed: listed, the model takes the fastest that fits
 
-MODELS = {
-    "LLAMA3_8B": "llama3-8b",
-    "LLAMA3_70B": "llama3-70b",
-    "LLAMA3.1_405B": "llama3.1-405b",
-    "DeepSeekV3": "deepseek-v3",
-    "GPT OSS 120B": "gpt-oss-120b",
-    "Qwen3_30B_a3B": "qwen3-30b-a3b",
-    "Qwen3_235B_a22B": "qwen3-235b-a22b",
-}
+MODELS = import_mbridge_runs.MODELS  # the tables name models as 25.11's does
 SYSTEMS = {
     "DGX-GB300": "gb300-nvl72",
     "DGX-GB200": "gb200-nvl72",
@@ -189,16 +177,8 @@ def entry(row: dict) -> dict:
             "derived_from": f"global_batch x seq_len / (num_gpus x tokens_per_s_per_gpu {row['tokens_per_s_per_gpu']})",
         },
     }
-    missing = [
-        f"{what} {value!r}"
-        for what, value, known in (
-            ("model", model, row["model"]),
-            ("system", system, row["system"]),
-            ("precision", precision, row["precision"]),
-        )
-        if value is None
-        for value in (known,)
-    ]
+    named = (("model", model, row["model"]), ("system", system, row["system"]), ("precision", precision, row["precision"]))
+    missing = [f"{what} {given!r}" for what, value, given in named if value is None]
     if missing:
         return {
             **base,
@@ -218,17 +198,7 @@ def entry(row: dict) -> dict:
     }
     if low:
         workload["low_precision_recipe"] = low
-    mapping = {
-        "tp": tp,
-        "pp": pp,
-        "dp": n // (tp * pp * cp),
-        "cp": cp,
-        "micro_batch": row["micro_batch"],
-        "vpp": vp,
-        "sp": tp > 1,
-        "recompute": list(RECOMPUTE),
-        "zero": 3 if row.get("fsdp") else 1,
-    }
+    mapping = import_mbridge_runs.table_mapping(n, tp, pp, cp, row["micro_batch"], vp, bool(row.get("fsdp")), list(RECOMPUTE))
     if ep > 1:
         mapping["ep"] = ep
     if pp > 1 and vp > 1:
