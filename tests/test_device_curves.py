@@ -74,7 +74,9 @@ def test_blackwell_grouped_fp8_is_the_guides_grouped_gemm_over_gb200s_dense_curv
 def test_no_data_file_or_script_takes_a_number_from_the_reserved_azure_guide():
     """Issue 13 reserves the Azure AI benchmarking guide for measuring the model: a line of a system, device,
     engine, measurement or validation file, or of a benchmark script, may name it only to say it is reserved,
-    and then carries no number but the issue's."""
+    and then carries no number but the issue's. The reserved sets' own files (problems/validation/reserved_*.yaml,
+    benchmarks/reserved_*.py), which only measure the model and which no fit or test reads
+    (tests/test_reserved_accuracy.py holds that), are the exception."""
     paths = [
         *(REPO / "problems" / "systems").rglob("*.yaml"),
         *(REPO / "problems" / "measurements").glob("*.yaml"),
@@ -82,6 +84,7 @@ def test_no_data_file_or_script_takes_a_number_from_the_reserved_azure_guide():
         *(REPO / "problems" / "validation").glob("*.yaml"),
         *(REPO / "benchmarks").glob("*.py"),
     ]
+    paths = [p for p in paths if not p.name.startswith("reserved_")]
     cited = []
     for path in paths:
         for line in path.read_text().splitlines():
