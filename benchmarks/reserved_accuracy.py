@@ -106,8 +106,7 @@ COLUMNS = {  # the table's header -> the row's key
 }
 
 
-class TableError(ValueError):
-    """A table row the importer cannot read."""
+TableError = reserved_serving.TableError  # a table row an importer cannot read
 
 
 def release_key(name: str) -> tuple:
@@ -115,11 +114,24 @@ def release_key(name: str) -> tuple:
     return tuple(int(part) for part in name.split("."))
 
 
-def _cell(value: str):
-    value = value.strip()
-    if value in ("n/a", "", "-"):
+TEXT_COLUMNS = ("system", "precision")
+OPTIONAL_COLUMNS = ("fsdp", "cp", "vp", "ep", "model_tflops_per_gpu")  # may read n/a
+
+
+def _cell(value: str, column: str, where: str):
+    """A table cell: text for ``TEXT_COLUMNS``, else a whole number (positive, but 0 allowed for FSDP), or None
+    for n/a where ``OPTIONAL_COLUMNS`` allow it; anything else is a ``TableError`` naming the cell."""
+    value = re.sub(r"\[\^[^\]]*\]", "", value).strip()  # a footnote marker ([^gpt-oss-note]) is not the value
+    if column in TEXT_COLUMNS:
+        if not value:
+            raise TableError(f"{where}: column {column!r} is empty")
+        return value
+    if value in ("n/a", "", "-") and column in OPTIONAL_COLUMNS:
         return None
-    return int(value) if re.fullmatch(r"\d+", value) else value
+    if re.fullmatch(r"\d+", value) and (int(value) > 0 or column == "fsdp"):
+        return int(value)
+    allowed = "a positive whole number" + (" or n/a" if column in OPTIONAL_COLUMNS else "")
+    raise TableError(f"{where}: column {column!r} reads {value!r}; allowed: {allowed}")
 
 
 def parse_summary(text: str, origin: str) -> list[dict]:
@@ -140,12 +152,15 @@ def parse_summary(text: str, origin: str) -> list[dict]:
                 if unknown:
                     raise TableError(f"{origin}:{number}: unknown column(s) {unknown}; known: {list(COLUMNS)}")
                 header = [COLUMNS[c] for c in cells]
+                absent = [c for c, key in COLUMNS.items() if key not in header and key not in OPTIONAL_COLUMNS]
+                if absent:
+                    raise TableError(f"{origin}:{number}: the header lacks {absent}")
             elif header and not set(cells[0]) <= set("-: "):
                 if len(cells) != len(header):
                     raise TableError(f"{origin}:{number}: {len(cells)} cells under a header of {len(header)}")
                 if release_key(release) <= FIRST_RESERVED:
                     continue
-                row = dict(zip(header, (_cell(c) for c in cells)))
+                row = {key: _cell(c, key, f"{origin}:{number}") for key, c in zip(header, cells)}
                 rows.append({"release": release, "model": model, **row, "origin": f"{origin}, line {number}"})
     return rows
 
@@ -154,7 +169,10 @@ def run_id(row: dict) -> str:
     system = row["system"].lower().removeprefix("dgx-")
     model = row["model"].lower().replace(" ", "_")
     fsdp = "-fsdp" if row.get("fsdp") else ""
-    shape = f"tp{row['tp']}pp{row['pp']}cp{row.get('cp') or 1}vp{row.get('vp') or 1}ep{row.get('ep') or 1}mbs{row['micro_batch']}"
+    shape = (
+        f"tp{row['tp']}pp{row['pp']}cp{row.get('cp') or 1}vp{row.get('vp') or 1}ep{row.get('ep') or 1}mbs{row['micro_batch']}"
+        f"-gbs{row['global_batch']}-seq{row['seq_len']}"
+    )
     return (
         f"mbridge{row['release'].replace('.', '')}-{model}-{system}-{row['num_gpus']}gpu-{row['precision'].lower()}-{shape}{fsdp}"
     )
@@ -230,22 +248,43 @@ def import_tables(paths: list[Path], out: Path, commit: str) -> int:
     rows = []
     for path in paths:
         try:
-            rows += parse_summary(path.read_text(), SOURCE.format(commit=commit, name=path.name))
-        except (OSError, TableError) as err:
+            rows += parse_summary(read_page(path), SOURCE.format(commit=commit, name=path.name))
+        except TableError as err:
             print(f"{path}: {err}", file=sys.stderr)
             return 2
-    entries, seen = [], set()
+    if not rows:
+        print(f"{', '.join(map(str, paths))}: no pre-training row of a release after 25.11", file=sys.stderr)
+        return 2
+    entries, seen, repeated = [], {}, 0
     for row in rows:
         e = entry(row)
-        if e["id"] in seen:  # a release that prints the same row twice
+        same = {k: v for k, v in row.items() if k != "origin"}
+        if e["id"] in seen:
+            if seen[e["id"]] != same:
+                print(f"{row['origin']}: two rows of {e['id']} differ: {seen[e['id']]} and {same}", file=sys.stderr)
+                return 2
+            repeated += 1  # a release that prints the very same row twice
             continue
-        seen.add(e["id"])
+        seen[e["id"]] = same
         entries.append(e)
+    if repeated:
+        print(f"{repeated} rows printed twice in a release were read once")
     return write(out, entries, "Megatron-Bridge performance tables of the releases after 25.11", "--import")
+
+
+def read_page(path: Path) -> str:
+    """A page's text; a ``TableError`` where it cannot be read as UTF-8 text."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TableError(f"cannot be read: {err}") from None
 
 
 def write(out: Path, entries: list, what: str, flag: str) -> int:
     header = HEADER.format(what=what, flag=flag)
+    if not out.parent.is_dir():
+        print(f"{out}: its folder {out.parent} does not exist", file=sys.stderr)
+        return 2
     out.write_text(header + yaml.safe_dump({"runs": entries}, sort_keys=False, width=140, allow_unicode=True))
     print(f"{len(entries)} rows written to {out}")
     return 0
@@ -257,20 +296,23 @@ def import_trtllm(page: Path, out: Path, commit: str, azure: Path | None = None,
         print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
         return 2
     try:
-        text = page.read_text()
-        azure_text = azure.read_text() if azure else ""
-    except OSError as err:
-        print(err, file=sys.stderr)
+        text = read_page(page)
+        requests = reserved_serving.parse_requests(text)
+        source = TRTLLM_SOURCE.format(commit=commit)
+        entries = [reserved_serving.entry(r, requests, source) for r in reserved_serving.parse_page(text)]
+    except TableError as err:
+        print(f"{page}: {err}", file=sys.stderr)
         return 2
-    requests = reserved_serving.parse_requests(text)
-    source = TRTLLM_SOURCE.format(commit=commit)
-    entries = [reserved_serving.entry(r, requests, source) for r in reserved_serving.parse_page(text)]
     if not entries:
         print(f"{page}: no B200, GB200 or B300 throughput column found", file=sys.stderr)
         return 2
     what = "TensorRT-LLM perf-overview tables of B200, GB200 and B300"
     if azure:
-        rows = reserved_serving.parse_azure(azure_text)
+        try:
+            rows = reserved_serving.parse_azure(read_page(azure))
+        except TableError as err:
+            print(f"{azure}: {err}", file=sys.stderr)
+            return 2
         if not rows:
             print(f"{azure}: no 'End-to-End Inference Workloads - TensorRT-LLM' table found", file=sys.stderr)
             return 2
@@ -279,8 +321,19 @@ def import_trtllm(page: Path, out: Path, commit: str, azure: Path | None = None,
     return write(out, entries, what, "--import-trtllm")
 
 
+def load_entries(path: Path) -> list[dict]:
+    """A reserved validation file's runs; a ``TableError`` naming the file where it is missing or has no runs list."""
+    try:
+        data = yaml.safe_load(read_page(path))
+    except yaml.YAMLError as err:
+        raise TableError(f"not YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise TableError("no 'runs' list (write it with --import or --import-trtllm)")
+    return data["runs"]
+
+
 def report_serving(path: Path) -> int:
-    entries = yaml.safe_load(path.read_text())["runs"]
+    entries = load_entries(path)
     lacking = [e for e in entries if "not_expressible" in e]
     results = []
     for e in entries:
@@ -335,6 +388,7 @@ def with_recipe(entry_: dict) -> tuple[dict, str]:
 
 
 def report(path: Path, recipes: bool = False) -> int:
+    load_entries(path)  # a missing or malformed file named before the validation reader sees it
     expressible = load_runs(path)
     lacking = load_runs(path, expressible=False)
     results = []
@@ -379,7 +433,7 @@ def report(path: Path, recipes: bool = False) -> int:
 
 def report_budgets(path: Path, time_limit: float) -> int:
     results = []
-    for row in reserved_budgets.load(path):
+    for row in load_entries(path):
         try:
             results.append(reserved_budgets.evaluate(row, time_limit))
         except (ProblemError, ValueError) as err:
@@ -416,20 +470,41 @@ def main() -> int:
         help="add the settings Megatron-Bridge 25.11's recipe of the same model, GPU and precision sets",
     )
     args = parser.parse_args()
+    if args.azure and not args.trtllm:
+        parser.error("--azure goes with --import-trtllm")
+    try:
+        return run(args)
+    except TableError as err:
+        print(f"{err.args[0] if err.args else err}", file=sys.stderr)
+        return 2
+    except ProblemError as err:
+        print(err, file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
     if args.pages:
         return import_tables(args.pages, args.out, args.commit)
     if args.trtllm:
         return import_trtllm(args.trtllm, args.out_serving, args.commit, args.azure, args.azure_commit)
     if args.budgets:
         return report_budgets(RESERVED_BUDGETS, args.time_limit)
-    status = report(args.out, args.recipes)
-    if args.out_serving.exists():
+    try:
+        status = report(args.out, args.recipes)
+    except TableError as err:
+        raise TableError(f"{args.out}: {err}") from None
+    if not args.out_serving.exists():
+        print(f"\n{args.out_serving}: no reserved serving file (write it with --import-trtllm)")
+    else:
         print(
             "\nServing ("
             + str(args.out_serving.relative_to(ROOT) if args.out_serving.is_relative_to(ROOT) else args.out_serving)
             + ")"
         )
-        status = status or report_serving(args.out_serving)
+        try:
+            status = status or report_serving(args.out_serving)
+        except TableError as err:
+            raise TableError(f"{args.out_serving}: {err}") from None
     print(f"\nWhole runs ({RESERVED_BUDGETS.relative_to(ROOT)})")
     return status or report_budgets(RESERVED_BUDGETS, args.time_limit)
 

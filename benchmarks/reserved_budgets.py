@@ -7,9 +7,6 @@ Issue 13 reserves these totals; ``reserved_accuracy.py`` is the only caller."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-import yaml
 
 from parasol.solver.planner import solve
 from parasol.solver.problem import parse_problem
@@ -28,10 +25,6 @@ class BudgetResult:
         return self.predicted_gpu_hours / self.published_gpu_hours - 1.0
 
 
-def load(path: Path) -> list[dict]:
-    return yaml.safe_load(path.read_text())["runs"]
-
-
 def evaluate(row: dict, time_limit: float = 60.0) -> BudgetResult:
     """The planner's best plan for the row and the GPU-hours of its run."""
     problem = parse_problem(
@@ -44,7 +37,9 @@ def evaluate(row: dict, time_limit: float = 60.0) -> BudgetResult:
     )
     result = solve(problem, time_limit=time_limit)
     if not result.plans:
-        raise ValueError(f"{row['id']}: no plan fits ({result.status})")
+        timed_out = str(result.status) == "UNKNOWN"
+        why = f"no plan found within the {time_limit:g} s time limit" if timed_out else "no plan fits"
+        raise ValueError(f"{row['id']}: {why} ({result.status})")
     metrics = result.plans[0].evaluation.metrics
     return BudgetResult(
         run_id=row["id"],

@@ -38,6 +38,18 @@ PRECISIONS = {"FP4": "fp4", "FP8": "fp8"}
 LEFT_OUT = {(20000, 2000)}
 
 
+class TableError(ValueError):
+    """A table cell or row a reserved-set importer cannot read: its message names the line and the value."""
+
+
+def count(value: str, where: str) -> int:
+    """A published count ('6,288' or '6288'), positive; a ``TableError`` naming ``where`` otherwise."""
+    text = value.strip()
+    if not re.fullmatch(r"\d{1,3}(,\d{3})+|\d+", text) or int(text.replace(",", "")) <= 0:
+        raise TableError(f"{where}: {text!r} is not a positive whole number")
+    return int(text.replace(",", ""))
+
+
 def column(header: str) -> tuple | None:
     """'B200<br/>TP4 (FP4)' -> ('B200', 4, 'FP4'); None for a GPU count heading (the RTX tables)."""
     m = re.fullmatch(r"(\w+)<br/>TP(\d+) \((\w+)\)", header.strip())
@@ -55,7 +67,7 @@ def parse_requests(text: str) -> dict:
 def parse_page(text: str) -> list[dict]:
     """Every published cell of a reserved column (``SYSTEMS``) under a model heading of the throughput section."""
     rows, model, header = [], None, None
-    for line in text.split("## Reproducing")[0].splitlines():
+    for number, line in enumerate(text.split("## Reproducing")[0].splitlines(), 1):
         if line.startswith("#### "):
             model, header = line[5:].strip(), None
         elif line.startswith("| Sequence Length"):
@@ -68,6 +80,9 @@ def parse_page(text: str) -> list[dict]:
             for spec, value in zip(header, cells[1:]):
                 if spec and spec[0] in SYSTEMS and value:
                     gpu, tp, precision = spec
+                    if tp <= 0:
+                        raise TableError(f"line {number}: TP{tp} is not a tensor-parallel degree")
+                    total = count(value, f"line {number}, {gpu} TP{tp}")
                     rows.append(
                         {
                             "model": model,
@@ -76,7 +91,7 @@ def parse_page(text: str) -> list[dict]:
                             "precision": precision,
                             "isl": isl,
                             "osl": osl,
-                            "total_tokens_per_s": int(value.replace(",", "")),
+                            "total_tokens_per_s": total,
                         }
                     )
     return rows
@@ -106,6 +121,8 @@ def entry(row: dict, requests: dict, source: str) -> dict:
         return {**base, "not_expressible": f"not in the library: model {row['model']!r}"}
     if pair in LEFT_OUT or pair not in requests:
         return {**base, "not_expressible": f"input/output {pair[0]}/{pair[1]} left out (prompts beyond one prefill chunk)"}
+    if row["precision"] not in PRECISIONS:
+        return {**base, "not_expressible": f"precision {row['precision']!r} not read (only {', '.join(PRECISIONS)})"}
     precision = PRECISIONS[row["precision"]]
     return {
         **base,
@@ -130,11 +147,15 @@ def parse_azure(text: str) -> list[dict]:
     section = text.split("End-to-End Inference Workloads - TensorRT-LLM", 1)
     if len(section) < 2:
         return rows
-    for line in section[1].split("End-to-End Pretraining", 1)[0].splitlines():
+    for number, line in enumerate(section[1].split("End-to-End Pretraining", 1)[0].splitlines(), 1):
         if line.startswith("### "):
             model = line[4:].strip()
-        elif model and (m := re.match(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", line)):
-            tp, isl, osl, total = (int(g) for g in m.groups())
+        elif model and re.match(r"\|\s*\d", line):  # a data row: tp, input, output, tokens/s
+            cells = line.strip().strip("|").split("|")
+            where = f"TensorRT-LLM section, line {number}"
+            if len(cells) != 4:
+                raise TableError(f"{where}: {len(cells)} cells, expected tp, input, output, tokens/s")
+            tp, isl, osl, total = (count(c, where) for c in cells)
             rows.append({"model": model, "tp": tp, "isl": isl, "osl": osl, "total_tokens_per_s": total})
     return rows
 

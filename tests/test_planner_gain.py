@@ -11,12 +11,10 @@ import planner_gain  # noqa: E402  benchmarks/planner_gain.py
 
 def test_the_plan_is_never_slower_than_a_published_mapping_the_space_holds():
     """Megatron-Bridge 25.11's Llama 3 8B on 8 H100 runs tp 1, pp 1, dp 8, micro-batch 1: a mapping of the planner's
-    default space, so the proven-optimal plan is at least as fast in the model (gain >= 1), and the claim against
-    the measured step is that gain over (1 + the model's error at the published mapping)."""
+    default space, so the proven-optimal plan is at least as fast in the model (gain >= 1)."""
     (row,) = planner_gain.gains(("mbridge2511-llama3_8b-dgx-h100",), time_limit=30)
     assert row["status"] == "OPTIMAL"
     assert row["gain"] >= 1.0 - 1e-9
-    assert abs(row["claim"] - row["gain"] / (1.0 + row["error"])) < 1e-9
     assert row["plan_s"] <= row["published_mapping_s"] * (1.0 + 1e-9) and abs(row["measured_s"] - 9.07) < 0.01
 
 

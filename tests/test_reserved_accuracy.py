@@ -6,10 +6,12 @@ the script refuses to replace a file or read a column it does not know."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from parasol.model.params import model_flops_per_token
 from parasol.solver import library
@@ -99,16 +101,25 @@ def test_refuses_to_replace_a_file_or_read_an_unknown_column(tmp_path, capsys):
     assert "unknown column(s) ['Batch']" in capsys.readouterr().err
 
 
+def globs_unfiltered(text: str) -> bool:
+    """Whether a module globs the validation folder without leaving the reserved_* files out."""
+    return bool(re.search(r"validation\W+\)?\.r?glob", text)) and 'startswith("reserved_")' not in text
+
+
 def test_no_fit_reads_the_reserved_file():
-    """Only the reserved sets' own scripts (benchmarks/reserved_*.py) name the reserved files: no fit, no other
-    benchmark, nothing in model/ or solver/ reads them."""
+    """Only the reserved sets' own scripts (benchmarks/reserved_*.py) and this file name the reserved files: no fit,
+    no other benchmark or test, nothing in model/ or solver/ reads them; and nothing globs the validation folder,
+    which would read them unnamed, without leaving them out (tests/test_device_curves.py does, to hold every other
+    file to the Azure rule)."""
     root = Path(__file__).resolve().parent.parent
     names = ("reserved_training_runs", "reserved_inference_runs", "reserved_budgets.yaml", "RESERVED")
     readers = [
         str(path.relative_to(root))
-        for folder in ("model", "solver", "benchmarks")
+        for folder in ("model", "solver", "benchmarks", "tests")
         for path in (root / folder).glob("*.py")
-        if not path.name.startswith("reserved_") and any(n in path.read_text() for n in names)
+        if not path.name.startswith("reserved_")
+        and path.name != Path(__file__).name
+        and (any(n in path.read_text() for n in names) or globs_unfiltered(path.read_text()))
     ]
     assert readers == []
 
@@ -264,3 +275,79 @@ def test_azure_rows_are_the_tensorrt_llm_section_only(tmp_path):
     azure.write_text(AZURE_PAGE)
     assert reserved_accuracy.import_trtllm(page, tmp_path / "b.yaml", "c", azure) == 0
     assert "azure-reserved-gb200-llama3.1-8b-tp1-128-128" in (tmp_path / "b.yaml").read_text()
+
+
+def test_rows_differing_only_in_batch_are_both_kept_and_a_repeated_row_is_read_once(tmp_path, capsys):
+    row = "| DGX-H100 | 64 | FP8 | 128 | 1 | 8192 | 0 | 4 | 4 | 1 | 5 | n/a | 1000 | 500 |\n"
+    other = row.replace("| 128 |", "| 256 |", 1).replace("1000", "1100")
+    page = tmp_path / "page.md"
+    page.write_text(PAGE.split("#### Model: Nemotron")[0] + row + other + "\n")
+    out = tmp_path / "out.yaml"
+    assert reserved_accuracy.import_tables([page], out, "c") == 0
+    assert "1 rows printed twice in a release were read once" in capsys.readouterr().out
+    ids = [e["id"] for e in yaml.safe_load(out.read_text())["runs"]]
+    assert len(ids) == 3 and any("gbs256" in i for i in ids)
+    page.write_text(PAGE.split("#### Model: Nemotron")[0] + row.replace("1000", "999") + "\n")
+    assert reserved_accuracy.import_tables([page], tmp_path / "clash.yaml", "c") == 2
+    assert "differ" in capsys.readouterr().err and not (tmp_path / "clash.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("| 1000 | 500 |", "| 1,000 | 500 |"), "column 'tokens_per_s_per_gpu' reads '1,000'; allowed: a positive whole number"),
+        (("| 1000 | 500 |", "| 0 | 500 |"), "reads '0'"),
+        (("| 4 | 4 | 1 | 5 |", "| n/a | 4 | 1 | 5 |"), "column 'tp' reads 'n/a'"),
+        (("| GBS |", "| Batch |"), "unknown column(s) ['Batch']"),
+    ],
+)
+def test_a_malformed_training_table_is_one_line_and_exit_2(tmp_path, change, message):
+    page, out = tmp_path / "page.md", tmp_path / "out.yaml"
+    page.write_text(PAGE.replace(*change, 1))
+    done = _cli(["--import", str(page), "--out", str(out)])
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_header_without_the_throughput_is_refused(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(PAGE.replace(" Tokens / sec / GPU |", "", 1).replace("| 1000 | 500 |", "| 500 |", 1))
+    assert reserved_accuracy.import_tables([page], tmp_path / "o.yaml", "c") == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--import", "{tmp}/none.md", "--out", "{tmp}/o.yaml"], "cannot be read"),
+        (["--import", "{tmp}/empty.md", "--out", "{tmp}/o.yaml"], "no pre-training row of a release after 25.11"),
+        (["--import", "{tmp}/page.md", "--out", "{tmp}/no/such/out.yaml"], "does not exist"),
+        (["--out", "{tmp}/none.yaml"], "cannot be read"),
+        (["--out", "{tmp}/empty.md"], "no 'runs' list"),
+        (["--import-trtllm", "{tmp}/bad-trt.md", "--out-serving", "{tmp}/s.yaml"], "'11.1k' is not a positive whole number"),
+        (["--import-trtllm", "{tmp}/tp0.md", "--out-serving", "{tmp}/s.yaml"], "TP0 is not a tensor-parallel degree"),
+        (["--azure", "{tmp}/page.md"], "--azure goes with --import-trtllm"),
+    ],
+)
+def test_bad_input_to_the_cli_is_one_line_and_exit_2(tmp_path, argv, message):
+    (tmp_path / "page.md").write_text(PAGE)
+    (tmp_path / "empty.md").write_text("# nothing\n")
+    (tmp_path / "bad-trt.md").write_text(TRTLLM_PAGE.replace("5,000", "11.1k"))
+    (tmp_path / "tp0.md").write_text(TRTLLM_PAGE.replace("B200<br/>TP8", "B200<br/>TP0"))
+    done = _cli([a.format(tmp=tmp_path) for a in argv])
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "s.yaml").exists() and not (tmp_path / "o.yaml").exists()
+
+
+def test_a_precision_the_importer_does_not_read_is_named_not_guessed():
+    import reserved_serving  # noqa: PLC0415  benchmarks/reserved_serving.py
+
+    (row,) = reserved_serving.parse_page(TRTLLM_PAGE.replace("TP1 (FP4) | GB200", "TP1 (BF16) | GB200").split("| 20000")[0])
+    entry = reserved_serving.entry(row, {(1000, 1000): 3000}, "src")
+    assert entry["not_expressible"] == "precision 'BF16' not read (only FP4, FP8)"
+
+
+def _cli(argv):
+    import subprocess  # noqa: PLC0415
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "reserved_accuracy.py"
+    return subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=120)
