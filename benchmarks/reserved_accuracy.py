@@ -43,6 +43,7 @@ give, assuming the later releases kept them.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
 import sys
@@ -241,28 +242,41 @@ def entry(row: dict) -> dict:
     }
 
 
-def import_tables(paths: list[Path], out: Path, commit: str) -> int:
+def one_line_errors(command):
+    """``command`` with its ``TableError`` (or the library's ``ProblemError``) printed as one line on stderr and exit
+    status 2."""
+
+    @functools.wraps(command)
+    def run_(*args, **kwargs) -> int:
+        try:
+            return command(*args, **kwargs)
+        except (TableError, ProblemError) as err:
+            print(err, file=sys.stderr)
+            return 2
+
+    return run_
+
+
+def refuse_existing(out: Path) -> None:
     if out.exists():
-        print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
-        return 2
+        raise TableError(f"{out}: exists; not replaced (remove it first)")
+
+
+@one_line_errors
+def import_tables(paths: list[Path], out: Path, commit: str) -> int:
+    refuse_existing(out)
     rows = []
     for path in paths:
-        try:
-            rows += parse_summary(read_page(path), SOURCE.format(commit=commit, name=path.name))
-        except TableError as err:
-            print(f"{path}: {err}", file=sys.stderr)
-            return 2
+        rows += in_file(path, lambda text, p=path: parse_summary(text, SOURCE.format(commit=commit, name=p.name)))
     if not rows:
-        print(f"{', '.join(map(str, paths))}: no pre-training row of a release after 25.11", file=sys.stderr)
-        return 2
+        raise TableError(f"{', '.join(map(str, paths))}: no pre-training row of a release after 25.11")
     entries, seen, repeated = [], {}, 0
     for row in rows:
         e = entry(row)
         same = {k: v for k, v in row.items() if k != "origin"}
         if e["id"] in seen:
             if seen[e["id"]] != same:
-                print(f"{row['origin']}: two rows of {e['id']} differ: {seen[e['id']]} and {same}", file=sys.stderr)
-                return 2
+                raise TableError(f"{row['origin']}: two rows of {e['id']} differ: {seen[e['id']]} and {same}")
             repeated += 1  # a release that prints the very same row twice
             continue
         seen[e["id"]] = same
@@ -270,6 +284,14 @@ def import_tables(paths: list[Path], out: Path, commit: str) -> int:
     if repeated:
         print(f"{repeated} rows printed twice in a release were read once")
     return write(out, entries, "Megatron-Bridge performance tables of the releases after 25.11", "--import")
+
+
+def in_file(path: Path, parse):
+    """``parse`` of the page at ``path``; its ``TableError`` (or one for an unreadable page) names the file."""
+    try:
+        return parse(read_page(path))
+    except TableError as err:
+        raise TableError(f"{path}: {err}") from None
 
 
 def read_page(path: Path) -> str:
@@ -283,39 +305,30 @@ def read_page(path: Path) -> str:
 def write(out: Path, entries: list, what: str, flag: str) -> int:
     header = HEADER.format(what=what, flag=flag)
     if not out.parent.is_dir():
-        print(f"{out}: its folder {out.parent} does not exist", file=sys.stderr)
-        return 2
+        raise TableError(f"{out}: its folder {out.parent} does not exist")
     out.write_text(header + yaml.safe_dump({"runs": entries}, sort_keys=False, width=140, allow_unicode=True))
     print(f"{len(entries)} rows written to {out}")
     return 0
 
 
+@one_line_errors
 def import_trtllm(page: Path, out: Path, commit: str, azure: Path | None = None, azure_commit: str = "main") -> int:
     """TensorRT-LLM's perf-overview ``page`` and, with ``azure``, the Azure guide's ND GB200 v6 page, into ``out``."""
-    if out.exists():
-        print(f"{out}: exists; not replaced (remove it first)", file=sys.stderr)
-        return 2
-    try:
-        text = read_page(page)
+    refuse_existing(out)
+    source = TRTLLM_SOURCE.format(commit=commit)
+
+    def cells(text):
         requests = reserved_serving.parse_requests(text)
-        source = TRTLLM_SOURCE.format(commit=commit)
-        entries = [reserved_serving.entry(r, requests, source) for r in reserved_serving.parse_page(text)]
-    except TableError as err:
-        print(f"{page}: {err}", file=sys.stderr)
-        return 2
+        return [reserved_serving.entry(r, requests, source) for r in reserved_serving.parse_page(text)]
+
+    entries = in_file(page, cells)
     if not entries:
-        print(f"{page}: no B200, GB200 or B300 throughput column found", file=sys.stderr)
-        return 2
+        raise TableError(f"{page}: no B200, GB200 or B300 throughput column found")
     what = "TensorRT-LLM perf-overview tables of B200, GB200 and B300"
     if azure:
-        try:
-            rows = reserved_serving.parse_azure(read_page(azure))
-        except TableError as err:
-            print(f"{azure}: {err}", file=sys.stderr)
-            return 2
+        rows = in_file(azure, reserved_serving.parse_azure)
         if not rows:
-            print(f"{azure}: no 'End-to-End Inference Workloads - TensorRT-LLM' table found", file=sys.stderr)
-            return 2
+            raise TableError(f"{azure}: no 'End-to-End Inference Workloads - TensorRT-LLM' table found")
         entries += [reserved_serving.azure_entry(r, AZURE_SOURCE.format(commit=azure_commit)) for r in rows]
         what += " and the Azure AI benchmarking guide's GB200 TensorRT-LLM tables"
     return write(out, entries, what, "--import-trtllm")
@@ -472,16 +485,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.azure and not args.trtllm:
         parser.error("--azure goes with --import-trtllm")
-    try:
-        return run(args)
-    except TableError as err:
-        print(f"{err.args[0] if err.args else err}", file=sys.stderr)
-        return 2
-    except ProblemError as err:
-        print(err, file=sys.stderr)
-        return 2
+    return run(args)
 
 
+@one_line_errors
 def run(args) -> int:
     if args.pages:
         return import_tables(args.pages, args.out, args.commit)
