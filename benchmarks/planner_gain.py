@@ -24,22 +24,14 @@ import sys
 
 from parasol.model.errors import ProblemError
 from parasol.solver.planner import solve
-from parasol.solver.problem import parse_problem
-from parasol.solver.validation import evaluate_run, load_runs
+from parasol.solver.validation import evaluate_run, load_runs, problem_from_entry
 
 FAMILIES = ("mlperf-v4", "mlperf-v5", "mbridge2511-llama")  # tuned dense runs
 
 
 def free_problem(entry: dict):
-    """The run's problem with its mapping left to the planner."""
-    return parse_problem(
-        {
-            "model": entry["model"],
-            "system": {"name": entry["system"], "num_gpus": entry["num_gpus"]},
-            "workload": entry["workload"],
-        },
-        source=f"validation run {entry['id']}",
-    )
+    """The run's problem with its mapping left to the planner (``validation.problem_from_entry`` without one)."""
+    return problem_from_entry({**entry, "mapping": {}})
 
 
 def gains(families=FAMILIES, time_limit: float = 30.0) -> list[dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parasol.solver.planner import solve
-from parasol.solver.problem import parse_problem
+from parasol.solver.validation import problem_from_entry
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,7 @@ class BudgetResult:
 
 def evaluate(row: dict, time_limit: float = 60.0) -> BudgetResult:
     """The planner's best plan for the row and the GPU-hours of its run."""
-    problem = parse_problem(
-        {
-            "model": row["model"],
-            "system": {"name": row["system"], "num_gpus": row["num_gpus"]},
-            "workload": {"kind": "training", **row["workload"]},
-        },
-        source=f"reserved budget {row['id']}",
-    )
+    problem = problem_from_entry({**row, "workload": {"kind": "training", **row["workload"]}, "mapping": {}})
     result = solve(problem, time_limit=time_limit)
     if not result.plans:
         timed_out = str(result.status) == "UNKNOWN"
