@@ -1,9 +1,13 @@
 """Measured vs predicted step time (and memory) for every published run in the validation set.
 
-    python benchmarks/accuracy.py [--json] [--markdown] [--write-docs]
+    python benchmarks/accuracy.py [--json] [--markdown] [--write-docs] [--write-bands]
 
 --write-docs replaces the generated blocks of docs/accuracy.md (family summary, per-run tables,
 serving) and of README.md's accuracy summary with this run's figures.
+
+--write-bands rewrites problems/validation/accuracy_bands.yaml, the out-of-sample error by regime (training or
+serving, dense or MoE, the device's architecture) that every plan reports (solver/accuracy_bands.py), and prints
+nothing else.
 
 The whole-run budgets follow the training runs: DeepSeek-V3's published 2.664M H800 GPU-hours against
 its published mapping as it ran, and DeepSeek-V2's 172.8K H800 GPU-hours per trillion tokens against its
@@ -22,15 +26,20 @@ a cross-validated figure.
 
 from __future__ import annotations
 
+import datetime
 import json
 import statistics
 import sys
+
+import yaml
 
 import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
 from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the runs it fits on, and not
 from docs_block import write_block
 
+from parasol.solver import accuracy_bands
+from parasol.solver.library import library_root
 from parasol.solver.report import text_table
 from parasol.solver.validation import best_listed_mapping, evaluate_all, load_out_of_memory_runs, load_runs
 
@@ -233,8 +242,29 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     write_block("../README.md", "accuracy-summary", "\n".join(lines))
 
 
+def write_bands() -> str:
+    """Rewrite problems/validation/accuracy_bands.yaml from the out-of-sample runs as they stand
+    (``accuracy_bands.measured_bands``); the path written."""
+    bands = accuracy_bands.measured_bands()
+    path = library_root() / accuracy_bands.BANDS_FILE
+    head = (
+        "# The model's error on the published runs no number of it was fitted to, by regime (task, model kind, the\n"
+        "# device's architecture) and figure: what every plan reports under \"accuracy\" (solver/accuracy_bands.py).\n"
+        f"# Written by `python benchmarks/accuracy.py --write-bands` on {datetime.date.today().isoformat()}; do not edit by\n"
+        "# hand (tests/test_accuracy_bands.py holds it to the runs). Errors are (predicted - measured) / measured.\n"
+    )
+    body = yaml.safe_dump({"bands": accuracy_bands.bands_document(bands)}, sort_keys=False, width=130)
+    path.write_text(head + body, encoding="utf-8")
+    return str(path)
+
+
 def main() -> int:
-    args = inference_accuracy.arguments(__doc__)
+    cli = inference_accuracy.parser(__doc__)
+    cli.add_argument("--write-bands", action="store_true", help="rewrite problems/validation/accuracy_bands.yaml")
+    args = cli.parse_args()
+    if args.write_bands:
+        print(f"wrote {write_bands()}")
+        return 0
     results = evaluate_all()
     summary = summarise(results)
     serving, serving_oos = inference_accuracy.evaluate_all(), inference_accuracy.evaluate_oos()

@@ -166,6 +166,20 @@ class ServingMode(StrEnum):
     DISAGGREGATED = "disaggregated"
 
 
+class Architecture(StrEnum):
+    """A device's architecture (a device file's ``architecture``): the devices one published run speaks for.
+    The accuracy each plan reports is measured on the out-of-sample runs of its architecture
+    (``solver/accuracy_bands.py``); Blackwell Ultra (B300, GB300) apart from Blackwell (B200, GB200),
+    since its power ceiling, softmax rate and FP4 rate differ."""
+
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    BLACKWELL_ULTRA = "blackwell-ultra"
+    CDNA3 = "cdna3"
+    TPU_V5 = "tpu-v5"
+
+
 def plain(value):
     """A choice as the plain ``str`` or ``int`` value it stands for (other values unchanged)."""
     if isinstance(value, bool):

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import checks
-from .choices import Allocator, MoeDispatcher
+from .choices import Allocator, Architecture, MoeDispatcher
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash
 from .topology import default_topology
@@ -223,6 +223,8 @@ class DeviceSpec:
     # bytes/s one NCCL channel (one thread block) moves, each direction, as NCCL's own topology search rates a
     # channel on this GPU's NVLink (model/nccl_channels.py); 0 = unknown: a capped communicator cannot be timed
     nccl_channel_bytes_per_s: float = 0.0
+    # the devices whose published runs speak for this one (choices.Architecture); None: a device file without it
+    architecture: Architecture | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
 
     def peak(self, precision: str) -> float:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import yaml
 
 from parasol.model import checks
-from parasol.model.choices import Allocator, allowed
+from parasol.model.choices import Allocator, Architecture, allowed
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.errors import ProblemError
 from parasol.model.expert_parallel import A2A_COMM_SMS
@@ -329,6 +329,7 @@ DEVICE_KEYS = (
     "pytorch_allocator",
     "softmax_exp_ratio",
     "nccl_channel_bytes_per_s",
+    "architecture",
     "efficiency",
     "chiplets",
 )
@@ -437,6 +438,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         nccl_channel_bytes_per_s=checks.non_negative_number(
             data.get("nccl_channel_bytes_per_s", 0.0), "nccl_channel_bytes_per_s", src
         ),
+        architecture=None if data.get("architecture") is None else checks.choice(data["architecture"], Architecture, "architecture", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in (

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from parasol.model.errors import ProblemError
 
+from .accuracy_bands import plan_accuracy
 from .library import is_system_path
 from .results import write_new_file
 
@@ -17,13 +18,15 @@ def mapping_dict(mapping, num_gpus: int) -> dict:
 
 
 def evaluation_json(problem, mapping, evaluation) -> dict:
-    """evaluate --json: the model and system, metrics, breakdown and mapping (training adds its stages)."""
+    """evaluate --json: the model and system, metrics, breakdown and mapping (training adds its stages), and the
+    out-of-sample accuracy of the plan's regime (``accuracy_bands.plan_accuracy``)."""
     return {
         "model": problem.model.name,
         "system": problem.system_name,
         "metrics": evaluation.metrics,
         "breakdown": evaluation.breakdown,
         "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
+        "accuracy": plan_accuracy(problem),
     }
 
 
@@ -42,7 +45,8 @@ def plan_json(problem, plan) -> dict:
 
 
 def plan_result_json(problem, result, top: int) -> dict:
-    """solve/enumerate --json: status, the best plan, its model metrics, objective, bound and gap."""
+    """solve/enumerate --json: status, the best plan, its model metrics, objective, bound and gap, and the
+    out-of-sample accuracy of the best plan's regime (``accuracy_bands.plan_accuracy``)."""
     out = {
         "status": result.status,
         "objective_name": result.objective,
@@ -64,6 +68,7 @@ def plan_result_json(problem, result, top: int) -> dict:
                 "mapping": plan_json(problem, result.plans[0])["mapping"],
                 "metrics": result.plans[0].evaluation.metrics,
                 "breakdown": result.plans[0].evaluation.breakdown,
+                "accuracy": plan_accuracy(problem.for_system(result.plans[0].system_name)),
             }
         )
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import report
+from .accuracy_bands import accuracy_lines
 from .report import rows_block
 
 
@@ -79,7 +80,7 @@ def evaluation_table(problem, mapping, evaluation) -> str:
         f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *accuracy_lines(problem)])
 
 
 def plans_table(plans) -> list[str]:

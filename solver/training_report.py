@@ -6,6 +6,7 @@ from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
 
 from . import report
+from .accuracy_bands import accuracy_lines
 from .report import rows_block
 
 
@@ -103,7 +104,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         f"memory per GPU ({report.pipeline_unit(m)} {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *accuracy_lines(problem)])
 
 
 def host_capacity(met: dict) -> str:

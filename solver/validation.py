@@ -87,6 +87,14 @@ def problem_from_entry(entry: dict) -> Problem:
 MOE_RUN_KEYS = ("deepseek", "qwen", "gpt_oss", "gpt-oss", "mixtral")
 
 
+OUT_OF_SAMPLE_MARK = "(out of sample)"  # ends the name of every family no number of the model was fitted on
+
+
+def out_of_sample(family_name: str) -> bool:
+    """Whether a family (``family``) is out of sample: published runs no fitted number has seen."""
+    return family_name.endswith(OUT_OF_SAMPLE_MARK)
+
+
 def family(run_id: str) -> str:
     """Group of a run for reporting: the publication it comes from (MoE runs apart)."""
     moe = any(k in run_id for k in MOE_RUN_KEYS)
