@@ -31,10 +31,9 @@ import json
 import statistics
 import sys
 
-import yaml
-
 import cost_validation  # benchmarks/cost_validation.py: the whole-run budget
 import inference_accuracy  # benchmarks/inference_accuracy.py: the serving runs
+import yaml
 from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the runs it fits on, and not
 from docs_block import write_block
 
@@ -249,7 +248,7 @@ def write_bands() -> str:
     path = library_root() / accuracy_bands.BANDS_FILE
     head = (
         "# The model's error on the published runs no number of it was fitted to, by regime (task, model kind, the\n"
-        "# device's architecture) and figure: what every plan reports under \"accuracy\" (solver/accuracy_bands.py).\n"
+        '# device\'s architecture) and figure: what every plan reports under "accuracy" (solver/accuracy_bands.py).\n'
         f"# Written by `python benchmarks/accuracy.py --write-bands` on {datetime.date.today().isoformat()}; do not edit by\n"
         "# hand (tests/test_accuracy_bands.py holds it to the runs). Errors are (predicted - measured) / measured.\n"
     )

@@ -30,7 +30,18 @@ METRICS = {  # the figure a band measures -> how a report names it
     "tpot_s": "time per output token",
 }
 MODEL_KINDS = ("dense", "moe")
-BAND_KEYS = ("task", "model", "architecture", "metric", "runs", "mean_abs_error", "mean_error", "worst_error", "worst_run", "families")
+BAND_KEYS = (
+    "task",
+    "model",
+    "architecture",
+    "metric",
+    "runs",
+    "mean_abs_error",
+    "mean_error",
+    "worst_error",
+    "worst_run",
+    "families",
+)
 
 
 class Regime(NamedTuple):
@@ -88,7 +99,9 @@ class AccuracyBand(NamedTuple):
 def regime_of(problem) -> Regime:
     """The regime of a (single-system) problem: its workload's kind, its model's, its device's architecture."""
     return Regime(
-        WorkloadKind(problem.workload.kind), "moe" if problem.model.moe is not None else "dense", problem.system().device.architecture
+        WorkloadKind(problem.workload.kind),
+        "moe" if problem.model.moe is not None else "dense",
+        problem.system().device.architecture,
     )
 
 
@@ -128,18 +141,20 @@ def measured_bands() -> list[AccuracyBand]:
         for r in validation.evaluate_all()
         if validation.out_of_sample(r.family)
     ]
-    serving = inference_validation.evaluate_oos() + inference_validation.evaluate_all(inference_validation.load_latency_oos_runs())
+    serving = inference_validation.evaluate_oos() + inference_validation.evaluate_all(
+        inference_validation.load_latency_oos_runs()
+    )
     rows += [(regime_of(r.problem), r.metric, r.run_id, r.family, r.error) for r in serving]
     return bands_from_errors(rows)
 
 
 def bands_document(bands) -> list[dict]:
-    """The bands as the file holds them, errors rounded to 0.1 of a point."""
+    """The bands as the file holds them, errors rounded to a thousandth of a point."""
     out = []
     for band in bands:
         row = band.as_dict()
         for key in ("mean_abs_error", "mean_error", "worst_error"):
-            row[key] = round(row[key], 4)
+            row[key] = round(row[key], 5)
         out.append(row)
     return out
 
@@ -181,7 +196,9 @@ def load_bands(path: str | None = None) -> tuple[AccuracyBand, ...]:
     data = read_yaml(src, "accuracy bands file")
     rows = data.get("bands") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        raise ProblemError("must hold a list of bands (python benchmarks/accuracy.py --write-bands writes it)", source=src, field="bands")
+        raise ProblemError(
+            "must hold a list of bands (python benchmarks/accuracy.py --write-bands writes it)", source=src, field="bands"
+        )
     return tuple(_band(row, src, f"bands[{i}]") for i, row in enumerate(rows))
 
 

@@ -18,6 +18,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
+from .accuracy_bands import accuracy_lines, bands_for, regime_of
 from .report import axis_label, pipeline_unit
 from .results import mapping_row, write_new_file
 
@@ -345,9 +346,21 @@ def report_html(planner, problem, plan, result=None, front=None) -> str:
     parts += [
         "<h2>Metrics</h2>",
         '<div id="metrics">' + _table(_metric_rows(plan.evaluation.metrics)) + "</div>",
+        "<h2>Accuracy</h2>",
+        '<div id="accuracy">' + _accuracy_table(problem.for_system(plan.system_name)) + "</div>",
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _accuracy_table(problem) -> str:
+    """The model's out-of-sample error for the plan's regime, one row per figure (``accuracy_bands``), or why
+    none is known."""
+    head, *lines = accuracy_lines(problem)
+    bands = bands_for(regime_of(problem))
+    if not bands:
+        return f'<p class="note">{escape(head)}: {escape(lines[0].strip())}</p>'
+    return f'<p class="note">{escape(head)}</p>' + _table([tuple(b.line().split(": ", 1)) for b in bands])
 
 
 def _front_section(planner, problem, plan, front) -> str:

@@ -438,7 +438,9 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         nccl_channel_bytes_per_s=checks.non_negative_number(
             data.get("nccl_channel_bytes_per_s", 0.0), "nccl_channel_bytes_per_s", src
         ),
-        architecture=None if data.get("architecture") is None else checks.choice(data["architecture"], Architecture, "architecture", src),
+        architecture=None
+        if data.get("architecture") is None
+        else checks.choice(data["architecture"], Architecture, "architecture", src),
         **{
             f"{key}_efficiency": checks.fraction(eff.get(key), "efficiency." + key, src)
             for key in (
