@@ -15,7 +15,19 @@ is imported on first use, so ``import parasol.model`` stays light.
 
 __version__ = "0.3.0"
 
-API = ("load", "evaluate", "solve", "enumerate", "pareto", "Plan", "PlanResult", "ParetoResult", "Problem", "ProblemError")
+API = (
+    "load",
+    "evaluate",
+    "solve",
+    "enumerate",
+    "pareto",
+    "accuracy",
+    "Plan",
+    "PlanResult",
+    "ParetoResult",
+    "Problem",
+    "ProblemError",
+)
 __all__ = ["__version__", *API]
 
 

@@ -6,8 +6,8 @@
 serving) and of README.md's accuracy summary with this run's figures.
 
 --write-bands rewrites problems/validation/accuracy_bands.yaml, the out-of-sample error by regime (training or
-serving, dense or MoE, the device's architecture) that every plan reports (solver/accuracy_bands.py), and prints
-nothing else.
+serving, dense or MoE, the device's architecture) that every plan reports (solver/accuracy_bands.py), and its table in
+docs/accuracy.md, and prints nothing else.
 
 The whole-run budgets follow the training runs: DeepSeek-V3's published 2.664M H800 GPU-hours against
 its published mapping as it ran, and DeepSeek-V2's 172.8K H800 GPU-hours per trillion tokens against its
@@ -254,6 +254,19 @@ def write_bands() -> str:
     )
     body = yaml.safe_dump({"bands": accuracy_bands.bands_document(bands)}, sort_keys=False, width=130)
     path.write_text(head + body, encoding="utf-8")
+    rows = [
+        [
+            b.regime.label(),
+            accuracy_bands.METRICS[b.metric],
+            str(b.runs),
+            f"{100 * b.mean_abs_error:.1f} %",
+            f"{100 * b.mean_error:+.1f} %",
+            f"{100 * b.worst_error:+.1f} % ({b.worst_run})",
+        ]
+        for b in bands
+    ]
+    head_row = ["regime", "figure", "runs", "mean abs. error", "mean signed error", "worst"]
+    write_block("accuracy.md", "accuracy-bands", text_table(head_row, rows, markdown=True))
     return str(path)
 
 

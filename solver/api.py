@@ -3,7 +3,8 @@
 Every function takes a problem as a ``Problem`` (``load``), a path to a problem file, or a dict with
 the file's keys; the workload's ``kind`` decides whether it is planned as training or serving. The
 results are the CLI's: ``Plan`` (``evaluate``), ``PlanResult`` (``solve``, ``enumerate``) and
-``ParetoResult`` (``pareto``), each with ``to_frame()`` for a pandas DataFrame. Mistakes raise
+``ParetoResult`` (``pareto``), each with ``to_frame()`` for a pandas DataFrame; ``accuracy`` gives the
+out-of-sample error that the CLI reports with every plan. Mistakes raise
 ``ProblemError`` with the file (or "<dict>"), the field and what is allowed. docs/api.md.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from parasol.model.errors import ProblemError
 
+from . import accuracy_bands
 from . import planner as _planner
 from .pareto import ParetoResult, pareto_front
 from .planner import Plan, PlanResult, planner_for
@@ -39,6 +41,14 @@ def evaluate(problem: Problem | str | Path | dict) -> Plan:
     planner = planner_for(problem)
     num_gpus, mapping = planner.fixed_plan(problem)
     return Plan(num_gpus, mapping, planner.evaluate(problem, num_gpus, mapping))
+
+
+def accuracy(problem: Problem | str | Path | dict) -> dict:
+    """How far the problem's figures can be trusted: the model's error on the published runs of its regime (the
+    task, a dense or MoE model, the device's architecture) that no number of it was fitted to, as the CLI's
+    ``"accuracy"`` (``regime``, ``out_of_sample`` rows; a ``note`` where no run measures the regime). A problem
+    comparing several systems: the first; ``load(problem).systems`` lists them all."""
+    return accuracy_bands.plan_accuracy(load(problem).systems[0])
 
 
 def solve(

@@ -156,3 +156,18 @@ def test_the_html_report_holds_the_band(tmp_path):
     (band,) = accuracy_bands.bands_for(Regime(WorkloadKind.TRAINING, "dense", Architecture.AMPERE))
     section = html.split('<div id="accuracy">', 1)[1]
     assert "dense training on ampere" in section and f"{band.runs} published runs" in section
+
+
+def test_the_python_api_gives_the_cli_block():
+    import parasol  # noqa: PLC0415
+
+    cli = json.loads(run_main(["evaluate", EXAMPLES / "gpt3-175b-a100.yaml", "--json"]).stdout)["accuracy"]
+    assert parasol.accuracy(EXAMPLES / "gpt3-175b-a100.yaml") == cli
+    on_mi300x = {
+        "model": "llama3-8b",
+        "system": {"name": "mi300x", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 8192, "global_batch": 64, "precision": "bf16"},
+        "objective": "throughput",
+    }
+    out = parasol.accuracy(on_mi300x)
+    assert out["regime"] == "dense training on cdna3" and out["out_of_sample"] == [] and "unknown" in out["note"]
