@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from parasol.model.choices import plain
+
 # the parser imports this module for LISTS' names: the library (numpy, YAML) is imported where it is read
 
 GIB = 2**30
@@ -55,6 +57,7 @@ def _device_facts(name: str) -> dict:
     device = library.load_device(name)
     bf16 = device.peak_flops.get("bf16")
     return {
+        "architecture": plain(device.architecture) or "",
         "memory_gib": round(device.hbm_bytes / GIB, 1),
         "bf16_tflops": None if bf16 is None else round(bf16 / 1e12),
         "precisions": ",".join(device.peak_flops),
