@@ -26,7 +26,6 @@ a cross-validated figure.
 
 from __future__ import annotations
 
-import datetime
 import json
 import statistics
 import sys
@@ -249,23 +248,12 @@ def write_bands() -> str:
     head = (
         "# The model's error on the published runs no number of it was fitted to, by regime (task, model kind, the\n"
         '# device\'s architecture) and figure: what every plan reports under "accuracy" (solver/accuracy_bands.py).\n'
-        f"# Written by `python benchmarks/accuracy.py --write-bands` on {datetime.date.today().isoformat()}; do not edit by\n"
-        "# hand (tests/test_accuracy_bands.py holds it to the runs). Errors are (predicted - measured) / measured.\n"
+        "# Written by `python benchmarks/accuracy.py --write-bands`; do not edit by hand (tests/test_accuracy_bands.py\n"
+        "# holds it to the runs). Errors are (predicted - measured) / measured.\n"
     )
     body = yaml.safe_dump({"bands": accuracy_bands.bands_document(bands)}, sort_keys=False, width=130)
     path.write_text(head + body, encoding="utf-8")
-    rows = [
-        [
-            b.regime.label(),
-            accuracy_bands.METRICS[b.metric],
-            str(b.runs),
-            f"{100 * b.mean_abs_error:.1f} %",
-            f"{100 * b.mean_error:+.1f} %",
-            f"{100 * b.worst_error:+.1f} % ({b.worst_run})",
-        ]
-        for b in bands
-    ]
-    head_row = ["regime", "figure", "runs", "mean abs. error", "mean signed error", "worst"]
+    head_row, rows = accuracy_bands.bands_table(bands)
     write_block("accuracy.md", "accuracy-bands", text_table(head_row, rows, markdown=True))
     return str(path)
 

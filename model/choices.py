@@ -180,6 +180,14 @@ class Architecture(StrEnum):
     TPU_V5 = "tpu-v5"
 
 
+class ModelKind(StrEnum):
+    """A dense model, or a mixture-of-experts one (``ModelSpec.moe`` set): the accuracy a plan reports is
+    measured apart for each (``solver/accuracy_bands.py``)."""
+
+    DENSE = "dense"
+    MOE = "moe"
+
+
 def plain(value):
     """A choice as the plain ``str`` or ``int`` value it stands for (other values unchanged)."""
     if isinstance(value, bool):

@@ -1,35 +1,56 @@
 """How far a plan's figures can be trusted: the model's error on published runs it was never fitted to,
 for the plan's regime (training or serving, a dense or a mixture-of-experts model, the device's architecture).
 
-A band is the out-of-sample runs of one regime and one figure (a training step's time; a serving plan's output
-tokens/s per GPU, first-token latency or time per output token): how many, the mean absolute and the mean
-signed error, and the worst run. ``problems/validation/accuracy_bands.yaml`` holds them; ``python
-benchmarks/accuracy.py --write-bands`` writes it from the validation runs, and a test holds that it matches what
-the runs give now. A regime without a band has no published run outside the calibration set: its error is
-unknown, and the report says so rather than borrowing another regime's figure. The reserved sets of issue 13
-never enter here.
+A band is the out-of-sample runs of one regime and one figure (``BandMetric``: a training step's time; a serving
+plan's output tokens/s per GPU; a single request's first-token latency or time per output token): how many, the
+mean absolute and the mean signed error, and the worst run. ``problems/validation/accuracy_bands.yaml`` holds them;
+``python benchmarks/accuracy.py --write-bands`` writes it from the validation runs (and the table of
+docs/accuracy.md), and a test holds both to what the runs give now. A regime without a band has no published run
+outside the calibration set, and a package rescaled to another chiplet count has none either: its error is unknown,
+and the report says so rather than borrowing another regime's figure. The reserved sets of issue 13 never enter here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
+from enum import StrEnum
 from typing import NamedTuple
 
 from parasol.model import checks
-from parasol.model.choices import Architecture, WorkloadKind, allowed, plain
+from parasol.model.choices import Architecture, ModelKind, WorkloadKind, allowed, plain
 from parasol.model.errors import ProblemError
 
+from . import library
 from .library import library_root, read_yaml
 
 BANDS_FILE = "validation/accuracy_bands.yaml"
-METRICS = {  # the figure a band measures -> how a report names it
-    "step_time_s": "step time",
-    "tokens_per_s_per_gpu": "output tokens/s per GPU",
-    "ttft_s": "first-token latency",
-    "tpot_s": "time per output token",
-}
-MODEL_KINDS = ("dense", "moe")
+
+
+class BandMetric(StrEnum):
+    """The figure a band measures: an evaluation's metric, and how a report names it (``label``)."""
+
+    STEP_TIME = "step_time_s"
+    THROUGHPUT = "tokens_per_s_per_gpu"
+    TTFT = "ttft_s"
+    TPOT = "tpot_s"
+
+    @property
+    def label(self) -> str:
+        return {
+            BandMetric.STEP_TIME: "step time",
+            BandMetric.THROUGHPUT: "output tokens/s per GPU",
+            BandMetric.TTFT: "first-token latency (single request)",
+            BandMetric.TPOT: "time per output token (single request)",
+        }[self]
+
+    @property
+    def higher_is_faster(self) -> bool:
+        """A rate (tokens/s), where a prediction above the measurement is faster; the others are times."""
+        return self == BandMetric.THROUGHPUT
+
+
 BAND_KEYS = (
     "task",
     "model",
@@ -42,19 +63,25 @@ BAND_KEYS = (
     "worst_run",
     "families",
 )
+ERROR_KEYS = ("mean_abs_error", "mean_error", "worst_error")
 
 
 class Regime(NamedTuple):
-    """What a published run (or a plan) is: the task, the model's kind and the device's architecture."""
+    """What a published run (or a plan) is: the task, the model's kind, the device's architecture, and whether
+    the device is a package rescaled to another chiplet count (``rescaled_to``: its compute dies; 0 if not)."""
 
     task: WorkloadKind
-    model: str  # MODEL_KINDS
+    model: ModelKind
     architecture: Architecture | None  # None: a device file that does not say
+    rescaled_to: int = 0
 
     def label(self) -> str:
-        model = "MoE" if self.model == "moe" else "dense"
+        model = "MoE" if self.model == ModelKind.MOE else "dense"
         task = "training" if self.task == WorkloadKind.TRAINING else "serving"
-        return f"{model} {task} on {plain(self.architecture) if self.architecture else 'an unstated architecture'}"
+        device = plain(self.architecture) if self.architecture else "an unstated architecture"
+        dies = f"{self.rescaled_to} compute die{'s' if self.rescaled_to != 1 else ''}"
+        package = f" (a package of {dies})" if self.rescaled_to else ""
+        return f"{model} {task} on {device}{package}"
 
 
 class AccuracyBand(NamedTuple):
@@ -62,7 +89,7 @@ class AccuracyBand(NamedTuple):
     signed relative error ((predicted - measured) / measured), and the worst of them."""
 
     regime: Regime
-    metric: str  # METRICS
+    metric: BandMetric
     runs: int
     mean_abs_error: float
     mean_error: float
@@ -73,9 +100,9 @@ class AccuracyBand(NamedTuple):
     def as_dict(self) -> dict:
         return {
             "task": str(self.regime.task),
-            "model": self.regime.model,
+            "model": str(self.regime.model),
             "architecture": plain(self.regime.architecture),
-            "metric": self.metric,
+            "metric": str(self.metric),
             "runs": self.runs,
             "mean_abs_error": self.mean_abs_error,
             "mean_error": self.mean_error,
@@ -84,24 +111,42 @@ class AccuracyBand(NamedTuple):
             "families": list(self.families),
         }
 
-    def line(self) -> str:
-        """One line of a report: the figure, the runs, the mean and worst error, which way the model leans."""
-        lean = "slower" if self.mean_error > 0 else "faster"
-        if self.metric == "tokens_per_s_per_gpu":
-            lean = "faster" if self.mean_error > 0 else "slower"
+    def lean(self) -> str:
+        """Which way the model leans on average: predicted faster or slower than measured, or neither."""
+        if self.mean_error == 0:
+            return "neither faster nor slower on average"
+        faster = (self.mean_error > 0) == self.metric.higher_is_faster
+        return f"predicted {'faster' if faster else 'slower'} by {100 * abs(self.mean_error):.1f} % on average"
+
+    def cells(self) -> tuple[str, str]:
+        """(the figure, what was measured of it): a report's row."""
+        runs = f"{self.runs} published run{'s' if self.runs != 1 else ''}"
         return (
-            f"{METRICS[self.metric]}: {self.runs} published run{'s' if self.runs != 1 else ''}, mean |error| "
-            f"{100 * self.mean_abs_error:.1f} %, worst {100 * self.worst_error:+.1f} % ({self.worst_run}); "
-            f"predicted {lean} by {100 * abs(self.mean_error):.1f} % on average"
+            self.metric.label,
+            f"{runs}, mean |error| {100 * self.mean_abs_error:.1f} %, worst {100 * self.worst_error:+.1f} % "
+            f"({self.worst_run}); {self.lean()}",
         )
 
+    def line(self) -> str:
+        return ": ".join(self.cells())
 
-def regime_of(problem) -> Regime:
-    """The regime of a (single-system) problem: its workload's kind, its model's, its device's architecture."""
+
+def regime_of(problem, chiplets: int | None = None) -> Regime:
+    """The regime of a (single-system) problem: its workload's kind, its model's, its device's architecture,
+    and the compute dies of a package rescaled from the library's device (``chiplets``, a plan's count: its
+    metrics' ``chiplets``; else the problem's first)."""
+    if chiplets is not None:
+        problem = dataclasses.replace(problem, chiplets=(chiplets,))
+    device = problem.system().device
+    rescaled = 0
+    if problem.chiplets != (None,):
+        base = library.load_system(problem.system_name, problem.num_gpus[0]).device
+        rescaled = problem.chiplets[0] if device.name != base.name else 0
     return Regime(
         WorkloadKind(problem.workload.kind),
-        "moe" if problem.model.moe is not None else "dense",
-        problem.system().device.architecture,
+        ModelKind.MOE if problem.model.moe is not None else ModelKind.DENSE,
+        device.architecture,
+        rescaled,
     )
 
 
@@ -110,7 +155,7 @@ def bands_from_errors(rows) -> list[AccuracyBand]:
     they first appear."""
     groups: dict = {}
     for regime, metric, run_id, family, error in rows:
-        groups.setdefault((regime, metric), []).append((run_id, family, error))
+        groups.setdefault((regime, BandMetric(metric)), []).append((run_id, family, error))
     bands = []
     for (regime, metric), runs in groups.items():
         errors = [e for _, _, e in runs]
@@ -137,7 +182,7 @@ def measured_bands() -> list[AccuracyBand]:
     from . import inference_validation, validation  # noqa: PLC0415 (the validation sets: only when measuring)
 
     rows = [
-        (regime_of(r.problem), "step_time_s", r.run_id, r.family, r.error)
+        (regime_of(r.problem), BandMetric.STEP_TIME, r.run_id, r.family, r.error)
         for r in validation.evaluate_all()
         if validation.out_of_sample(r.family)
     ]
@@ -153,10 +198,27 @@ def bands_document(bands) -> list[dict]:
     out = []
     for band in bands:
         row = band.as_dict()
-        for key in ("mean_abs_error", "mean_error", "worst_error"):
+        for key in ERROR_KEYS:
             row[key] = round(row[key], 5)
         out.append(row)
     return out
+
+
+def bands_table(bands) -> tuple[list[str], list[list[str]]]:
+    """(head, rows) of the bands as docs/accuracy.md shows them."""
+    head = ["regime", "figure", "runs", "mean abs. error", "mean signed error", "worst"]
+    rows = [
+        [
+            b.regime.label(),
+            b.metric.label,
+            str(b.runs),
+            f"{100 * b.mean_abs_error:.1f} %",
+            f"{100 * b.mean_error:+.1f} %",
+            f"{100 * b.worst_error:+.1f} % ({b.worst_run})",
+        ]
+        for b in bands
+    ]
+    return head, rows
 
 
 def _band(row, src: str, field: str) -> AccuracyBand:
@@ -164,15 +226,15 @@ def _band(row, src: str, field: str) -> AccuracyBand:
         raise ProblemError("must be a mapping of " + ", ".join(BAND_KEYS), source=src, field=field)
     checks.keys(row, BAND_KEYS, BAND_KEYS, src, field + ".")
     families = row["families"]
-    if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
+    if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
         raise ProblemError("must be a list of publication families", source=src, field=field + ".families")
     return AccuracyBand(
         Regime(
             checks.choice(row["task"], WorkloadKind, field + ".task", src),
-            checks.choice(row["model"], MODEL_KINDS, field + ".model", src),
+            checks.choice(row["model"], ModelKind, field + ".model", src),
             checks.choice(row["architecture"], Architecture, field + ".architecture", src),
         ),
-        checks.choice(row["metric"], tuple(METRICS), field + ".metric", src),
+        checks.choice(row["metric"], BandMetric, field + ".metric", src),
         checks.positive_int(row["runs"], field + ".runs", src),
         checks.non_negative_number(row["mean_abs_error"], field + ".mean_abs_error", src),
         _signed(row["mean_error"], src, field + ".mean_error"),
@@ -191,7 +253,8 @@ def _signed(value, src: str, field: str) -> float:
 
 @functools.cache
 def load_bands(path: str | None = None) -> tuple[AccuracyBand, ...]:
-    """The bands of ``BANDS_FILE`` (or ``path``), each row checked (one line naming the file and field otherwise)."""
+    """The bands of ``BANDS_FILE`` (or ``path``), each row checked, none repeated (one line naming the file and
+    field otherwise)."""
     src = path or str(library_root() / BANDS_FILE)
     data = read_yaml(src, "accuracy bands file")
     rows = data.get("bands") if isinstance(data, dict) else None
@@ -199,18 +262,43 @@ def load_bands(path: str | None = None) -> tuple[AccuracyBand, ...]:
         raise ProblemError(
             "must hold a list of bands (python benchmarks/accuracy.py --write-bands writes it)", source=src, field="bands"
         )
-    return tuple(_band(row, src, f"bands[{i}]") for i, row in enumerate(rows))
+    bands, seen = [], {}
+    for i, row in enumerate(rows):
+        band = _band(row, src, f"bands[{i}]")
+        key = (band.regime, band.metric)
+        if key in seen:
+            raise ProblemError(
+                f"repeats bands[{seen[key]}]'s {band.regime.label()} {band.metric}: one band per regime and figure",
+                source=src,
+                field=f"bands[{i}]",
+            )
+        seen[key] = i
+        bands.append(band)
+    return tuple(bands)
 
 
 def bands_for(regime: Regime, bands=None) -> list[AccuracyBand]:
-    """The bands of ``regime``, step time or throughput first."""
+    """The bands of ``regime``, in ``BandMetric`` order (step time or throughput first)."""
     found = [b for b in (load_bands() if bands is None else bands) if b.regime == regime]
-    return sorted(found, key=lambda b: list(METRICS).index(b.metric))
+    return sorted(found, key=lambda b: list(BandMetric).index(b.metric))
 
 
-def plan_accuracy(problem, bands=None) -> dict:
-    """A plan's ``accuracy`` block: its regime and the out-of-sample bands that measure it (none: unknown)."""
-    regime = regime_of(problem)
+def unmeasured(regime: Regime) -> str:
+    """Why no band measures ``regime``."""
+    if regime.architecture is None:
+        return (
+            "the device file states no architecture (allowed: " + allowed(Architecture) + "), so no published run speaks for it: "
+            "the error of these figures is unknown"
+        )
+    if regime.rescaled_to:
+        return "no published run measures a package rescaled to another chiplet count: the error of these figures is unknown"
+    return f"no published run outside the calibration set measures {regime.label()}: the error of these figures is unknown"
+
+
+def plan_accuracy(problem, bands=None, chiplets: int | None = None) -> dict:
+    """A plan's ``accuracy`` block: its regime (``regime_of``) and the out-of-sample bands that measure it (none:
+    a note why its error is unknown)."""
+    regime = regime_of(problem, chiplets)
     found = bands_for(regime, bands)
     out = {"regime": regime.label(), "out_of_sample": [b.as_dict() for b in found]}
     if not found:
@@ -218,20 +306,16 @@ def plan_accuracy(problem, bands=None) -> dict:
     return out
 
 
-def unmeasured(regime: Regime) -> str:
-    if regime.architecture is None:
-        return (
-            "the device file states no architecture (allowed: " + allowed(Architecture) + "), so no published run speaks for it: "
-            "the error of these figures is unknown"
-        )
-    return f"no published run outside the calibration set measures {regime.label()}: the error of these figures is unknown"
-
-
-def accuracy_lines(problem, bands=None) -> list[str]:
-    """The ``accuracy`` block of a readable report."""
-    regime = regime_of(problem)
+def accuracy_rows(problem, bands=None, chiplets: int | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """(the heading, rows of figure and text) of a report's accuracy block (``regime_of``); one row without a
+    figure when the regime is unmeasured."""
+    regime = regime_of(problem, chiplets)
     found = bands_for(regime, bands)
     head = f"accuracy (out of sample, {regime.label()}; docs/accuracy.md)"
-    if not found:
-        return [head, "  " + unmeasured(regime)]
-    return [head] + ["  " + b.line() for b in found]
+    return head, [b.cells() for b in found] if found else [("", unmeasured(regime))]
+
+
+def accuracy_lines(problem, bands=None, chiplets: int | None = None) -> list[str]:
+    """The ``accuracy`` block of a readable report."""
+    head, rows = accuracy_rows(problem, bands, chiplets)
+    return [head] + ["  " + (": ".join(r) if r[0] else r[1]) for r in rows]

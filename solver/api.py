@@ -43,12 +43,18 @@ def evaluate(problem: Problem | str | Path | dict) -> Plan:
     return Plan(num_gpus, mapping, planner.evaluate(problem, num_gpus, mapping))
 
 
-def accuracy(problem: Problem | str | Path | dict) -> dict:
+def accuracy(problem: Problem | str | Path | dict, system: str | None = None) -> dict:
     """How far the problem's figures can be trusted: the model's error on the published runs of its regime (the
     task, a dense or MoE model, the device's architecture) that no number of it was fitted to, as the CLI's
     ``"accuracy"`` (``regime``, ``out_of_sample`` rows; a ``note`` where no run measures the regime). A problem
-    comparing several systems: the first; ``load(problem).systems`` lists them all."""
-    return accuracy_bands.plan_accuracy(load(problem).systems[0])
+    comparing several systems needs ``system``, one of their names (``load(problem).systems``)."""
+    problem = load(problem)
+    if system is not None or problem.alternatives:
+        names = [p.system_name for p in problem.systems]
+        if system not in names:
+            raise ProblemError(f"accuracy needs system, one of {names}; got {system!r}", source=problem.source, field="system")
+        problem = problem.for_system(system)
+    return accuracy_bands.plan_accuracy(problem)
 
 
 def solve(

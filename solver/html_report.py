@@ -18,7 +18,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
-from .accuracy_bands import accuracy_lines, bands_for, regime_of
+from .accuracy_bands import accuracy_rows
 from .report import axis_label, pipeline_unit
 from .results import mapping_row, write_new_file
 
@@ -347,20 +347,21 @@ def report_html(planner, problem, plan, result=None, front=None) -> str:
         "<h2>Metrics</h2>",
         '<div id="metrics">' + _table(_metric_rows(plan.evaluation.metrics)) + "</div>",
         "<h2>Accuracy</h2>",
-        '<div id="accuracy">' + _accuracy_table(problem.for_system(plan.system_name)) + "</div>",
+        '<div id="accuracy">'
+        + _accuracy_table(problem.for_system(plan.system_name), plan.evaluation.metrics.get("chiplets"))
+        + "</div>",
         "</body></html>",
     ]
     return "\n".join(parts)
 
 
-def _accuracy_table(problem) -> str:
+def _accuracy_table(problem, chiplets: int | None) -> str:
     """The model's out-of-sample error for the plan's regime, one row per figure (``accuracy_bands``), or why
     none is known."""
-    head, *lines = accuracy_lines(problem)
-    bands = bands_for(regime_of(problem))
-    if not bands:
-        return f'<p class="note">{escape(head)}: {escape(lines[0].strip())}</p>'
-    return f'<p class="note">{escape(head)}</p>' + _table([tuple(b.line().split(": ", 1)) for b in bands])
+    head, rows = accuracy_rows(problem, chiplets=chiplets)
+    if not rows[0][0]:
+        return f'<p class="note">{escape(head)}: {escape(rows[0][1])}</p>'
+    return f'<p class="note">{escape(head)}</p>' + _table(rows)
 
 
 def _front_section(planner, problem, plan, front) -> str:

@@ -26,7 +26,7 @@ def evaluation_json(problem, mapping, evaluation) -> dict:
         "metrics": evaluation.metrics,
         "breakdown": evaluation.breakdown,
         "mapping": mapping_dict(mapping, evaluation.metrics["num_gpus"]),
-        "accuracy": plan_accuracy(problem),
+        "accuracy": plan_accuracy(problem, chiplets=evaluation.metrics.get("chiplets")),
     }
 
 
@@ -68,7 +68,9 @@ def plan_result_json(problem, result, top: int) -> dict:
                 "mapping": plan_json(problem, result.plans[0])["mapping"],
                 "metrics": result.plans[0].evaluation.metrics,
                 "breakdown": result.plans[0].evaluation.breakdown,
-                "accuracy": plan_accuracy(problem.for_system(result.plans[0].system_name)),
+                "accuracy": plan_accuracy(
+                    problem.for_system(result.plans[0].system_name), chiplets=result.plans[0].evaluation.metrics.get("chiplets")
+                ),
             }
         )
     else:

@@ -80,7 +80,7 @@ def evaluation_table(problem, mapping, evaluation) -> str:
         f"memory per GPU ({bd['peak_memory_pool']} pool, stage {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
-    return "\n".join([*lines, "", *accuracy_lines(problem)])
+    return "\n".join([*lines, "", *accuracy_lines(problem, chiplets=met.get("chiplets"))])
 
 
 def plans_table(plans) -> list[str]:

@@ -104,7 +104,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         f"memory per GPU ({report.pipeline_unit(m)} {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
-    return "\n".join([*lines, "", *accuracy_lines(problem)])
+    return "\n".join([*lines, "", *accuracy_lines(problem, chiplets=met.get("chiplets"))])
 
 
 def host_capacity(met: dict) -> str:
