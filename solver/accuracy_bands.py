@@ -295,6 +295,13 @@ def unmeasured(regime: Regime) -> str:
     return f"no published run outside the calibration set measures {regime.label()}: the error of these figures is unknown"
 
 
+def headline_band(problem, bands=None, chiplets: int | None = None) -> AccuracyBand | None:
+    """The band of the figure a plan is mostly judged by (step time, serving throughput; ``BandMetric`` order) for
+    the problem's regime (``regime_of``); None where no run measures it."""
+    found = bands_for(regime_of(problem, chiplets), bands)
+    return found[0] if found else None
+
+
 def plan_accuracy(problem, bands=None, chiplets: int | None = None) -> dict:
     """A plan's ``accuracy`` block: its regime (``regime_of``) and the out-of-sample bands that measure it (none:
     a note why its error is unknown)."""

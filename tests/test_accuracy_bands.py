@@ -215,3 +215,19 @@ def test_the_python_api_gives_the_cli_block():
     assert parasol.accuracy(which, system="hgx-h200")["regime"] == "dense training on hopper"
     with pytest.raises(ProblemError, match="dgx-h100"):
         parasol.accuracy(which)
+
+
+def test_a_sweep_point_without_a_measured_regime_has_no_errors(tmp_path):
+    spec = {
+        "base": {
+            "model": "megatron-gpt-1.7b",
+            "system": {"name": "mi300x", "num_gpus": 8},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"},
+            "mapping": {"pp": 1, "cp": 1, "vpp": 1, "zero": 1, "recompute": "none", "tp": 1},
+        },
+        "sweep": {"system": ["mi300x", "dgx-a100"]},
+    }
+    doc = json.loads(run_main(["sweep", write_yaml(tmp_path / "spec.yaml", spec), "--json"]).stdout)
+    rows = {p["system"]: p for p in doc["points"]}
+    assert rows["mi300x"]["oos_runs"] == 0 and rows["mi300x"]["oos_mean_abs_error"] is None
+    assert rows["dgx-a100"]["oos_runs"] >= 10 and rows["dgx-a100"]["oos_mean_abs_error"] > 0

@@ -10,6 +10,9 @@ import pytest
 import yaml
 from conftest import REPO, run_main
 
+from parasol.model.choices import ModelKind, WorkloadKind
+from parasol.solver import library
+from parasol.solver.accuracy_bands import Regime, bands_for
 from parasol.solver.planner import solve
 from parasol.solver.problem import parse_problem
 from parasol.solver.sweep import Axis, load_sweep
@@ -57,6 +60,12 @@ def test_three_systems_four_gpu_counts_two_models_in_one_command(tmp_path):
         assert value["dgx-b200"] >= value["dgx-h100"] >= value["dgx-a100"], (model, n, value)
     text = proc.stdout.splitlines()
     assert text[0].endswith("24 points over model x system x num_gpus") and len(text) == 2 + 24
+    # each row carries the out-of-sample error of its regime's step time (docs/accuracy.md): dense training on its
+    # system's architecture
+    for system, group in table.groupby("system"):
+        regime = Regime(WorkloadKind.TRAINING, ModelKind.DENSE, library.load_system(system, 8).device.architecture)
+        (band, *_) = bands_for(regime)
+        assert (group["oos_runs"] == band.runs).all() and (group["oos_mean_error"] == band.mean_error).all(), system
 
 
 def test_axes_place_their_values_in_the_base(tmp_path):
