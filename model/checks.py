@@ -127,6 +127,16 @@ def nonempty_list(value, field: str, source: str | None = None) -> list:
     return value
 
 
+def first_repeat(keys) -> tuple[int, int] | None:
+    """(the earlier index, the later one) of the first key that occurs twice in ``keys`` (hashable), None if none does."""
+    seen = {}
+    for i, key in enumerate(keys):
+        if key in seen:
+            return seen[key], i
+        seen[key] = i
+    return None
+
+
 def keys(data: dict, allowed: tuple, required: tuple, source: str | None, prefix: str) -> None:
     """ProblemError for an unknown or a missing key of a YAML mapping."""
     unknown = sorted(set(map(str, data)) - set(allowed))

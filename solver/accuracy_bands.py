@@ -262,19 +262,16 @@ def load_bands(path: str | None = None) -> tuple[AccuracyBand, ...]:
         raise ProblemError(
             "must hold a list of bands (python benchmarks/accuracy.py --write-bands writes it)", source=src, field="bands"
         )
-    bands, seen = [], {}
-    for i, row in enumerate(rows):
-        band = _band(row, src, f"bands[{i}]")
-        key = (band.regime, band.metric)
-        if key in seen:
-            raise ProblemError(
-                f"repeats bands[{seen[key]}]'s {band.regime.label()} {band.metric}: one band per regime and figure",
-                source=src,
-                field=f"bands[{i}]",
-            )
-        seen[key] = i
-        bands.append(band)
-    return tuple(bands)
+    bands = tuple(_band(row, src, f"bands[{i}]") for i, row in enumerate(rows))
+    repeat = checks.first_repeat((b.regime, b.metric) for b in bands)
+    if repeat is not None:
+        first, again = repeat
+        raise ProblemError(
+            f"repeats bands[{first}]'s {bands[again].regime.label()} {bands[again].metric}: one band per regime and figure",
+            source=src,
+            field=f"bands[{again}]",
+        )
+    return bands
 
 
 def bands_for(regime: Regime, bands=None) -> list[AccuracyBand]:

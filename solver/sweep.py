@@ -120,16 +120,13 @@ def load_sweep(path: str, time_limit: float | None = None, seed: int | None = No
         if axes[-1] is Axis.WORKLOAD:  # each merged into the base's workload
             for j, value in enumerate(values):
                 checks.mapping(value, f"sweep.workload[{j}]", src)
-        seen = {}
-        for j, value in enumerate(values):  # a value twice would solve the same point twice under two names
-            canonical = json.dumps(value, sort_keys=True, default=str)
-            if canonical in seen:
-                raise ProblemError(
-                    f"value {j} repeats value {seen[canonical]} ({label(value)}); list each once",
-                    source=src,
-                    field=f"sweep.{key}",
-                )
-            seen[canonical] = j
+        # a value twice would solve the same point twice under two names
+        repeat = checks.first_repeat(json.dumps(value, sort_keys=True, default=str) for value in values)
+        if repeat is not None:
+            first, again = repeat
+            raise ProblemError(
+                f"value {again} repeats value {first} ({label(values[again])}); list each once", source=src, field=f"sweep.{key}"
+            )
     size = 1
     for values in lists:
         size *= len(values)
