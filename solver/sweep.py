@@ -192,18 +192,19 @@ def sweep_frame(sweep: Sweep, results: dict) -> pd.DataFrame:
             else:
                 row.setdefault(key, value)
         if result.plan:
-            row.update(accuracy_columns(point, result.plan.get("chiplets")))
+            row.update(accuracy_columns(point, result.system, result.plan.get("chiplets")))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def accuracy_columns(point: Point, chiplets) -> dict:
-    """The out-of-sample error of a planned point's headline figure (``accuracy_bands.headline_band``): its runs,
-    mean absolute and mean signed error; no runs (and no errors) where none measures the point's regime."""
+def accuracy_columns(point: Point, system: str | None, chiplets) -> dict:
+    """The out-of-sample error of a planned point's headline figure (``accuracy_bands.headline_band``) on the
+    system and chiplet count its plan chose: its runs, mean absolute and mean signed error; no runs (and no errors)
+    where none measures the point's regime."""
     from .accuracy_bands import headline_band  # noqa: PLC0415
     from .problem import parse_problem  # noqa: PLC0415
 
-    problem = parse_problem(point.task.problem, source=point.task.source)
+    problem = parse_problem(point.task.problem, source=point.task.source).for_system(system)
     band = headline_band(problem, chiplets=None if chiplets is None or pd.isna(chiplets) else int(chiplets))
     if band is None:
         return {"oos_runs": 0, "oos_mean_abs_error": None, "oos_mean_error": None}

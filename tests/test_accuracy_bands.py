@@ -231,3 +231,22 @@ def test_a_sweep_point_without_a_measured_regime_has_no_errors(tmp_path):
     rows = {p["system"]: p for p in doc["points"]}
     assert rows["mi300x"]["oos_runs"] == 0 and rows["mi300x"]["oos_mean_abs_error"] is None
     assert rows["dgx-a100"]["oos_runs"] >= 10 and rows["dgx-a100"]["oos_mean_abs_error"] > 0
+
+
+def test_a_sweep_point_comparing_systems_takes_the_chosen_ones_band(tmp_path):
+    """A point whose problem lists several systems is measured on the system its plan chose."""
+    spec = {
+        "base": {
+            "model": "megatron-gpt-1.7b",
+            "system": {"name": ["dgx-a100", "mi300x"], "num_gpus": 8},
+            "workload": {"kind": "training", "seq_len": 2048, "global_batch": 64, "precision": "bf16"},
+            "mapping": {"pp": 1, "cp": 1, "vpp": 1, "zero": 1, "recompute": "none", "tp": 1},
+        },
+        "sweep": {"num_gpus": [8]},
+    }
+    doc = json.loads(run_main(["sweep", write_yaml(tmp_path / "spec.yaml", spec), "--json"]).stdout)
+    (point,) = doc["points"]
+    assert point["system"] == "mi300x"  # the faster, not the first: the test tells the two apart
+    chosen = library.load_system(point["system"], 8).device.architecture
+    band = accuracy_bands.bands_for(Regime(WorkloadKind.TRAINING, ModelKind.DENSE, chosen))
+    assert point["oos_runs"] == (band[0].runs if band else 0)
