@@ -292,18 +292,23 @@ def unmeasured(regime: Regime) -> str:
     return f"no published run outside the calibration set measures {regime.label()}: the error of these figures is unknown"
 
 
+def measured_regime(problem, bands=None, chiplets: int | None = None) -> tuple[Regime, list[AccuracyBand]]:
+    """The problem's regime (``regime_of``) and the bands that measure it (``bands_for``; empty: none does)."""
+    regime = regime_of(problem, chiplets)
+    return regime, bands_for(regime, bands)
+
+
 def headline_band(problem, bands=None, chiplets: int | None = None) -> AccuracyBand | None:
     """The band of the figure a plan is mostly judged by (step time, serving throughput; ``BandMetric`` order) for
-    the problem's regime (``regime_of``); None where no run measures it."""
-    found = bands_for(regime_of(problem, chiplets), bands)
+    the problem's regime; None where no run measures it."""
+    found = measured_regime(problem, bands, chiplets)[1]
     return found[0] if found else None
 
 
 def plan_accuracy(problem, bands=None, chiplets: int | None = None) -> dict:
     """A plan's ``accuracy`` block: its regime (``regime_of``) and the out-of-sample bands that measure it (none:
     a note why its error is unknown)."""
-    regime = regime_of(problem, chiplets)
-    found = bands_for(regime, bands)
+    regime, found = measured_regime(problem, bands, chiplets)
     out = {"regime": regime.label(), "out_of_sample": [b.as_dict() for b in found]}
     if not found:
         out["note"] = unmeasured(regime)
@@ -313,8 +318,7 @@ def plan_accuracy(problem, bands=None, chiplets: int | None = None) -> dict:
 def accuracy_rows(problem, bands=None, chiplets: int | None = None) -> tuple[str, list[tuple[str, str]]]:
     """(the heading, rows of figure and text) of a report's accuracy block (``regime_of``); one row without a
     figure when the regime is unmeasured."""
-    regime = regime_of(problem, chiplets)
-    found = bands_for(regime, bands)
+    regime, found = measured_regime(problem, bands, chiplets)
     head = f"accuracy (out of sample, {regime.label()}; docs/accuracy.md)"
     return head, [b.cells() for b in found] if found else [("", unmeasured(regime))]
 
