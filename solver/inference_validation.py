@@ -119,19 +119,29 @@ def grid_fit(entries, grids, fields_of) -> tuple[tuple, float]:
     return best[1], best[0]
 
 
-def fit_engine_profile(entries, device: str, keys) -> tuple[dict, float]:
+def fit_engine_profile(entries, device: str, keys, near: dict | None = None, steps: int = 3) -> tuple[dict, float]:
     """({key: value}, mean |error|): the profile's ``keys`` on ``device`` fitted together, by exhaustive
     search of the product of their grids (``ENGINE_FIT_GRIDS``, else ``ENGINE_FIT_GRID``; ties to the
     smaller values): the mean absolute error of the entries run on that device, every other number as the
     device file and the entries' engine profile give it. Exhaustive, because the error surface has ridges
-    along which a descent one key at a time stops at different points depending on its start and order."""
+    along which a descent one key at a time stops at different points depending on its start and order.
+    ``near`` ({key: value}) searches only the grid points within ``steps`` of each value: the best point
+    around a stored fit, a product of (2·steps + 1)^keys points instead of the whole grid's thousands."""
     keys = [key for key in library.ENGINE_EFFICIENCY_FIELDS if key in keys]
     own = [e for e in entries if problem_from_entry(e).system().device.name == device]
     if not own:
         raise ValueError(f"no run on device {device}")
     grids = [ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID) for key in keys]
+    if near is not None:
+        grids = [_grid_window(grid, near[key], steps) for grid, key in zip(grids, keys)]
     values, error = grid_fit(own, grids, lambda values: library.engine_fields(dict(zip(keys, values))))
     return dict(zip(keys, values)), error
+
+
+def _grid_window(grid: tuple, value: float, steps: int) -> tuple:
+    """The points of ``grid`` at most ``steps`` places from the point nearest ``value``."""
+    centre = min(range(len(grid)), key=lambda i: abs(grid[i] - value))
+    return grid[max(0, centre - steps) : centre + steps + 1]
 
 
 # the grid the serving runtime's per-pass overhead is fitted on: 0 to 5 ms in steps of 0.01 ms
@@ -151,11 +161,13 @@ def step_overhead_error(entries, seconds: float) -> float:
     return mean_abs_error([evaluate_run(e, override, with_max_batch=False) for e in entries])
 
 
-def fit_step_overhead(entries) -> tuple[float, float]:
+def fit_step_overhead(entries, near: float | None = None, steps: int = 20) -> tuple[float, float]:
     """(seconds, mean |error|): the device files' ``serving_step_overhead_s`` that minimises the
     entries' mean absolute error, one value for every device, by exhaustive search of
-    ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it."""
-    (seconds,), error = grid_fit(entries, [STEP_OVERHEAD_GRID], lambda values: {"serving_step_overhead_s": values[0]})
+    ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it;
+    ``near`` searches only the grid points within ``steps`` of it (the best point around a stored fit)."""
+    grid = STEP_OVERHEAD_GRID if near is None else _grid_window(STEP_OVERHEAD_GRID, near, steps)
+    (seconds,), error = grid_fit(entries, [grid], lambda values: {"serving_step_overhead_s": values[0]})
     return seconds, error
 
 

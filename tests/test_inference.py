@@ -289,17 +289,18 @@ def test_first_token_latency_without_the_engine_profile_misses(runs):
 # ---------------------------------------------------------------- serving-engine profiles
 
 
-@pytest.mark.slow
 def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
     """problems/engines/trtllm-0.5.yaml holds, for each device, the values that minimise together the
     mean |error| on TensorRT-LLM 0.5.0's throughput tables (benchmarks/calibrate.py --engine: exhaustive
-    search of the keys' grids); measured: H100 stream 0.55, gemm 0.86 (6.9 %), A100 stream 0.65 (3.5 %), with
-    the device files' per-pass runtime overhead (0.42, 0.90, 0.55 without it)."""
+    search of the keys' grids, 40 s in the suite); measured: H100 stream 0.55, gemm 0.86 (6.9 %), A100 stream
+    0.65 (3.5 %), with the device files' per-pass runtime overhead (0.42, 0.90, 0.55 without it). Here each
+    stored point must be the best of the grid points within 0.03 of it in every key, searched together: a
+    change to the model that moves the fit moves it away from the stored values and fails this."""
     runs = load_engine_runs()
     assert len(runs) == 23 and all(e["workload"]["engine"] == "trtllm-0.5" for e in runs)
     assert not {e["id"] for e in runs} & {e["id"] for e in load_runs()}
     for device, stored in load_engine("trtllm-0.5").items():
-        fitted, error = fit_engine_profile(runs, device, stored)
+        fitted, error = fit_engine_profile(runs, device, stored, near=stored)
         assert fitted == pytest.approx(stored, abs=0.005), device
         assert error <= 0.07, device
 
@@ -377,10 +378,12 @@ def test_runtime_overhead_is_not_hidden_by_a_slower_stage():
 
 def test_runtime_overhead_is_the_fit_on_the_trtllm_061_tables():
     """Every device file holds the per-pass overhead that minimises the mean |error| of TensorRT-LLM 0.6.1's
-    29 throughput rows (benchmarks/calibrate.py --step-overhead): 1.66 ms, 7.2 % against 8.9 % without it."""
+    29 throughput rows (benchmarks/calibrate.py --step-overhead, over the whole 0-5 ms grid): 1.66 ms, 7.2 %
+    against 8.9 % without it. Here: the best of the grid within 0.2 ms of the H100's stored value, which every
+    device file holds."""
     runs = step_overhead_runs()
     assert len(runs) == 29
-    seconds, error = fit_step_overhead(runs)
+    seconds, error = fit_step_overhead(runs, near=load_device("h100-sxm-80gb").serving_step_overhead_s)
     assert seconds == pytest.approx(1.66e-3, abs=STEP_OVERHEAD_STEP_S / 2) and error < 0.075
     for name in library.names("systems/devices"):
         assert load_device(name).serving_step_overhead_s == pytest.approx(seconds, abs=STEP_OVERHEAD_STEP_S / 2), name
