@@ -16,7 +16,9 @@ published parallelism (benchmarks/cost_validation.py; out of sample; --json: "wh
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
 max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the planner's choice;
---json: "inference_out_of_sample").
+--json: "inference_out_of_sample") and MLPerf Inference's Llama 2 70B Offline runs
+(problems/validation/mlperf_inference_runs.yaml: B200/GB200 out of sample, the Hopper runs calibration;
+--json: "inference_mlperf").
 
 Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources). The device efficiency curves were calibrated on this same set
@@ -174,7 +176,7 @@ def whole_run() -> list[dict]:
     ]
 
 
-def write_docs(results, serving, serving_oos, budget) -> None:
+def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
     write_block("accuracy.md", "training-families", family_table(results))
     write_block(
         "accuracy.md", "training-runs", f"<details><summary>{len(results)} runs</summary>\n\n{table(results, True)}\n\n</details>"
@@ -196,6 +198,15 @@ def write_docs(results, serving, serving_oos, budget) -> None:
                 "",
                 "```",
                 inference_accuracy.oos_report(serving_oos),
+                "```",
+                "",
+                "MLPerf Inference Llama 2 70B Offline (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best "
+                "up to the run's gpu_batch_size; the dataset's mean prompt fitted on the two Hopper runs):",
+                "",
+                inference_accuracy.table(mlperf, True),
+                "",
+                "```",
+                inference_accuracy.mlperf_report(mlperf),
                 "```",
             ]
         ),
@@ -219,7 +230,11 @@ def write_docs(results, serving, serving_oos, budget) -> None:
     ]
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
-    lines.append(f"| serving max throughput, out of sample | {o['runs']} | {100 * o['mean_abs_error']:.1f} % |")
+    blackwell = [r for r in mlperf if out_of_sample_serving(r)]
+    lines.append(
+        f"| serving max throughput, out of sample (TensorRT-LLM on H100/H200; MLPerf Inference on B200/GB200) | "
+        f"{o['runs']} + {len(blackwell)} | {100 * o['mean_abs_error']:.1f} % / {mean(blackwell):.1f} % |"
+    )
     memory = [abs(r.memory_error) for r in results if r.measured_memory_gib]
     fit = sum(r.evaluation.metrics["fits"] for r in results)
     lines.append(
@@ -238,6 +253,11 @@ def write_docs(results, serving, serving_oos, budget) -> None:
         f"{100 * statistics.fmean(abs(b['error']) for b in budget):.1f} % |"
     )
     write_block("../README.md", "accuracy-summary", "\n".join(lines))
+
+
+def out_of_sample_serving(result) -> bool:
+    """Whether an MLPerf Inference run is out of sample (not one the dataset's prompt length was fitted on)."""
+    return "out of sample" in result.family
 
 
 def write_bands() -> str:
@@ -268,6 +288,7 @@ def main() -> int:
     results = evaluate_all()
     summary = summarise(results)
     serving, serving_oos = inference_accuracy.evaluate_all(), inference_accuracy.evaluate_oos()
+    mlperf = inference_accuracy.evaluate_mlperf()
     budget = whole_run()
     if args.json:
         print(
@@ -276,6 +297,7 @@ def main() -> int:
                     "summary": summary,
                     "inference": inference_accuracy.as_json(serving),
                     "inference_out_of_sample": inference_accuracy.as_json(serving_oos),
+                    "inference_mlperf": inference_accuracy.as_json(mlperf),
                     "whole_run": budget,
                     "out_of_memory": out_of_memory(),
                     "runs": [
@@ -298,7 +320,7 @@ def main() -> int:
         )
         return 0
     if args.write_docs:
-        write_docs(results, serving, serving_oos, budget)
+        write_docs(results, serving, serving_oos, budget, mlperf)
     print(table(results, args.markdown))
     print()
     print(
@@ -355,6 +377,8 @@ def main() -> int:
     print(inference_accuracy.report(serving))
     print("Inference out of sample (problems/validation/inference_runs_oos.yaml)")
     print(inference_accuracy.oos_report(serving_oos))
+    print("MLPerf Inference Llama 2 70B Offline (problems/validation/mlperf_inference_runs.yaml)")
+    print(inference_accuracy.mlperf_report(mlperf))
     return 0
 
 

@@ -16,7 +16,10 @@ Out of sample, reported apart and never fitted: problems/validation/inference_ru
 TensorRT-LLM max-throughput runs (trtllm-bench, in-flight batching; perf-overview.md) on H100/H200 in
 FP8, where the engine chose the batch: each is the planner's best plan with the batch free; and
 problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
-token (Llama 3.3 70B on 2 H100, FP8). Each max-throughput run serves the set of requests the page lists
+token (Llama 3.3 70B on 2 H100, FP8). MLPerf Inference's Llama 2 70B Offline runs
+(problems/validation/mlperf_inference_runs.yaml): the B200 and GB200 runs (NVFP4) out of sample; the two
+Hopper runs of v5.0 set the dataset's mean prompt length, which MLCommons does not state
+(benchmarks/calibrate.py --mlperf-prompt), and are calibration. Each max-throughput run serves the set of requests the page lists
 (``workload.requests``); ``--oos-variant steady`` drops it (the steady state), ``--oos-variant largest-batch``
 keeps it but evaluates the largest batch that fits (at most TensorRT-LLM's max_batch_size 2,048) instead of
 the planner's best: checks of the protocol, printed, never adopted.
@@ -35,6 +38,7 @@ from parasol.model.specs import PoolMapping
 from parasol.solver.inference_validation import (
     InferenceRunResult,
     evaluate_all,
+    evaluate_mlperf,
     evaluate_oos,
     evaluate_planned_run,
     evaluate_run,
@@ -122,6 +126,21 @@ def oos_report(results, variant: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def mlperf_report(results) -> str:
+    """MLPerf Inference Offline runs by family: the ones its dataset's mean prompt length was fitted on, and
+    the ones out of sample, with how many of each the model puts faster than measured."""
+    lines = []
+    for name, f in summarise(results)["by_family"].items():
+        own = [r for r in results if r.family == name]
+        over = sum(r.error > 0 for r in own)
+        mean_signed = statistics.fmean(r.error for r in own)
+        lines.append(
+            f"  {name:<78} {f['runs']:>2} runs  mean |error| {100 * f['mean_abs_error']:5.1f} %  mean {100 * mean_signed:+5.1f} %  "
+            f"max {100 * f['max_abs_error']:5.1f} %  {over} of {len(own)} predicted faster"
+        )
+    return "\n".join(lines)
+
+
 def as_json(results) -> dict:
     return {
         "summary": summarise(results),
@@ -182,6 +201,7 @@ def main() -> int:
     oos = evaluate_oos() if variant is None else [variant(e) for e in load_oos_runs()]
     results, engine = evaluate_all(), evaluate_all(load_engine_runs())
     latency = evaluate_all(load_latency_oos_runs())
+    mlperf = evaluate_mlperf()
     if args.json:
         print(
             json.dumps(
@@ -190,6 +210,7 @@ def main() -> int:
                     "out_of_sample": as_json(oos),
                     "engine_calibration": as_json(engine),
                     "latency_out_of_sample": as_json(latency),
+                    "mlperf": as_json(mlperf),
                 },
                 indent=2,
             )
@@ -216,6 +237,14 @@ def main() -> int:
     print(table(latency, args.markdown))
     print()
     print(report(latency))
+    print()
+    print(
+        "MLPerf Inference Offline (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best up to the run's "
+        "gpu_batch_size; the dataset's mean prompt fitted on the Hopper runs, benchmarks/calibrate.py --mlperf-prompt)"
+    )
+    print(table(mlperf, args.markdown))
+    print()
+    print(mlperf_report(mlperf))
     return 0
 
 

@@ -509,6 +509,9 @@ class InferenceWorkload:
     # a finite set of this many identical requests queued at once (an offline run), served in waves
     # (inference.request_waves); None: the steady state
     requests: int | None = None
+    # the engine's largest batch per replica (TensorRT-LLM --max_batch_size, vLLM --max-num-seqs, MLPerf's
+    # gpu_batch_size): the planner's default batches go up to it; None: up to solver.serving_space.MAX_DEFAULT_BATCH
+    max_batch_size: int | None = None
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -41,6 +41,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "engine",
     "request_rate",
     "requests",
+    "max_batch_size",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -59,6 +60,12 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         raise ProblemError("must be a mapping {ttft_s, tpot_s}", source=src, field="workload.slo")
     checks.keys(slo, ("ttft_s", "tpot_s"), (), src, "workload.slo.")
     batch = data.get("batch")
+    cap = data.get("max_batch_size")
+    cap = None if cap is None else checks.positive_int(cap, "workload.max_batch_size", src)
+    if batch is not None and cap is not None and checks.positive_int(batch, "workload.batch", src) > cap:
+        raise ProblemError(
+            f"{batch} is above workload.max_batch_size {cap}; allowed: 1 to {cap}", source=src, field="workload.batch"
+        )
     return InferenceWorkload(
         input_len=checks.positive_int(data["input_len"], "workload.input_len", src, checks.MAX_SEQ_LEN),
         output_len=checks.positive_int(data["output_len"], "workload.output_len", src, checks.MAX_SEQ_LEN),
@@ -87,6 +94,7 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         if data.get("request_rate") is None
         else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
         requests=_requests(data, src),
+        max_batch_size=cap,
         engine=_engine(data.get("engine"), src),
         source=src,
     )

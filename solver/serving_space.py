@@ -6,7 +6,7 @@
 - ``batch``: pp, the sequences of one pipeline micro-batch and the batch per replica (a multiple of
   pp): the listed batches, or by default pp x the step sizes serving engines run at (1, 2, 4 and the
   multiples of 8: vLLM captures CUDA graphs for exactly these and pads a step up to the next one,
-  vllm/config.py), up to the largest that fits and at most ``MAX_DEFAULT_BATCH`` per replica; for a
+  vllm/config.py), up to the largest that fits and at most ``workload.max_batch_size`` (else ``MAX_DEFAULT_BATCH``) per replica; for a
   finite set of requests also the micro-batches that split it into full waves (``inference.wave_batches``);
 - disaggregated serving adds ``prefill`` (its pool: GPUs, tp, pp, ep, dp, groups) and ``split``
   (the plan's GPUs, the two pools' and where the KV cache crosses between them).
@@ -86,15 +86,23 @@ def build_space(problem) -> Space:
             field="mapping",
         )
     pps = sorted({r[3] for r in decode})
+    cap = wl.max_batch_size or MAX_DEFAULT_BATCH
     if "batch" in problem.mapping:
+        above = [b for b in problem.mapping["batch"] if b > cap]
+        if wl.max_batch_size is not None and above:
+            raise ProblemError(
+                f"lists batch {above[0]} above workload.max_batch_size {cap}; allowed: 1 to {cap}",
+                source=problem.source,
+                field="mapping.batch",
+            )
         batches = [(pp, b // pp, b) for pp in pps for b in sorted(problem.mapping["batch"]) if b % pp == 0]
     else:
         ctx = ServingContext(model, problem.system(problem.num_gpus[0]), wl)
-        largest = max(max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), MAX_DEFAULT_BATCH) // r[3] for r in decode)
+        largest = max(max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), cap) // r[3] for r in decode)
         micro = set(default_micro_batches(largest))
         if wl.requests is not None:  # a finite set: also the batches that fill its waves (any dp, pp)
             micro |= set(wave_batches(wl.requests, largest))
-        batches = [(pp, m, pp * m) for pp in pps for m in sorted(micro) if pp * m <= MAX_DEFAULT_BATCH]
+        batches = [(pp, m, pp * m) for pp in pps for m in sorted(micro) if pp * m <= cap]
     if not batches:
         raise ProblemError(
             f"no allowed batch {sorted(problem.mapping.get('batch', ()))[:8]} splits into the pp "
