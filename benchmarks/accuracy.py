@@ -17,8 +17,7 @@ The serving runs (problems/validation/inference_runs.yaml) are summarised at the
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
 max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the planner's choice;
 --json: "inference_out_of_sample") and MLPerf Inference's Llama 2 70B Offline runs
-(problems/validation/mlperf_inference_runs.yaml: B200/GB200 out of sample, the Hopper runs calibration;
---json: "inference_mlperf").
+(problems/validation/mlperf_inference_runs.yaml, out of sample; --json: "inference_mlperf").
 
 Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources). The device efficiency curves were calibrated on this same set
@@ -200,8 +199,8 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
                 inference_accuracy.oos_report(serving_oos),
                 "```",
                 "",
-                "MLPerf Inference Llama 2 70B Offline (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best "
-                "up to the run's gpu_batch_size; the dataset's mean prompt fitted on the two Hopper runs):",
+                "MLPerf Inference Llama 2 70B Offline, out of sample (problems/validation/mlperf_inference_runs.yaml; batch = the "
+                "planner's best up to the run's gpu_batch_size):",
                 "",
                 inference_accuracy.table(mlperf, True),
                 "",
@@ -230,10 +229,9 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
     ]
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
-    blackwell = [r for r in mlperf if out_of_sample_serving(r)]
     lines.append(
-        f"| serving max throughput, out of sample (TensorRT-LLM on H100/H200; MLPerf Inference on B200/GB200) | "
-        f"{o['runs']} + {len(blackwell)} | {100 * o['mean_abs_error']:.1f} % / {mean(blackwell):.1f} % |"
+        f"| serving max throughput, out of sample (TensorRT-LLM on H100/H200 · MLPerf Inference, H100 to GB200) | "
+        f"{o['runs']} · {len(mlperf)} | {100 * o['mean_abs_error']:.1f} % · {mean(mlperf):.1f} % |"
     )
     memory = [abs(r.memory_error) for r in results if r.measured_memory_gib]
     fit = sum(r.evaluation.metrics["fits"] for r in results)
@@ -253,11 +251,6 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
         f"{100 * statistics.fmean(abs(b['error']) for b in budget):.1f} % |"
     )
     write_block("../README.md", "accuracy-summary", "\n".join(lines))
-
-
-def out_of_sample_serving(result) -> bool:
-    """Whether an MLPerf Inference run is out of sample (not one the dataset's prompt length was fitted on)."""
-    return "out of sample" in result.family
 
 
 def write_bands() -> str:

@@ -340,41 +340,6 @@ def fit_step_overhead() -> int:
     return status
 
 
-def fit_mlperf_prompt() -> int:
-    """Refit the MLPerf Llama 2 70B dataset's mean prompt length on the runs that set it (its Hopper runs), print
-    every MLPerf run's error at it; 1 when an entry of problems/validation/mlperf_inference_runs.yaml holds another."""
-    from parasol.solver.inference_validation import (  # noqa: PLC0415
-        evaluate_mlperf,
-        fit_prompt_length,
-        load_mlperf_runs,
-        sets_prompt_length,
-    )
-
-    entries = load_mlperf_runs()
-    tokens, error = fit_prompt_length([e for e in entries if sets_prompt_length(e)])
-    print(f"MLPerf Llama 2 70B mean prompt fitted: {tokens} tokens, mean |error| {100 * error:.1f} % on the runs that set it")
-    moved = [{**e, "workload": {**e["workload"], "input_len": tokens}} for e in entries]
-    for r in evaluate_mlperf(moved):
-        print(f"  {r.run_id:<46} {100 * r.error:+6.1f} %  {r.family}")
-    # how much the out-of-sample errors hang on the fitted length: every run at other lengths, and the
-    # model's v5.0 B200-over-H100 throughput per GPU, which the two runs measured at one length
-    by_id = {e["id"]: e for e in entries}
-    pair = ("mlperf-inf-v50-b200x8-llama2-70b-offline", "mlperf-inf-v50-h100x8-llama2-70b-offline")
-    measured = by_id[pair[0]]["measured"]["tokens_per_s_per_gpu"] / by_id[pair[1]]["measured"]["tokens_per_s_per_gpu"]
-    for length in (tokens - 10, tokens + 10, 250, 300, 350):
-        results = evaluate_mlperf([{**e, "workload": {**e["workload"], "input_len": length}} for e in entries])
-        rate = {r.run_id: r.predicted for r in results}
-        errors = " ".join(f"{100 * r.error:+.1f}" for r in results)
-        print(
-            f"  at {length} tokens: {errors} %; B200/H100 per GPU {rate[pair[0]] / rate[pair[1]]:.2f} (measured {measured:.2f})"
-        )
-    stored = sorted({e["workload"]["input_len"] for e in entries})
-    if stored != [tokens]:
-        print(f"  stored input_len {stored}, DIFFERS")
-        return 1
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
@@ -382,14 +347,9 @@ def main() -> int:
     parser.add_argument("--attention", action="store_true", help="print the measured flash-attention curve instead")
     parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
     parser.add_argument("--step-overhead", action="store_true", help="fit the serving runtime's per-pass overhead instead")
-    parser.add_argument(
-        "--mlperf-prompt", action="store_true", help="fit the MLPerf Llama 2 70B dataset's mean prompt length instead"
-    )
     args = parser.parse_args()
     if args.step_overhead:
         return fit_step_overhead()
-    if args.mlperf_prompt:
-        return fit_mlperf_prompt()
     if args.attention:
         seqs, effs = attention_curve()
         print(

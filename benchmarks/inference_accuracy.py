@@ -16,10 +16,10 @@ Out of sample, reported apart and never fitted: problems/validation/inference_ru
 TensorRT-LLM max-throughput runs (trtllm-bench, in-flight batching; perf-overview.md) on H100/H200 in
 FP8, where the engine chose the batch: each is the planner's best plan with the batch free; and
 problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
-token (Llama 3.3 70B on 2 H100, FP8). MLPerf Inference's Llama 2 70B Offline runs
-(problems/validation/mlperf_inference_runs.yaml): the B200 and GB200 runs (NVFP4) out of sample; the two
-Hopper runs of v5.0 set the dataset's mean prompt length, which MLCommons does not state
-(benchmarks/calibrate.py --mlperf-prompt), and are calibration. Each max-throughput run serves the set of requests the page lists
+token (Llama 3.3 70B on 2 H100, FP8); and MLPerf Inference's Llama 2 70B Offline runs
+(problems/validation/mlperf_inference_runs.yaml: NVIDIA's H100 and H200 in FP8, B200 and GB200 in NVFP4, at the
+dataset's mean lengths; the batch the planner's best up to the run's gpu_batch_size). Each max-throughput run of
+inference_runs_oos.yaml serves the set of requests the page lists
 (``workload.requests``); ``--oos-variant steady`` drops it (the steady state), ``--oos-variant largest-batch``
 keeps it but evaluates the largest batch that fits (at most TensorRT-LLM's max_batch_size 2,048) instead of
 the planner's best: checks of the protocol, printed, never adopted.
@@ -127,8 +127,7 @@ def oos_report(results, variant: str | None = None) -> str:
 
 
 def mlperf_report(results) -> str:
-    """MLPerf Inference Offline runs by family: the ones its dataset's mean prompt length was fitted on, and
-    the ones out of sample, with how many of each the model puts faster than measured."""
+    """MLPerf Inference Offline runs by family, with how many of each the model puts faster than measured."""
     lines = []
     for name, f in summarise(results)["by_family"].items():
         own = [r for r in results if r.family == name]
@@ -239,8 +238,8 @@ def main() -> int:
     print(report(latency))
     print()
     print(
-        "MLPerf Inference Offline (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best up to the run's "
-        "gpu_batch_size; the dataset's mean prompt fitted on the Hopper runs, benchmarks/calibrate.py --mlperf-prompt)"
+        "MLPerf Inference Offline, out of sample (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best "
+        "up to the run's gpu_batch_size)"
     )
     print(table(mlperf, args.markdown))
     print()

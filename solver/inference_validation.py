@@ -202,33 +202,6 @@ def evaluate_mlperf(entries=None) -> list[InferenceRunResult]:
     return [evaluate_planned_run(e) for e in (entries if entries is not None else load_mlperf_runs())]
 
 
-def sets_prompt_length(entry: dict) -> bool:
-    """Whether an MLPerf run is one the dataset's mean prompt length is fitted on (its family says so)."""
-    return "sets the prompt length" in entry["family"]
-
-
-# the grid the MLPerf dataset's mean prompt length is fitted on, tokens (the dataset keeps prompts under 1,024)
-PROMPT_GRID = tuple(range(50, 1024))
-
-
-def prompt_length_error(entries, tokens: int) -> float:
-    """Sum of the squared relative errors of the entries with every prompt ``tokens`` long."""
-    moved = [{**e, "workload": {**e["workload"], "input_len": tokens}} for e in entries]
-    return sum(r.error**2 for r in evaluate_mlperf(moved))
-
-
-def fit_prompt_length(entries, near: int | None = None, steps: int = 5) -> tuple[int, float]:
-    """(tokens, mean |error|): the mean prompt length of a benchmark's dataset that its publication does not
-    state, fitted on ``entries`` (the runs that ``sets_prompt_length``) by exhaustive search of
-    ``PROMPT_GRID``: least squares of the relative errors (ties to the shorter), which one number fitted on
-    two runs pins where their mean |error| is flat between them; ``near`` searches only within ``steps``
-    tokens of it."""
-    grid = PROMPT_GRID if near is None else _grid_window(PROMPT_GRID, near, steps)
-    tokens = min(grid, key=lambda t: (prompt_length_error(entries, t), t))
-    moved = [{**e, "workload": {**e["workload"], "input_len": tokens}} for e in entries]
-    return tokens, mean_abs_error(evaluate_mlperf(moved))
-
-
 def evaluate_oos(entries=None) -> list[InferenceRunResult]:
     """The out-of-sample runs (``load_oos_runs``), each at the planner's best batch."""
     return [evaluate_planned_run(e) for e in (entries if entries is not None else load_oos_runs())]
