@@ -44,6 +44,7 @@ from parasol.solver.inference_validation import (
     evaluate_run,
     load_engine_runs,
     load_latency_oos_runs,
+    load_mlperf_runs,
     load_oos_runs,
     problem_from_entry,
 )
@@ -192,10 +193,34 @@ def largest_batch_run(entry: dict) -> InferenceRunResult:
     return evaluate_run(entry)
 
 
+def batch_sweep(run_id: str) -> int:
+    """An MLPerf Inference run's predicted tokens/s per GPU at fixed batches from 256 up to its gpu_batch_size (every
+    other setting as the run's): whether the batch the planner chose matters; 2 when no MLPerf run has that id."""
+    entries = [e for e in load_mlperf_runs() if e["id"] == run_id]
+    if not entries:
+        print(f"inference_accuracy.py: no run {run_id} in problems/validation/mlperf_inference_runs.yaml", file=sys.stderr)
+        return 2
+    (entry,) = entries
+    cap = entry["workload"]["max_batch_size"]
+    for batch in (b for b in (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144) if b <= cap):
+        fixed = copy.deepcopy(entry)
+        fixed["mapping"]["batch"] = batch
+        result = evaluate_run(fixed)
+        met = result.evaluation.metrics
+        verdict = "" if met["fits"] else "  (does not fit)"
+        print(
+            f"batch {batch:>5}: {result.predicted:9,.0f} tok/s per GPU ({100 * result.error:+.1f} %), TPOT {1e3 * met['tpot_s']:.1f} ms{verdict}"
+        )
+    return 0
+
+
 def main() -> int:
     cli = parser(__doc__)
     cli.add_argument("--oos-variant", choices=("steady", "largest-batch"), help="evaluate the out-of-sample runs so instead")
+    cli.add_argument("--batch-sweep", metavar="RUN_ID", help="an MLPerf Inference run at fixed batches instead")
     args = cli.parse_args()
+    if args.batch_sweep:
+        return batch_sweep(args.batch_sweep)
     variant = {"steady": steady_state_run, "largest-batch": largest_batch_run}.get(args.oos_variant)
     oos = evaluate_oos() if variant is None else [variant(e) for e in load_oos_runs()]
     results, engine = evaluate_all(), evaluate_all(load_engine_runs())

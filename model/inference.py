@@ -178,8 +178,9 @@ def routed_experts_time_s(model: ModelSpec, device, workload: InferenceWorkload,
     load imbalance included) to its E/ep local experts (expert tensor parallelism 1, as in
     training); only the experts that receive rows are computed and read (``active_experts``).
     The training block efficiency (``moe_expert_efficiency``, fitted on Megatron runs with dropless
-    permutation and host syncs) is not applied: serving engines run fused grouped GEMMs
-    [assumption: no MoE serving measurement is at hand]."""
+    permutation and host syncs) is not applied: serving engines run fused grouped GEMMs [assumption,
+    which MLPerf Inference's Mixtral 8x7B Offline runs contradict: the model puts those runs 30-43 % too fast on
+    Hopper and 36 % on B200 (problems/validation/mlperf_inference_runs.yaml, docs/serving.md)]."""
     moe = model.moe
     local = moe.experts / ep
     rows = compute.routed_rows_per_gpu(model, tokens, tp)
