@@ -27,6 +27,7 @@ def gemm_time_s(
     precision: str,
     weight_bytes: float | None = None,
     memory_efficiency: float | None = None,
+    rate_share: float = 1.0,
 ) -> float:
     """Time of an (m x k) @ (k x n) GEMM, seconds: roofline of 2mnk FLOPs and the operand bytes.
 
@@ -34,12 +35,14 @@ def gemm_time_s(
     the compute precision (weight-only quantisation such as W4A16: the kernel reads int4 weights
     and computes in 16 bits; Lin et al., AWQ, MLSys 2024); ``memory_efficiency`` the achieved
     fraction of HBM bandwidth when not the device's layer-kernel figure (inference decode GEMMs
-    stream their weights). Both default to the training behaviour.
+    stream their weights). Both default to the training behaviour. ``rate_share`` scales the compute
+    rate alone, for a kernel measured to fall short of the dense curve where it is compute-bound (a
+    grouped expert GEMM: ``DeviceSpec.grouped_fp8_efficiency``).
     """
     flops = 2.0 * m * n * k
     if flops <= 0:
         return 0.0
-    compute = flops / (device.peak(precision) * float(device.gemm_efficiency_at(flops, precision)))
+    compute = flops / (device.peak(precision) * float(device.gemm_efficiency_at(flops, precision)) * rate_share)
     if weight_bytes is None:
         operands = (m * k + k * n) * bytes_per_element(precision)
     else:

@@ -146,11 +146,14 @@ class LayerTime:
         return self.gemm + self.attention + self.elementwise + self.tp_comm + self.ep_comm
 
 
-def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: InferenceWorkload) -> float:
+def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: InferenceWorkload, grouped: bool = False) -> float:
     """One weight GEMM of a serving pass: computed at the workload's precision, weights read at
     their stored width (``weight_precision``, block scales included) at the device's streaming
     efficiency for kernels of that precision (``DeviceSpec.weight_streaming_efficiency_for``), seconds
-    (``compute.gemm_time_s``)."""
+    (``compute.gemm_time_s``). A ``grouped`` (routed-expert) GEMM in FP8 or FP4 computes at the share of
+    the dense curve the device's scaled grouped kernels were measured to reach (``grouped_fp8_efficiency``,
+    as ``compute.moe_routed_forward_time_s`` charges training's), its weight streaming unchanged."""
+    scaled = grouped and workload.precision in ("fp8", "fp4")
     return compute.gemm_time_s(
         device,
         m,
@@ -159,6 +162,7 @@ def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: Inference
         workload.precision,
         stored_bytes_per_element(workload.weight_precision),
         device.weight_streaming_efficiency_for(workload.precision),
+        device.grouped_fp8_efficiency if scaled else 1.0,
     )
 
 
@@ -177,10 +181,10 @@ def routed_experts_time_s(model: ModelSpec, device, workload: InferenceWorkload,
     Each tensor-parallel rank routes tokens/tp of the pass (``compute.routed_rows_per_gpu``,
     load imbalance included) to its E/ep local experts (expert tensor parallelism 1, as in
     training); only the experts that receive rows are computed and read (``active_experts``).
-    The training block efficiency (``moe_expert_efficiency``, fitted on Megatron runs with dropless
-    permutation and host syncs) is not applied: serving engines run fused grouped GEMMs [assumption,
-    which MLPerf Inference's Mixtral 8x7B Offline runs contradict: the model puts those runs 30-43 % too fast on
-    Hopper and 36 % on B200 (problems/validation/mlperf_inference_runs.yaml, docs/serving.md)]."""
+    In FP8 and FP4 the experts' grouped GEMMs compute at the device's measured grouped-kernel share of the
+    dense curve (``gemm_kernel_time_s``), as training's do. The training block efficiency
+    (``moe_expert_efficiency``, fitted on Megatron runs with dropless permutation and host syncs) is not
+    applied: serving engines run fused grouped GEMMs [assumption]."""
     moe = model.moe
     local = moe.experts / ep
     rows = compute.routed_rows_per_gpu(model, tokens, tp)
@@ -188,7 +192,7 @@ def routed_experts_time_s(model: ModelSpec, device, workload: InferenceWorkload,
     experts = (
         busy
         * sum(
-            gemm_kernel_time_s(device, m, n, k, workload)
+            gemm_kernel_time_s(device, m, n, k, workload, grouped=True)
             for m, n, k in compute.mlp_gemm_shapes(model, rows / busy, moe.expert_ffn).values()
         )
         if busy
