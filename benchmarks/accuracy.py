@@ -232,7 +232,7 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
     dense_mlperf = [r for r in mlperf if r.problem.model.moe is None]
     moe_mlperf = [r for r in mlperf if r.problem.model.moe is not None]
     lines.append(
-        "| serving max throughput, out of sample: TensorRT-LLM on H100/H200 · MLPerf Inference dense · MoE, H100 to GB200 | "
+        "| serving max throughput, out of sample: TensorRT-LLM on H100/H200 · MLPerf Inference dense · MoE, H100 to GB300 | "
         f"{o['runs']} · {len(dense_mlperf)} · {len(moe_mlperf)} | {100 * o['mean_abs_error']:.1f} % · {mean(dense_mlperf):.1f} % · "
         f"{mean(moe_mlperf):.1f} % |"
     )
