@@ -199,7 +199,7 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
                 inference_accuracy.oos_report(serving_oos),
                 "```",
                 "",
-                "MLPerf Inference Llama 2 70B Offline, out of sample (problems/validation/mlperf_inference_runs.yaml; batch = the "
+                "MLPerf Inference Offline, out of sample (problems/validation/mlperf_inference_runs.yaml; batch = the "
                 "planner's best up to the run's gpu_batch_size):",
                 "",
                 inference_accuracy.table(mlperf, True),
