@@ -194,8 +194,9 @@ def largest_batch_run(entry: dict) -> InferenceRunResult:
 
 
 def batch_sweep(run_id: str) -> int:
-    """An MLPerf Inference run's predicted tokens/s per GPU at fixed batches from 256 up to its gpu_batch_size (every
-    other setting as the run's): whether the batch the planner chose matters; 2 when no MLPerf run has that id."""
+    """An MLPerf Inference run's predicted tokens/s per GPU and its step's parts at fixed batches from 256 up to its
+    gpu_batch_size (every other setting as the run's): whether the batch the planner chose matters, and where the
+    step's time goes; 2 when no MLPerf run has that id."""
     entries = [e for e in load_mlperf_runs() if e["id"] == run_id]
     if not entries:
         print(f"inference_accuracy.py: no run {run_id} in problems/validation/mlperf_inference_runs.yaml", file=sys.stderr)
@@ -208,8 +209,10 @@ def batch_sweep(run_id: str) -> int:
         result = evaluate_run(fixed)
         met = result.evaluation.metrics
         verdict = "" if met["fits"] else "  (does not fit)"
+        parts = ", ".join(f"{k} {1e3 * v:.1f}" for k, v in result.evaluation.breakdown["tpot_s"].items() if v)
         print(
-            f"batch {batch:>5}: {result.predicted:9,.0f} tok/s per GPU ({100 * result.error:+.1f} %), TPOT {1e3 * met['tpot_s']:.1f} ms{verdict}"
+            f"batch {batch:>5}: {result.predicted:9,.0f} tok/s per GPU ({100 * result.error:+.1f} %), TPOT {1e3 * met['tpot_s']:.1f} ms"
+            f"{verdict}\n    ms: {parts}"
         )
     return 0
 

@@ -38,6 +38,7 @@ MIXTRAL_BLACKWELL = "Mixtral 8x7B Offline (out of sample), Blackwell FP8/FP4 mix
 L405 = "Llama 3.1 405B Offline (out of sample), "
 L405_HOPPER, L405_BLACKWELL, L405_ULTRA = L405 + "Hopper FP8", L405 + "Blackwell FP4", L405 + "Blackwell Ultra FP4"
 L8_BLACKWELL = "Llama 3.1 8B Offline (out of sample), Blackwell FP4"
+DSR1 = "DeepSeek-R1 Offline (out of sample), "
 FAMILIES = {
     LLAMA_HOPPER: (2, 0.087),
     LLAMA_BLACKWELL: (4, 0.223),
@@ -47,9 +48,11 @@ FAMILIES = {
     L405_BLACKWELL: (4, 0.264),
     L405_ULTRA: (1, 0.484),
     L8_BLACKWELL: (1, 0.454),
+    DSR1 + "Blackwell FP4": (2, 1.054),
+    DSR1 + "Blackwell Ultra FP4": (1, 1.083),
 }  # runs and the mean |error| bound (the measurement + 1 point)
 # the dataset's mean prompt, from its official file's token lengths (the data file's header)
-MEAN_PROMPT = {"llama2-70b": 222, "mixtral-8x7b": 427, "llama3.1-405b": 9429, "llama3.1-8b": 871}
+MEAN_PROMPT = {"llama2-70b": 222, "mixtral-8x7b": 427, "llama3.1-405b": 9429, "llama3.1-8b": 871, "deepseek-v3": 804}
 
 
 def _family(rows, name):
@@ -93,7 +96,8 @@ def test_error_as_measured(results):
     (v5.0) (5.5 %), B200 +16.9 %; +43.1, +38.9, +30.3 and +36.3 % before serving charged the routed experts'
     grouped GEMMs at the devices' measured grouped share (docs/serving.md). Llama 3.1 405B: H200 -4.4 %; B200 +27.0 %
     (v5.0) and +18.6 % (v5.1), GB200 NVL72 +31.0 and +25.1 % (25.4 %); GB300 NVL72 +47.4 %. Llama 3.1 8B on B200
-    +44.4 %. Every Blackwell run is too fast. Bounds: the measurements + 1 point."""
+    +44.4 %. DeepSeek-R1 (attention data parallel, 8-way expert parallel): B200 +94.6 %, GB200 NVL72 +114.1 %,
+    GB300 NVL72 +107.3 %. Every Blackwell run is too fast. Bounds: the measurements + 1 point."""
     assert all(r.error > 0 for r in results if r.problem.system().device.architecture != "hopper")
     for name, (_, bound) in FAMILIES.items():
         assert statistics.fmean(abs(r.error) for r in _family(results, name)) <= bound, name
