@@ -58,6 +58,10 @@ import argparse
 import dataclasses
 import statistics
 import sys
+import tempfile
+from pathlib import Path
+
+import yaml
 
 from parasol.model.errors import ProblemError
 from parasol.solver.validation import evaluate_all, family, load_runs
@@ -340,6 +344,71 @@ def fit_step_overhead() -> int:
     return status
 
 
+SERVING_GEMM_DEVICES = ("b200", "gb200")  # the devices the share is fitted for (Blackwell; not GB300's Blackwell Ultra)
+SERVING_GEMM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
+
+
+def serving_gemm_runs() -> tuple[list, list]:
+    """(fitted, held out): the MLPerf Inference runs on B200 and GB200 that the serving GEMM share is fitted on (family
+    "... (fits serving_gemm) ...", v5.0) and the out-of-sample ones on the same devices (v5.1)."""
+    from parasol.solver.inference_validation import load_mlperf_runs  # noqa: PLC0415
+
+    runs = [e for e in load_mlperf_runs() if e["system"] in ("dgx-b200", "gb200-nvl72")]
+    return [e for e in runs if "(fits serving_gemm)" in e["family"]], [e for e in runs if "(out of sample)" in e["family"]]
+
+
+def at_serving_gemm(entries: list, share: float, folder) -> list:
+    """The entries with the serving GEMM share ``share`` on B200 and GB200: an engine profile whose ``gemm`` replaces
+    the device files' (``solver.library.device_under_engine``), written into ``folder``."""
+    path = Path(folder) / f"serving-gemm-{share:.2f}.yaml"
+    path.write_text(yaml.safe_dump({"name": "serving-gemm-trial", "devices": {d: {"gemm": share} for d in SERVING_GEMM_DEVICES}}))
+    return [{**e, "workload": {**e["workload"], "engine": {"file": str(path)}}} for e in entries]
+
+
+def fit_serving_gemm_share(entries: list, near: float | None = None, steps: int = 3) -> float:
+    """The share of the GEMM curves serving engines' kernels reach on B200 and GB200 that best predicts ``entries``
+    (least squares of their relative errors; ties to the smaller) over SERVING_GEMM_GRID, or its points within
+    ``steps`` of ``near``."""
+    from parasol.solver.inference_validation import evaluate_mlperf  # noqa: PLC0415
+
+    grid = SERVING_GEMM_GRID
+    if near is not None:
+        centre = min(range(len(grid)), key=lambda i: abs(grid[i] - near))
+        grid = grid[max(0, centre - steps) : centre + steps + 1]
+    with tempfile.TemporaryDirectory() as folder:
+        return min(grid, key=lambda s: (sum(r.error**2 for r in evaluate_mlperf(at_serving_gemm(entries, s, folder))), s))
+
+
+def fit_serving_gemm() -> int:
+    """Refit the serving GEMM share of B200 and GB200 on the v5.0 MLPerf Inference runs, print each run's error at 1
+    (no share) and at the fit, fitted and held out; 1 when a device file holds another value."""
+    from parasol.solver import library  # noqa: PLC0415
+    from parasol.solver.inference_validation import evaluate_mlperf  # noqa: PLC0415
+
+    fitted, held = serving_gemm_runs()
+    share = fit_serving_gemm_share(fitted)
+    print(f"serving GEMM share of B200 and GB200, fitted on {len(fitted)} MLPerf Inference v5.0 runs: {share:.2f}")
+    with tempfile.TemporaryDirectory() as folder:
+        for label, entries in (("fitted", fitted), ("held out", held)):
+            before = evaluate_mlperf(at_serving_gemm(entries, 1.0, folder))
+            after = evaluate_mlperf(at_serving_gemm(entries, share, folder))
+            for b, a in zip(before, after):
+                print(f"  {label:<9} {b.run_id:<46} {100 * b.error:+6.1f} % -> {100 * a.error:+6.1f} %")
+            mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
+            print(f"  {label:<9} mean |error| {mean(before):.1f} % -> {mean(after):.1f} %")
+            for model in dict.fromkeys(r.problem.model.name for r in before):
+                own = [i for i, r in enumerate(before) if r.problem.model.name == model]
+                was, now = [before[i] for i in own], [after[i] for i in own]
+                print(f"  {label:<9}   {model:<14} {len(own)} runs: {mean(was):.1f} % -> {mean(now):.1f} %")
+    status = 0
+    for name in SERVING_GEMM_DEVICES:
+        stored = library.load_device(name).serving_gemm_efficiency
+        if abs(stored - share) > 0.005:
+            print(f"  {name}: stored {stored:.2f}, DIFFERS")
+            status = 1
+    return status
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
@@ -347,9 +416,14 @@ def main() -> int:
     parser.add_argument("--attention", action="store_true", help="print the measured flash-attention curve instead")
     parser.add_argument("--engine", metavar="NAME", help="fit the serving-engine profile problems/engines/NAME.yaml instead")
     parser.add_argument("--step-overhead", action="store_true", help="fit the serving runtime's per-pass overhead instead")
+    parser.add_argument(
+        "--serving-gemm", action="store_true", help="fit B200's and GB200's serving GEMM share on MLPerf Inference v5.0 instead"
+    )
     args = parser.parse_args()
     if args.step_overhead:
         return fit_step_overhead()
+    if args.serving_gemm:
+        return fit_serving_gemm()
     if args.attention:
         seqs, effs = attention_curve()
         print(

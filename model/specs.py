@@ -215,6 +215,9 @@ class DeviceSpec:
     attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)
+    # the gemm_scale a serving problem's device takes when no engine profile sets one (solver.problem.Problem.system):
+    # what serving engines' kernels reach of the curves on this device (device files: efficiency.serving_gemm)
+    serving_gemm_efficiency: float = 1.0
     serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
     pytorch_allocator: bool = True  # PyTorch's caching allocator holds its memory (CUDA, HIP); false: XLA (TPU)
     # a softmax exponential's time over the FP8 tensor-core time of its score element's two products at 320-wide

@@ -395,6 +395,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "tp_overlap",
             "grouped_fp8",
             "host_adam",
+            "serving_gemm",
             "attention_by_tokens",
         ),
         ("gemm", "attention", "memory"),
@@ -452,6 +453,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
                 "kv_stream",
                 "grouped_fp8",
                 "host_adam",
+                "serving_gemm",
             )
             if key in eff
         },
