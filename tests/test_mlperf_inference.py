@@ -31,21 +31,34 @@ def results():
 
 
 OOS, FIT = "(out of sample)", "(fits serving_gemm)"
-# family -> (runs, mean |error| bound: the measurement of 2026-11-28 + 1 point)
-FAMILIES = {
-    f"Llama 2 70B Offline {OOS}, Hopper FP8": (2, 0.087),
-    f"Llama 2 70B Offline {FIT}, Blackwell FP4": (2, 0.039),
-    f"Llama 2 70B Offline {OOS}, Blackwell FP4": (2, 0.034),
-    f"Mixtral 8x7B Offline {OOS}, Hopper FP8": (3, 0.065),
-    f"Mixtral 8x7B Offline {FIT}, Blackwell FP8/FP4 mix": (1, 0.083),
-    f"Llama 3.1 405B Offline {OOS}, Hopper FP8": (1, 0.054),
-    f"Llama 3.1 405B Offline {FIT}, Blackwell FP4": (2, 0.088),
-    f"Llama 3.1 405B Offline {OOS}, Blackwell FP4": (2, 0.037),
-    f"Llama 3.1 405B Offline {OOS}, Blackwell Ultra FP4": (1, 0.484),
-    f"Llama 3.1 8B Offline {OOS}, Blackwell FP4": (1, 0.233),
-    f"DeepSeek-R1 Offline {OOS}, Blackwell FP4": (2, 0.880),
-    f"DeepSeek-R1 Offline {OOS}, Blackwell Ultra FP4": (1, 1.083),
-}
+# each family: model | out of sample, or fitted | hardware | runs | mean |error| bound (the measurement of
+# 2026-11-28 + 1 point)
+FAMILY_TABLE = """
+Llama 2 70B    | oos | Hopper FP8              | 2 | 0.087
+Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.039
+Llama 2 70B    | oos | Blackwell FP4           | 2 | 0.034
+Mixtral 8x7B   | oos | Hopper FP8              | 3 | 0.065
+Mixtral 8x7B   | fit | Blackwell FP8/FP4 mix   | 1 | 0.083
+Llama 3.1 405B | oos | Hopper FP8              | 1 | 0.054
+Llama 3.1 405B | fit | Blackwell FP4           | 2 | 0.088
+Llama 3.1 405B | oos | Blackwell FP4           | 2 | 0.037
+Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.484
+Llama 3.1 8B   | oos | Blackwell FP4           | 1 | 0.233
+DeepSeek-R1    | oos | Blackwell FP4           | 2 | 0.880
+DeepSeek-R1    | oos | Blackwell Ultra FP4     | 1 | 1.083
+"""
+
+
+def _families() -> dict:
+    """{family name: (runs, bound)} from FAMILY_TABLE."""
+    out = {}
+    for line in FAMILY_TABLE.strip().splitlines():
+        model, kind, hardware, runs, bound = (cell.strip() for cell in line.split("|"))
+        out[f"{model} Offline {OOS if kind == 'oos' else FIT}, {hardware}"] = (int(runs), float(bound))
+    return out
+
+
+FAMILIES = _families()
 # the dataset's mean prompt, from its official file's token lengths (the data file's header)
 MEAN_PROMPT = {"llama2-70b": 222, "mixtral-8x7b": 427, "llama3.1-405b": 9429, "llama3.1-8b": 871, "deepseek-v3": 804}
 
