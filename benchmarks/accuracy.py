@@ -16,7 +16,7 @@ published parallelism (benchmarks/cost_validation.py; out of sample; --json: "wh
 The serving runs (problems/validation/inference_runs.yaml) are summarised at the end (per run:
 benchmarks/inference_accuracy.py; --json adds them under "inference"), then the out-of-sample
 max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the planner's choice;
---json: "inference_out_of_sample") and MLPerf Inference's Llama 2 70B Offline runs
+--json: "inference_out_of_sample") and MLPerf Inference's Offline runs
 (problems/validation/mlperf_inference_runs.yaml: five v5.0 Blackwell runs fit the devices' serving GEMM share, the rest
 out of sample; --json: "inference_mlperf").
 
@@ -41,7 +41,7 @@ from docs_block import write_block
 from parasol.solver import accuracy_bands
 from parasol.solver.library import library_root
 from parasol.solver.report import text_table
-from parasol.solver.validation import best_listed_mapping, evaluate_all, load_out_of_memory_runs, load_runs
+from parasol.solver.validation import best_listed_mapping, evaluate_all, load_out_of_memory_runs, load_runs, out_of_sample
 
 # DeepSpeed ZeRO-3 as run in SC'21 Table 2: the step time stays flat as GPUs double, which the
 # model's bandwidth-optimal collectives cannot reproduce (see README, Accuracy).
@@ -230,7 +230,7 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
     ]
     for name, st in s.items():
         lines.append(f"| serving {inference_accuracy.METRIC_NAMES[name]} | {st['runs']} | {100 * st['mean_abs_error']:.1f} % |")
-    held = [r for r in mlperf if "(out of sample)" in r.family]
+    held = [r for r in mlperf if out_of_sample(r.family)]
     dense_mlperf = [r for r in held if r.problem.model.moe is None]
     moe_mlperf = [r for r in held if r.problem.model.moe is not None]
     lines.append(
@@ -375,7 +375,7 @@ def main() -> int:
     print(inference_accuracy.report(serving))
     print("Inference out of sample (problems/validation/inference_runs_oos.yaml)")
     print(inference_accuracy.oos_report(serving_oos))
-    print("MLPerf Inference Llama 2 70B Offline (problems/validation/mlperf_inference_runs.yaml)")
+    print("MLPerf Inference Offline (problems/validation/mlperf_inference_runs.yaml)")
     print(inference_accuracy.mlperf_report(mlperf))
     return 0
 

@@ -64,7 +64,7 @@ from pathlib import Path
 import yaml
 
 from parasol.model.errors import ProblemError
-from parasol.solver.validation import evaluate_all, family, load_runs
+from parasol.solver.validation import evaluate_all, family, load_runs, out_of_sample
 
 DEVICE_OF_SYSTEM = {
     "dgx-a100": "a100-sxm-80gb",
@@ -345,7 +345,6 @@ def fit_step_overhead() -> int:
 
 
 SERVING_GEMM_DEVICES = ("b200", "gb200")  # the devices the share is fitted for (Blackwell; not GB300's Blackwell Ultra)
-SERVING_GEMM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
 
 
 def serving_gemm_runs() -> tuple[list, list]:
@@ -354,7 +353,7 @@ def serving_gemm_runs() -> tuple[list, list]:
     from parasol.solver.inference_validation import load_mlperf_runs  # noqa: PLC0415
 
     runs = [e for e in load_mlperf_runs() if e["system"] in ("dgx-b200", "gb200-nvl72")]
-    return [e for e in runs if "(fits serving_gemm)" in e["family"]], [e for e in runs if "(out of sample)" in e["family"]]
+    return [e for e in runs if "(fits serving_gemm)" in e["family"]], [e for e in runs if out_of_sample(e["family"])]
 
 
 def at_serving_gemm(entries: list, share: float, folder) -> list:
@@ -367,14 +366,11 @@ def at_serving_gemm(entries: list, share: float, folder) -> list:
 
 def fit_serving_gemm_share(entries: list, near: float | None = None, steps: int = 3) -> float:
     """The share of the GEMM curves serving engines' kernels reach on B200 and GB200 that best predicts ``entries``
-    (least squares of their relative errors; ties to the smaller) over SERVING_GEMM_GRID, or its points within
-    ``steps`` of ``near``."""
-    from parasol.solver.inference_validation import evaluate_mlperf  # noqa: PLC0415
+    (least squares of their relative errors; ties to the smaller) over an engine profile's gemm grid (0.50-1.00), or its
+    points within ``steps`` of ``near``."""
+    from parasol.solver.inference_validation import ENGINE_FIT_GRIDS, evaluate_mlperf, grid_window  # noqa: PLC0415
 
-    grid = SERVING_GEMM_GRID
-    if near is not None:
-        centre = min(range(len(grid)), key=lambda i: abs(grid[i] - near))
-        grid = grid[max(0, centre - steps) : centre + steps + 1]
+    grid = ENGINE_FIT_GRIDS["gemm"] if near is None else grid_window(ENGINE_FIT_GRIDS["gemm"], near, steps)
     with tempfile.TemporaryDirectory() as folder:
         return min(grid, key=lambda s: (sum(r.error**2 for r in evaluate_mlperf(at_serving_gemm(entries, s, folder))), s))
 

@@ -16,9 +16,10 @@ Out of sample, reported apart and never fitted: problems/validation/inference_ru
 TensorRT-LLM max-throughput runs (trtllm-bench, in-flight batching; perf-overview.md) on H100/H200 in
 FP8, where the engine chose the batch: each is the planner's best plan with the batch free; and
 problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
-token (Llama 3.3 70B on 2 H100, FP8); and MLPerf Inference's Llama 2 70B Offline runs
-(problems/validation/mlperf_inference_runs.yaml: NVIDIA's H100 and H200 in FP8, B200 and GB200 in NVFP4, at the
-dataset's mean lengths; the batch the planner's best up to the run's gpu_batch_size). Each max-throughput run of
+token (Llama 3.3 70B on 2 H100, FP8); and MLPerf Inference's Offline runs (problems/validation/mlperf_inference_runs.yaml:
+NVIDIA's Llama 2 70B, Mixtral 8x7B, Llama 3.1 405B and 8B and DeepSeek-R1 results on Hopper and Blackwell, at the
+datasets' mean lengths, the batch the planner's best up to the run's gpu_batch_size; five v5.0 Blackwell runs fit the
+devices' serving GEMM share, benchmarks/calibrate.py --serving-gemm, the rest out of sample). Each max-throughput run of
 inference_runs_oos.yaml serves the set of requests the page lists
 (``workload.requests``); ``--oos-variant steady`` drops it (the steady state), ``--oos-variant largest-batch``
 keeps it but evaluates the largest batch that fits (at most TensorRT-LLM's max_batch_size 2,048) instead of
@@ -266,8 +267,8 @@ def main() -> int:
     print(report(latency))
     print()
     print(
-        "MLPerf Inference Offline, out of sample (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best "
-        "up to the run's gpu_batch_size)"
+        "MLPerf Inference Offline (problems/validation/mlperf_inference_runs.yaml; batch = the planner's best up to the "
+        "run's gpu_batch_size; five v5.0 Blackwell runs fit the devices' serving GEMM share, the rest out of sample)"
     )
     print(table(mlperf, args.markdown))
     print()

@@ -190,7 +190,7 @@ def measured_bands() -> list[AccuracyBand]:
         inference_validation.load_latency_oos_runs()
     )
     # MLPerf Inference Offline: its out-of-sample runs (five v5.0 Blackwell runs fit the devices' serving GEMM share)
-    serving += [r for r in inference_validation.evaluate_mlperf() if "(out of sample)" in r.family]
+    serving += [r for r in inference_validation.evaluate_mlperf() if validation.out_of_sample(r.family)]
     rows += [(regime_of(r.problem), r.metric, r.run_id, r.family, r.error) for r in serving]
     return bands_from_errors(rows)
 

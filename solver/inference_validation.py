@@ -133,12 +133,12 @@ def fit_engine_profile(entries, device: str, keys, near: dict | None = None, ste
         raise ValueError(f"no run on device {device}")
     grids = [ENGINE_FIT_GRIDS.get(key, ENGINE_FIT_GRID) for key in keys]
     if near is not None:
-        grids = [_grid_window(grid, near[key], steps) for grid, key in zip(grids, keys)]
+        grids = [grid_window(grid, near[key], steps) for grid, key in zip(grids, keys)]
     values, error = grid_fit(own, grids, lambda values: library.engine_fields(dict(zip(keys, values))))
     return dict(zip(keys, values)), error
 
 
-def _grid_window(grid: tuple, value: float, steps: int) -> tuple:
+def grid_window(grid: tuple, value: float, steps: int) -> tuple:
     """The points of ``grid`` at most ``steps`` places from the point nearest ``value``."""
     centre = min(range(len(grid)), key=lambda i: abs(grid[i] - value))
     return grid[max(0, centre - steps) : centre + steps + 1]
@@ -166,7 +166,7 @@ def fit_step_overhead(entries, near: float | None = None, steps: int = 20) -> tu
     entries' mean absolute error, one value for every device, by exhaustive search of
     ``STEP_OVERHEAD_GRID`` (ties to the smaller), every other number as the device files give it;
     ``near`` searches only the grid points within ``steps`` of it (the best point around a stored fit)."""
-    grid = STEP_OVERHEAD_GRID if near is None else _grid_window(STEP_OVERHEAD_GRID, near, steps)
+    grid = STEP_OVERHEAD_GRID if near is None else grid_window(STEP_OVERHEAD_GRID, near, steps)
     (seconds,), error = grid_fit(entries, [grid], lambda values: {"serving_step_overhead_s": values[0]})
     return seconds, error
 
