@@ -62,11 +62,17 @@ class Pass:
 
 
 def mean_decode_context(workload: InferenceWorkload) -> float:
-    """Mean cached context of a decode step, tokens: steps 1 … output_len-1 attend to input_len + i
-    tokens, mean input_len + output_len/2. Decode time is affine in the context (the attention's
-    bytes and FLOPs both grow with it, in a fixed ratio, so its roofline regime does not change),
-    so the mean step times the step count is the exact total."""
-    return workload.input_len + workload.output_len / 2.0
+    """Mean cached context of a decode step, tokens. A request of p prompt and o generated tokens
+    decodes o tokens against p + i cached ones (i = 0 … o-1), p·o + o²/2 in all; over requests whose
+    lengths vary, per generated token that is E[p·o]/E[o] + E[o²]/(2·E[o]) (a slot holds a request
+    for as many steps as it generates, so long requests fill more of the batch: the length-biased
+    mean, Feller 1971, Vol. II, Sec. I.4). With E[p·o] = c·E[p]·E[o] (c: ``prompt_output_comoment``)
+    and E[o²] = d·E[o]² (d: ``output_len_dispersion``, 1 + the squared coefficient of variation),
+    c·input_len + d·output_len/2; identical requests (c = d = 1): input_len + output_len/2. Decode
+    time is affine in the context (the attention's bytes and FLOPs both grow with it, in a fixed
+    ratio, so its roofline regime does not change), so the mean step times the step count is the
+    exact total."""
+    return workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len / 2.0
 
 
 def decode_pass(workload: InferenceWorkload, seqs: float) -> Pass:

@@ -515,6 +515,10 @@ class InferenceWorkload:
     # the engine's largest batch per replica (TensorRT-LLM --max_batch_size, vLLM --max-num-seqs, MLPerf's
     # gpu_batch_size): the planner's default batches go up to it; None: up to solver.serving_space.MAX_DEFAULT_BATCH
     max_batch_size: int | None = None
+    # the spread of request lengths, as two moments of the dataset (inference.mean_decode_context): E[o²]/E[o]² of
+    # the generated lengths o (>= 1) and E[p·o]/(E[p]·E[o]) of prompt and generated lengths; 1.0: identical requests
+    output_len_dispersion: float = 1.0
+    prompt_output_comoment: float = 1.0
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -42,6 +42,8 @@ INFERENCE_WORKLOAD_KEYS = (
     "request_rate",
     "requests",
     "max_batch_size",
+    "output_len_dispersion",
+    "prompt_output_comoment",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -95,9 +97,36 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
         requests=_requests(data, src),
         max_batch_size=cap,
+        output_len_dispersion=_dispersion(data.get("output_len_dispersion", 1.0), src),
+        prompt_output_comoment=_comoment(data.get("prompt_output_comoment", 1.0), src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
+
+
+def _dispersion(value, src: str) -> float:
+    """``workload.output_len_dispersion``, E[o²]/E[o]² of the generated lengths: at least 1 (1: identical)."""
+    number = checks.as_float(value)
+    if number is None or not 1.0 <= number <= checks.MAX_SEQ_LEN:
+        raise ProblemError(
+            f"must be a number from 1 to {checks.MAX_SEQ_LEN:,} (E[o²]/E[o]², 1 for identical requests), got {checks.shown(value)}",
+            source=src,
+            field="workload.output_len_dispersion",
+        )
+    return number
+
+
+def _comoment(value, src: str) -> float:
+    """``workload.prompt_output_comoment``, E[p·o]/(E[p]·E[o]): positive, at most max(o)/E[o] <= MAX_SEQ_LEN."""
+    number = checks.as_float(value)
+    if number is None or not 0.0 < number <= checks.MAX_SEQ_LEN:
+        raise ProblemError(
+            f"must be a number above 0 and at most {checks.MAX_SEQ_LEN:,} (E[p·o]/(E[p]·E[o]), 1 for identical requests), "
+            f"got {checks.shown(value)}",
+            source=src,
+            field="workload.prompt_output_comoment",
+        )
+    return number
 
 
 def _requests(data: dict, src: str) -> int | None:

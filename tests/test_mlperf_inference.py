@@ -34,18 +34,18 @@ OOS, FIT = "(out of sample)", "(fits serving_gemm)"
 # each family: model | out of sample, or fitted | hardware | runs | mean |error| bound (the measurement of
 # 2026-11-28 + 1 point)
 FAMILY_TABLE = """
-Llama 2 70B    | oos | Hopper FP8              | 2 | 0.087
-Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.039
-Llama 2 70B    | oos | Blackwell FP4           | 2 | 0.034
-Mixtral 8x7B   | oos | Hopper FP8              | 3 | 0.065
-Mixtral 8x7B   | fit | Blackwell FP8/FP4 mix   | 1 | 0.083
+Llama 2 70B    | oos | Hopper FP8              | 2 | 0.072
+Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.055
+Llama 2 70B    | oos | Blackwell FP4           | 2 | 0.051
+Mixtral 8x7B   | oos | Hopper FP8              | 3 | 0.061
+Mixtral 8x7B   | fit | Blackwell FP8/FP4 mix   | 1 | 0.090
 Llama 3.1 405B | oos | Hopper FP8              | 1 | 0.054
-Llama 3.1 405B | fit | Blackwell FP4           | 2 | 0.088
+Llama 3.1 405B | fit | Blackwell FP4           | 2 | 0.090
 Llama 3.1 405B | oos | Blackwell FP4           | 2 | 0.037
-Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.484
+Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.488
 Llama 3.1 8B   | oos | Blackwell FP4           | 1 | 0.233
-DeepSeek-R1    | oos | Blackwell FP4           | 2 | 0.880
-DeepSeek-R1    | oos | Blackwell Ultra FP4     | 1 | 1.083
+DeepSeek-R1    | oos | Blackwell FP4           | 2 | 0.382
+DeepSeek-R1    | oos | Blackwell Ultra FP4     | 1 | 0.448
 """
 
 
@@ -145,7 +145,12 @@ def test_error_as_measured(results):
     +44.4 %. DeepSeek-R1 (attention data parallel, 8-way expert parallel): B200 +94.6 %, GB200 NVL72 +114.1 %,
     GB300 NVL72 +107.3 %. Every Blackwell run too fast. Since B200 and GB200 carry the serving GEMM share fitted on
     the five v5.0 runs among them: those -5.3, -0.5, -7.3, +6.1 and +9.6 %; held out, Llama 2 70B -3.7 and -1.2 %,
-    Llama 3.1 405B -0.9 and +4.4 %, 8B +22.3 %, DeepSeek-R1 +78.1 and +95.8 %. Bounds: the measurements + 1 point."""
+    Llama 3.1 405B -0.9 and +4.4 %, 8B +22.3 %, DeepSeek-R1 +78.1 and +95.8 %. Since each run carries its dataset's
+    spread of lengths (workload.output_len_dispersion, prompt_output_comoment; the fit still 0.74), measured
+    2026-11-28: Llama 2 70B H100 +8.4, H200 +4.1 %, v5.0 Blackwell -6.8 and -2.1 %, v5.1 -5.3 and -3.0 %; Mixtral
+    +8.9, +4.8, -1.7 and -8.0 %; Llama 3.1 405B -4.4, +6.2, +9.8, -0.8, +4.6 and GB300 +47.8 %; 8B +22.3 %
+    (unchanged: its file has no token counts of the outputs); DeepSeek-R1 +29.7, +44.6 and GB300 +43.8 %.
+    Bounds: the measurements + 1 point."""
     assert all(r.error > 0 for r in results if r.problem.system().device.architecture == "blackwell-ultra")
     for name, (_, bound) in FAMILIES.items():
         assert statistics.fmean(abs(r.error) for r in _family(results, name)) <= bound, name
