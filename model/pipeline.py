@@ -158,6 +158,27 @@ def pipeline_parts(o, microbatches, slowest, stages_sum, vpp):
     return busy, bubble
 
 
+def exposed_dp_traffic(o, traffic, window, vpp, pp):
+    """Seconds of one step's data-parallel traffic (``traffic``: the gradients' reduction, or the weights' gather)
+    that the step exposes when Megatron overlaps it chunk by chunk, written against ``ops`` (``o``).
+
+    ``window`` is the first stage's backward (for the gradients; its forward for the gather) of one micro-batch,
+    all its chunks. Without interleaving the reduction starts in the last micro-batch's backward, bucket by bucket
+    (--overlap-grad-reduce) and hides behind it: max(0, R - b). With v chunks per rank each chunk reduces its own
+    1/v of the gradients as soon as its last micro-batch's backward is done (Megatron-Core's
+    forward_backward_pipelining_with_interleaving, backward_step_helper_postprocess: grad_sync_func of the chunk
+    whose last micro-batch it was; forward_step_helper_preprocess: param_sync_func of the next chunk, in
+    megatron/core/pipeline_parallel/schedules.py), and chunk c's is
+    done c·p chunk-steps of b/v before the first chunk's (the cooldown runs the chunks' last p micro-batches in turn:
+    Narayanan et al., SC'21, Sec. 2.2.2). One link takes the chunks' reductions in turn, so the last ends at
+    max over c of (c+1)·R/v - (c·p + 1)·b/v after the backward: max(0, (R - b)/v, R - ((v-1)·p + 1)·b/v), which is
+    max(0, R - b) at v = 1. The gather mirrors it over the warm-up's forwards (--overlap-param-gather: chunk c's
+    weights are first needed c·p chunk-steps after the first chunk's)."""
+    last_chunk = o.quotient(o.maximum(0, traffic - window), vpp, Rounding.DOWN)
+    cooldown = o.quotient(o.product(o.product(vpp - 1, pp) + 1, window), vpp, Rounding.DOWN)
+    return o.maximum(last_chunk, traffic - cooldown)
+
+
 def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
     """Why DualPipe cannot run this pipeline, or None. Its step splits the micro-batches between the two
     directions and folds the ranks in half: an even pp, an even micro-batch count of at least 2·pp

@@ -758,7 +758,8 @@ def dp_comm_times_s(
     reduce-scatter (Rajbhandari et al. SC'20, Sec. 7), returned per micro-batch. How much of it
     the step exposes is composed in ``training_step.compose``: Megatron overlaps the reduce-scatter
     with the last micro-batch's backward and the all-gather with the next step's first forward
-    (--overlap-grad-reduce, --overlap-param-gather); ZeRO-3 prefetches each micro-batch's gathers
+    (--overlap-grad-reduce, --overlap-param-gather), chunk by chunk over the cooldown and the warm-up
+    with interleaving (``pipeline.exposed_dp_traffic``); ZeRO-3 prefetches each micro-batch's gathers
     behind that micro-batch's compute (DeepSpeed). On at most ``ctas`` NCCL channels (``nccl_channels``; None:
     uncapped).
     """

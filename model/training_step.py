@@ -13,8 +13,9 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
   (embedding, output layer and loss) + vpp boundary sends (pp > 1);
 - pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_parts``);
 - data-parallel traffic of stage 0, which runs the step's last backward, is exposed beyond the
-  compute it overlaps with (Megatron's --overlap-grad-reduce / --overlap-param-gather; ZeRO-3's
-  gathers per micro-batch), and stage 0's optimizer step ends it;
+  compute it overlaps with (Megatron's --overlap-grad-reduce / --overlap-param-gather, chunk by chunk
+  under interleaving: ``pipeline.exposed_dp_traffic``; ZeRO-3's gathers per micro-batch), and stage 0's
+  optimizer step ends it;
 - memory of a stage = its model states + in-flight chunks x its layers' activations / vpp + the
   recomputation working set + the embedding (first) or logits (last) buffers; the peak is the
   largest stage, a middle stage at its first position (it holds the most chunks).
@@ -33,7 +34,7 @@ from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
 from .offload import offloaded_activation_bytes, offloads
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
-from .pipeline import dualpipe_bubble_share, dualpipe_parts, pipeline_parts, stage_layer_counts
+from .pipeline import dualpipe_bubble_share, dualpipe_parts, exposed_dp_traffic, pipeline_parts, stage_layer_counts
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
@@ -796,7 +797,7 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
             optimizer = optimizer + o.where(dual, last.optimizer, 0)
     hidden_gather = o.maximum(0, gather - fwd0)
     if wl.overlap_dp:
-        per_step = hidden_gather + o.maximum(0, grads - bwd0)
+        per_step = exposed_dp_traffic(o, gather, fwd0, vpp, pp) + exposed_dp_traffic(o, grads, bwd0, vpp, pp)
     else:
         per_step = grads + gather
     per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
