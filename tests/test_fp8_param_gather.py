@@ -64,13 +64,17 @@ def test_solver_equals_the_enumerator_with_it():
     solved_as_enumerated(parse_problem(data, source="t.yaml"))
 
 
-def test_the_10752_gpu_mlperf_run_is_slowed_by_a_16_bit_gather():
-    """MLPerf Training v4.0's GPT-3 175B on 10,752 H100 (six micro-batches a step) gathers FP8 parameters:
-    with them the model is +6.7 % (measured 2026-11-27), with a 16-bit gather +20.6 %: the flag must keep
-    more than ten points of that, and the run within the MLPerf family's worst."""
+def test_the_10752_gpu_mlperf_run_gathers_fp8_parameters_behind_the_warm_up():
+    """MLPerf Training v4.0's GPT-3 175B on 10,752 H100 (six micro-batches a step, eight chunks a rank) gathers FP8
+    parameters. While the model hid the gather behind the first micro-batch's forward alone, the flag decided the
+    run: +6.7 % with it, +20.6 % with a 16-bit gather (measured 2026-11-27). Since Megatron's chunk-by-chunk
+    overlap is modelled (pipeline.exposed_dp_traffic, 2026-11-28) the warm-up's forwards hide most of either
+    gather: -16.3 % with it, -14.1 % without. The FP8 gather still moves half the bytes, so its step is the shorter,
+    and both stay within the MLPerf family's worst."""
     entry = next(e for e in load_runs() if e["id"] == "mlperf-v40-gpt3-175b-dgx-h100-10752gpu-fp8")
     assert entry["workload"]["fp8_param_gather"] is True
     plain = {**entry, "workload": {**entry["workload"], "fp8_param_gather": False}}
     with_, without = evaluate_run(entry), evaluate_run(plain)
-    assert abs(without.error) - abs(with_.error) > 0.10 and abs(with_.error) <= 0.13
+    step = [r.evaluation.metrics["step_time_s"] for r in (with_, without)]
+    assert step[0] < step[1] and max(abs(with_.error), abs(without.error)) <= 0.174
     assert with_.mapping == without.mapping

@@ -292,8 +292,9 @@ def test_first_token_latency_without_the_engine_profile_misses(runs):
 def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
     """problems/engines/trtllm-0.5.yaml holds, for each device, the values that minimise together the
     mean |error| on TensorRT-LLM 0.5.0's throughput tables (benchmarks/calibrate.py --engine: exhaustive
-    search of the keys' grids, 40 s in the suite); measured: H100 stream 0.55, gemm 0.86 (6.9 %), A100 stream
-    0.65 (3.5 %), with the device files' per-pass runtime overhead (0.42, 0.90, 0.55 without it). Here each
+    search of the keys' grids, 40 s in the suite); measured: H100 stream 0.55, gemm 0.86 (6.9 %; 7.3 % since the
+    networks were refitted on chunk-wise data-parallel overlap, 2026-11-28), A100 stream 0.65 (3.5 %), with the
+    device files' per-pass runtime overhead (0.42, 0.90, 0.55 without it). Here each
     stored point must be the best of the grid points within 0.03 of it in every key, searched together: a
     change to the model that moves the fit moves it away from the stored values and fails this."""
     runs = load_engine_runs()
@@ -302,7 +303,7 @@ def test_engine_profile_values_are_the_fit_on_its_throughput_runs():
     for device, stored in load_engine("trtllm-0.5").items():
         fitted, error = fit_engine_profile(runs, device, stored, near=stored)
         assert fitted == pytest.approx(stored, abs=0.005), device
-        assert error <= 0.07, device
+        assert error <= 0.083, device
 
 
 def test_an_engines_gemm_share_scales_the_device_curves_rates():
@@ -472,12 +473,14 @@ def test_single_request_latency_out_of_sample_as_measured():
     files' efficiencies): measured TTFT 5.0 % and 24.8 % too fast (the client-side TTFT holds
     tokenisation and HTTP, which the model lacks), TPOT 15.0 % and 17.0 % too fast since FP8 weights
     stream at their own measured rate (18.0 % and 20.0 % before); since every pass carries the runtime's
-    per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables): TTFT 5.1 % and 20.8 %, TPOT 6.1 % and 8.2 %.
+    per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables): TTFT 5.1 % and 20.8 %, TPOT 6.1 % and 8.2 %;
+    since the networks were refitted on chunk-wise data-parallel overlap (2026-11-28; H100 0.706 -> 0.844, a
+    faster tensor-parallel all-reduce): TTFT 6.5 % and 22.0 %, TPOT unchanged.
     Bounds: these measurements + 1 point, and every prediction below the measurement."""
     results = evaluate_all(load_latency_oos_runs())
     assert len(results) == 4 and all(r.error < 0 for r in results)
     assert not {r.run_id for r in results} & {e["id"] for e in load_runs() + load_oos_runs()}
-    for metric, bound in (("ttft_s", 0.14), ("tpot_s", 0.081)):
+    for metric, bound in (("ttft_s", 0.153), ("tpot_s", 0.081)):
         assert statistics.fmean(abs(r.error) for r in results if r.metric == metric) <= bound, metric
 
 
