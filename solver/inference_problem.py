@@ -97,34 +97,33 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
         requests=_requests(data, src),
         max_batch_size=cap,
-        output_len_dispersion=_dispersion(data.get("output_len_dispersion", 1.0), src),
-        prompt_output_comoment=_comoment(data.get("prompt_output_comoment", 1.0), src),
+        output_len_dispersion=_length_moment(data, "output_len_dispersion", src),
+        prompt_output_comoment=_length_moment(data, "prompt_output_comoment", src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
 
 
-def _dispersion(value, src: str) -> float:
-    """``workload.output_len_dispersion``, E[o²]/E[o]² of the generated lengths: at least 1 (1: identical)."""
-    number = checks.as_float(value)
-    if number is None or not 1.0 <= number <= checks.MAX_SEQ_LEN:
-        raise ProblemError(
-            f"must be a number from 1 to {checks.MAX_SEQ_LEN:,} (E[o²]/E[o]², 1 for identical requests), got {checks.shown(value)}",
-            source=src,
-            field="workload.output_len_dispersion",
-        )
-    return number
+# the two moments of the request lengths (inference.mean_decode_context): key -> (least value, whether it is allowed,
+# what the number is); both at most MAX_SEQ_LEN (E[o²]/E[o]² <= max(o)/E[o], as E[p·o]/(E[p]·E[o]) is)
+LENGTH_MOMENTS = {
+    "output_len_dispersion": (1.0, True, "E[o²]/E[o]²"),
+    "prompt_output_comoment": (0.0, False, "E[p·o]/(E[p]·E[o])"),
+}
 
 
-def _comoment(value, src: str) -> float:
-    """``workload.prompt_output_comoment``, E[p·o]/(E[p]·E[o]): positive, at most max(o)/E[o] <= MAX_SEQ_LEN."""
+def _length_moment(data: dict, key: str, src: str) -> float:
+    """``workload.<key>``, one of LENGTH_MOMENTS; 1.0 (identical requests) when absent."""
+    least, allowed, meaning = LENGTH_MOMENTS[key]
+    value = data.get(key, 1.0)
     number = checks.as_float(value)
-    if number is None or not 0.0 < number <= checks.MAX_SEQ_LEN:
+    if number is None or not (number >= least if allowed else number > least) or number > checks.MAX_SEQ_LEN:
+        bound = f"from {least:g} to" if allowed else f"above {least:g} and at most"
         raise ProblemError(
-            f"must be a number above 0 and at most {checks.MAX_SEQ_LEN:,} (E[p·o]/(E[p]·E[o]), 1 for identical requests), "
+            f"must be a number {bound} {checks.MAX_SEQ_LEN:,} ({meaning}, 1 for identical requests), "
             f"got {checks.shown(value)}",
             source=src,
-            field="workload.prompt_output_comoment",
+            field=f"workload.{key}",
         )
     return number
 
