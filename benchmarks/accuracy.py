@@ -271,7 +271,7 @@ def write_bands() -> str:
     )
     body = yaml.safe_dump({"bands": accuracy_bands.bands_document(bands)}, sort_keys=False, width=130)
     path.write_text(head + body, encoding="utf-8")
-    head_row, rows = accuracy_bands.bands_table(bands)
+    head_row, rows = accuracy_bands.bands_table(accuracy_bands.load_bands(str(path)))  # as stored (5 digits), read back
     write_block("accuracy.md", "accuracy-bands", text_table(head_row, rows, markdown=True))
     return str(path)
 

@@ -71,8 +71,18 @@ def mean_decode_context(workload: InferenceWorkload) -> float:
     c·input_len + d·output_len/2; identical requests (c = d = 1): input_len + output_len/2. Decode
     time is affine in the context (the attention's bytes and FLOPs both grow with it, in a fixed
     ratio, so its roofline regime does not change), so the mean step times the step count is the
-    exact total."""
+    exact total; not quite for a sliding-window layer, which reads min(window, context) and so less,
+    over a spread of lengths, than at the mean (Jensen)."""
     return workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len / 2.0
+
+
+def held_sequence_tokens(workload: InferenceWorkload) -> float:
+    """Tokens of KV cache the model holds per sequence slot: a request's whole length, prompt and answer, as the
+    engine needs it by its last token. Over requests whose lengths vary, a slot holds request p + o for as long as it
+    generates (the length-biased mean, as in ``mean_decode_context``): E[o·(p + o)]/E[o] = c·input_len +
+    d·output_len, input_len + output_len for identical requests. It is also the least the longest request can be
+    (a mean is at most the maximum), so engine launch lines size the longest sequence with it."""
+    return workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len
 
 
 def decode_pass(workload: InferenceWorkload, seqs: float) -> Pass:

@@ -173,10 +173,12 @@ def exposed_dp_traffic(o, traffic, window, vpp, pp):
     Narayanan et al., SC'21, Sec. 2.2.2). One link takes the chunks' reductions in turn, so the last ends at
     max over c of (c+1)·R/v - (c·p + 1)·b/v after the backward: max(0, (R - b)/v, R - ((v-1)·p + 1)·b/v), which is
     max(0, R - b) at v = 1. The gather mirrors it over the warm-up's forwards (--overlap-param-gather: chunk c's
-    weights are first needed c·p chunk-steps after the first chunk's)."""
+    weights are first needed c·p chunk-steps after the first chunk's). The chunks' traffic is taken as equal (the
+    first chunk's embedding makes it larger)."""
+    steps = o.product(vpp - 1, pp) + 1  # chunk-steps of the cooldown the reductions start within
     last_chunk = o.quotient(o.maximum(0, traffic - window), vpp, Rounding.DOWN)
-    cooldown = o.quotient(o.product(o.product(vpp - 1, pp) + 1, window), vpp, Rounding.DOWN)
-    return o.maximum(last_chunk, traffic - cooldown)
+    beyond = o.quotient(o.maximum(0, o.product(vpp, traffic) - o.product(steps, window)), vpp, Rounding.DOWN)
+    return o.maximum(last_chunk, beyond)
 
 
 def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:

@@ -45,6 +45,7 @@ from .inference import (
     decode_pass,
     decode_passes,
     edge_times,
+    held_sequence_tokens,
     kv_link_layout,
     kv_transfer_time_s,
     layer_time,
@@ -169,7 +170,7 @@ def _weights(ctx: ServingContext, tp, pp, ep) -> tuple:
     return tuple(stage_weight_bytes(ctx.model, ctx.workload, s, tp, ep) if s else 0.0 for s in _stage_kinds(ctx, pp))
 
 
-def _kv(ctx: ServingContext, tp, pp, cached_tokens: int) -> tuple:
+def _kv(ctx: ServingContext, tp, pp, cached_tokens: float) -> tuple:
     """Free memory one resident sequence of ``cached_tokens`` takes on a GPU of each stage kind: its paged
     KV cache (``kv_cache.kv_bytes_per_sequence``) in the engine's pool (``kv_cache.kv_pool_bytes``)."""
     wl = ctx.workload
@@ -189,7 +190,7 @@ KV = Factor(
     "kv_per_sequence",
     (S.TP, S.PP),
     tuple(Output(n, MEMORY) for n in ("first", "middle", "last")),
-    lambda ctx, tp, pp: _kv(ctx, tp, pp, ctx.workload.input_len + ctx.workload.output_len),
+    lambda ctx, tp, pp: _kv(ctx, tp, pp, held_sequence_tokens(ctx.workload)),
 )
 
 
@@ -593,7 +594,7 @@ def _breakdown(ctx: ServingContext, mapping: ServingMapping, q: ServingStep) -> 
         n = prefill_prompts_per_pass(wl)
         ttft = _pass_breakdown(ctx, mapping.prefill, prefill_pass(wl, n))
         ttft["comm/kv_transfer"] = q.ttft - sum(ttft.values())
-    total, stage, parts = _memory_breakdown(ctx, pool, mapping.batch, wl.input_len + wl.output_len, decode_passes(wl, micro))
+    total, stage, parts = _memory_breakdown(ctx, pool, mapping.batch, held_sequence_tokens(wl), decode_passes(wl, micro))
     where = "decode"
     if mapping.prefill is not None:
         n = prefill_prompts_per_pass(wl)

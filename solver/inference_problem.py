@@ -120,8 +120,7 @@ def _length_moment(data: dict, key: str, src: str) -> float:
     if number is None or not (number >= least if allowed else number > least) or number > checks.MAX_SEQ_LEN:
         bound = f"from {least:g} to" if allowed else f"above {least:g} and at most"
         raise ProblemError(
-            f"must be a number {bound} {checks.MAX_SEQ_LEN:,} ({meaning}, 1 for identical requests), "
-            f"got {checks.shown(value)}",
+            f"must be a number {bound} {checks.MAX_SEQ_LEN:,} ({meaning}, 1 for identical requests), got {checks.shown(value)}",
             source=src,
             field=f"workload.{key}",
         )

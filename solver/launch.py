@@ -11,11 +11,13 @@ profile restricts the planner's space, solver/frameworks.py); an emitter that me
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from enum import StrEnum
 
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
+from parasol.model.inference import held_sequence_tokens
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
@@ -33,6 +35,12 @@ class Emitter(StrEnum):
 
 class Unexpressible(AssertionError):
     """The plan holds a value its framework cannot express: the profile's restriction failed."""
+
+
+def _longest_sequence(w) -> int:
+    """An engine's longest sequence, tokens: input_len + output_len for identical requests; where lengths spread,
+    the length-biased mean request (``inference.held_sequence_tokens``), which the longest is at least."""
+    return math.ceil(held_sequence_tokens(w) - 1e-9)
 
 
 def _require(condition: bool, what: str) -> None:
@@ -390,7 +398,7 @@ def emit_vllm(problem, num_gpus: int, m) -> str:
         ("--tensor-parallel-size", pool.tp),
         ("--pipeline-parallel-size", pool.pp),
         ("--max-num-seqs", m.batch),
-        ("--max-model-len", w.input_len + w.output_len),
+        ("--max-model-len", _longest_sequence(w)),
         ("--max-num-batched-tokens", w.max_prefill_tokens),
         ("--dtype", VLLM_DTYPE[w.precision]),
     ]
@@ -412,7 +420,7 @@ def emit_trtllm(problem, num_gpus: int, m) -> str:
         args.append(("--ep_size", pool.ep))
     args += [
         ("--max_batch_size", m.batch),
-        ("--max_seq_len", w.input_len + w.output_len),
+        ("--max_seq_len", _longest_sequence(w)),
         ("--max_num_tokens", w.max_prefill_tokens),
         ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),
     ]
@@ -440,7 +448,7 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
             args.append(("--disaggregation-mode", role))
         if role != "prefill":
             args.append(("--max-running-requests", m.batch))
-        args += [("--context-length", w.input_len + w.output_len), ("--max-prefill-tokens", w.max_prefill_tokens)]
+        args += [("--context-length", _longest_sequence(w)), ("--max-prefill-tokens", w.max_prefill_tokens)]
         if w.weight_precision in SGLANG_WEIGHTS:
             args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
         _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")

@@ -57,3 +57,57 @@ def test_the_405b_at_5120_gb200_exposes_less_than_one_micro_batch_would():
     result = evaluate_run(entry)
     times = result.evaluation.breakdown["time_s"]
     assert 0 < times["comm/dp_exposed"] < 0.1 * result.evaluation.metrics["step_time_s"]
+
+
+def _stage0_chunk_times(pp: int, vpp: int, m: int, f: float = 1.0, b: float = 2.0) -> tuple[list, list]:
+    """Megatron-Core's interleaved 1F1B order (forward_backward_pipelining_with_interleaving: per rank r,
+    (pp - r - 1)·2 + (vpp - 1)·pp warm-up forwards, then one forward and one backward in turn, then the cooldown's
+    backwards; virtual micro-batch k runs chunk (k mod pp·vpp) // pp, reversed for backwards), played out with
+    forward chunk-steps of f and backward ones of b and each waiting for its neighbour stage. Returns, on stage 0,
+    how long before the step's last backward each chunk's last backward ends, and how long after the first forward
+    each chunk's first forward starts."""
+    total, done = m * vpp, {}
+
+    def chunk(k, forward):
+        c = (k % (pp * vpp)) // pp
+        return c if forward else vpp - 1 - c
+
+    def micro(k):
+        return (k // (pp * vpp)) * pp + k % pp
+
+    orders = []
+    for r in range(pp):
+        warm = min((pp - r - 1) * 2 + (vpp - 1) * pp, total)
+        order = [("F", k) for k in range(warm)]
+        for k in range(warm, total):
+            order += [("F", k), ("B", k - warm)]
+        orders.append(order + [("B", k) for k in range(total - warm, total)])
+    clock, position = [0.0] * pp, [0] * pp
+    while any(position[r] < len(orders[r]) for r in range(pp)):
+        for r in range(pp):
+            while position[r] < len(orders[r]):
+                kind, k = orders[r][position[r]]
+                stage, j = chunk(k, kind == "F") * pp + r, micro(k)
+                if kind == "F":
+                    after = None if stage == 0 else ("F", stage - 1, j)
+                else:
+                    after = ("F", stage, j) if stage == pp * vpp - 1 else ("B", stage + 1, j)
+                if after is not None and after not in done:
+                    break
+                start = max(clock[r], done[after] if after else 0.0)
+                done[(kind, stage, j)] = clock[r] = start + (f if kind == "F" else b)
+                position[r] += 1
+    end = max(done[("B", c * pp, j)] for c in range(vpp) for j in range(m))
+    last = [end - max(done[("B", c * pp, j)] for j in range(m)) for c in range(vpp)]
+    first = [min(done[("F", c * pp, j)] for j in range(m)) - f for c in range(vpp)]
+    return last, first
+
+
+@pytest.mark.parametrize("pp, vpp, m", [(4, 2, 8), (4, 4, 16), (8, 8, 16), (8, 4, 64), (2, 3, 6)])
+def test_chunk_c_ends_its_backward_and_starts_its_forward_c_pp_chunk_steps_from_the_step_edges(pp, vpp, m):
+    """What exposed_dp_traffic assumes of the schedule, checked on Megatron's order itself: on the first stage chunk c's
+    last backward ends c·pp backward chunk-steps before the step's last one, and its first forward starts c·pp forward
+    chunk-steps after the first."""
+    last, first = _stage0_chunk_times(pp, vpp, m, f=1.0, b=2.0)
+    assert last == [2.0 * c * pp for c in range(vpp)]
+    assert first == [1.0 * c * pp for c in range(vpp)]

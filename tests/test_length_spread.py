@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO, run_main, solved_as_enumerated, write_yaml
 
-from parasol.model.inference import mean_decode_context
+from parasol.model.inference import held_sequence_tokens, mean_decode_context
 from parasol.model.specs import InferenceWorkload
 from parasol.solver.api import evaluate
 from parasol.solver.inference_validation import load_mlperf_runs
@@ -54,18 +54,33 @@ def _problem(**workload):
     }
 
 
-def test_a_wider_spread_slows_decode_and_leaves_memory_alone():
+def test_a_wider_spread_slows_decode_and_holds_more_kv_cache():
     """At the same batch, a dispersion of 3 (the batch's mean context 512 + 768 tokens instead of 512 + 256) makes each
-    decode step read more KV cache: a longer TPOT and fewer tokens/s. Memory holds the mean request's whole length
-    either way (docs/serving.md)."""
+    decode step read more KV cache: a longer TPOT and fewer tokens/s. Each slot holds the length-biased whole request,
+    512 + 3 x 512 tokens instead of 1,024 (inference.held_sequence_tokens): more KV cache, fewer sequences fit."""
     same, spread = (evaluate(parse_problem(_problem(batch=256, output_len_dispersion=d), source="t")).metrics for d in (1.0, 3.0))
     assert spread["tpot_s"] > 1.05 * same["tpot_s"] and spread["tokens_per_s"] < same["tokens_per_s"]
-    assert spread["peak_memory_gib"] == same["peak_memory_gib"]
+    assert spread["peak_memory_gib"] > same["peak_memory_gib"] and spread["max_batch"] < same["max_batch"]
+    workload = parse_problem(_problem(output_len_dispersion=3.0, prompt_output_comoment=0.5), source="t").workload
+    assert held_sequence_tokens(workload) == 0.5 * 512 + 3.0 * 512
 
 
 def test_the_solver_equals_the_enumerator_on_a_spread():
-    plan = solved_as_enumerated(parse_problem(_problem(output_len_dispersion=2.5, prompt_output_comoment=0.8), source="t"))
-    assert plan.mapping.batch >= 1
+    """CP-SAT (forced) and the enumerator agree, and the spread moves the optimum's rate."""
+    spread = solved_as_enumerated(
+        parse_problem(_problem(output_len_dispersion=2.5, prompt_output_comoment=0.8), source="t"), method="cpsat"
+    )
+    plain = solved_as_enumerated(parse_problem(_problem(), source="t"), method="cpsat")
+    assert spread.metrics["tokens_per_s"] < plain.metrics["tokens_per_s"]
+
+
+def test_the_launch_line_sizes_the_longest_sequence_at_least_at_the_length_biased_request(tmp_path):
+    """A spread says the longest request is at least c·input_len + d·output_len (a length-biased mean is at most the
+    maximum): trtllm-serve's --max_seq_len takes that, identical requests input_len + output_len."""
+    for moments, longest in (({}, 1024), ({"output_len_dispersion": 2.5, "prompt_output_comoment": 0.8}, 1690)):
+        data = _problem(batch=64, framework="trtllm", **moments) | {"mapping": {"tp": 1, "pp": 1, "dp": 1, "ep": 1}}
+        proc = run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data)), "--emit"])
+        assert proc.returncode == 0 and f"--max_seq_len {longest}" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
