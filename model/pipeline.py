@@ -158,7 +158,7 @@ def pipeline_parts(o, microbatches, slowest, stages_sum, vpp):
     return busy, bubble
 
 
-def exposed_dp_traffic(o, traffic, window, vpp, pp):
+def exposed_dp_traffic(o, traffic, window, vpp, pp, first_chunk_extra=0):
     """Seconds of one step's data-parallel traffic (``traffic``: the gradients' reduction, or the weights' gather)
     that the step exposes when Megatron overlaps it chunk by chunk, written against ``ops`` (``o``).
 
@@ -173,10 +173,12 @@ def exposed_dp_traffic(o, traffic, window, vpp, pp):
     Narayanan et al., SC'21, Sec. 2.2.2). One link takes the chunks' reductions in turn, so the last ends at
     max over c of (c+1)·R/v - (c·p + 1)·b/v after the backward: max(0, (R - b)/v, R - ((v-1)·p + 1)·b/v), which is
     max(0, R - b) at v = 1. The gather mirrors it over the warm-up's forwards (--overlap-param-gather: chunk c's
-    weights are first needed c·p chunk-steps after the first chunk's). The chunks' traffic is taken as equal (the
-    first chunk's embedding makes it larger)."""
+    weights are first needed c·p chunk-steps after the first chunk's). The chunks share the traffic equally but for
+    ``first_chunk_extra`` (E, of ``traffic``: the input embedding's), which the first chunk, the last to reduce
+    and the first to gather, carries besides: the last chunk's term becomes (R - E - b)/v + E."""
     steps = o.product(vpp - 1, pp) + 1  # chunk-steps of the cooldown the reductions start within
-    last_chunk = o.quotient(o.maximum(0, traffic - window), vpp, Rounding.DOWN)
+    # max(0, (R - E - b)/v + E), over one denominator so that the quotient never takes a negative numerator
+    last_chunk = o.quotient(o.maximum(0, traffic + o.product(vpp - 1, first_chunk_extra) - window), vpp, Rounding.DOWN)
     beyond = o.quotient(o.maximum(0, o.product(vpp, traffic) - o.product(steps, window)), vpp, Rounding.DOWN)
     return o.maximum(last_chunk, beyond)
 

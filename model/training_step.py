@@ -368,7 +368,11 @@ def _first_stage_dp(
     parameters it holds besides routed experts (``stage_held_params``: the output layer and the MTP
     modules too when it is the only stage)."""
     p, _ = stage_held_params(ctx, first_stage_layers, lead_layers(ctx.model), True, bool(single_stage), tp)
-    return _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload, ctx.workload.nccl_max_ctas.dp)
+    out = _dp_group_step(ctx, zero, p, dp_group, optimizer_offload, weight_offload, ctx.workload.nccl_max_ctas.dp)
+    # the input embedding's share of it, which the first model chunk alone reduces and gathers (exposed_dp_traffic)
+    embedding = params.input_embedding_params(ctx.model) / tp
+    edge = dp_comm_times_s(ctx.system, ctx.workload, zero, embedding, dp_group, ctx.workload.nccl_max_ctas.dp)
+    return (*out, *edge)
 
 
 def _first_stage_expert_dp(
@@ -411,7 +415,7 @@ DP_STEP_OUTPUTS = (Output("grads", TIME), Output("gather", TIME), Output("optimi
 FIRST_STAGE_DP = Factor(
     "first_stage_dp",
     (D.TP, D.ZERO, D.SINGLE_STAGE, D.FIRST_STAGE_LAYERS, D.DP_GROUP, D.OPTIMIZER_OFFLOAD, D.WEIGHT_OFFLOAD),
-    DP_STEP_OUTPUTS,
+    DP_STEP_OUTPUTS + (Output("embedding_grads", TIME), Output("embedding_gather", TIME)),
     _first_stage_dp,
 )
 FIRST_STAGE_EXPERT_DP = Factor(
@@ -797,7 +801,9 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
             optimizer = optimizer + o.where(dual, last.optimizer, 0)
     hidden_gather = o.maximum(0, gather - fwd0)
     if wl.overlap_dp:
-        per_step = exposed_dp_traffic(o, gather, fwd0, vpp, pp) + exposed_dp_traffic(o, grads, bwd0, vpp, pp)
+        per_step = exposed_dp_traffic(o, gather, fwd0, vpp, pp, dp.embedding_gather) + exposed_dp_traffic(
+            o, grads, bwd0, vpp, pp, dp.embedding_grads
+        )
     else:
         per_step = grads + gather
     per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)

@@ -145,8 +145,8 @@ def test_llama3_paper_runs_outside_the_calibration_set(results):
     time comes from Meta's TFLOPS under the PaLM count, which Meta does not state (docs/accuracy.md).
     With sequence parallelism's all-gathers in FP8 as Transformer Engine runs them, and the networks refitted
     (2026-11-28): 9.6 % mean, the 128K row -21.1 %. Once data-parallel traffic overlaps chunk by chunk under
-    interleaving (pipeline.exposed_dp_traffic) and the networks were refitted on it (H100 0.706 -> 0.844): -7.4,
-    -8.2, -22.5 %, 12.7 % mean. The bound keeps it there."""
+    interleaving (pipeline.exposed_dp_traffic) and the networks were refitted on it (H100 0.706 -> 0.853): -7.4,
+    -7.8, -22.5 %, 12.6 % mean. The bound keeps it there."""
     errors = [r.error for r in results if r.family == "Llama 3 paper (out of sample)"]
     assert len(errors) == 3 and statistics.fmean(abs(e) for e in errors) <= 0.137 and max(abs(e) for e in errors) <= 0.235
 

@@ -474,7 +474,7 @@ def test_single_request_latency_out_of_sample_as_measured():
     tokenisation and HTTP, which the model lacks), TPOT 15.0 % and 17.0 % too fast since FP8 weights
     stream at their own measured rate (18.0 % and 20.0 % before); since every pass carries the runtime's
     per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables): TTFT 5.1 % and 20.8 %, TPOT 6.1 % and 8.2 %;
-    since the networks were refitted on chunk-wise data-parallel overlap (2026-11-28; H100 0.706 -> 0.844, a
+    since the networks were refitted on chunk-wise data-parallel overlap (2026-11-28; H100 0.706 -> 0.853, a
     faster tensor-parallel all-reduce): TTFT 6.5 % and 22.0 %, TPOT unchanged.
     Bounds: these measurements + 1 point, and every prediction below the measurement."""
     results = evaluate_all(load_latency_oos_runs())
