@@ -352,7 +352,7 @@ def serving_gemm_runs() -> tuple[list, list]:
     "... (fits serving_gemm) ...", v5.0) and the out-of-sample ones on the same devices (v5.1)."""
     from parasol.solver.inference_validation import load_mlperf_runs  # noqa: PLC0415
 
-    runs = [e for e in load_mlperf_runs() if e["system"] in ("dgx-b200", "gb200-nvl72")]
+    runs = [e for e in load_mlperf_runs() if DEVICE_OF_SYSTEM.get(e["system"]) in SERVING_GEMM_DEVICES]
     return [e for e in runs if "(fits serving_gemm)" in e["family"]], [e for e in runs if out_of_sample(e["family"])]
 
 

@@ -18,7 +18,8 @@ FP8, where the engine chose the batch: each is the planner's best plan with the 
 problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
 token (Llama 3.3 70B on 2 H100, FP8); and MLPerf Inference's Offline runs (problems/validation/mlperf_inference_runs.yaml:
 NVIDIA's Llama 2 70B, Mixtral 8x7B, Llama 3.1 405B and 8B and DeepSeek-R1 results on Hopper and Blackwell, at the
-datasets' mean lengths, the batch the planner's best up to the run's gpu_batch_size; five v5.0 Blackwell runs fit the
+datasets' mean lengths and their spread (workload.output_len_dispersion, prompt_output_comoment), the batch the
+planner's best up to the run's gpu_batch_size; five v5.0 Blackwell runs fit the
 devices' serving GEMM share, benchmarks/calibrate.py --serving-gemm, the rest out of sample). Each max-throughput run of
 inference_runs_oos.yaml serves the set of requests the page lists
 (``workload.requests``); ``--oos-variant steady`` drops it (the steady state), ``--oos-variant largest-batch``

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import sys
 
-from parasol.model import placement, training
+from parasol.model import nccl_channels, placement, training
 from parasol.solver.validation import best_listed_mapping, evaluate_run, load_runs
 
 GB = 1e9
@@ -27,8 +27,8 @@ def group_traffic(system, workload, params: float, layout) -> tuple[float, float
     of ZeRO-3's two gathers and one reduce-scatter of ``params`` parameters over ``layout``; the line-rate
     seconds only where every member sits in its own scale-up domain (all of it then crosses the NICs), else None."""
     reduce_s, gather_s = training.dp_comm_times_s(system, workload, 3, params, layout)
-    share = (layout.n - 1) / layout.n
-    sent = params * share * (2 * training.param_gather_bytes(workload) + training.grad_bytes(workload))
+    gathered = nccl_channels.sent_bytes("allgather", params * training.param_gather_bytes(workload), layout.n)
+    sent = 2 * gathered + nccl_channels.sent_bytes("reducescatter", params * training.grad_bytes(workload), layout.n)
     line = sent / system.scale_out.bandwidth_bytes_per_s if layout.n > 1 and layout.local == 1 else None
     return sent, reduce_s + 2 * gather_s, line
 

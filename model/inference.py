@@ -73,7 +73,7 @@ def mean_decode_context(workload: InferenceWorkload) -> float:
     ratio, so its roofline regime does not change), so the mean step times the step count is the
     exact total; not quite for a sliding-window layer, which reads min(window, context) and so less,
     over a spread of lengths, than at the mean (Jensen)."""
-    return workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len / 2.0
+    return _length_biased_tokens(workload, 0.5)
 
 
 def held_sequence_tokens(workload: InferenceWorkload) -> float:
@@ -82,7 +82,15 @@ def held_sequence_tokens(workload: InferenceWorkload) -> float:
     generates (the length-biased mean, as in ``mean_decode_context``): E[o·(p + o)]/E[o] = c·input_len +
     d·output_len, input_len + output_len for identical requests. It is also the least the longest request can be
     (a mean is at most the maximum), so engine launch lines size the longest sequence with it."""
-    return workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len
+    return _length_biased_tokens(workload, 1.0)
+
+
+def _length_biased_tokens(workload: InferenceWorkload, answer_share: float) -> float:
+    """c·input_len + d·output_len·``answer_share``, tokens: a request's prompt and that share of its answer, averaged
+    over the steps its slot holds it (``mean_decode_context``: half; ``held_sequence_tokens``: all of it)."""
+    return (
+        workload.prompt_output_comoment * workload.input_len + workload.output_len_dispersion * workload.output_len * answer_share
+    )
 
 
 def decode_pass(workload: InferenceWorkload, seqs: float) -> Pass:
