@@ -156,6 +156,7 @@ def as_json(results) -> dict:
                 "error": r.error,
                 "peak_memory_gib": r.evaluation.metrics["peak_memory_gib"],
                 "fits": r.evaluation.metrics["fits"],
+                **({"makespan_s": r.evaluation.metrics["makespan_s"]} if "makespan_s" in r.evaluation.metrics else {}),
             }
             for r in results
         ],

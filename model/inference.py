@@ -140,6 +140,28 @@ def wave_batches(requests: int, largest: int) -> tuple:
     return tuple(sorted({-(-requests // k) for k in range(first, requests + 1)}))
 
 
+def mean_residual_output(workload: InferenceWorkload) -> float:
+    """Mean tokens a request still has to generate, seen at a random decode step of a continuous batch in steady
+    state, tokens: the equilibrium residual life of a renewal process, E[o²]/(2·E[o]) = d·output_len/2 (the paradox of
+    residual life: Kleinrock, Queueing Systems Vol. 1, 1975, Sec. 5.2; d: ``output_len_dispersion``). When a finite set's last request is admitted the slots hold
+    requests this far from done, on average: the work its drain still has."""
+    return workload.output_len_dispersion * workload.output_len / 2
+
+
+def drain_batch(workload: InferenceWorkload, seqs: float) -> float:
+    """The batch a finite set's drain decodes, averaged over its iterations, sequences: a batch of ``seqs`` holds
+    seqs·E[R] tokens still to generate (``mean_residual_output``), spent over the ``output_len_max`` iterations until
+    the longest is done, so seqs·E[R]/output_len_max a step; at least ``cuda_graph_min_batch``, which a padded
+    CUDA graph runs whatever fewer sequences it holds (TensorRT-LLM cuda_graph_padding_enabled), and at most ``seqs``."""
+    mean = seqs * mean_residual_output(workload) / workload.output_len_max
+    return min(seqs, max(mean, workload.cuda_graph_min_batch))
+
+
+def drain_pass(workload: InferenceWorkload, seqs: float) -> Pass:
+    """A decode step of a finite set's drain: ``drain_batch`` sequences, no prompts left to prefill."""
+    return decode_pass(workload, drain_batch(workload, seqs))
+
+
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
     """Prompts one prefill pass of a disaggregated prefill pool takes: as many whole prompts as
     ``max_prefill_tokens`` holds, at least one, prompts."""

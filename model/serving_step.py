@@ -27,7 +27,9 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
 - a finite set (``workload.requests``, queued at once): served in waves of the dp·batch slots
   (``inference.request_waves``), each one end-to-end latency (static, continuous); disaggregated, the
   first request's latency plus the first wave's prefill passes and the later decode waves, or the
-  set's later prefill passes, whichever take longer. Its makespan sets tokens/s and requests/s.
+  set's later prefill passes, whichever take longer; under continuous batching a set whose lengths vary
+  (``workload.output_len_max``) is staggered at the full batch, then drained (``drained_makespan``).
+  Its makespan sets tokens/s and requests/s.
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ from .inference import (
     check_serving,
     decode_pass,
     decode_passes,
+    drain_pass,
     edge_times,
     held_sequence_tokens,
     kv_link_layout,
     kv_transfer_time_s,
     layer_time,
+    mean_residual_output,
     mixed_pass,
     p2p_time_s,
     prefill_pass,
@@ -68,7 +72,7 @@ PASS_KINDS = {
     ServingMode.CONTINUOUS: ("mixed",),
     ServingMode.DISAGGREGATED: ("decode",),
 }
-PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pass}
+PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pass, "drain": drain_pass}
 # metric (``METRIC_SENSE``) -> +1 smaller is better, -1 larger is better
 METRIC_SENSE = {
     "tokens_per_s": -1,
@@ -276,9 +280,30 @@ HOURLY_PRICE = Factor(
 )
 
 
+def drains(workload: InferenceWorkload) -> bool:
+    """Whether the plan serves a finite set whose lengths vary, staggered and then drained (``drained_makespan``)."""
+    return workload.requests is not None and workload.output_len_max is not None
+
+
+def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain_step, slots):
+    """Seconds to serve ``workload.requests`` queued at once whose answers vary in length, up to ``output_len_max``
+    (continuous batching). Admission staggers them, a request taking a slot when another ends (iteration-level
+    scheduling: Orca, Yu et al., OSDI 2022), so the batch stays full until the last is admitted: the set's
+    requests·output_len tokens at ``slots`` a step, less the slots·E[R] tokens left then (E[R]:
+    ``inference.mean_residual_output``, to a whole iteration), take that many steps of ``tpot``. The drain then
+    lasts until the longest answer is done, ``output_len_max`` steps of ``drain_step`` (``inference.drain_batch``:
+    exact for a step time affine in the batch). After the first token's wait ``ttft``. Written over ``slots`` so
+    that the integer backend divides once."""
+    wl = ctx.workload
+    staggered = o.maximum(wl.requests * wl.output_len - slots * round(mean_residual_output(wl)), 0)
+    total = o.product(slots, ttft + o.product(drain_step, wl.output_len_max)) + o.product(tpot, staggered)
+    return o.quotient(total, slots, Rounding.DOWN)
+
+
 def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
     """The factors whose per-layer times set the integer time unit."""
     factors = tuple(PASS_LAYERS[k] for k in PASS_KINDS[ServingMode(workload.serving)])
+    factors += (PASS_LAYERS["drain"],) if drains(workload) else ()
     return factors + ((PREFILL_POOL,) if workload.serving == ServingMode.DISAGGREGATED else ())
 
 
@@ -350,9 +375,14 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         peak = o.maximum(peak, prefill.memory)
     e2e = ttft + (out - 1) * tpot
     makespan = None
-    if wl.requests is not None:
-        # a finite set: its makespan sets the rates
+    if drains(wl):
+        # a finite set of varied lengths: staggered, then drained; its makespan sets the rates
+        drain = pass_cycle(o, counts, o.lookup(PASS_LAYERS["drain"]), o.lookup(SENDS["drain"]).time, single)
+        makespan = drained_makespan(o, ctx, ttft, tpot, o.product(pp, drain), slots)
+    elif wl.requests is not None:
+        # a finite set of identical requests: its makespan sets the rates
         makespan = set_makespan(o, ctx, e2e, tpot, prefill if mode is ServingMode.DISAGGREGATED else None)
+    if makespan is not None:
         n_tokens = wl.requests * out
         seconds_per_token = o.quotient(makespan, n_tokens, Rounding.DOWN, fine=True)
         gpu_seconds_per_token = o.product(seconds_per_token, o.decision(S.NUM_GPUS))

@@ -519,6 +519,13 @@ class InferenceWorkload:
     # the generated lengths o (>= 1) and E[p·o]/(E[p]·E[o]) of prompt and generated lengths; 1.0: identical requests
     output_len_dispersion: float = 1.0
     prompt_output_comoment: float = 1.0
+    # a finite set whose lengths vary (continuous serving): the longest answer a request may generate, tokens (the
+    # engine's max output length), which the set's drain lasts (inference.drain_iterations); None: identical requests,
+    # served in waves
+    output_len_max: int | None = None
+    # the smallest batch the engine's CUDA graphs are captured at, with padding on: a decode iteration of fewer
+    # sequences runs as that many (TensorRT-LLM cuda_graph_batch_sizes with cuda_graph_padding_enabled); 1: none
+    cuda_graph_min_batch: int = 1
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -44,6 +44,8 @@ INFERENCE_WORKLOAD_KEYS = (
     "max_batch_size",
     "output_len_dispersion",
     "prompt_output_comoment",
+    "output_len_max",
+    "cuda_graph_min_batch",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -99,6 +101,8 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         max_batch_size=cap,
         output_len_dispersion=_length_moment(data, "output_len_dispersion", src),
         prompt_output_comoment=_length_moment(data, "prompt_output_comoment", src),
+        output_len_max=_output_len_max(data, src),
+        cuda_graph_min_batch=_cuda_graph_min_batch(data, src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
@@ -125,6 +129,43 @@ def _length_moment(data: dict, key: str, src: str) -> float:
             field=f"workload.{key}",
         )
     return number
+
+
+def _output_len_max(data: dict, src: str) -> int | None:
+    """``workload.output_len_max``: the longest answer of a finite set under continuous serving whose lengths vary,
+    at least the mean answer times the dispersion (E[o²] <= max(o)·E[o]); None when absent."""
+    if data.get("output_len_max") is None:
+        return None
+    value = checks.positive_int(data["output_len_max"], "workload.output_len_max", src, checks.MAX_SEQ_LEN)
+    if data.get("requests") is None or data.get("serving", "static") != "continuous":
+        raise ProblemError(
+            "only a finite set (workload.requests) under continuous serving drains; give both, or drop output_len_max",
+            source=src,
+            field="workload.output_len_max",
+        )
+    least = checks.as_float(data.get("output_len_dispersion", 1.0)) * checks.as_float(data["output_len"])
+    if value <= data["output_len"] or value < least:
+        raise ProblemError(
+            f"must be above output_len {data['output_len']:,} and at least output_len x output_len_dispersion, "
+            f"{least:,.0f} (E[o²] <= max(o)·E[o]); got {value:,}",
+            source=src,
+            field="workload.output_len_max",
+        )
+    return value
+
+
+def _cuda_graph_min_batch(data: dict, src: str) -> int:
+    """``workload.cuda_graph_min_batch``: the least batch a padded decode iteration runs at; it pads the drain of a
+    set whose lengths vary (``output_len_max``), and only that."""
+    if data.get("cuda_graph_min_batch") is None:
+        return 1
+    if data.get("output_len_max") is None:
+        raise ProblemError(
+            "pads the decode iterations of a set's drain only: give workload.output_len_max too, or drop it",
+            source=src,
+            field="workload.cuda_graph_min_batch",
+        )
+    return checks.positive_int(data["cuda_graph_min_batch"], "workload.cuda_graph_min_batch", src)
 
 
 def _requests(data: dict, src: str) -> int | None:

@@ -39,8 +39,12 @@ class Unexpressible(AssertionError):
 
 def _longest_sequence(w) -> int:
     """An engine's longest sequence, tokens: input_len + output_len for identical requests; where lengths spread,
-    the length-biased mean request (``inference.held_sequence_tokens``), which the longest is at least."""
-    return math.ceil(held_sequence_tokens(w) - 1e-9)
+    the length-biased mean request (``inference.held_sequence_tokens``), which the longest is at least, or the mean
+    prompt and the longest answer (``output_len_max``) where that is more."""
+    longest = (
+        held_sequence_tokens(w) if w.output_len_max is None else max(held_sequence_tokens(w), w.input_len + w.output_len_max)
+    )
+    return math.ceil(longest - 1e-9)
 
 
 def _require(condition: bool, what: str) -> None:

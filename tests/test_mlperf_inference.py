@@ -44,8 +44,8 @@ Llama 3.1 405B | fit | Blackwell FP4           | 2 | 0.109
 Llama 3.1 405B | oos | Blackwell FP4           | 2 | 0.046
 Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.488
 Llama 3.1 8B   | oos | Blackwell FP4           | 1 | 0.233
-DeepSeek-R1    | oos | Blackwell FP4           | 2 | 0.292
-DeepSeek-R1    | oos | Blackwell Ultra FP4     | 1 | 0.337
+DeepSeek-R1    | oos | Blackwell FP4           | 2 | 0.147
+DeepSeek-R1    | oos | Blackwell Ultra FP4     | 1 | 0.245
 """
 
 
@@ -159,7 +159,9 @@ def test_error_as_measured(results):
     length-biased whole request in KV cache (inference.held_sequence_tokens; the share refitted 0.74 again): Llama 2
     70B +7.5, +4.0, -6.8, -2.8, -6.0, -3.6 %; Mixtral +8.9, +4.8, -1.7, -8.3 %; Llama 3.1 405B -1.7, +7.7, +12.0,
     +0.5, +6.7, +47.8 %; 8B +22.3 %; DeepSeek-R1 +20.1, +36.2, +32.7 % (its batches memory-bound: 328, 344, 632).
-    Bounds: the measurements + 1 point."""
+    Since DeepSeek-R1's runs are the finite sets LoadGen issued (26,328, 210,624 and 396,000 samples at once), staggered
+    and then drained over up to 20,000 steps (workload.output_len_max; serving_step.drained_makespan), B200's and
+    GB300's drain steps padded to 128 sequences: DeepSeek-R1 +3.9, +23.4, +23.5 %. Bounds: the measurements + 1 point."""
     assert all(r.error > 0 for r in results if r.problem.system().device.architecture == "blackwell-ultra")
     for name, (_, bound) in FAMILIES.items():
         assert statistics.fmean(abs(r.error) for r in _family(results, name)) <= bound, name
