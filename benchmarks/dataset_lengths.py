@@ -1,6 +1,6 @@
 """The length moments a serving workload takes from a dataset of requests.
 
-    python benchmarks/dataset_lengths.py FILE.csv [FILE.csv ...] [--json]
+    python benchmarks/dataset_lengths.py FILE.csv [FILE.csv ...] [--max-output-len N] [--json]
 
 Each FILE is a CSV with one row per request and the columns ``input_length`` and ``output_length``
 (tokens; the layout of Harshith-umesh/mlperf-dashboard's mlperf-data/summaries/*.csv, which hold the
@@ -9,6 +9,9 @@ MLPerf Inference datasets' token counts). Prints, per file, what ``workload:`` t
 - ``input_len`` and ``output_len``: the mean prompt E[p] and the mean generated length E[o];
 - ``output_len_dispersion``: E[o²]/E[o]² (1 + the squared coefficient of variation of o);
 - ``prompt_output_comoment``: E[p·o]/(E[p]·E[o]) (1 when p and o are uncorrelated);
+
+``--max-output-len N`` caps each generated length at N first: an engine stops a request there (TensorRT-LLM's
+max_output_len), so a run's answers are the dataset's, cut at N.
 
 and the mean decode context these give (``inference.mean_decode_context``: the length-biased mean a
 continuous batch sees) beside E[p] + E[o]/2, the one of identical requests.
@@ -49,8 +52,11 @@ class LengthMoments:
         )
 
 
-def length_moments(pairs: list[tuple[int, int]]) -> LengthMoments:
-    """The moments of (prompt, generated) token counts, one pair per request."""
+def length_moments(pairs: list[tuple[int, int]], max_output_len: int | None = None) -> LengthMoments:
+    """The moments of (prompt, generated) token counts, one pair per request, each generated count cut at
+    ``max_output_len`` when given."""
+    if max_output_len is not None:
+        pairs = [(p, min(o, max_output_len)) for p, o in pairs]
     n = len(pairs)
     mean_p = sum(p for p, _ in pairs) / n
     mean_o = sum(o for _, o in pairs) / n
@@ -85,9 +91,12 @@ def _fail(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--max-output-len", type=int, default=None, help="cut each generated length at N tokens first")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results = {str(path): length_moments(read_lengths(path)) for path in args.files}
+    if args.max_output_len is not None and args.max_output_len < 1:
+        _fail(f"--max-output-len must be a positive number of tokens, got {args.max_output_len}")
+    results = {str(path): length_moments(read_lengths(path), args.max_output_len) for path in args.files}
     if args.json:
         print(json.dumps({name: asdict(m) | {"decode_context": m.decode_context()} for name, m in results.items()}, indent=2))
         return 0

@@ -9,31 +9,35 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import rel_close, run_main, solved_as_enumerated, write_yaml
+from conftest import REPO, rel_close, run_main, solved_as_enumerated, write_yaml
 
 from parasol.model.errors import ProblemError
-from parasol.model.inference import drain_batch, mean_residual_output
+from parasol.model.inference import drain_batch, mean_decode_context, mean_residual_output
 from parasol.model.ops import FloatOps
 from parasol.model.serving_step import drained_makespan, evaluate_inference
 from parasol.model.specs import InferenceWorkload
 from parasol.solver.planner import enumerate_space
-from parasol.solver.problem import parse_problem
+from parasol.solver.problem import load_problem, parse_problem
 
 
-def simulate(lengths, slots: int, step_s) -> float:
-    """Seconds to serve ``lengths`` (answers, tokens), queued at once in this order, on ``slots`` slots: each step
-    decodes one token of every busy slot and takes ``step_s(busy)``; a slot whose answer is done takes the next
-    request at the next step (iteration-level scheduling)."""
-    lengths = np.asarray(lengths)
-    left = lengths[:slots].astype(float)
-    queued = list(lengths[slots:][::-1])
+def simulate(lengths, slots: int, step_s, prompts=None) -> float:
+    """Seconds to serve requests of ``lengths`` answer tokens (and ``prompts`` prompt tokens, none by default), queued
+    at once in this order, on ``slots`` slots: each step decodes one token of every busy slot against its cached
+    context and takes ``step_s(busy, context)`` (context: the busy slots' cached tokens, summed); a slot whose answer
+    is done takes the next request at the next step (iteration-level scheduling)."""
+    lengths = np.asarray(lengths, float)
+    prompts = np.zeros_like(lengths) if prompts is None else np.asarray(prompts, float)
+    left, cached = lengths[:slots].copy(), prompts[:slots].copy()
+    queue = list(zip(lengths[slots:][::-1], prompts[slots:][::-1]))
     total = 0.0
     while left.size:
-        total += step_s(left.size)
+        total += step_s(left.size, cached.sum())
         left -= 1
+        cached += 1
         done = left <= 0
-        refill = [queued.pop() for _ in range(min(int(done.sum()), len(queued)))]
-        left = np.concatenate([left[~done], np.asarray(refill, float)])
+        refill = [queue.pop() for _ in range(min(int(done.sum()), len(queue)))]
+        left = np.concatenate([left[~done], np.asarray([o for o, _ in refill], float)])
+        cached = np.concatenate([cached[~done], np.asarray([p for _, p in refill], float)])
     return total
 
 
@@ -43,21 +47,27 @@ def _lengths(n: int, cap: int, seed: int = 7):
     return np.where(rng.random(n) < 0.9, rng.integers(1, 201, n), cap)
 
 
-def _model_makespan(lengths, slots: int, cap: int, step_s, floor: int = 1) -> float:
-    """The model's makespan of the same set: its mean and dispersion, the staggered steps at the full batch's step
-    time, the drain's at its mean batch's (``drain_batch``)."""
-    mean = float(np.mean(lengths))
+def _model_makespan(lengths, slots: int, cap: int, step_s, floor: int = 1, prompts=None) -> float:
+    """The model's makespan of the same set from its moments: the staggered steps at the full batch, the drain's at
+    its mean batch (``drain_batch``), both at the mean decode context (``mean_decode_context``)."""
+    o = np.asarray(lengths, float)
+    p = np.zeros_like(o) if prompts is None else np.asarray(prompts, float)
+    mean, square = float(o.mean()), float(np.mean(o * o))
     workload = InferenceWorkload(
-        input_len=1,
-        output_len=round(mean),
+        input_len=max(float(p.mean()), 1e-9),
+        output_len=mean,
         serving="continuous",
-        requests=len(lengths),
-        output_len_dispersion=float(np.mean(np.square(lengths))) / mean**2,
+        requests=len(o),
+        output_len_dispersion=square / mean**2,
+        prompt_output_comoment=float(np.mean(p * o)) / (max(float(p.mean()), 1e-9) * mean),
         output_len_max=cap,
         cuda_graph_min_batch=floor,
     )
     ctx = SimpleNamespace(workload=workload)
-    return drained_makespan(FloatOps(ctx, {}), ctx, 0.0, step_s(slots), step_s(drain_batch(workload, slots)), slots)
+    batch = drain_batch(workload, slots)
+    full = step_s(slots, slots * mean_decode_context(workload))
+    drain = step_s(batch, batch * mean_decode_context(workload))
+    return drained_makespan(FloatOps(ctx, {}), ctx, 0.0, full, drain, slots)
 
 
 @pytest.mark.parametrize("slots", [64, 256])
@@ -67,12 +77,12 @@ def test_the_drained_makespan_matches_a_simulation_of_continuous_batching(slots)
     the steady state's rate over the same tokens is 14-23 % short: the drain is the difference."""
     lengths, cap = _lengths(10 * slots, 1000), 1000
 
-    def step_s(busy):
+    def step_s(busy, context):
         return 1.0 + 0.005 * busy
 
     simulated = simulate(lengths, slots, step_s)
     assert rel_close(_model_makespan(lengths, slots, cap, step_s), simulated, 0.01)
-    steady = len(lengths) * float(np.mean(lengths)) / slots * step_s(slots)
+    steady = len(lengths) * float(np.mean(lengths)) / slots * step_s(slots, 0)
     assert steady < 0.9 * simulated
 
 
@@ -84,16 +94,43 @@ def test_a_padded_drain_is_slower_and_the_model_follows():
     slots, cap = 512, 1000
     lengths = _lengths(10 * slots, cap)
 
-    def affine(busy):
+    def affine(busy, context):
         return 1.0 + 0.005 * busy
 
-    def padded(busy):
-        return affine(max(busy, 256))
+    def padded(busy, context):
+        return affine(max(busy, 256), context)
 
     plain, slow = simulate(lengths, slots, affine), simulate(lengths, slots, padded)
     assert slow > 1.05 * plain
     model = _model_makespan(lengths, slots, cap, padded, floor=256)
     assert rel_close(model, slow, 0.015) and model > 1.05 * _model_makespan(lengths, slots, cap, affine)
+
+
+@pytest.mark.parametrize("per_token", [2e-5, 2e-4])
+def test_the_drain_at_the_mean_context_is_exact_for_a_step_affine_in_the_context(per_token):
+    """A step that also reads each sequence's cached context (attention). The drain's requests are the long ones, late
+    in their answers, and read more than the mean context, but the set's first steps, all its answers just begun,
+    read as much less: every request reads p·o + o²/2 cached tokens whenever it runs, so the set's total is fixed and
+    the mean context in every step gives it (within 0.5 %; 0.1 % measured). The drain's own mean context, E[p·o²]/E[o²]
+    + (2/3)·E[o³]/E[o²], half as much again, would count the long answers twice (5-6 % over, measured)."""
+    slots, cap = 256, 1000
+    lengths = _lengths(10 * slots, cap)
+    prompts = np.random.default_rng(3).integers(100, 600, lengths.size)
+
+    def step_s(busy, context):
+        return 1.0 + 0.002 * busy + per_token * context
+
+    simulated = simulate(lengths, slots, step_s, prompts)
+    assert rel_close(_model_makespan(lengths, slots, cap, step_s, prompts=prompts), simulated, 0.005)
+    o, p = lengths.astype(float), prompts.astype(float)
+    drain_context = float(np.mean(p * o * o) / np.mean(o * o) + 2 / 3 * np.mean(o**3) / np.mean(o * o))
+    mean_context = float((np.mean(p * o) + np.mean(o * o) / 2) / np.mean(o))
+    assert drain_context > 1.4 * mean_context
+
+    def long_drain(busy, context):  # the drain's steps (at most its mean batch) read the drain's own context
+        return step_s(busy, context * drain_context / mean_context if busy < slots else context)
+
+    assert _model_makespan(lengths, slots, cap, long_drain, prompts=prompts) > 1.03 * simulated
 
 
 def test_the_drain_batch_is_the_residual_work_over_the_longest_answer():
@@ -210,3 +247,13 @@ def test_a_bad_output_len_max_is_one_line_and_exit_2(tmp_path):
     proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data))])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "workload.output_len_max" in proc.stderr and "p.yaml" in proc.stderr
+
+
+def test_the_deepseek_r1_offline_example_is_proven_at_the_enumerators_optimum():
+    """problems/examples/deepseek-r1-offline-b200.yaml (MLPerf v5.1's B200 run as a problem): CP-SAT, forced, proves
+    the enumerator's best batch, and the set takes longer than its tokens at the steady state's rate would."""
+    problem = load_problem(REPO / "problems" / "examples" / "deepseek-r1-offline-b200.yaml")
+    plan = solved_as_enumerated(problem, workers=1, method="cpsat")
+    met = plan.evaluation.metrics
+    steady_s = problem.workload.requests * problem.workload.output_len / (met["batch"] * 8) * met["tpot_s"]
+    assert met["makespan_s"] > 1.1 * steady_s
