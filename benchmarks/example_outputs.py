@@ -38,6 +38,7 @@ EXAMPLES = {
         "pareto problems/examples/chiplet-codesign.yaml --objectives throughput,cost --plot {tmp}/front.png",
     ),
     "serving-solve": ("serving.md", "solve problems/examples/llama3-70b-serving.yaml"),
+    "serving-drain": ("serving.md", "solve problems/examples/deepseek-r1-offline-b200.yaml"),
     "serving-pareto": (
         "serving.md",
         "pareto problems/examples/llama3-8b-pareto.yaml --objectives tokens_per_s_per_gpu,tokens_per_s_per_user",
