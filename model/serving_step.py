@@ -285,18 +285,18 @@ def drains(workload: InferenceWorkload) -> bool:
     return workload.requests is not None and workload.output_len_max is not None
 
 
-def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain_step, slots):
+def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain, slots):
     """Seconds to serve ``workload.requests`` queued at once whose answers vary in length, up to ``output_len_max``
     (continuous batching). Admission staggers them, a request taking a slot when another ends (iteration-level
     scheduling: Orca, Yu et al., OSDI 2022), so the batch stays full until the last is admitted: the set's
     requests·output_len tokens at ``slots`` a step, less the slots·E[R] tokens left then (E[R]:
     ``inference.mean_residual_output``, to a whole iteration), take that many steps of ``tpot``. The drain then
-    lasts until the longest answer is done, ``output_len_max`` steps of ``drain_step`` (``inference.drain_batch``:
-    exact for a step time affine in the batch). After the first token's wait ``ttft``. Written over ``slots`` so
-    that the integer backend divides once."""
+    lasts until the longest answer is done: ``drain`` seconds, ``output_len_max`` steps at the drain's mean batch
+    (``inference.drain_batch``: exact for a step time affine in the batch). After the first token's wait ``ttft``.
+    Written over ``slots`` so that the integer backend divides once."""
     wl = ctx.workload
     staggered = o.maximum(wl.requests * wl.output_len - slots * round(mean_residual_output(wl)), 0)
-    total = o.product(slots, ttft + o.product(drain_step, wl.output_len_max)) + o.product(tpot, staggered)
+    total = o.product(slots, ttft + drain) + o.product(tpot, staggered)
     return o.quotient(total, slots, Rounding.DOWN)
 
 
@@ -347,6 +347,7 @@ class ServingStep:
     minimised: dict  # metric name -> what is minimised for it
     limits: list
     makespan: object = None  # seconds to serve ``workload.requests`` queued at once; None in steady state
+    drain: object = None  # seconds of the makespan a set of varied lengths spends draining (``drained_makespan``)
 
 
 def compose(o, ctx: ServingContext) -> ServingStep:
@@ -374,11 +375,12 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         tpot = o.product(pp, cycles["decode"])
         peak = o.maximum(peak, prefill.memory)
     e2e = ttft + (out - 1) * tpot
-    makespan = None
+    makespan = drain = None
     if drains(wl):
         # a finite set of varied lengths: staggered, then drained; its makespan sets the rates
-        drain = pass_cycle(o, counts, o.lookup(PASS_LAYERS["drain"]), o.lookup(SENDS["drain"]).time, single)
-        makespan = drained_makespan(o, ctx, ttft, tpot, o.product(pp, drain), slots)
+        step = pass_cycle(o, counts, o.lookup(PASS_LAYERS["drain"]), o.lookup(SENDS["drain"]).time, single)
+        drain = o.product(o.product(pp, step), wl.output_len_max)
+        makespan = drained_makespan(o, ctx, ttft, tpot, drain, slots)
     elif wl.requests is not None:
         # a finite set of identical requests: its makespan sets the rates
         makespan = set_makespan(o, ctx, e2e, tpot, prefill if mode is ServingMode.DISAGGREGATED else None)
@@ -441,6 +443,7 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         minimised=minimised,
         limits=limits,
         makespan=makespan,
+        drain=drain,
     )
 
 
@@ -497,6 +500,8 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
         extra["sustains_rate"] = q.seconds_per_request <= 1.0 / wl.request_rate
     if wl.requests is not None:
         extra["makespan_s"] = q.makespan
+    if q.drain is not None:
+        extra["drain_s"] = q.drain
     return {
         "ttft_s": q.ttft,
         "tpot_s": q.tpot,

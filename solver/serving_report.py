@@ -49,7 +49,13 @@ def evaluation_table(problem, mapping, evaluation) -> str:
             ),
             ("concurrent requests", f"{met['concurrent_requests']:,}"),
             *(
-                [("time to serve the set", f"{met['makespan_s']:,.1f} s  ({wl.requests:,} requests queued at once)")]
+                [
+                    (
+                        "time to serve the set",
+                        f"{met['makespan_s']:,.1f} s  ({wl.requests:,} requests queued at once"
+                        + (f"; the last {met['drain_s']:,.1f} s drain it)" if "drain_s" in met else ")"),
+                    )
+                ]
                 if "makespan_s" in met
                 else []
             ),

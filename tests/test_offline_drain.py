@@ -67,7 +67,7 @@ def _model_makespan(lengths, slots: int, cap: int, step_s, floor: int = 1, promp
     batch = drain_batch(workload, slots)
     full = step_s(slots, slots * mean_decode_context(workload))
     drain = step_s(batch, batch * mean_decode_context(workload))
-    return drained_makespan(FloatOps(ctx, {}), ctx, 0.0, full, drain, slots)
+    return drained_makespan(FloatOps(ctx, {}), ctx, 0.0, full, cap * drain, slots)
 
 
 @pytest.mark.parametrize("slots", [64, 256])
@@ -195,6 +195,8 @@ def test_a_longer_tail_or_a_padded_step_lengthens_the_drain():
     padded = _metrics(_data(floor=64))
     assert longer["makespan_s"] > base["makespan_s"] and padded["makespan_s"] > base["makespan_s"]
     assert padded["tpot_s"] == base["tpot_s"]
+    assert longer["drain_s"] > base["drain_s"] and padded["drain_s"] > base["drain_s"]
+    assert padded["makespan_s"] - padded["drain_s"] == pytest.approx(base["makespan_s"] - base["drain_s"], rel=1e-9)
 
 
 def test_cpsat_equals_the_enumerator_on_a_drained_set_with_the_batch_free():
@@ -234,12 +236,14 @@ def test_bad_drain_fields_are_refused_in_one_line(change, field, message):
 
 def test_the_launch_line_makes_room_for_the_longest_answer(tmp_path):
     """trtllm-serve's --max_seq_len: the mean prompt and the longest answer (1,024 + 4,096), more than the
-    length-biased mean request (1,024 + 2 x 1,024)."""
+    length-biased mean request (1,024 + 2 x 1,024); the report says how long the set drains."""
     data = _data()
     data["workload"]["framework"] = "trtllm"
     data["mapping"]["ep"] = 1
     proc = run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", data)), "--emit"])
     assert proc.returncode == 0 and "--max_seq_len 5120" in proc.stdout, proc.stdout + proc.stderr
+    report = run_main(["evaluate", str(tmp_path / "p.yaml")]).stdout
+    assert "(20,000 requests queued at once; the last " in report and " s drain it)" in report, report
 
 
 def test_a_bad_output_len_max_is_one_line_and_exit_2(tmp_path):
