@@ -154,9 +154,8 @@ def _data(requests=20000, output_len_max=4096, floor=None, batch=128):
         "requests": requests,
         "output_len_dispersion": 2.0,
         "output_len_max": output_len_max,
+        **({} if floor is None else {"cuda_graph_min_batch": floor}),
     }
-    if floor is not None:
-        wl["cuda_graph_min_batch"] = floor
     return {
         "model": "llama3.1-8b",
         "system": {"name": "dgx-h100", "num_gpus": 2},
