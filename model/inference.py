@@ -148,18 +148,31 @@ def mean_residual_output(workload: InferenceWorkload) -> float:
     return workload.output_len_dispersion * workload.output_len / 2
 
 
-def drain_batch(workload: InferenceWorkload, seqs: float) -> float:
+def drain_batch(workload: InferenceWorkload, seqs: float, set_share: float | None = None) -> float:
     """The batch a finite set's drain decodes, averaged over its iterations, sequences: a batch of ``seqs`` holds
-    seqs·E[R] tokens still to generate (``mean_residual_output``), spent over the ``output_len_max`` iterations until
-    the longest is done, so seqs·E[R]/output_len_max a step; at least ``cuda_graph_min_batch``, which a padded
-    CUDA graph runs whatever fewer sequences it holds (TensorRT-LLM cuda_graph_padding_enabled), and at most ``seqs``."""
-    mean = seqs * mean_residual_output(workload) / workload.output_len_max
-    return min(seqs, max(mean, workload.cuda_graph_min_batch))
+    seqs·E[R] tokens still to generate when the set's last request is admitted (``mean_residual_output``), or, where
+    its share of the set is smaller (``set_share`` requests: a set of fewer requests than that holds whole answers,
+    never staggered), set_share·output_len; spent over the ``output_len_max`` steps until the longest is done. At
+    least ``cuda_graph_min_batch``, which a padded CUDA graph runs whatever fewer sequences it holds (TensorRT-LLM
+    cuda_graph_padding_enabled), and at most ``seqs``."""
+    work = seqs * mean_residual_output(workload)
+    if set_share is not None:
+        work = min(work, set_share * workload.output_len)
+    return min(seqs, max(work / workload.output_len_max, workload.cuda_graph_min_batch))
 
 
-def drain_pass(workload: InferenceWorkload, seqs: float) -> Pass:
+def drain_pass(workload: InferenceWorkload, seqs: float, set_share: float | None = None) -> Pass:
     """A decode step of a finite set's drain: ``drain_batch`` sequences, no prompts left to prefill."""
-    return decode_pass(workload, drain_batch(workload, seqs))
+    return decode_pass(workload, drain_batch(workload, seqs, set_share))
+
+
+def longest_sequence_tokens(workload: InferenceWorkload) -> float:
+    """The longest sequence an engine must hold, tokens, as far as the workload says: input_len + output_len for
+    identical requests; where lengths spread, the length-biased mean request (``held_sequence_tokens``), which the
+    longest is at least, or the mean prompt and the longest answer (``output_len_max``) where that is more (a prompt
+    longer than the mean with the longest answer needs more: raise it to the longest prompt + output_len_max)."""
+    held = held_sequence_tokens(workload)
+    return held if workload.output_len_max is None else max(held, workload.input_len + workload.output_len_max)
 
 
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:

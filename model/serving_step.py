@@ -72,7 +72,7 @@ PASS_KINDS = {
     ServingMode.CONTINUOUS: ("mixed",),
     ServingMode.DISAGGREGATED: ("decode",),
 }
-PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pass, "drain": drain_pass}
+PASS_MAKERS = {"prefill": prefill_pass, "decode": decode_pass, "mixed": mixed_pass}
 # metric (``METRIC_SENSE``) -> +1 smaller is better, -1 larger is better
 METRIC_SENSE = {
     "tokens_per_s": -1,
@@ -102,11 +102,12 @@ class ServingContext:
 # ---------------------------------------------------------------- factors
 
 
-def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, ep_group) -> tuple:
+def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, ep_group, p: Pass | None = None) -> tuple:
     """(dense layer, MoE layer, first-stage extra, last-stage extra, runtime overhead) seconds of a pass of
-    ``micro_batch`` sequences (``inference.layer_time``, ``inference.edge_times``, ``inference.step_overhead_s``)."""
+    ``micro_batch`` sequences (``inference.layer_time``, ``inference.edge_times``, ``inference.step_overhead_s``), or
+    of the pass ``p`` when given."""
     model, system, wl = ctx.model, ctx.system, ctx.workload
-    p = PASS_MAKERS[kind](wl, micro_batch)
+    p = PASS_MAKERS[kind](wl, micro_batch) if p is None else p
     layouts = {"tp": tp_group, "ep": ep_group}
     dense = layer_time(model, system, wl, tp, ep, p, False, layouts).total
     moe = layer_time(model, system, wl, tp, ep, p, True, layouts).total if model.moe is not None else 0.0
@@ -114,16 +115,18 @@ def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, 
     return dense, moe, first, last, step_overhead_s(system)
 
 
+LAYER_OUTPUTS = (
+    Output("dense", TIME, reference=True),
+    Output("moe", TIME, reference=True),
+    Output("first", TIME),
+    Output("last", TIME),
+    Output("overhead", TIME),
+)
+
+
 def _layers_factor(kind: str, prefix: str = "") -> Factor:
     keys = tuple(S(prefix + k) for k in ("tp", "ep")) + (S.MICRO_BATCH,) + tuple(S(prefix + k) for k in ("tp_group", "ep_group"))
-    outputs = (
-        Output("dense", TIME, reference=True),
-        Output("moe", TIME, reference=True),
-        Output("first", TIME),
-        Output("last", TIME),
-        Output("overhead", TIME),
-    )
-    return Factor(f"{kind}_layers", keys, outputs, lambda ctx, *v: _pass_layers(ctx, kind, *v))
+    return Factor(f"{kind}_layers", keys, LAYER_OUTPUTS, lambda ctx, *v: _pass_layers(ctx, kind, *v))
 
 
 PASS_LAYERS = {kind: _layers_factor(kind) for kind in PASS_MAKERS}
@@ -138,6 +141,35 @@ SENDS = {
     )
     for kind in PASS_MAKERS
 }
+
+
+def _set_share(ctx: ServingContext, dp, pp) -> float:
+    """Requests of a finite set per pipeline micro-batch slot group: requests / (dp·pp)."""
+    return ctx.workload.requests / (dp * pp)
+
+
+def _drain_pass(ctx: ServingContext, micro_batch, dp, pp) -> Pass:
+    """A drain step of one micro-batch (``inference.drain_pass``), the set's share of it capping its work."""
+    return drain_pass(ctx.workload, micro_batch, _set_share(ctx, dp, pp))
+
+
+# a finite set's drain step (``drained_makespan``): its batch depends on the set's share of each replica, so on dp and pp
+DRAIN_LAYERS = Factor(
+    "drain_layers",
+    (S.TP, S.EP, S.MICRO_BATCH, S.TP_GROUP, S.EP_GROUP, S.DP, S.PP),
+    LAYER_OUTPUTS,
+    lambda ctx, tp, ep, micro_batch, tp_group, ep_group, dp, pp: _pass_layers(
+        ctx, "drain", tp, ep, micro_batch, tp_group, ep_group, _drain_pass(ctx, micro_batch, dp, pp)
+    ),
+)
+DRAIN_SEND = Factor(
+    "drain_send",
+    (S.MICRO_BATCH, S.PP_GROUP, S.DP, S.PP),
+    (Output("time", TIME),),
+    lambda ctx, micro_batch, pp_group, dp, pp: p2p_time_s(
+        ctx.model, ctx.system, ctx.workload, _drain_pass(ctx, micro_batch, dp, pp).tokens, pp_group
+    ),
+)
 
 
 def _stage_counts(ctx: ServingContext, pp) -> tuple:
@@ -281,8 +313,9 @@ HOURLY_PRICE = Factor(
 
 
 def drains(workload: InferenceWorkload) -> bool:
-    """Whether the plan serves a finite set whose lengths vary, staggered and then drained (``drained_makespan``)."""
-    return workload.requests is not None and workload.output_len_max is not None
+    """Whether the plan serves a finite set whose lengths vary, staggered and then drained (``drained_makespan``):
+    continuous batching only (the parser refuses ``output_len_max`` elsewhere)."""
+    return workload.requests is not None and workload.output_len_max is not None and workload.serving == ServingMode.CONTINUOUS
 
 
 def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain, slots):
@@ -303,7 +336,7 @@ def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain, slots):
 def time_reference(model: ModelSpec, workload: InferenceWorkload) -> tuple:
     """The factors whose per-layer times set the integer time unit."""
     factors = tuple(PASS_LAYERS[k] for k in PASS_KINDS[ServingMode(workload.serving)])
-    factors += (PASS_LAYERS["drain"],) if drains(workload) else ()
+    factors += (DRAIN_LAYERS,) if drains(workload) else ()
     return factors + ((PREFILL_POOL,) if workload.serving == ServingMode.DISAGGREGATED else ())
 
 
@@ -378,7 +411,7 @@ def compose(o, ctx: ServingContext) -> ServingStep:
     makespan = drain = None
     if drains(wl):
         # a finite set of varied lengths: staggered, then drained; its makespan sets the rates
-        step = pass_cycle(o, counts, o.lookup(PASS_LAYERS["drain"]), o.lookup(SENDS["drain"]).time, single)
+        step = pass_cycle(o, counts, o.lookup(DRAIN_LAYERS), o.lookup(DRAIN_SEND).time, single)
         drain = o.product(o.product(pp, step), wl.output_len_max)
         makespan = drained_makespan(o, ctx, ttft, tpot, drain, slots)
     elif wl.requests is not None:

@@ -520,11 +520,11 @@ class InferenceWorkload:
     output_len_dispersion: float = 1.0
     prompt_output_comoment: float = 1.0
     # a finite set whose lengths vary (continuous serving): the longest answer a request may generate, tokens (the
-    # engine's max output length), which the set's drain lasts (inference.drain_iterations); None: identical requests,
-    # served in waves
+    # engine's max output length, where a share of the answers reaches it), which the set's drain lasts
+    # (serving_step.drained_makespan); None: identical requests, served in waves
     output_len_max: int | None = None
-    # the smallest batch the engine's CUDA graphs are captured at, with padding on: a decode iteration of fewer
-    # sequences runs as that many (TensorRT-LLM cuda_graph_batch_sizes with cuda_graph_padding_enabled); 1: none
+    # the smallest batch the engine's CUDA graphs are captured at, with padding on: a drain step of fewer sequences
+    # runs as that many (TensorRT-LLM cuda_graph_batch_sizes with cuda_graph_padding_enabled); 1: none
     cuda_graph_min_batch: int = 1
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)

@@ -70,9 +70,11 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         raise ProblemError(
             f"{batch} is above workload.max_batch_size {cap}; allowed: 1 to {cap}", source=src, field="workload.batch"
         )
+    output_len = checks.positive_int(data["output_len"], "workload.output_len", src, checks.MAX_SEQ_LEN)
+    dispersion = _length_moment(data, "output_len_dispersion", src)
     return InferenceWorkload(
         input_len=checks.positive_int(data["input_len"], "workload.input_len", src, checks.MAX_SEQ_LEN),
-        output_len=checks.positive_int(data["output_len"], "workload.output_len", src, checks.MAX_SEQ_LEN),
+        output_len=output_len,
         batch=None if batch is None else checks.positive_int(batch, "workload.batch", src),
         precision=precision,
         kv_precision=checks.choice(data.get("kv_precision", precision), KV_PRECISIONS, "workload.kv_precision", src),
@@ -99,10 +101,10 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         else checks.positive_number(data["request_rate"], "workload.request_rate", src, "number of requests per second"),
         requests=_requests(data, src),
         max_batch_size=cap,
-        output_len_dispersion=_length_moment(data, "output_len_dispersion", src),
+        output_len_dispersion=dispersion,
         prompt_output_comoment=_length_moment(data, "prompt_output_comoment", src),
-        output_len_max=_output_len_max(data, src),
-        cuda_graph_min_batch=_cuda_graph_min_batch(data, src),
+        output_len_max=_output_len_max(data, output_len, dispersion, src),
+        cuda_graph_min_batch=_cuda_graph_min_batch(data, cap, src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
@@ -131,9 +133,10 @@ def _length_moment(data: dict, key: str, src: str) -> float:
     return number
 
 
-def _output_len_max(data: dict, src: str) -> int | None:
-    """``workload.output_len_max``: the longest answer of a finite set under continuous serving whose lengths vary,
-    at least the mean answer times the dispersion (E[o²] <= max(o)·E[o]); None when absent."""
+def _output_len_max(data: dict, output_len: int, dispersion: float, src: str) -> int | None:
+    """``workload.output_len_max``: the longest answer of a finite set under continuous serving whose lengths vary
+    (output_len_dispersion above 1), above output_len and at least output_len x the dispersion (E[o²] <=
+    max(o)·E[o]); None when absent."""
     if data.get("output_len_max") is None:
         return None
     value = checks.positive_int(data["output_len_max"], "workload.output_len_max", src, checks.MAX_SEQ_LEN)
@@ -143,10 +146,17 @@ def _output_len_max(data: dict, src: str) -> int | None:
             source=src,
             field="workload.output_len_max",
         )
-    least = checks.as_float(data.get("output_len_dispersion", 1.0)) * checks.as_float(data["output_len"])
-    if value <= data["output_len"] or value < least:
+    if dispersion == 1.0:
         raise ProblemError(
-            f"must be above output_len {data['output_len']:,} and at least output_len x output_len_dispersion, "
+            "requests of one length (output_len_dispersion 1, the default) end together, in waves; give the "
+            "answers' output_len_dispersion (above 1), or drop output_len_max",
+            source=src,
+            field="workload.output_len_max",
+        )
+    least = dispersion * output_len
+    if value <= output_len or value < least:
+        raise ProblemError(
+            f"must be above output_len {output_len:,} and at least output_len x output_len_dispersion, "
             f"{least:,.0f} (E[o²] <= max(o)·E[o]); got {value:,}",
             source=src,
             field="workload.output_len_max",
@@ -154,18 +164,18 @@ def _output_len_max(data: dict, src: str) -> int | None:
     return value
 
 
-def _cuda_graph_min_batch(data: dict, src: str) -> int:
-    """``workload.cuda_graph_min_batch``: the least batch a padded decode iteration runs at; it pads the drain of a
-    set whose lengths vary (``output_len_max``), and only that."""
+def _cuda_graph_min_batch(data: dict, cap: int | None, src: str) -> int:
+    """``workload.cuda_graph_min_batch``: the least batch a padded drain step runs at (``output_len_max``'s drain,
+    and only that), at most the engine's max_batch_size where given."""
     if data.get("cuda_graph_min_batch") is None:
         return 1
     if data.get("output_len_max") is None:
         raise ProblemError(
-            "pads the decode iterations of a set's drain only: give workload.output_len_max too, or drop it",
+            "pads the decode steps of a set's drain only: give workload.output_len_max too, or drop it",
             source=src,
             field="workload.cuda_graph_min_batch",
         )
-    return checks.positive_int(data["cuda_graph_min_batch"], "workload.cuda_graph_min_batch", src)
+    return checks.positive_int(data["cuda_graph_min_batch"], "workload.cuda_graph_min_batch", src, cap or checks.MAX_REQUESTS)
 
 
 def _requests(data: dict, src: str) -> int | None:

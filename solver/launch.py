@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
-from parasol.model.inference import held_sequence_tokens
+from parasol.model.inference import longest_sequence_tokens
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
@@ -38,13 +38,8 @@ class Unexpressible(AssertionError):
 
 
 def _longest_sequence(w) -> int:
-    """An engine's longest sequence, tokens: input_len + output_len for identical requests; where lengths spread,
-    the length-biased mean request (``inference.held_sequence_tokens``), which the longest is at least, or the mean
-    prompt and the longest answer (``output_len_max``) where that is more."""
-    longest = (
-        held_sequence_tokens(w) if w.output_len_max is None else max(held_sequence_tokens(w), w.input_len + w.output_len_max)
-    )
-    return math.ceil(longest - 1e-9)
+    """An engine's longest sequence, whole tokens (``inference.longest_sequence_tokens``)."""
+    return math.ceil(longest_sequence_tokens(w) - 1e-9)
 
 
 def _require(condition: bool, what: str) -> None:

@@ -127,7 +127,9 @@ class ServingPlanner(Planner):
         return columns
 
     def round_trip(self, out) -> dict:
-        return {"ttft_s": out.ttft, "tpot_s": out.tpot, "e2e_latency_s": out.e2e}
+        finite = {"makespan_s": out.makespan} if out.makespan is not None else {}
+        drained = {"drain_s": out.drain} if out.drain is not None else {}
+        return {"ttft_s": out.ttft, "tpot_s": out.tpot, "e2e_latency_s": out.e2e, **finite, **drained}
 
     def solver_space(self, problem, space: Space, tables: Tables) -> Space:
         """``space`` without the (tp, pp, ep, batch) whose pool alone exceeds the usable memory

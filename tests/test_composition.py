@@ -116,13 +116,18 @@ def random_serving(seed: int, system: str) -> dict:
         "precision": "bf16",
     }
     n = _gpus(system, rng)
-    return {
+    problem = {
         "model": rng.choice(["llama3.1-8b", TINY, TINY_MOE]),
         "system": {"name": system, "num_gpus": max(n, 2)},
         "workload": wl,
         "mapping": {"batch": [1, 4, 16, 64]},
         "objective": rng.choice(["throughput", "tpot", "latency"]),
     }
+    # drawn last, so that the draws above keep the problems they drew before: a finite set of varied lengths, drained
+    if wl["serving"] == "continuous" and rng.random() < 0.5:
+        wl.update(requests=rng.choice([50, 500, 5000]), output_len_dispersion=2.0, output_len_max=4 * wl["output_len"])
+        wl["cuda_graph_min_batch"] = rng.choice([1, 4])
+    return problem
 
 
 def differential(data: dict, source: str):
