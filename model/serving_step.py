@@ -52,6 +52,7 @@ from .inference import (
     kv_link_layout,
     kv_transfer_time_s,
     layer_time,
+    longest_sequence_tokens,
     mean_residual_output,
     mixed_pass,
     p2p_time_s,
@@ -229,6 +230,14 @@ KV = Factor(
     lambda ctx, tp, pp: _kv(ctx, tp, pp, held_sequence_tokens(ctx.workload)),
 )
 
+# one sequence of the longest a drained set holds (``inference.longest_sequence_tokens``): the ``longest_sequence`` limit
+LONGEST_KV = Factor(
+    "kv_longest_sequence",
+    (S.TP, S.PP),
+    tuple(Output(n, MEMORY) for n in ("first", "middle", "last")),
+    lambda ctx, tp, pp: _kv(ctx, tp, pp, longest_sequence_tokens(ctx.workload)),
+)
+
 
 def _activations(ctx: ServingContext, tp, micro_batch) -> tuple:
     """The largest activation working set (``inference.activation_bytes``) of the passes a replica runs,
@@ -381,6 +390,7 @@ class ServingStep:
     limits: list
     makespan: object = None  # seconds to serve ``workload.requests`` queued at once; None in steady state
     drain: object = None  # seconds of the makespan a set of varied lengths spends draining (``drained_makespan``)
+    longest: object = None  # bytes per GPU of one longest sequence of such a set beside the weights (its limit)
 
 
 def compose(o, ctx: ServingContext) -> ServingStep:
@@ -445,6 +455,11 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         # in chunks, its KV cache filling) holds the slot too, so this is at most tokens/s / output_len
         seconds_per_request = o.quotient(e2e, slots, Rounding.DOWN, fine=True)
     limits = [Limit("memory", peak, ctx.system.usable_memory_bytes, MEMORY)]
+    longest = None
+    if drains(wl):
+        # the set's longest request must fit alone beside the weights, whatever the mean holds
+        longest = replica_memory(o, o.lookup(WEIGHTS), o.lookup(LONGEST_KV), 1, o.lookup(ACTIVATIONS), single)
+        limits.append(Limit("longest_sequence", longest, ctx.system.usable_memory_bytes, MEMORY))
     if wl.request_rate is not None:
         # the load is sustained when requests/s = 1 / seconds_per_request >= request_rate
         limits.append(Limit("request_rate", seconds_per_request, 1.0 / wl.request_rate, TIME))
@@ -477,6 +492,7 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         limits=limits,
         makespan=makespan,
         drain=drain,
+        longest=longest,
     )
 
 
@@ -535,6 +551,8 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
         extra["makespan_s"] = q.makespan
     if q.drain is not None:
         extra["drain_s"] = q.drain
+        extra["longest_sequence_gib"] = q.longest / GIB
+        fits = fits & (q.longest <= usable)
     return {
         "ttft_s": q.ttft,
         "tpot_s": q.tpot,

@@ -14,6 +14,7 @@ from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
+from parasol.model.inference import longest_sequence_tokens
 from parasol.model.serving_step import (
     ACTIVATIONS,
     HOURLY_PRICE,
@@ -175,6 +176,15 @@ class ServingPlanner(Planner):
                 f"(SLO {limit.bound:g} s)"
             )
         system = problem.system(plan.num_gpus)
+        if limit.name == "longest_sequence":
+            wl = problem.workload
+            return (
+                f"the longest sequence binds: one request of input_len + output_len_max = "
+                f"{longest_sequence_tokens(wl):,.0f} tokens needs {met['longest_sequence_gib']:.1f} GiB per GPU with the "
+                f"weights and activations, the least any plan reaches (at {plan.mapping.as_dict()}); the "
+                f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB; lower workload.output_len_max "
+                "or allow more GPUs (system.num_gpus)"
+            )
         mem = plan.evaluation.breakdown["memory_gib"]
         return (
             f"memory binds: {met['peak_memory_gib']:.1f} GiB per GPU is the least any plan needs (weights "

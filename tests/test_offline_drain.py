@@ -298,3 +298,22 @@ def test_the_deepseek_r1_offline_example_is_proven_at_the_enumerators_optimum():
     met = plan.evaluation.metrics
     steady_s = problem.workload.requests * problem.workload.output_len / (met["batch"] * 8) * met["tpot_s"]
     assert met["makespan_s"] > 1.1 * steady_s
+
+
+def _longest(num_gpus):
+    data = _data(requests=2000, output_len_max=100_000)
+    data["model"], data["system"] = "llama3.3-70b", {"name": "dgx-h100", "num_gpus": num_gpus}
+    del data["mapping"]
+    return data
+
+
+def test_the_longest_answer_must_fit_alone(tmp_path):
+    """Llama 3.3 70B in FP8 on one H100 leaves about 7 GiB beside its weights: the mean request of a set fits, its
+    longest (1,024 + 100,000 tokens, 15 GiB of KV cache) does not, so no plan exists and the longest sequence is named;
+    on up to two GPUs the plan takes tp 2, CP-SAT and the enumerator agree, and the longest fits."""
+    proc = run_main(["solve", str(write_yaml(tmp_path / "one.yaml", _longest(1)))])
+    assert proc.returncode == 1 and "the longest sequence binds" in proc.stdout + proc.stderr
+    problem = parse_problem(_longest([1, 2]), source="t")
+    plan = solved_as_enumerated(problem, workers=1, method="cpsat")
+    met = plan.evaluation.metrics
+    assert plan.num_gpus == 2 and met["fits"] and met["longest_sequence_gib"] <= met["usable_memory_gib"]
