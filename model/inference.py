@@ -148,16 +148,26 @@ def mean_residual_output(workload: InferenceWorkload) -> float:
     return workload.output_len_dispersion * workload.output_len / 2
 
 
+def drain_work(workload: InferenceWorkload, slots, requests, o=None):
+    """Tokens a finite set still has to generate when its last request is admitted, on ``slots`` slots: none of a
+    set within one wave is staggered, so all of it, requests·output_len; from two waves on the slots hold the
+    residual work of a staggered batch, slots·E[R] (``mean_residual_output``, to a whole token); between, a linear
+    ramp from one to the other [assumption]: min(requests·o, max(slots·E[R], (2·slots - requests)·o)). ``o``: the
+    backend's operations when ``slots`` is one of its quantities (``serving_step.drained_makespan``), plain
+    arithmetic otherwise."""
+    out = workload.output_len
+    if o is None:
+        return min(requests * out, max(slots * round(mean_residual_output(workload)), (2 * slots - requests) * out))
+    return o.minimum(requests * out, o.maximum(slots * round(mean_residual_output(workload)), slots * (2 * out) - requests * out))
+
+
 def drain_batch(workload: InferenceWorkload, seqs: float, set_share: float | None = None) -> float:
-    """The batch a finite set's drain decodes, averaged over its iterations, sequences: a batch of ``seqs`` holds
-    seqs·E[R] tokens still to generate when the set's last request is admitted (``mean_residual_output``), or, where
-    its share of the set is smaller (``set_share`` requests: a set of fewer requests than that holds whole answers,
-    never staggered), set_share·output_len; spent over the ``output_len_max`` steps until the longest is done. At
-    least ``cuda_graph_min_batch``, which a padded CUDA graph runs whatever fewer sequences it holds (TensorRT-LLM
-    cuda_graph_padding_enabled), and at most ``seqs``."""
-    work = seqs * mean_residual_output(workload)
-    if set_share is not None:
-        work = min(work, set_share * workload.output_len)
+    """The batch a finite set's drain decodes, averaged over its iterations, sequences: the work ``seqs`` slots hold
+    when the set's last request is admitted (``drain_work``: seqs·E[R] for a set of many waves, ``set_share``
+    requests' whole answers for one that fits them at once; ``set_share`` None: many waves), spent over the
+    ``output_len_max`` steps until the longest is done. At least ``cuda_graph_min_batch``, which a padded CUDA graph
+    runs whatever fewer sequences it holds (TensorRT-LLM cuda_graph_padding_enabled), and at most ``seqs``."""
+    work = seqs * round(mean_residual_output(workload)) if set_share is None else drain_work(workload, seqs, set_share)
     return min(seqs, max(work / workload.output_len_max, workload.cuda_graph_min_batch))
 
 

@@ -34,6 +34,7 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from . import kv_cache, params
@@ -47,13 +48,13 @@ from .inference import (
     decode_pass,
     decode_passes,
     drain_pass,
+    drain_work,
     edge_times,
     held_sequence_tokens,
     kv_link_layout,
     kv_transfer_time_s,
     layer_time,
     longest_sequence_tokens,
-    mean_residual_output,
     mixed_pass,
     p2p_time_s,
     prefill_pass,
@@ -150,8 +151,14 @@ def _set_share(ctx: ServingContext, dp, pp) -> float:
 
 
 def _drain_pass(ctx: ServingContext, micro_batch, dp, pp) -> Pass:
-    """A drain step of one micro-batch (``inference.drain_pass``), the set's share of it capping its work."""
+    """A drain step of one micro-batch (``inference.drain_pass``), the set's share of it setting its work."""
     return drain_pass(ctx.workload, micro_batch, _set_share(ctx, dp, pp))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _drain_step_layers(ctx: ServingContext, tp, ep, seqs, tp_group, ep_group) -> tuple:
+    """``_pass_layers`` of a drain step of ``seqs`` sequences: many (dp, pp) rows share one drain batch."""
+    return _pass_layers(ctx, "drain", tp, ep, seqs, tp_group, ep_group, decode_pass(ctx.workload, seqs))
 
 
 # a finite set's drain step (``drained_makespan``): its batch depends on the set's share of each replica, so on dp and pp
@@ -159,8 +166,8 @@ DRAIN_LAYERS = Factor(
     "drain_layers",
     (S.TP, S.EP, S.MICRO_BATCH, S.TP_GROUP, S.EP_GROUP, S.DP, S.PP),
     LAYER_OUTPUTS,
-    lambda ctx, tp, ep, micro_batch, tp_group, ep_group, dp, pp: _pass_layers(
-        ctx, "drain", tp, ep, micro_batch, tp_group, ep_group, _drain_pass(ctx, micro_batch, dp, pp)
+    lambda ctx, tp, ep, micro_batch, tp_group, ep_group, dp, pp: _drain_step_layers(
+        ctx, tp, ep, _drain_pass(ctx, micro_batch, dp, pp).decode_seqs, tp_group, ep_group
     ),
 )
 DRAIN_SEND = Factor(
@@ -331,13 +338,13 @@ def drained_makespan(o, ctx: ServingContext, ttft, tpot, drain, slots):
     """Seconds to serve ``workload.requests`` queued at once whose answers vary in length, up to ``output_len_max``
     (continuous batching). Admission staggers them, a request taking a slot when another ends (iteration-level
     scheduling: Orca, Yu et al., OSDI 2022), so the batch stays full until the last is admitted: the set's
-    requests·output_len tokens at ``slots`` a step, less the slots·E[R] tokens left then (E[R]:
-    ``inference.mean_residual_output``, to a whole iteration), take that many steps of ``tpot``. The drain then
+    requests·output_len tokens at ``slots`` a step, less those left then (``inference.drain_work``: slots·E[R] over many
+    waves, the whole set within one), take that many steps of ``tpot``. The drain then
     lasts until the longest answer is done: ``drain`` seconds, ``output_len_max`` steps at the drain's mean batch
     (``inference.drain_batch``: exact for a step time affine in the batch). After the first token's wait ``ttft``.
     Written over ``slots`` so that the integer backend divides once."""
     wl = ctx.workload
-    staggered = o.maximum(wl.requests * wl.output_len - slots * round(mean_residual_output(wl)), 0)
+    staggered = wl.requests * wl.output_len - drain_work(wl, slots, wl.requests, o)
     total = o.product(slots, ttft + drain) + o.product(tpot, staggered)
     return o.quotient(total, slots, Rounding.DOWN)
 
@@ -595,13 +602,24 @@ def pool_peak_memory(ctx: ServingContext, pool: PoolMapping, batch: int) -> floa
     return replica_memory(o, o.lookup(WEIGHTS), o.lookup(KV), batch, o.lookup(ACTIVATIONS), pool.pp == 1)
 
 
+def pool_longest_memory(ctx: ServingContext, pool: PoolMapping, batch: int) -> float:
+    """Memory per GPU of one longest request of a drained set beside the weights and a ``batch``'s activations
+    (the ``longest_sequence`` limit); 0 where the set does not drain."""
+    if not drains(ctx.workload):
+        return 0.0
+    o = FloatOps(ctx, {S.TP: pool.tp, S.PP: pool.pp, S.EP: pool.ep, S.MICRO_BATCH: batch / pool.pp})
+    return replica_memory(o, o.lookup(WEIGHTS), o.lookup(LONGEST_KV), 1, o.lookup(ACTIVATIONS), pool.pp == 1)
+
+
 def max_batch(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, pool: PoolMapping, limit: int = 1 << 16) -> int:
     """The largest batch (a multiple of pp) whose KV cache and activations fit next to the weights on
-    every stage of ``pool`` (``pool_peak_memory``), at most ``limit``; 0 when not even pp do."""
+    every stage of ``pool`` (``pool_peak_memory``), and beside which a drained set's longest request fits
+    (``pool_longest_memory``), at most ``limit``; 0 when not even pp do."""
     ctx = ServingContext(model, system, workload)
 
     def fits(batch):
-        return pool_peak_memory(ctx, pool, batch) <= system.usable_memory_bytes
+        usable = system.usable_memory_bytes
+        return pool_peak_memory(ctx, pool, batch) <= usable and pool_longest_memory(ctx, pool, batch) <= usable
 
     step = pool.pp
     if not fits(step):

@@ -179,8 +179,8 @@ class ServingPlanner(Planner):
         if limit.name == "longest_sequence":
             wl = problem.workload
             return (
-                f"the longest sequence binds: one request of input_len + output_len_max = "
-                f"{longest_sequence_tokens(wl):,.0f} tokens needs {met['longest_sequence_gib']:.1f} GiB per GPU with the "
+                f"the longest sequence binds: one request of {longest_sequence_tokens(wl):,.0f} tokens (input_len + "
+                f"output_len_max, or the length-biased mean request where more) needs {met['longest_sequence_gib']:.1f} GiB per GPU with the "
                 f"weights and activations, the least any plan reaches (at {plan.mapping.as_dict()}); the "
                 f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB; lower workload.output_len_max "
                 "or allow more GPUs (system.num_gpus)"
@@ -201,6 +201,16 @@ class ServingPlanner(Planner):
     def together(self, problem, names: list) -> str:
         slos = [n[:4].upper() for n in names if n in ("ttft_slo", "tpot_slo")]
         what = " and ".join(slos) + (" SLOs" if len(slos) > 1 else " SLO") if slos else "the SLOs"
+        if "longest_sequence" in names:
+            others = " and ".join(
+                ["the request rate"] * ("request_rate" in names)
+                + ([f"the {what}"] if slos else [])
+                + ["the memory"] * ("memory" in names)
+            )
+            return (
+                f"the set's longest request (workload.output_len_max) and {others or 'the other limits'} together admit no "
+                "plan that fits (each alone does); lower output_len_max or allow more GPUs (system.num_gpus)"
+            )
         if "request_rate" in names:
             return (
                 f"the request rate {problem.workload.request_rate:g}/s and the {what} together admit no plan that fits "

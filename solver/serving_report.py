@@ -72,8 +72,19 @@ def evaluation_table(problem, mapping, evaluation) -> str:
             (
                 "peak memory per GPU",
                 f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
-                + ("" if met["fits"] else "  ** DOES NOT FIT **")
+                + ("" if met["peak_memory_gib"] <= met["usable_memory_gib"] else "  ** DOES NOT FIT **")
                 + f"  (largest batch that fits: {met['max_batch']:,})",
+            ),
+            *(
+                [
+                    (
+                        "longest request",
+                        f"{met['longest_sequence_gib']:.1f} GiB per GPU beside the weights (input_len + output_len_max)"
+                        + ("" if met["longest_sequence_gib"] <= met["usable_memory_gib"] else "  ** DOES NOT FIT **"),
+                    )
+                ]
+                if "longest_sequence_gib" in met
+                else []
             ),
         ],
     )
