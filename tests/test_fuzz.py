@@ -32,6 +32,7 @@ EXAMPLES = [
     "torus-placement.yaml",
     "llama3-8b-offline-requests.yaml",
     "qwen3-235b-gb200-offload.yaml",
+    "deepseek-r1-offline-b200.yaml",
 ]
 HOSTILE = [
     None,
