@@ -142,9 +142,10 @@ def wave_batches(requests: int, largest: int) -> tuple:
 
 def mean_residual_output(workload: InferenceWorkload) -> float:
     """Mean tokens a request still has to generate, seen at a random decode step of a continuous batch in steady
-    state, tokens: the equilibrium residual life of a renewal process, E[o²]/(2·E[o]) = d·output_len/2 (the paradox of
-    residual life: Kleinrock, Queueing Systems Vol. 1, 1975, Sec. 5.2; d: ``output_len_dispersion``). When a finite set's last request is admitted the slots hold
-    requests this far from done, on average: the work its drain still has."""
+    state, tokens: the equilibrium residual life of a renewal process, E[o²]/(2·E[o]) = d·output_len/2 (the paradox
+    of residual life: Kleinrock, Queueing Systems Vol. 1, 1975, Sec. 5.2; d: ``output_len_dispersion``). When a
+    finite set's last request is admitted the slots hold requests this far from done, on average: the work its drain
+    still has."""
     return workload.output_len_dispersion * workload.output_len / 2
 
 
