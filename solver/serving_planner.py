@@ -180,8 +180,9 @@ class ServingPlanner(Planner):
             wl = problem.workload
             return (
                 f"the longest sequence binds: one request of {longest_sequence_tokens(wl):,.0f} tokens (input_len + "
-                f"output_len_max, or the length-biased mean request where more) needs {met['longest_sequence_gib']:.1f} GiB per GPU with the "
-                f"weights and activations, the least any plan reaches (at {plan.mapping.as_dict()}); the "
+                f"output_len_max, or the length-biased mean request where more) needs "
+                f"{met['longest_sequence_gib']:.1f} GiB per GPU with the weights and activations, the least any plan "
+                f"reaches (at {plan.mapping.as_dict()}); the "
                 f"{system.device.name} offers {system.usable_memory_bytes / 2**30:.1f} GiB; lower workload.output_len_max "
                 "or allow more GPUs (system.num_gpus)"
             )
