@@ -268,7 +268,9 @@ def test_a_model_deeper_than_the_cap_is_refused(tmp_path):
 @pytest.mark.parametrize("case", ["range", "infeasible"])
 def test_the_time_limit_bounds_the_whole_command(tmp_path, case):
     """issue 17: building a 4,096-count space and explaining an infeasible problem ran 1-2 s past a
-    3 s limit (4.95 s and 4.59 s, loading included); now nothing new starts past the limit."""
+    3 s limit (4.95 s and 4.59 s, loading included); now nothing new starts past the limit. The margin, 1.5 s,
+    holds the interpreter's start under the suite's two workers (4.02 s measured once with 1.0) and still fails
+    both old overruns."""
     import time  # noqa: PLC0415
 
     data = yaml.safe_load((REPO / "problems/examples/gpt3-175b-a100-free.yaml").read_text())
@@ -278,7 +280,7 @@ def test_the_time_limit_bounds_the_whole_command(tmp_path, case):
     proc = run_main(["solve", str(path), "--time-limit", "3", "--quiet"])
     wall = time.perf_counter() - start
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
-    assert wall < 3 + 1.0, f"{wall:.2f} s"
+    assert wall < 3 + 1.5, f"{wall:.2f} s"
 
 
 def test_a_huge_listed_value_codes_without_a_table_as_large():
