@@ -157,9 +157,8 @@ def drain_work(workload: InferenceWorkload, slots, requests, o=None):
     backend's operations when ``slots`` is one of its quantities (``serving_step.drained_makespan``), plain
     arithmetic otherwise."""
     out = workload.output_len
-    if o is None:
-        return min(requests * out, max(slots * round(mean_residual_output(workload)), (2 * slots - requests) * out))
-    return o.minimum(requests * out, o.maximum(slots * round(mean_residual_output(workload)), slots * (2 * out) - requests * out))
+    least, most = (min, max) if o is None else (o.minimum, o.maximum)
+    return least(requests * out, most(slots * round(mean_residual_output(workload)), slots * (2 * out) - requests * out))
 
 
 def drain_batch(workload: InferenceWorkload, seqs: float, set_share: float | None = None) -> float:
@@ -170,11 +169,6 @@ def drain_batch(workload: InferenceWorkload, seqs: float, set_share: float | Non
     runs whatever fewer sequences it holds (TensorRT-LLM cuda_graph_padding_enabled), and at most ``seqs``."""
     work = seqs * round(mean_residual_output(workload)) if set_share is None else drain_work(workload, seqs, set_share)
     return min(seqs, max(work / workload.output_len_max, workload.cuda_graph_min_batch))
-
-
-def drain_pass(workload: InferenceWorkload, seqs: float, set_share: float | None = None) -> Pass:
-    """A decode step of a finite set's drain: ``drain_batch`` sequences, no prompts left to prefill."""
-    return decode_pass(workload, drain_batch(workload, seqs, set_share))
 
 
 def longest_sequence_tokens(workload: InferenceWorkload) -> float:

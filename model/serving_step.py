@@ -47,7 +47,7 @@ from .inference import (
     check_serving,
     decode_pass,
     decode_passes,
-    drain_pass,
+    drain_batch,
     drain_work,
     edge_times,
     held_sequence_tokens,
@@ -145,14 +145,10 @@ SENDS = {
 }
 
 
-def _set_share(ctx: ServingContext, dp, pp) -> float:
-    """Requests of a finite set per pipeline micro-batch slot group: requests / (dp·pp)."""
-    return ctx.workload.requests / (dp * pp)
-
-
-def _drain_pass(ctx: ServingContext, micro_batch, dp, pp) -> Pass:
-    """A drain step of one micro-batch (``inference.drain_pass``), the set's share of it setting its work."""
-    return drain_pass(ctx.workload, micro_batch, _set_share(ctx, dp, pp))
+def _drain_seqs(ctx: ServingContext, micro_batch, dp, pp) -> float:
+    """Sequences of a drain step of one micro-batch (``inference.drain_batch``), the set's share of it,
+    requests / (dp·pp), setting its work."""
+    return drain_batch(ctx.workload, micro_batch, ctx.workload.requests / (dp * pp))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -167,7 +163,7 @@ DRAIN_LAYERS = Factor(
     (S.TP, S.EP, S.MICRO_BATCH, S.TP_GROUP, S.EP_GROUP, S.DP, S.PP),
     LAYER_OUTPUTS,
     lambda ctx, tp, ep, micro_batch, tp_group, ep_group, dp, pp: _drain_step_layers(
-        ctx, tp, ep, _drain_pass(ctx, micro_batch, dp, pp).decode_seqs, tp_group, ep_group
+        ctx, tp, ep, _drain_seqs(ctx, micro_batch, dp, pp), tp_group, ep_group
     ),
 )
 DRAIN_SEND = Factor(
@@ -175,7 +171,7 @@ DRAIN_SEND = Factor(
     (S.MICRO_BATCH, S.PP_GROUP, S.DP, S.PP),
     (Output("time", TIME),),
     lambda ctx, micro_batch, pp_group, dp, pp: p2p_time_s(
-        ctx.model, ctx.system, ctx.workload, _drain_pass(ctx, micro_batch, dp, pp).tokens, pp_group
+        ctx.model, ctx.system, ctx.workload, _drain_seqs(ctx, micro_batch, dp, pp), pp_group
     ),
 )
 
@@ -596,19 +592,21 @@ def evaluate_inference(
     return Evaluation(metrics=metrics, breakdown=_breakdown(ctx, mapping, q), stages=[])
 
 
+def _pool_memory(ctx: ServingContext, pool: PoolMapping, batch: int, kv: Factor, resident: int) -> float:
+    """``replica_memory`` of ``pool`` at ``batch`` on floats, ``resident`` sequences of the ``kv`` factor's size."""
+    o = FloatOps(ctx, {S.TP: pool.tp, S.PP: pool.pp, S.EP: pool.ep, S.MICRO_BATCH: batch / pool.pp})
+    return replica_memory(o, o.lookup(WEIGHTS), o.lookup(kv), resident, o.lookup(ACTIVATIONS), pool.pp == 1)
+
+
 def pool_peak_memory(ctx: ServingContext, pool: PoolMapping, batch: int) -> float:
     """Peak memory per GPU of a decode (or colocated) pool serving ``batch`` per replica (``replica_memory``)."""
-    o = FloatOps(ctx, {S.TP: pool.tp, S.PP: pool.pp, S.EP: pool.ep, S.MICRO_BATCH: batch / pool.pp})
-    return replica_memory(o, o.lookup(WEIGHTS), o.lookup(KV), batch, o.lookup(ACTIVATIONS), pool.pp == 1)
+    return _pool_memory(ctx, pool, batch, KV, batch)
 
 
 def pool_longest_memory(ctx: ServingContext, pool: PoolMapping, batch: int) -> float:
     """Memory per GPU of one longest request of a drained set beside the weights and a ``batch``'s activations
     (the ``longest_sequence`` limit); 0 where the set does not drain."""
-    if not drains(ctx.workload):
-        return 0.0
-    o = FloatOps(ctx, {S.TP: pool.tp, S.PP: pool.pp, S.EP: pool.ep, S.MICRO_BATCH: batch / pool.pp})
-    return replica_memory(o, o.lookup(WEIGHTS), o.lookup(LONGEST_KV), 1, o.lookup(ACTIVATIONS), pool.pp == 1)
+    return _pool_memory(ctx, pool, batch, LONGEST_KV, 1) if drains(ctx.workload) else 0.0
 
 
 def max_batch(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, pool: PoolMapping, limit: int = 1 << 16) -> int:

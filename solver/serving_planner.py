@@ -203,11 +203,12 @@ class ServingPlanner(Planner):
         slos = [n[:4].upper() for n in names if n in ("ttft_slo", "tpot_slo")]
         what = " and ".join(slos) + (" SLOs" if len(slos) > 1 else " SLO") if slos else "the SLOs"
         if "longest_sequence" in names:
-            others = " and ".join(
-                ["the request rate"] * ("request_rate" in names)
-                + ([f"the {what}"] if slos else [])
-                + ["the memory"] * ("memory" in names)
+            named = (
+                ("request_rate" in names, "the request rate"),
+                (bool(slos), f"the {what}"),
+                ("memory" in names, "the memory"),
             )
+            others = " and ".join(text for present, text in named if present)
             return (
                 f"the set's longest request (workload.output_len_max) and {others or 'the other limits'} together admit no "
                 "plan that fits (each alone does); lower output_len_max or allow more GPUs (system.num_gpus)"
