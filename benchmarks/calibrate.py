@@ -344,20 +344,25 @@ def fit_step_overhead() -> int:
     return status
 
 
-SERVING_GEMM_DEVICES = ("b200", "gb200")  # the devices the share is fitted for (Blackwell; not GB300's Blackwell Ultra)
+SERVING_GEMM_FIT_DEVICES = ("b200", "gb200")  # the devices whose runs the share is fitted on (Blackwell)
+# the devices that carry it: Blackwell Ultra's curves come from the same B200 NVFP4 measurement and MAMF ratios, so its
+# serving kernels are assumed to reach the same share of them (none of its runs is fitted; they stay held out)
+SERVING_GEMM_DEVICES = (*SERVING_GEMM_FIT_DEVICES, "b300", "gb300")
 
 
 def serving_gemm_runs() -> tuple[list, list]:
     """(fitted, held out): the MLPerf Inference runs on B200 and GB200 that the serving GEMM share is fitted on (family
-    "... (fits serving_gemm) ...", v5.0) and the out-of-sample ones on the same devices (v5.1)."""
+    "... (fits serving_gemm) ...", v5.0) and the out-of-sample ones on the devices that carry it (v5.1)."""
     from parasol.solver.inference_validation import load_mlperf_runs  # noqa: PLC0415
 
     runs = [e for e in load_mlperf_runs() if DEVICE_OF_SYSTEM.get(e["system"]) in SERVING_GEMM_DEVICES]
-    return [e for e in runs if "(fits serving_gemm)" in e["family"]], [e for e in runs if out_of_sample(e["family"])]
+    fitted = [e for e in runs if "(fits serving_gemm)" in e["family"]]
+    assert all(DEVICE_OF_SYSTEM[e["system"]] in SERVING_GEMM_FIT_DEVICES for e in fitted)
+    return fitted, [e for e in runs if out_of_sample(e["family"])]
 
 
 def at_serving_gemm(entries: list, share: float, folder) -> list:
-    """The entries with the serving GEMM share ``share`` on B200 and GB200: an engine profile whose ``gemm`` replaces
+    """The entries with the serving GEMM share ``share`` on the devices that carry it: an engine profile whose ``gemm`` replaces
     the device files' (``solver.library.device_under_engine``), written into ``folder``."""
     path = Path(folder) / f"serving-gemm-{share:.2f}.yaml"
     path.write_text(yaml.safe_dump({"name": "serving-gemm-trial", "devices": {d: {"gemm": share} for d in SERVING_GEMM_DEVICES}}))
@@ -377,13 +382,16 @@ def fit_serving_gemm_share(entries: list, near: float | None = None, steps: int 
 
 def fit_serving_gemm() -> int:
     """Refit the serving GEMM share of B200 and GB200 on the v5.0 MLPerf Inference runs, print each run's error at 1
-    (no share) and at the fit, fitted and held out; 1 when a device file holds another value."""
+    (no share) and at the fit, fitted and held out (B300 and GB300 take it too); 1 when a device file holds another
+    value."""
     from parasol.solver import library  # noqa: PLC0415
     from parasol.solver.inference_validation import evaluate_mlperf  # noqa: PLC0415
 
     fitted, held = serving_gemm_runs()
     share = fit_serving_gemm_share(fitted)
-    print(f"serving GEMM share of B200 and GB200, fitted on {len(fitted)} MLPerf Inference v5.0 runs: {share:.2f}")
+    print(
+        f"serving GEMM share of B200 and GB200 (B300 and GB300 take it), fitted on {len(fitted)} MLPerf Inference v5.0 runs: {share:.2f}"
+    )
     with tempfile.TemporaryDirectory() as folder:
         for label, entries in (("fitted", fitted), ("held out", held)):
             before = evaluate_mlperf(at_serving_gemm(entries, 1.0, folder))
