@@ -261,11 +261,22 @@ def ffn_intermediate_elements(model: ModelSpec, tokens: float, tp: int, moe_laye
     if not moe_layer:
         return tokens * model.ffn / tp
     moe = model.moe
-    return tokens * moe.shared_experts * moe.shared_expert_ffn / tp + routed_rows_per_gpu(model, tokens, tp) * moe.expert_ffn
+    return tokens * moe.shared_experts * moe.shared_expert_ffn / tp + routed_activation_elements(model, tokens, tp)
+
+
+def routed_activation_elements(model: ModelSpec, tokens: float, tp: int) -> float:
+    """Elements of the routed experts' intermediate activation on one GPU: its routed rows x the expert width."""
+    return routed_rows_per_gpu(model, tokens, tp) * model.moe.expert_ffn
 
 
 def elementwise_forward_bytes(
-    model: ModelSpec, tokens: float, tp: int, sp: bool, precision: str, moe_layer: bool = False
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    sp: bool,
+    precision: str,
+    moe_layer: bool = False,
+    fused_grouped_mlp: bool = False,
 ) -> float:
     """Bytes streamed by the memory-bound operations of one layer's forward on one rank.
 
@@ -274,13 +285,18 @@ def elementwise_forward_bytes(
     read 2f, write f) over the FFN's intermediate elements; an MoE layer also permutes its routed
     rows before and after the experts (read + write h each way). Norms and residual adds run on
     s/t tokens with sequence parallelism, on all tokens without it (Korthikanti 2022).
+    ``fused_grouped_mlp``: the routed experts' activation runs in their first grouped GEMM's epilogue
+    (``model/fused_grouped_mlp.py``), so it streams nothing of its own.
     """
     e = bytes_per_element(activation_precision(precision))
     h = model.hidden
     seq_tokens = tokens / tp if sp else tokens
     norms = 2 * 2 * h * e
     residuals = 2 * (3 * h * e + (h if model.dropout else 0))
-    act = (3 if model.activation == "swiglu" else 2) * e * ffn_intermediate_elements(model, tokens, tp, moe_layer)
+    elements = ffn_intermediate_elements(model, tokens, tp, moe_layer)
+    if moe_layer and fused_grouped_mlp:
+        elements -= routed_activation_elements(model, tokens, tp)
+    act = (3 if model.activation == "swiglu" else 2) * e * elements
     permute = 2 * 2 * h * e * routed_rows_per_gpu(model, tokens, tp) if moe_layer else 0.0
     return seq_tokens * (norms + residuals) + act + permute
 
@@ -358,6 +374,7 @@ def low_precision_cast_bytes(
     moe_layer: bool = False,
     etp: int = 1,
     transform: bool = True,
+    fused_grouped_mlp: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) bytes of quantising the GEMM inputs of one layer on one rank, routed experts
     included, as the low-precision ``recipe`` does (``precision.quantised_bytes_per_element``; None: 16-bit
@@ -368,13 +385,21 @@ def low_precision_cast_bytes(
     their rows the same way (TE GroupedLinear). The weights are quantised once per step (Megatron-Core
     marks the first micro-batch, TE caches the result): not counted per micro-batch. ``transform``: the
     recipe's transform pass runs (NVFP4's random Hadamard transform; ``Workload.nvfp4_hadamard``).
+    ``fused_grouped_mlp``: the second routed GEMM's input is quantised in the first one's forward epilogue
+    and the first one's output gradient in the second one's backward epilogue (``model/fused_grouped_mlp.py``):
+    neither is streamed on its own.
     """
     if recipe is None:
         return 0.0, 0.0
-    shapes = list(layer_gemm_shapes(model, tokens, tp, moe_layer).values())
-    if moe_layer:
-        shapes += list(routed_gemm_shapes(model, tokens, tp, etp).values())
-    return gemm_input_cast_bytes(shapes, recipe, transform)
+    forward, backward = gemm_input_cast_bytes(list(layer_gemm_shapes(model, tokens, tp, moe_layer).values()), recipe, transform)
+    if not moe_layer:
+        return forward, backward
+    routed = routed_gemm_shapes(model, tokens, tp, etp)
+    up_fwd, up_bwd = gemm_input_cast_bytes([routed["mlp_up"]], recipe, transform)
+    down_fwd, down_bwd = gemm_input_cast_bytes([routed["mlp_down"]], recipe, transform)
+    if fused_grouped_mlp:
+        return forward + up_fwd, backward + down_bwd
+    return forward + up_fwd + down_fwd, backward + up_bwd + down_bwd
 
 
 def gemm_input_cast_bytes(shapes, recipe: LowPrecisionRecipe, transform: bool = True) -> tuple[float, float]:

@@ -446,9 +446,12 @@ def layer_compute_times_s(
     if moe_layer:
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
-    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer)
+    fused = workload.fused_grouped_mlp
+    elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer, fused)
     recipe = training_recipe(workload.precision, workload.low_precision_recipe)
-    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(model, tokens, tp, recipe, moe_layer, etp, workload.nvfp4_hadamard)
+    cast_fwd, cast_bwd = compute.low_precision_cast_bytes(
+        model, tokens, tp, recipe, moe_layer, etp, workload.nvfp4_hadamard, fused
+    )
     attn_cast_fwd, attn_cast_bwd = fp8_attention.cast_bytes(model, workload, tokens, tp, recipe)
     cast_fwd, cast_bwd = cast_fwd + attn_cast_fwd, cast_bwd + attn_cast_bwd
     elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)

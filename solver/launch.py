@@ -212,6 +212,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     elif w.precision == "fp4":
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", w.low_precision_recipe)]
     _require(not w.fp8_attention, "FP8 attention (no flag in the recorded release)")
+    _require(not w.fused_grouped_mlp, "the fused grouped MLP (no flag in the recorded release)")
     if w.nccl_max_ctas.any():
         args.append(("--nccl-communicator-config-path", NCCL_CONFIG_FILE))
     return args

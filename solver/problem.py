@@ -35,6 +35,7 @@ from parasol.model.choices import (
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
+from parasol.model.fused_grouped_mlp import fused_grouped_mlp_problem
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
 from parasol.model.nccl_channels import CAPPED_GROUPS, MAX_NCCL_CTAS, cta_caps_problem
@@ -80,6 +81,7 @@ WORKLOAD_KEYS = (
     "fp8_param_gather",
     "fp8_output_proj",
     "fp8_attention",
+    "fused_grouped_mlp",
     "nvfp4_hadamard",
     "allocator",
     "mtp_layers",
@@ -356,6 +358,7 @@ def _parse_workload(data, src: str) -> Workload:
             ("fp8_param_gather", False),
             ("fp8_output_proj", False),
             ("fp8_attention", False),
+            ("fused_grouped_mlp", False),
             ("nvfp4_hadamard", True),
         )
     }
@@ -761,6 +764,10 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             source=source,
             field="workload.grad_reduce_copy_bytes",
         )
+    if not inference and workload.fused_grouped_mlp:
+        reason = fused_grouped_mlp_problem(model_spec, workload.precision, workload.low_precision_recipe)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
     mapping = (
         parse_inference_mapping(data.get("mapping"), workload, source)
         if inference
@@ -827,6 +834,10 @@ def _single_system_problem(
         reason = fp8_attention_problem(workload.precision, workload.attention, workload.low_precision_recipe, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fp8_attention")
+    if workload.kind == "training" and workload.fused_grouped_mlp:
+        reason = fused_grouped_mlp_problem(model_spec, workload.precision, workload.low_precision_recipe, device)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
     if workload.kind == "training":
         reason = cta_caps_problem(device, workload.nccl_max_ctas)
         if reason is not None:
