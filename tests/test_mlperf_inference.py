@@ -34,12 +34,12 @@ OOS, FIT = "(out of sample)", "(fits serving_gemm)"
 # each family: model | out of sample, or fitted | hardware | runs | mean |error| bound (the measurement of
 # 2026-11-28 + 1 point)
 FAMILY_TABLE = """
-Llama 2 70B    | oos | Hopper FP8              | 2 | 0.068
+Llama 2 70B    | oos | Hopper FP8              | 6 | 0.070
 Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.058
 Llama 2 70B    | oos | Blackwell FP4           | 10 | 0.084
 Mixtral 8x7B   | oos | Hopper FP8              | 3 | 0.061
 Mixtral 8x7B   | fit | Blackwell FP8/FP4 mix   | 1 | 0.093
-Llama 3.1 405B | oos | Hopper FP8              | 1 | 0.027
+Llama 3.1 405B | oos | Hopper FP8              | 3 | 0.023
 Llama 3.1 405B | fit | Blackwell FP4           | 2 | 0.109
 Llama 3.1 405B | oos | Blackwell FP4           | 13 | 0.022
 Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.268
@@ -70,7 +70,8 @@ def _family(rows, name):
 def test_the_runs_are_nvidias_code_and_in_no_other_file():
     """NVIDIA's own submissions, and its partners' v5.1 runs of the same TensorRT-LLM code: DeepSeek-R1 (Dell,
     GigaComputing, Google, CoreWeave) and Llama 2 70B, Llama 3.1 405B and 8B on 8 B200 with NVIDIA's config byte for
-    byte (eight, eleven and six systems);
+    byte (eight, eleven and six systems), and Llama 2 70B and Llama 3.1 405B on 8 H200 with the one H200 config every
+    such partner submitted (four and two systems);
     every v5.0 Blackwell run of NVIDIA's fits the serving GEMM share."""
     entries = load_mlperf_runs()
     sizes = {name: len(_family(entries, name)) for name in FAMILIES}
