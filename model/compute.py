@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from .choices import LowPrecisionRecipe
+from .fused_grouped_mlp import EPILOGUE_QUANTISED
 from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
 from .specs import DeviceSpec, ModelSpec
 
@@ -385,9 +386,9 @@ def low_precision_cast_bytes(
     their rows the same way (TE GroupedLinear). The weights are quantised once per step (Megatron-Core
     marks the first micro-batch, TE caches the result): not counted per micro-batch. ``transform``: the
     recipe's transform pass runs (NVFP4's random Hadamard transform; ``Workload.nvfp4_hadamard``).
-    ``fused_grouped_mlp``: the second routed GEMM's input is quantised in the first one's forward epilogue
-    and the first one's output gradient in the second one's backward epilogue (``model/fused_grouped_mlp.py``):
-    neither is streamed on its own.
+    ``fused_grouped_mlp`` under MXFP8: the second routed GEMM's input is quantised in the first one's forward
+    epilogue and the first one's output gradient in the second one's backward epilogue (``model/fused_grouped_mlp.py``):
+    neither is streamed on its own (under NVFP4 both still are).
     """
     if recipe is None:
         return 0.0, 0.0
@@ -397,7 +398,7 @@ def low_precision_cast_bytes(
     routed = routed_gemm_shapes(model, tokens, tp, etp)
     up_fwd, up_bwd = gemm_input_cast_bytes([routed["mlp_up"]], recipe, transform)
     down_fwd, down_bwd = gemm_input_cast_bytes([routed["mlp_down"]], recipe, transform)
-    if fused_grouped_mlp:
+    if fused_grouped_mlp and recipe == EPILOGUE_QUANTISED:
         return forward + up_fwd, backward + down_bwd
     return forward + up_fwd + down_fwd, backward + up_bwd + down_bwd
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from . import checks, compute, expert_parallel, fp8_attention, memory, params
 from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
+from .fused_grouped_mlp import fused_grouped_mlp_etp_problem
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
 from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
@@ -971,6 +972,9 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     if isinstance(m.etp, bool) or not isinstance(m.etp, int) or m.etp < 1:
         raise ProblemError(f"must be a positive integer, got {m.etp!r}", field="mapping.etp")
     check_expert_grid(model, m.tp, m.dp, m.cp, m.ep, m.etp)
+    reason = fused_grouped_mlp_etp_problem((m.etp,)) if workload.fused_grouped_mlp else None
+    if reason is not None:
+        raise ProblemError(reason, field="mapping.etp")
     check_grid(model, system, workload, m.tp, m.pp, m.dp, m.cp)
     check_placement(m.placement, m.tp, m.cp, m.dp, m.pp, m.ep, model.moe is not None, m.etp)
     check_system(system)

@@ -35,7 +35,7 @@ from parasol.model.choices import (
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
-from parasol.model.fused_grouped_mlp import fused_grouped_mlp_problem
+from parasol.model.fused_grouped_mlp import fused_grouped_mlp_etp_problem, fused_grouped_mlp_problem
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.memory import memory_headroom_bytes
 from parasol.model.nccl_channels import CAPPED_GROUPS, MAX_NCCL_CTAS, cta_caps_problem
@@ -765,7 +765,7 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             field="workload.grad_reduce_copy_bytes",
         )
     if not inference and workload.fused_grouped_mlp:
-        reason = fused_grouped_mlp_problem(model_spec, workload.precision, workload.low_precision_recipe)
+        reason = fused_grouped_mlp_problem(model_spec, workload)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
     mapping = (
@@ -773,6 +773,10 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
         if inference
         else _parse_mapping(data.get("mapping"), source)
     )
+    if not inference and workload.fused_grouped_mlp:
+        reason = fused_grouped_mlp_etp_problem(mapping.get("etp", (1,)))
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="mapping.etp")
     if not inference:
         mapping = _module_offload_choice(mapping, workload, source)
     pasted = mapping.pop("num_gpus", None)
@@ -835,7 +839,7 @@ def _single_system_problem(
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fp8_attention")
     if workload.kind == "training" and workload.fused_grouped_mlp:
-        reason = fused_grouped_mlp_problem(model_spec, workload.precision, workload.low_precision_recipe, device)
+        reason = fused_grouped_mlp_problem(model_spec, workload, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
     if workload.kind == "training":

@@ -76,7 +76,8 @@ def test_no_data_file_or_script_takes_a_number_from_the_reserved_azure_guide():
     engine, measurement or validation file, or of a benchmark script, may name it only to say it is reserved,
     and then carries no number but the issue's. The reserved sets' own files (problems/validation/reserved_*.yaml,
     benchmarks/reserved_*.py), which only measure the model and which no fit or test reads
-    (tests/test_reserved_accuracy.py holds that), are the exception."""
+    (tests/test_reserved_accuracy.py holds that), are the exception, and so are lines about Azure's MLPerf Inference
+    submission (its system ND_GB200_v6), another source than the guide."""
     paths = [
         *(REPO / "problems" / "systems").rglob("*.yaml"),
         *(REPO / "problems" / "measurements").glob("*.yaml"),
@@ -88,7 +89,8 @@ def test_no_data_file_or_script_takes_a_number_from_the_reserved_azure_guide():
     cited = []
     for path in paths:
         for line in path.read_text().splitlines():
-            if "Azure" in line or "AI-benchmarking-guide" in line:
+            mlperf = "ND_GB200_v6" in line and "AI-benchmarking-guide" not in line
+            if ("Azure" in line or "AI-benchmarking-guide" in line) and not mlperf:
                 numbers = set(re.findall(r"\d+(?:[.,]\d+)*", line)) - {"13"}
                 if "reserve" not in line or numbers:
                     cited.append(f"{path.name}: {line.strip()[:80]}")

@@ -4,12 +4,16 @@ casts between their two grouped GEMMs run in the GEMMs' epilogues."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import run_main, solved_as_enumerated, training_problem, write_yaml
 
 from parasol.model import compute, training
 from parasol.model.choices import LowPrecisionRecipe
 from parasol.model.errors import ProblemError
+from parasol.model.fused_grouped_mlp import fused_grouped_mlp_problem
+from parasol.model.specs import Mapping
 from parasol.solver import library
 from parasol.solver.problem import parse_problem
 from parasol.solver.validation import load_runs
@@ -67,6 +71,28 @@ def test_an_moe_layer_saves_exactly_those_bytes_at_the_memory_rate():
     assert a[3] - b[3] == pytest.approx(compute.memory_bound_time_s(device, 2 * act + rows * 2 * f * per))
 
 
+def test_under_nvfp4_only_the_activation_is_fused_and_both_casts_stay():
+    """Transformer Engine's NVFP4 path writes FC1's output and the dGLU output in 16 bits and quantises them in a grouped
+    kernel of its own: the casts are what they are unfused, the activation's bytes still go."""
+    model = library.load_model("deepseek-v3")
+    plain = compute.low_precision_cast_bytes(model, TOKENS, 1, LowPrecisionRecipe.NVFP4, True)
+    fused = compute.low_precision_cast_bytes(model, TOKENS, 1, LowPrecisionRecipe.NVFP4, True, fused_grouped_mlp=True)
+    assert fused == plain and plain[0] > 0
+    nvfp4 = {"precision": "fp4", "low_precision_recipe": "nvfp4"}
+    a, b = _workload(False, **nvfp4), _workload(True, **nvfp4)
+    device = library.load_system("gb300-nvl72", 64).device
+    times = [training.layer_compute_times_s(a.model, device, w.workload, 1, 1, 1, False, 32, True) for w in (a, b)]
+    assert times[0][2] - times[1][2] == pytest.approx(compute.memory_bound_time_s(device, 3 * 2 * TOKENS * 8 * 2048))
+
+
+def test_widths_that_are_not_multiples_of_64_are_refused():
+    model = library.load_model("qwen3-30b-a3b")
+    odd = dataclasses.replace(model, moe=dataclasses.replace(model.moe, expert_ffn=760))
+    workload = _workload(True, model="qwen3-30b-a3b").workload
+    assert fused_grouped_mlp_problem(model, workload) is None
+    assert "multiples of 64" in fused_grouped_mlp_problem(odd, workload)
+
+
 @pytest.mark.parametrize(
     ("model", "system", "workload", "words"),
     [
@@ -74,6 +100,14 @@ def test_an_moe_layer_saves_exactly_those_bytes_at_the_memory_rate():
         ("deepseek-v3", "dgx-h100", MXFP8, "compute capability 10"),
         ("deepseek-v3", "gb300-nvl72", {"precision": "fp8", "low_precision_recipe": "tensorwise"}, "mxfp8 or nvfp4"),
         ("deepseek-v3", "gb300-nvl72", {"precision": "bf16"}, "mxfp8 or nvfp4"),
+        (
+            "deepseek-v3",
+            "gb300-nvl72",
+            {"precision": "fp4", "low_precision_recipe": "nvfp4", "nvfp4_hadamard": False},
+            "nvfp4_hadamard true",
+        ),
+        ("deepseek-v3", "gb300-nvl72", {**MXFP8, "recompute_modules": ["core_attn", "moe_act"]}, "recompute_modules"),
+        ("deepseek-v3", "gb300-nvl72", {**MXFP8, "offload_modules": ["expert_fc1"]}, "offload_modules"),
     ],
 )
 def test_it_is_refused_where_the_kernels_do_not_run_in_one_line(model, system, workload, words):
@@ -81,6 +115,25 @@ def test_it_is_refused_where_the_kernels_do_not_run_in_one_line(model, system, w
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="t.yaml")
     assert err.value.field == "workload.fused_grouped_mlp" and words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("etp", [[2], [1, 2]])
+def test_expert_tensor_parallelism_is_refused_on_the_mapping(etp):
+    mapping = {"etp": etp}
+    data = training_problem("qwen3-30b-a3b", "dgx-b200", 8, global_batch=64, fused_grouped_mlp=True, mapping=mapping, **MXFP8)
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="t.yaml")
+    assert err.value.field == "mapping.etp" and "etp 1" in str(err.value)
+
+
+def test_evaluating_a_plan_at_etp_2_is_refused_too():
+    problem = _workload(True, model="qwen3-30b-a3b", system="dgx-b200")
+    system = library.load_system("dgx-b200", 8)
+    mapping = Mapping(tp=2, pp=1, dp=4, cp=1, ep=2, etp=2, micro_batch=1)
+    with pytest.raises(ProblemError) as err:
+        training.check_mapping(problem.model, system, problem.workload, mapping)
+    assert err.value.field == "mapping.etp"
+    training.check_mapping(problem.model, system, problem.workload, dataclasses.replace(mapping, etp=1))
 
 
 def test_the_command_line_names_the_field_and_exits_2(tmp_path):
