@@ -197,17 +197,32 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
 def test_mlperf_training_partner_runs_as_measured(results):
     """NVIDIA's partners' MLPerf Training runs of its NeMo code whose sourced configs set what an NVIDIA config of the
     round sets (added 2026-11-28; the configs' effective environments compared variable by variable): Llama 3.1 8B
-    NVFP4 on one 8-GPU B200 server at Dell, Lenovo (two), Nebius and Supermicro (two) and one 8-GPU B300 server at
-    Lenovo, with NVIDIA's 8-GPU GB200 config but for the node split (NVIDIA ran 8B only on GB200 and GB300), and
-    IBM+CoreWeave+NVIDIA's Llama 3.1 405B on 512 GB200 (NVIDIA's 512-GPU config but for a commented-out CPU binding):
-    -20.6, -19.4, -20.7, -21.5, -20.4, -20.7 %, B300 -25.7 %, 405B -9.4 % (19.8 %). The model puts B200 at 0.358 s,
-    4.6 % slower than GB200's 0.342 s, where the runs are 11 % slower (0.45 against 0.405 s), and B300 16 % faster
-    than B200 where the run is 10 % faster: every one too fast, NVIDIA's own 8-GPU GB200 run too (-15.5 %). Bounds:
-    the measurement + one point, all too fast."""
-    partners = {e["id"] for e in load_runs() if e["id"].startswith("mlperf-v5") and "closed division, NVIDIA," not in e["source"]}
+    NVFP4 on one 8-GPU B200 server at Dell, Oracle, Lenovo (two), Nebius and Supermicro (two) and one 8-GPU B300 server
+    at Lenovo, with NVIDIA's 8-GPU GB200 config but for the node split and inter-node NCCL settings (NVIDIA ran 8B only
+    on GB200 and GB300), and IBM+CoreWeave+NVIDIA's Llama 3.1 405B on 512 GB200 (NVIDIA's 512-GPU config but for a
+    commented-out CPU binding): B200 -20.6, -21.2, -19.4, -20.7, -21.5, -20.4, -20.7 %, B300 -25.7 %, 405B -9.4 % (mean
+    |error| 20.0 %). The model puts B200 at 0.358 s, 4.5 % slower than GB200's 0.342 s, where the runs are 11 % slower
+    (0.45 against 0.405 s), and B300 16 % faster than B200 where the run is 10 % faster: every one too fast, NVIDIA's
+    own 8-GPU GB200 run too (-15.5 %). Bounds: the measurement + one point, all too fast."""
+    b200 = (
+        "dell-xe9680l",
+        "oracle",
+        "lenovo-sr680av3",
+        "lenovo-sr780av3",
+        "nebius",
+        "supermicro-as4126gs",
+        "supermicro-sys422gs",
+    )
+    partners = {
+        *(f"mlperf-v51-llama31-8b-dgx-b200-8gpu-nvfp4-{site}" for site in b200),
+        "mlperf-v51-llama31-8b-dgx-b300-8gpu-nvfp4-lenovo-sr680av4",
+        "mlperf-v50-llama31-405b-gb200-512gpu-fp8-carina",
+    }
+    sources = {e["id"]: e["source"] for e in load_runs() if e["id"] in partners}
+    assert len(sources) == 9 and not any("closed division, NVIDIA," in source for source in sources.values())
     errors = {r.run_id: r.error for r in results if r.run_id in partners}
-    assert len(errors) == 8 and all(r.family == "MLPerf Training (out of sample)" for r in results if r.run_id in partners)
-    assert statistics.fmean(abs(e) for e in errors.values()) <= 0.208 and max(errors.values()) < 0
+    assert all(r.family == "MLPerf Training (out of sample)" for r in results if r.run_id in partners)
+    assert statistics.fmean(abs(e) for e in errors.values()) <= 0.210 and max(errors.values()) < 0
     assert max(abs(e) for e in errors.values()) <= 0.267
 
 

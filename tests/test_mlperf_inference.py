@@ -34,7 +34,7 @@ OOS, FIT = "(out of sample)", "(fits serving_gemm)"
 # each family: model | out of sample, or fitted | hardware | runs | mean |error| bound (the measurement of
 # 2026-11-28 + 1 point)
 FAMILY_TABLE = """
-Llama 2 70B    | oos | Hopper FP8              | 7 | 0.070
+Llama 2 70B    | oos | Hopper FP8              | 8 | 0.069
 Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.058
 Llama 2 70B    | oos | Blackwell FP4           | 12 | 0.076
 Mixtral 8x7B   | oos | Hopper FP8              | 3 | 0.061
@@ -72,8 +72,8 @@ def test_the_runs_are_nvidias_code_and_in_no_other_file():
     GigaComputing, Google, CoreWeave) and Llama 2 70B, Llama 3.1 405B and 8B on 8 B200 with NVIDIA's config byte for
     byte (eight, eleven and six systems), Llama 2 70B and Llama 3.1 405B on 8 H200 with the one H200 config every
     such partner submitted (four and two systems), and Llama 3.1 405B on two 4-GPU GB200 nodes (Azure, Nebius) with
-    NVIDIA's GB200 x4 config but for its final newline; and Nebius's five, whose configs differ from those only in how
-    long LoadGen runs or how many samples it issues;
+    NVIDIA's GB200 x4 config but for its final newline; and Nebius's five and ASUSTeK's H200 Llama 2 70B, whose configs
+    differ from those only in how long LoadGen runs or how many samples it issues;
     every v5.0 Blackwell run of NVIDIA's fits the serving GEMM share."""
     entries = load_mlperf_runs()
     sizes = {name: len(_family(entries, name)) for name in FAMILIES}
