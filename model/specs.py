@@ -399,7 +399,8 @@ class Workload:
     fp8_param_gather: bool = False  # the data-parallel parameter all-gather moves FP8 weights (Megatron --fp8-param-gather)
     fp8_output_proj: bool = False  # the output layer's GEMMs in MXFP8 too (Megatron-Core fp8_output_proj), not 16 bits
     fp8_attention: bool = False  # flash attention in FP8 (Megatron-Core fp8_dot_product_attention; model/fp8_attention.py)
-    fused_grouped_mlp: bool = False  # routed experts' activation (and MXFP8 casts) in their GEMMs' epilogues (model/fused_grouped_mlp.py)
+    # the routed experts' activation (and, under MXFP8, the casts) in their GEMMs' epilogues (model/fused_grouped_mlp.py)
+    fused_grouped_mlp: bool = False
     # NVFP4's random Hadamard transform on the column-wise copies of inputs and gradients (Transformer Engine's
     # default); false: NVTE_NVFP4_DISABLE_RHT=1, as MLPerf's NVFP4 configs set it (precision.quantised_bytes_per_element)
     nvfp4_hadamard: bool = True
