@@ -764,10 +764,6 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             source=source,
             field="workload.grad_reduce_copy_bytes",
         )
-    if not inference and workload.fused_grouped_mlp:
-        reason = fused_grouped_mlp_problem(model_spec, workload)
-        if reason is not None:
-            raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
     mapping = (
         parse_inference_mapping(data.get("mapping"), workload, source)
         if inference
