@@ -1,5 +1,6 @@
 """``parasol collective``: one collective on a library system's topology (model/collectives.py), and the
-published nccl-tests measurements it is checked against (problems/measurements/nccl_tests.yaml)."""
+published measurements it is checked against: nccl-tests (problems/measurements/nccl_tests.yaml) and XLA's
+collective table (problems/measurements/xla_collectives.yaml, benchmarks/xla_collective_table.py)."""
 
 from __future__ import annotations
 
@@ -84,24 +85,28 @@ def result_table(system: str, result: CollectiveTime) -> str:
 # ---- published measurements -------------------------------------------------------------------
 
 
+# the measurement files, each in nccl_tests.yaml's schema (see its header for the fields)
+MEASUREMENT_FILES = ("nccl_tests.yaml", "xla_collectives.yaml")
+
+
 @functools.cache
-def _measurement_file() -> tuple:
-    path = library.library_root() / "measurements" / "nccl_tests.yaml"
+def _measurement_file(name: str) -> tuple:
+    path = library.library_root() / "measurements" / name
     data = library.read_yaml(path, "measurement file")
     return tuple(data["measurements"])
 
 
-def measurements() -> list[dict]:
-    """The entries of problems/measurements/nccl_tests.yaml (see its header for the fields)."""
-    return [dict(entry) for entry in _measurement_file()]
+def measurements(files: tuple = MEASUREMENT_FILES) -> list[dict]:
+    """The entries of problems/measurements/``files``, each with the file it came from (``file``)."""
+    return [dict(entry, file=name) for name in files for entry in _measurement_file(name)]
 
 
-def compare_measurements() -> list[dict]:
-    """One row per measured point: parasol's bus bandwidth beside the published one (in the entry's
-    busbw convention) and the relative error (model / measured - 1). A point's role is
+def compare_measurements(files: tuple = MEASUREMENT_FILES) -> list[dict]:
+    """One row per measured point of ``files``: parasol's bus bandwidth beside the published one (in the
+    entry's busbw convention) and the relative error (model / measured - 1). A point's role is
     ``calibration`` when its entry is, or when its size is one of the entry's calibration_sizes."""
     rows = []
-    for entry in measurements():
+    for entry in measurements(files):
         for nbytes, measured in sorted(entry["busbw_gbps"].items()):
             result = run_collective(entry["system"], entry["op"], int(nbytes), entry["gpus"], entry.get("algorithm"))
             model = result.algbw_bytes_per_s * busbw_factor(result.op, result.n, entry.get("busbw") == "in_network") / 1e9
@@ -120,6 +125,7 @@ def compare_measurements() -> list[dict]:
                     "model_gbps": model,
                     "error": model / float(measured) - 1.0,
                     "source": entry["source"],
+                    "file": entry["file"],
                 }
             )
     return rows
