@@ -174,13 +174,17 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     (same day): the GB200 NVFP4 runs +11.5, +23.8, +32.0 %, GB300's +4.4 %; the fifteen 9.2 %, worst +32.0 %; 22 runs
     8.8 %. Without NVFP4's Hadamard transform, which all six NVFP4 configs disable (workload.nvfp4_hadamard, same day):
     the 405B runs +9.0, +2.0, +21.5, +29.8 %, the 8B ones at 8 GPUs -15.5 and -16.7 %; the fifteen 8.5 %, worst +29.8 %;
-    22 runs 8.8 %. The bounds are the measurement + about one point, and both signs must stay."""
+    22 runs 8.8 %. v5.0's Llama 3.1 405B code (NVIDIA's H100 and GB200 runs, and carina's) builds its strategy without
+    the caps' config path, so they were not applied there (2026-11-28, workload.nccl_max_ctas left out): H100 +9.1 to
+    +4.7 % -> +7.6 to +3.4 %, GB200 -8.9 -> -9.1 % on 256 and -10.2 -> -17.2 % on 512 GPUs (their pipeline p2p over
+    NVLink was held to 2 channels); the fifteen 8.3 %, worst 15.6 %; 22 runs 8.8 %. The bounds are the measurement + about
+    one point, and both signs must stay."""
     nvidia = {e["id"] for e in load_runs() if "closed division, NVIDIA," in e["source"]}
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)" and r.run_id in nvidia}
     assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
     first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
-    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.095
-    assert max(abs(e) for e in first.values()) <= 0.31 and min(first.values()) < 0 < max(first.values())
+    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.093
+    assert max(abs(e) for e in first.values()) <= 0.166 and min(first.values()) < 0 < max(first.values())
     dp_last = [r for r in rows.values() if r.mapping.placement == "tp-cp-ep-pp-dp" and r.problem.model.name == "llama3.1-405b"]
     assert len(dp_last) == 5  # v5.1's four and v5.0's 512-GPU run, as their configs set TP_PP_DP_MAPPING
     fp4 = [r.error for r in rows.values() if r.problem.workload.precision == "fp4" and r.problem.model.name == "llama3.1-405b"]
@@ -203,7 +207,8 @@ def test_mlperf_training_partner_runs_as_measured(results):
     commented-out CPU binding): B200 -20.6, -21.2, -19.4, -20.7, -21.5, -20.4, -20.7 %, B300 -25.7 %, 405B -9.4 % (mean
     |error| 20.0 %). The model puts B200 at 0.358 s, 4.5 % slower than GB200's 0.342 s, where the runs are 11 % slower
     (0.45 against 0.405 s), and B300 16 % faster than B200 where the run is 10 % faster: every one too fast, NVIDIA's
-    own 8-GPU GB200 run too (-15.5 %). Bounds: the measurement + one point, all too fast."""
+    own 8-GPU GB200 run too (-15.5 %). Bounds: the measurement + one point, all too fast. carina's run moved to -16.5 %
+    when v5.0's caps were found not applied (see test_mlperf_training_runs_outside_the_calibration_set): mean 20.7 %."""
     b200 = (
         "dell-xe9680l",
         "oracle",
@@ -222,8 +227,51 @@ def test_mlperf_training_partner_runs_as_measured(results):
     assert len(sources) == 9 and not any("closed division, NVIDIA," in source for source in sources.values())
     errors = {r.run_id: r.error for r in results if r.run_id in partners}
     assert all(r.family == "MLPerf Training (out of sample)" for r in results if r.run_id in partners)
-    assert statistics.fmean(abs(e) for e in errors.values()) <= 0.210 and max(errors.values()) < 0
+    assert statistics.fmean(abs(e) for e in errors.values()) <= 0.217 and max(errors.values()) < 0
     assert max(abs(e) for e in errors.values()) <= 0.267
+
+
+# the partners' MLPerf Training v5.1 Llama 3.1 8B runs added with their configs read variable by variable (2026-11-28)
+PARTNER_8B_RUNS = (
+    "mlperf-v51-llama31-8b-dgx-h100-64gpu-fp8-cisco",
+    "mlperf-v51-llama31-8b-dgx-h100-128gpu-fp8-cisco",
+    "mlperf-v51-llama31-8b-hgx-h200-64gpu-fp8-hpe",
+    "mlperf-v51-llama31-8b-dgx-b200-8gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-16gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-32gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-64gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-128gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-256gpu-fp8-uf",
+    "mlperf-v51-llama31-8b-dgx-b200-16gpu-fp8-dell-xe9680l",
+    "mlperf-v51-llama31-8b-dgx-b200-16gpu-fp8-dell-xe9685l",
+    "mlperf-v51-llama31-8b-dgx-b200-64gpu-fp8-oracle",
+    "mlperf-v51-llama31-8b-dgx-b200-64gpu-fp8-verda",
+    "mlperf-v51-llama31-8b-dgx-b200-16gpu-nvfp4-nebius",
+    "mlperf-v51-llama31-8b-dgx-b200-32gpu-nvfp4-nebius",
+    "mlperf-v51-llama31-8b-dgx-b300-8gpu-fp8-dell-xe9780",
+    "mlperf-v51-llama31-8b-dgx-b300-8gpu-fp8-supermicro-as8126gs",
+    "mlperf-v51-llama31-8b-dgx-b300-8gpu-nvfp4-nebius",
+    "mlperf-v51-llama31-8b-gb300-72gpu-fp8-lambda",
+)
+
+
+def test_mlperf_training_partner_8b_runs_across_nodes_and_precisions(results):
+    """Nineteen more partner runs of Llama 3.1 8B (MLPerf Training v5.1, added 2026-11-28): FP8 on 8 to 256 B200 at the
+    University of Florida, Dell, Oracle and Verda, on 8 B300 at Dell and Supermicro, on 64 H200 at HPE, on 72 GB300 at
+    Lambda, Cisco's 64 and 128 H100 (NVIDIA's v5.0 405B code adapted to 8B, no NCCL caps, tp_comm_overlap off), and
+    Nebius's NVFP4 on 16 and 32 B200 and 8 B300. Measured then: mean |error| 15.4 %, worst -36.0 % (Cisco's 128 H100,
+    tp 2); every run fits. What they show: on one 8-GPU B200 server FP8 is 0.544 s where NVFP4 is 0.450 s (1.21x), the
+    model 0.498 and 0.358 s (1.39x), so the NVFP4 runs' larger error is NVFP4's; the FP8 B200 runs from 8 to 128 GPUs
+    are 8.5-14.1 % too fast and 256 GPUs 21.0 %. Bounds: the mean and the worst + one point, the FP8 B200 runs up to
+    128 GPUs within 15.1 %."""
+    errors = {r.run_id: r.error for r in results if r.run_id in PARTNER_8B_RUNS}
+    assert set(errors) == set(PARTNER_8B_RUNS)
+    assert all(
+        r.family == "MLPerf Training (out of sample)" and r.evaluation.metrics["fits"] for r in results if r.run_id in errors
+    )
+    assert statistics.fmean(abs(e) for e in errors.values()) <= 0.164 and max(abs(e) for e in errors.values()) <= 0.37
+    fp8_b200 = [e for k, e in errors.items() if "-b200-" in k and "-fp8-" in k and "-256gpu-" not in k]
+    assert len(fp8_b200) == 9 and all(abs(e) <= 0.151 for e in fp8_b200)
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):

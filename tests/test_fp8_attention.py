@@ -139,14 +139,14 @@ def test_the_recorded_megatron_release_cannot_express_it():
 
 
 def test_the_runs_that_set_it_move_as_the_rule_says():
-    """The nineteen published runs whose configs set FP8 attention (MLPerf Training v6.0 DeepSeek-V3 on GB200 and
-    GB300, v5.1 Llama 3.1 8B NVFP4 on 8 GPUs: NVIDIA's two and, added 2026-11-28, its partners' eight on B200 and B300)
-    carry the flag, and it makes each faster than without it: less
+    """The 22 published runs whose configs set FP8 attention (MLPerf Training v6.0 DeepSeek-V3 on GB200 and
+    GB300, v5.1 Llama 3.1 8B NVFP4: NVIDIA's two on 8 GPUs and, added 2026-11-28, its partners' eight on B200 and B300,
+    and Nebius's 16- and 32-GPU B200 and 8-GPU B300 runs) carry the flag, and it makes each faster than without it: less
     attention time, more elementwise time (the casts): the GB300 runs, too slow, moved 4 to 6 points toward their measurement
     (2026-11-28: +42.5 to +36.5 % on 256 GPUs); the 8B runs, already too fast, 8 to 10 points further from it (without
     FP8 attention the partners' B200 runs would be about -11 to -13 %, B300's -16 %)."""
     entries = [e for e in load_runs() if e["workload"].get("fp8_attention")]
-    assert len(entries) == 19
+    assert len(entries) == 22
     for entry in entries:
         plain = {**entry, "workload": {**entry["workload"], "fp8_attention": False}}
         with_, without = evaluate_run(entry), evaluate_run(plain)
