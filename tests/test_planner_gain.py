@@ -21,7 +21,7 @@ def test_the_plan_is_never_slower_than_a_published_mapping_the_space_holds():
 def test_free_problem_leaves_the_mapping_to_the_planner():
     from parasol.solver.validation import load_runs  # noqa: PLC0415
 
-    entry = next(e for e in load_runs() if e["id"] == "mlperf-v50-llama31-405b-dgx-h100-512gpu-fp8")
+    entry = next(e for e in load_runs() if e["id"] == "mlperf-v51-llama31-405b-gb200-512gpu-nvfp4")
     problem = planner_gain.free_problem(entry)
-    assert problem.workload.nccl_max_ctas.cp == 1 and problem.num_gpus == (512,)
-    assert problem.mapping == {} and entry["mapping"]["tp"] == 8  # the planner's default space, not the published tp 8
+    assert problem.workload.nccl_max_ctas.cp == 1 and problem.num_gpus == (512,)  # the run's workload, its caps kept
+    assert problem.mapping == {} and entry["mapping"]["tp"] == 4  # the planner's default space, not the published tp 4
