@@ -23,6 +23,7 @@ openxla/xla; PR #47515 did not touch the NVIDIA entries); get it with
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -62,27 +63,37 @@ def parse(text: str) -> list[dict]:
     parts = re.split(r'\n  key: "([^"]*)"\n', text)
     for key, body in zip(parts[1::2], parts[2::2]):
         for entry in re.split(r"\n    entries \{\n", body)[1:]:
-            op = re.search(r'opcode: "([^"]*)"', entry).group(1)
-            groups = re.search(r"num_replica_groups: (\d+)", entry)
-            algbw = re.search(r"network_throughput_bytes_per_sec: (\d+)", entry)
-            if op not in OPS or groups is None or algbw is None:  # not a replica-group collective, or untimed
-                continue
-            shape = entry.split("layout")[0]
-            elements = 1
-            for d in re.findall(r"^\s+dimensions: (\d+)$", shape, re.M):
-                elements *= int(d)
-            rows.append(
-                {
-                    "key": key,
-                    "op": op,
-                    "element": re.search(r"element_type: (\w+)", entry).group(1),
-                    "elements": elements,  # the instruction's (output) shape
-                    "groups": int(groups.group(1)),
-                    "n": int(re.search(r"num_devices_per_group: (\d+)", entry).group(1)),
-                    "algbw": int(algbw.group(1)),
-                }
-            )
+            row = _timed_collective(key, entry)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+def _timed_collective(key: str, entry: str) -> dict | None:
+    """One entry's fields, or None where it is not a timed replica-group collective (collective-permute, an
+    untimed size, a field missing)."""
+    fields = {
+        name: re.search(pattern, entry)
+        for name, pattern in (
+            ("op", r'opcode: "([^"]*)"'),
+            ("element", r"element_type: (\w+)"),
+            ("groups", r"num_replica_groups: (\d+)"),
+            ("n", r"num_devices_per_group: (\d+)"),
+            ("algbw", r"network_throughput_bytes_per_sec: (\d+)"),
+        )
+    }
+    if any(m is None for m in fields.values()) or fields["op"].group(1) not in OPS:
+        return None
+    dims = re.findall(r"^\s+dimensions: (\d+)$", entry.split("layout")[0], re.M)
+    if not dims:
+        return None
+    row = {name: m.group(1) for name, m in fields.items()}
+    for name in ("groups", "n", "algbw"):
+        row[name] = int(row[name])
+    if row["n"] < 2 or row["algbw"] <= 0:
+        return None
+    row.update(key=key, elements=math.prod(int(d) for d in dims))
+    return row
 
 
 def array_bytes(row: dict) -> int:
@@ -143,8 +154,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         text = Path(args.txtpb).read_text()
-    except OSError as exc:
-        print(f"{args.txtpb}: cannot read it ({exc.strerror})", file=sys.stderr)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"{args.txtpb}: cannot read it as text ({getattr(exc, 'strerror', None) or exc.reason})", file=sys.stderr)
         return 2
     data = entries(parse(text))
     if not data:

@@ -55,6 +55,7 @@ def test_import_counts_bytes_and_bus_bandwidth_as_nccl_tests_does():
         entry("reduce-scatter", mib // 4, 16, 4, 700_000_000_000),  # output: 1 MiB of each rank; the array is 4 MiB
         entry("all-to-all", 1024, 16, 4, 1_000_000_000),  # 4 KiB: below MIN_BYTES, dropped
         entry("all-reduce", 4 * mib // 4, 16, 4, None),  # untimed: dropped
+        entry("all-reduce", 4 * mib // 4, 16, 4, 10**11).replace("opcode", "op_code"),  # a field missing: dropped
     ) + table("gfx950", entry("all-gather", 4 * mib // 4, 1, 8, 400_000_000_000))  # not an NVIDIA key: dropped
     out = {e["id"]: e for e in xla.entries(xla.parse(text))}
     assert set(out) == {"xla-gb200-allgather-4of64", "xla-gb200-reducescatter-4of64"}
@@ -71,6 +72,10 @@ def test_import_refuses_an_unreadable_or_foreign_table(tmp_path, capsys):
     foreign.write_text(table("gfx950", entry("all-gather", 1 << 20, 1, 8, 4 * 10**11)))
     assert xla.main([str(foreign)]) == 2
     assert "no NVIDIA collective entries" in capsys.readouterr().err
+    binary = tmp_path / "binary.txtpb"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    assert xla.main([str(binary)]) == 2
+    assert "binary.txtpb: cannot read it as text" in capsys.readouterr().err
 
 
 def test_stored_table_names_library_systems_and_is_validation_only():
