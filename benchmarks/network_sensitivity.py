@@ -16,6 +16,8 @@ import dataclasses
 import statistics
 import sys
 
+from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the families, fitted or not
+
 from parasol.solver.library import load_system
 from parasol.solver.validation import evaluate_run, family, load_runs
 
@@ -57,7 +59,10 @@ def main(argv=None) -> int:
             continue
         before = evaluate_run(entry)
         after = evaluate_run(entry, override)
-        kind = ("MoE" if "MoE" in name else "dense", "out of sample" if "out of sample" in name else "in sample")
+        kind = (
+            "MoE" if name in MOE_CALIBRATION + MOE_CHECK else "dense",
+            "out of sample" if name in DENSE_CHECK + MOE_CHECK else "in sample",
+        )
         kinds.setdefault(kind, []).append((before.error, after.error))
         if abs(after.error - before.error) > 0.01:
             print(f"  {entry['id']:<70}{100 * before.error:+7.1f} % -> {100 * after.error:+7.1f} %")

@@ -139,7 +139,7 @@ def entries(rows: list[dict]) -> list[dict]:
 HEADER = """\
 # XLA's published collective timings (benchmarks/xla_collective_table.py, which writes this file; its docstring
 # says how XLA measured them), in nccl_tests.yaml's schema, for benchmarks/collectives.py and
-# tests/test_collectives.py. Every entry is validation: nothing in problems/systems was set from it.
+# tests/test_xla_collectives.py. Every entry is validation: nothing in problems/systems was set from it.
 # concurrent_groups: how many groups of `gpus` ranks ran the collective at once (XLA's iota replica groups);
 # the model times one group, placed compactly [assumption: the NVSwitch fabric carries the groups at once
 # without contention]. F32 arrays; all-reduce busbw in nccl-tests' default convention (2(n-1)/n), whatever
