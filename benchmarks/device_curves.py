@@ -19,7 +19,8 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
-- attention (Blackwell): the Hopper measurements (no Blackwell cuDNN measurement at hand [assumption]); on
+- attention (Blackwell): the Hopper measurements [assumption; cuDNN's own causal attention on GB200 reaches 0.93-0.97 of
+  H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200: tests/test_fp8_attention.py]; on
   Blackwell Ultra (B300, GB300) faster by its doubled softmax exponential rate (published_kernels.yaml
   blackwell_ultra_softmax). Rule [assumption] (model/fp8_attention.py, serial_pass_time): a score element
   costs its tensor-core work M plus its exponential E, one after the other; the FP8 forward's M is half the
@@ -31,6 +32,11 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   the same figures, Blackwell Ultra's e/r; Hopper's from FlashAttention-3's FP8 and FP16 forward maxima on
   H100 (published_kernels.yaml flash_attention_3_h100): their ratio s = (2 + e)/(1 + e) at its heads' width,
   scaled to 320 as e is (inversely with d_qk + d_v).
+- fp8_attention_grouped (Hopper, Blackwell): FP8 attention's time over BF16's, forward and backward apart, by the
+  keys per call, for grouped-query heads: cuDNN's own SDPA training benchmark (published_kernels.yaml
+  cudnn_sdpa_training, Llama 3.1 405B's 64/8 heads), GB200's rows for B200 and GB200, GB300's for B300 and GB300
+  [assumption: the same chip at another power limit], H200's for the Hopper devices. The serial rule
+  (model/fp8_attention.py) stays for multi-head attention, whose rows there it reproduces.
 - grouped_fp8 (Blackwell): the MXFP8 grouped GEMM Megatron-LM's GB200 guide measured, over GB200's FP8
   curve at the same per-expert shape (``compute.gemm_time_s``); the other Blackwell devices take the
   same ratio of their own curves [assumption: the same tensor cores and kernels].
@@ -52,7 +58,7 @@ import yaml
 
 from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
 from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, pass_factors, serial_pass_time
-from parasol.model.specs import Workload
+from parasol.model.specs import PassRatios, Workload
 from parasol.solver.library import load_device, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +76,16 @@ DEVICES = {
 }
 BLACKWELL = tuple(device for device, (_, fp8) in DEVICES.items() if fp8)  # the devices with FP8 tensor cores here
 BLACKWELL_ULTRA = ("b300", "gb300")  # twice Blackwell's softmax exponential rate
+# device file -> the GPU of cudnn_sdpa_training whose grouped-query rows it takes
+CUDNN_GPU = {
+    "b200": "gb200",
+    "gb200": "gb200",
+    "b300": "gb300",
+    "gb300": "gb300",
+    "h100-sxm-80gb": "h200",
+    "h200-sxm-141gb": "h200",
+    "h800-sxm-80gb": "h200",
+}
 HOPPER_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb")  # one GH100 compute die
 STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 1.0 + FLASH_BACKWARD_FACTOR  # forward + backward FLOPs over the forward's (h200-microbench.yaml flops_convention)
@@ -144,6 +160,17 @@ def softmax_speedups(published: dict) -> SoftmaxSpeedup:
     )
 
 
+def fp8_over_bf16(rows: dict) -> tuple[tuple, tuple, tuple]:
+    """(keys, forward, backward): FP8 attention's time over BF16's per pass from cudnn_sdpa_training rows
+    {keys: [bf16 forward, bf16 backward, fp8 forward, fp8 backward] ms}."""
+    keys = tuple(sorted(rows))
+    return (
+        tuple(float(k) for k in keys),
+        tuple(round(rows[k][2] / rows[k][0], DIGITS) for k in keys),
+        tuple(round(rows[k][3] / rows[k][1], DIGITS) for k in keys),
+    )
+
+
 def derive() -> dict:
     """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, grouped_fp8: x, attention: x}}."""
     pub = yaml.safe_load(PUBLISHED.read_text())
@@ -186,6 +213,8 @@ def derive() -> dict:
     exp_b = blackwell_exp_ratio(pub["blackwell_ultra_softmax"])
     for device in HOPPER_DEVICES:
         out[device] = {"softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS)}
+    for device, gpu in CUDNN_GPU.items():
+        out[device]["fp8_attention_grouped"] = fp8_over_bf16(pub["cudnn_sdpa_training"]["grouped"][gpu])
     for device in BLACKWELL:
         out[device]["grouped_fp8"] = grouped
         ultra_device = device in BLACKWELL_ULTRA
@@ -221,6 +250,10 @@ def differences(derived: dict) -> list[str]:
                     )
                 ):
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "fp8_attention_grouped":
+                have = tuple(spec.fp8_attention_grouped) if spec.fp8_attention_grouped is not None else None
+                if have != value:
+                    bad.append(f"{device}: efficiency.{key} {have} != {value}")
             elif key == "softmax_exp_ratio":
                 if abs(spec.softmax_exp_ratio - value) > 1e-9:
                     bad.append(f"{device}: softmax_exp_ratio {spec.softmax_exp_ratio} != {value}")
@@ -252,6 +285,10 @@ def main(argv=None) -> int:
             if key == "attention_by_tokens":
                 print(f"  {key}:\n    tokens:     [{', '.join(f'{x:g}' for x in value[0])}]")
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
+            elif key == "fp8_attention_grouped":
+                print(f"  {key}:\n    tokens:   [{', '.join(f'{x:g}' for x in value[0])}]")
+                print(f"    forward:  [{', '.join(f'{y:.3f}' for y in value[1])}]")
+                print(f"    backward: [{', '.join(f'{y:.3f}' for y in value[2])}]")
             elif key.startswith("gemm"):
                 print(f"  {key}:\n    flops:      [{', '.join(f'{x:.3g}' for x in value[0])}]")
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
@@ -264,16 +301,22 @@ def main(argv=None) -> int:
 
 def fp8_attention_speedups(derived: dict) -> list[str]:
     """How much faster FP8 attention runs than the device's 16-bit kernel at DeepSeek-V3's MLA heads and at
-    Llama's 128-dim ones (``fp8_attention.pass_factors``; training: the forward and the 2.5x backward together)."""
+    Llama's grouped 128-dim ones, at 4,096 keys per call (``fp8_attention.pass_factors``; training: the forward and
+    the 2.5x backward together)."""
     workload = Workload(kind="training", seq_len=4096, global_batch=1, precision="fp8", fp8_attention=True)
     lines = []
     for device, values in derived.items():
         if "softmax_exp_ratio" not in values:
             continue
-        spec = dataclasses.replace(load_device(device), softmax_exp_ratio=values["softmax_exp_ratio"])
+        grouped = values.get("fp8_attention_grouped")
+        spec = dataclasses.replace(
+            load_device(device),
+            softmax_exp_ratio=values["softmax_exp_ratio"],
+            fp8_attention_grouped=PassRatios(*grouped) if grouped else None,
+        )
         shown = []
         for name in ("deepseek-v3", "llama3-70b"):
-            fwd, bwd = pass_factors(load_model(name), spec, workload)
+            fwd, bwd = pass_factors(load_model(name), spec, workload, workload.seq_len)
             training = (1.0 + FLASH_BACKWARD_FACTOR) / (fwd + FLASH_BACKWARD_FACTOR * bwd)
             shown.append(f"{name} forward {1 / fwd:.2f}x, training {training:.2f}x")
         lines.append(f"{device}: FP8 attention against 16 bits: " + "; ".join(shown))

@@ -10,6 +10,14 @@ FP8 one 1 + e, the backward 2.5x the tensor work and one exponential again (Flas
 with e the exponential's cost (``exp_ratio``). So FP8 gains most where the exponential is cheap against
 the products: wide heads, and devices whose special-function units keep pace with their tensor cores.
 
+Grouped-query heads (fewer key/value heads than query heads) are timed from measurement where the device
+file has one (``efficiency.fp8_attention_grouped``: cuDNN's own FP8-over-BF16 times per pass, by keys per
+call, problems/measurements/published_kernels.yaml ``cudnn_sdpa_training``): there the rule fails. On GB200
+at 8K keys cuDNN's FP8 backward of Llama 3.1's 64/8 heads is 1.09x its BF16 one, where the rule gives 1.65x;
+its forward 1.30x against 1.43x. The same measurements hold the rule on multi-head (MLA) attention, DeepSeek-V3's
+and Kimi K2.6's heads, within a few per cent per pass (tests/test_fp8_attention.py). Multi-head attention, and
+grouped heads on a device without the measurement, keep the rule [assumption].
+
 Memory: the attention keeps its FP8 Q, K and V for the backward instead of 16-bit ones (``memory``'s
 ``LayerTokens.attention_input_bytes``). Casts: Q, K and V quantised in the forward, the output's gradient
 in the backward (``cast_bytes``).
@@ -68,11 +76,20 @@ def exp_ratio(model: ModelSpec, device: DeviceSpec) -> float:
     return device.softmax_exp_ratio * REFERENCE_SCORE_WIDTH / (d_qk + d_v)
 
 
-def pass_factors(model: ModelSpec, device: DeviceSpec, workload: Workload) -> tuple[float, float]:
-    """(forward, backward) time of the attention core against its 16-bit kernel's, dimensionless: 1 and 1
-    unless ``workload.fp8_attention``; then (1 + e)/(2 + e) and (2.5 + e)/(5 + e) (``serial_pass_time``)."""
+def grouped_query(model: ModelSpec) -> bool:
+    """Whether ``model``'s attention has fewer key/value heads than query heads (GQA, MQA)."""
+    return model.kv_heads < model.heads
+
+
+def pass_factors(model: ModelSpec, device: DeviceSpec, workload: Workload, kv_tokens: float) -> tuple[float, float]:
+    """(forward, backward) time of the attention core against its 16-bit kernel's for calls of ``kv_tokens`` keys,
+    dimensionless: 1 and 1 unless ``workload.fp8_attention``; then, for grouped-query heads on a device that measured
+    them, the measured ratios there (``DeviceSpec.fp8_attention_grouped``), else (1 + e)/(2 + e) and
+    (2.5 + e)/(5 + e) (``serial_pass_time``)."""
     if not workload.fp8_attention:
         return 1.0, 1.0
+    if grouped_query(model) and device.fp8_attention_grouped is not None:
+        return device.fp8_attention_grouped.at(kv_tokens)
     e = exp_ratio(model, device)
     forward = serial_pass_time(1.0, 1.0, e) / serial_pass_time(SIXTEEN_BIT_TENSOR_UNITS, 1.0, e)
     backward_units = FLASH_BACKWARD_FACTOR

@@ -11,6 +11,7 @@ import bisect
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import checks
 from .choices import Allocator, Architecture, MoeDispatcher
@@ -184,6 +185,24 @@ class NetworkTier:
         return self.bandwidth_bytes_per_s * self.efficiency
 
 
+class PassRatios(NamedTuple):
+    """FP8 attention's time over the 16-bit kernel's on one device, forward and backward apart, measured at
+    calls of ``tokens`` keys (model/fp8_attention.py; device files: efficiency.fp8_attention_grouped)."""
+
+    tokens: tuple
+    forward: tuple
+    backward: tuple
+
+    def at(self, kv_tokens: float) -> tuple[float, float]:
+        """(forward, backward) ratios for calls of ``kv_tokens`` keys: log-linear between the measured lengths,
+        held beyond the ends."""
+        x = math.log(max(kv_tokens, 1.0))
+        return (
+            _log_interp(x, *_log_curve(self.tokens, self.forward)),
+            _log_interp(x, *_log_curve(self.tokens, self.backward)),
+        )
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """An accelerator: peak rates, memory and calibrated efficiency curves."""
@@ -223,6 +242,8 @@ class DeviceSpec:
     # a softmax exponential's time over the FP8 tensor-core time of its score element's two products at 320-wide
     # heads (model/fp8_attention.py); 0 = unknown: FP8 attention cannot be timed on this device
     softmax_exp_ratio: float = 0.0
+    # FP8 attention over 16-bit per pass for grouped-query heads, measured (cuDNN); None: the serial rule's
+    fp8_attention_grouped: PassRatios | None = None
     # bytes/s one NCCL channel (one thread block) moves, each direction, as NCCL's own topology search rates a
     # channel on this GPU's NVLink (model/nccl_channels.py); 0 = unknown: a capped communicator cannot be timed
     nccl_channel_bytes_per_s: float = 0.0

@@ -20,7 +20,7 @@ from parasol.model.choices import Allocator, Architecture, allowed
 from parasol.model.collectives import ALGORITHMS
 from parasol.model.errors import ProblemError
 from parasol.model.expert_parallel import A2A_COMM_SMS
-from parasol.model.specs import AllocatorOverhead, DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, SystemSpec
+from parasol.model.specs import AllocatorOverhead, DeviceSpec, MLASpec, ModelSpec, MoESpec, NetworkTier, PassRatios, SystemSpec
 from parasol.model.topology import KINDS, InNetworkReduction, Level, Link, Tier, Topology
 
 from . import read_files
@@ -397,6 +397,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "host_adam",
             "serving_gemm",
             "attention_by_tokens",
+            "fp8_attention_grouped",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -436,6 +437,9 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         ),
         pytorch_allocator=checks.flag(data.get("pytorch_allocator", True), "pytorch_allocator", src),
         softmax_exp_ratio=checks.non_negative_number(data.get("softmax_exp_ratio", 0.0), "softmax_exp_ratio", src),
+        fp8_attention_grouped=_pass_ratios(eff["fp8_attention_grouped"], src, "efficiency.fp8_attention_grouped")
+        if "fp8_attention_grouped" in eff
+        else None,
         nccl_channel_bytes_per_s=checks.non_negative_number(
             data.get("nccl_channel_bytes_per_s", 0.0), "nccl_channel_bytes_per_s", src
         ),
@@ -529,6 +533,23 @@ def _curve(curve, src: str, field: str, axis: str = "flops") -> tuple[tuple, tup
     if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
         raise ProblemError(f"needs matching, increasing {axis} and efficiencies in (0, 1]", source=src, field=field)
     return xs, ys
+
+
+def _pass_ratios(data, src: str, field: str) -> PassRatios:
+    """FP8 attention's measured time over 16 bits {tokens, forward, backward}: increasing key lengths, positive ratios."""
+    if not isinstance(data, dict):
+        raise ProblemError("must be a mapping {tokens, forward, backward}", source=src, field=field)
+    checks.keys(data, PassRatios._fields, PassRatios._fields, src, f"{field}.")
+    rows = [tuple(map(checks.as_float, data[key])) if isinstance(data[key], list) else (None,) for key in PassRatios._fields]
+    xs = rows[0]
+    if (
+        any(None in row or len(row) != len(xs) for row in rows)
+        or len(xs) < 2
+        or list(xs) != sorted(set(xs))
+        or not all(v > 0 for row in rows for v in row)
+    ):
+        raise ProblemError("needs lists of one length (at least 2): increasing tokens, positive ratios", source=src, field=field)
+    return PassRatios(*rows)
 
 
 def _tier(data, name: str, src: str) -> NetworkTier:

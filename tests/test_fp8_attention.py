@@ -1,10 +1,14 @@
 """workload.fp8_attention: flash attention in FP8 (Transformer Engine's FP8 DotProductAttention, Megatron-Core's
 fp8_dot_product_attention), timed by the serial softmax rule of model/fp8_attention.py from each device file's
-softmax_exp_ratio."""
+softmax_exp_ratio, and for grouped-query heads by cuDNN's measured FP8-over-BF16 ratios (efficiency.fp8_attention_grouped),
+both checked here against cuDNN's published SDPA training benchmark (published_kernels.yaml cudnn_sdpa_training)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import yaml
 from conftest import solved_as_enumerated, training_problem
 
 from parasol.model import compute, fp8_attention, memory, training
@@ -16,6 +20,9 @@ from parasol.solver import library
 from parasol.solver.launch import Unexpressible, megatron_args
 from parasol.solver.problem import parse_problem
 from parasol.solver.validation import evaluate_run, load_runs
+
+CUDNN = yaml.safe_load((library.library_root() / "measurements" / "published_kernels.yaml").read_text())["cudnn_sdpa_training"]
+KEYS = 4096  # keys per call of the unit tests' problems (seq_len 4096, cp 1)
 
 MXFP8 = {"precision": "fp8", "low_precision_recipe": "mxfp8"}
 MAPPING = {"tp": 2, "pp": 1, "dp": 4, "ep": 8, "micro_batch": 1, "zero": 1, "sp": True, "recompute": "none"}
@@ -38,10 +45,10 @@ def test_the_passes_follow_the_serial_rule_at_the_devices_ratio():
     device = library.load_device("gb200")
     e = device.softmax_exp_ratio
     assert e == pytest.approx(1.077)
-    fwd, bwd = fp8_attention.pass_factors(problem.model, device, problem.workload)
+    fwd, bwd = fp8_attention.pass_factors(problem.model, device, problem.workload, KEYS)
     assert fwd == pytest.approx((1 + e) / (2 + e)) and bwd == pytest.approx((2.5 + e) / (5 + e))
     assert 0.5 < bwd < fwd < 1.0  # the backward's products weigh more against its one exponential
-    assert fp8_attention.pass_factors(problem.model, device, _problem(False).workload) == (1.0, 1.0)
+    assert fp8_attention.pass_factors(problem.model, device, _problem(False).workload, KEYS) == (1.0, 1.0)
 
 
 def test_narrower_heads_gain_less_and_blackwell_ultra_more():
@@ -53,9 +60,104 @@ def test_narrower_heads_gain_less_and_blackwell_ultra_more():
     assert fp8_attention.exp_ratio(llama, gb200) == pytest.approx(gb200.softmax_exp_ratio * 320 / 256)
     assert fp8_attention.exp_ratio(dsv3, gb300) == pytest.approx(fp8_attention.exp_ratio(dsv3, gb200) / 2, abs=1e-3)
     on = _problem(True).workload
-    fwd = {d.name: fp8_attention.pass_factors(m, d, on)[0] for m in (dsv3,) for d in (gb200, gb300)}
+    fwd = {d.name: fp8_attention.pass_factors(m, d, on, KEYS)[0] for m in (dsv3,) for d in (gb200, gb300)}
     assert fwd["gb300"] < fwd["gb200"]
-    assert fp8_attention.pass_factors(llama, gb200, on)[0] > fwd["gb200"]
+    assert fp8_attention.pass_factors(llama, gb200, on, KEYS)[0] > fwd["gb200"]
+
+
+def _measured(rows: dict) -> dict:
+    """{keys: (forward, backward)}: cuDNN's FP8 time over its BF16 time per pass, from cudnn_sdpa_training rows."""
+    return {keys: (f8f / bff, f8b / bfb) for keys, (bff, bfb, f8f, f8b) in rows.items()}
+
+
+@pytest.mark.parametrize("device", ["gb200", "gb300"])
+@pytest.mark.parametrize("heads", ["deepseek-v3", "kimi-k2.6"])
+def test_the_serial_rule_holds_on_cudnns_multi_head_measurements(heads, device):
+    """The rule, set from NVIDIA's one GB300-over-GB200 figure, against cuDNN 9.22's own FP8 and BF16 training
+    attention at MLA's 192 + 128-wide heads (DeepSeek-V3's 128 heads, Kimi K2.6's 64), 2K to 32K keys: each pass within
+    12 % (worst: the 2K backward, where FP8 gains least), forward and backward together within 8 % (the rule 5.6-7.9 %
+    fast at 2K), 6 % from 4K on."""
+    model, spec = library.load_model("deepseek-v3"), library.load_device(device)
+    on = _problem(True).workload
+    for keys, (fwd, bwd) in _measured(CUDNN["multi_head"][heads][device]).items():
+        f, b = fp8_attention.pass_factors(model, spec, on, keys)
+        assert abs(f / fwd - 1) < 0.12 and abs(b / bwd - 1) < 0.12, (keys, f, fwd, b, bwd)
+        bf16 = CUDNN["multi_head"][heads][device][keys][:2]
+        together = (f * bf16[0] + b * bf16[1]) / (fwd * bf16[0] + bwd * bf16[1])
+        assert abs(together - 1) < (0.08 if keys < 4096 else 0.06), (keys, together)
+
+
+def test_grouped_query_heads_take_cudnns_measured_ratios():
+    """On grouped-query heads the rule fails (GB200, 8K keys: backward 0.589 of BF16's against cuDNN's 0.916), so they
+    take the device file's measured ratios: GB200's (and B200's) are cuDNN's GB200 rows at their lengths, log-linear in
+    between, held beyond; multi-head attention on the same device keeps the rule; Hopper's FP8 backward is slower than
+    its BF16 one from 8K keys (cuDNN 9.19 on H200)."""
+    llama, dsv3 = library.load_model("llama3.1-8b"), library.load_model("deepseek-v3")
+    on = _problem(True).workload
+    measured = _measured(CUDNN["grouped"]["gb200"])
+    for device in ("gb200", "b200"):
+        spec = library.load_device(device)
+        for keys, (fwd, bwd) in measured.items():
+            assert fp8_attention.pass_factors(llama, spec, on, keys) == pytest.approx((fwd, bwd), abs=5e-4)
+        mid = fp8_attention.pass_factors(llama, spec, on, math.sqrt(4096 * 8192))
+        assert mid == pytest.approx(tuple((a + b) / 2 for a, b in zip(measured[4096], measured[8192])), abs=5e-4)
+        assert fp8_attention.pass_factors(llama, spec, on, 131072) == pytest.approx(measured[32768], abs=5e-4)
+        assert fp8_attention.pass_factors(llama, spec, on, 1024) == pytest.approx(measured[2048], abs=5e-4)
+        e = spec.softmax_exp_ratio
+        assert fp8_attention.pass_factors(dsv3, spec, on, 8192) == pytest.approx(((1 + e) / (2 + e), (2.5 + e) / (5 + e)))
+    rule_bwd = (2.5 + fp8_attention.exp_ratio(llama, library.load_device("gb200"))) / (
+        5 + fp8_attention.exp_ratio(llama, library.load_device("gb200"))
+    )
+    assert rule_bwd < 0.66 < 0.9 < measured[8192][1]
+    hopper = library.load_device("h100-sxm-80gb")
+    assert fp8_attention.pass_factors(llama, hopper, on, 8192)[1] > 1.2
+
+
+def test_blackwells_16_bit_attention_assumptions_hold_on_cudnns_measurements():
+    """The device files give Blackwell the Hopper-measured 16-bit attention curve and Blackwell Ultra 1.133x it
+    (benchmarks/device_curves.py: no Blackwell kernel measurement had been at hand). cuDNN's own causal forward +
+    backward at Llama 3.1 405B's grouped heads, one harness, bears both out at 2K-16K keys: GB200 reaches 0.93-0.97 of
+    H200's share of its peak, GB300 1.10-1.13x GB200's."""
+    rows = CUDNN["grouped"]
+    peak = {
+        gpu: library.load_device(name).peak("bf16")
+        for gpu, name in (("gb200", "gb200"), ("gb300", "gb300"), ("h200", "h200-sxm-141gb"))
+    }
+    batch = {"gb200": 2, "gb300": 2, "h200": 1}  # the H200 rows ran one sequence
+
+    def share(gpu, keys):  # fraction of the bf16 peak, forward + backward (3.5x the causal forward's FLOPs)
+        bf_fwd, bf_bwd = rows[gpu][keys][:2]
+        flops = 3.5 * 2 * batch[gpu] * 64 * keys * keys * (128 + 128) / 2
+        return flops / ((bf_fwd + bf_bwd) * 1e-3) / peak[gpu]
+
+    gb200, gb300, h100 = (library.load_device(n) for n in ("gb200", "gb300", "h100-sxm-80gb"))
+    assert gb200.attention_curve == h100.attention_curve
+    ultra = gb300.attention_curve[-1] / gb200.attention_curve[-1]
+    assert ultra == pytest.approx(1.133, abs=2e-3)
+    for keys in (2048, 4096, 8192, 16384):
+        assert 0.92 < share("gb200", keys) / share("h200", keys) < 0.98
+        assert abs(share("gb300", keys) / share("gb200", keys) / ultra - 1) < 0.03
+
+
+def test_a_device_files_measured_ratios_are_checked_where_read(tmp_path):
+    """efficiency.fp8_attention_grouped needs tokens, forward and backward of one length, increasing tokens and
+    positive ratios; anything else is one line naming the field."""
+    src = (library.library_root() / "systems" / "devices" / "gb200.yaml").read_text()
+    good = yaml.safe_load(src)["efficiency"]["fp8_attention_grouped"]
+    for bad in (
+        {**good, "tokens": list(reversed(good["tokens"]))},
+        {**good, "backward": [0.9] * (len(good["tokens"]) - 1)},
+        {**good, "forward": [-0.5] * len(good["tokens"])},
+        {k: v for k, v in good.items() if k != "backward"},
+        [1, 2, 3],
+    ):
+        data = yaml.safe_load(src)
+        data["efficiency"]["fp8_attention_grouped"] = bad
+        path = tmp_path / "dev.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(ProblemError) as err:
+            library.load_device(str(path))
+        assert "efficiency.fp8_attention_grouped" in (err.value.field or "") and "\n" not in str(err.value)
 
 
 def test_a_layer_pays_the_casts_and_keeps_q_k_v_in_fp8():
@@ -67,7 +169,7 @@ def test_a_layer_pays_the_casts_and_keeps_q_k_v_in_fp8():
     args = (system, 2, 1, 1, True, "none", 8, True)
     a = training.layer_times(plain.model, system, plain.workload, *args[1:])
     b = training.layer_times(fp8.model, system, fp8.workload, *args[1:])
-    fwd, bwd = fp8_attention.pass_factors(fp8.model, system.device, fp8.workload)
+    fwd, bwd = fp8_attention.pass_factors(fp8.model, system.device, fp8.workload, KEYS)
     assert b.attention_fwd == pytest.approx(a.attention_fwd * fwd) and b.attention_bwd == pytest.approx(a.attention_bwd * bwd)
     assert attention_quantised_bytes_per_element(LowPrecisionRecipe.MXFP8) == 5.0
     assert attention_quantised_bytes_per_element(LowPrecisionRecipe.DELAYED) == 3.0
@@ -142,9 +244,10 @@ def test_the_runs_that_set_it_move_as_the_rule_says():
     """The 22 published runs whose configs set FP8 attention (MLPerf Training v6.0 DeepSeek-V3 on GB200 and
     GB300, v5.1 Llama 3.1 8B NVFP4: NVIDIA's two on 8 GPUs and, added 2026-11-28, its partners' eight on B200 and B300,
     and Nebius's 16- and 32-GPU B200 and 8-GPU B300 runs) carry the flag, and it makes each faster than without it: less
-    attention time, more elementwise time (the casts): the GB300 runs, too slow, moved 4 to 6 points toward their measurement
-    (2026-11-28: +42.5 to +36.5 % on 256 GPUs); the 8B runs, already too fast, 8 to 10 points further from it (without
-    FP8 attention the partners' B200 runs would be about -11 to -13 %, B300's -16 %)."""
+    attention time, more elementwise time (the casts): the GB300 runs, too slow, moved 5 to 6 points toward their
+    measurement (2026-11-28: +37.8 to +31.7 % on 256 GPUs). The 8B runs, already too fast, move 1.8 to 5.0 points further
+    from it: their grouped-query heads take cuDNN's measured ratios (FP8 attention 1.09x BF16's, forward and backward
+    together, on B200 at 8K keys; 1.20x on B300), where the serial rule had given 1.65x and moved them 8 to 10 points."""
     entries = [e for e in load_runs() if e["workload"].get("fp8_attention")]
     assert len(entries) == 22
     for entry in entries:
@@ -157,7 +260,7 @@ def test_the_runs_that_set_it_move_as_the_rule_says():
         if entry["id"].startswith("mlperf-v60-deepseekv3-gb300"):
             assert abs(without.error) - abs(with_.error) > 0.04
         if "llama31-8b" in entry["id"]:
-            assert abs(with_.error) - abs(without.error) > 0.07
+            assert 0.015 < abs(with_.error) - abs(without.error) < 0.055
 
 
 def test_recomputing_the_attention_core_keeps_16_bit_q_k_v_and_recasts_them():
