@@ -18,15 +18,18 @@ import sys
 
 from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the families, fitted or not
 
-from parasol.solver.library import load_system
+from parasol.solver.library import library_root, load_system
 from parasol.solver.validation import evaluate_run, family, load_runs
 
 
-def parse(argv: list[str]) -> dict:
-    """{device: efficiency} from DEVICE=EFFICIENCY arguments; ValueError naming the one at fault."""
+def parse(argv: list[str], devices: tuple = ()) -> dict:
+    """{device: efficiency} from DEVICE=EFFICIENCY arguments, each DEVICE one of ``devices`` (the library's device
+    files; any name when empty); ValueError naming the one at fault."""
     trial = {}
     for arg in argv:
         device, _, value = arg.partition("=")
+        if devices and device not in devices:
+            raise ValueError(f"{arg}: unknown device {device!r}; allowed: {', '.join(devices)}")
         try:
             trial[device] = float(value)
         except ValueError:
@@ -38,9 +41,14 @@ def parse(argv: list[str]) -> dict:
     return trial
 
 
+def library_devices() -> tuple:
+    """The device files' names (problems/systems/devices/*.yaml)."""
+    return tuple(sorted(path.stem for path in (library_root() / "systems" / "devices").glob("*.yaml")))
+
+
 def main(argv=None) -> int:
     try:
-        trial = parse(sys.argv[1:] if argv is None else argv)
+        trial = parse(sys.argv[1:] if argv is None else argv, library_devices())
     except ValueError as exc:
         print(f"network_sensitivity.py: {exc}", file=sys.stderr)
         return 2

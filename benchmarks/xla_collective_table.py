@@ -154,8 +154,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         text = Path(args.txtpb).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"{args.txtpb}: cannot read it as text ({getattr(exc, 'strerror', None) or exc.reason})", file=sys.stderr)
+    except OSError as exc:
+        print(f"{args.txtpb}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(f"{args.txtpb}: cannot read it as text ({exc.reason})", file=sys.stderr)
         return 2
     data = entries(parse(text))
     if not data:

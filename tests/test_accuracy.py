@@ -265,7 +265,8 @@ def test_mlperf_training_partner_8b_runs_across_nodes_and_precisions(results):
     Lambda, Cisco's 64 and 128 H100 (NVIDIA's v5.0 405B code adapted to 8B, no NCCL caps, tp_comm_overlap off), and
     Nebius's NVFP4 on 16 and 32 B200 and 8 B300. Measured then: mean |error| 15.4 %, worst -36.0 % (Cisco's 128 H100,
     tp 2); every run fits. What they show: on one 8-GPU B200 server FP8 is 0.544 s where NVFP4 is 0.450 s (1.21x), the
-    model 0.498 and 0.358 s (1.39x), so the NVFP4 runs' larger error is NVFP4's; the FP8 B200 runs from 8 to 128 GPUs
+    model 0.498 and 0.358 s (1.39x); the NVFP4 configs also set FP8 attention, which the FP8 ones do not (about 8 of
+    that 12-point gap then, 2 of a 6-point gap since cuDNN's measured grouped-query ratios); the FP8 B200 runs from 8 to 128 GPUs
     are 8.5-14.1 % too fast and 256 GPUs 21.0 %. With cuDNN's measured FP8 attention of grouped-query heads (2026-11-28)
     Nebius's three NVFP4 runs -21.7, -27.1, -18.9 %: mean 14.6 %. Bounds: the mean and the worst + one point, the FP8 B200
     runs up to 128 GPUs within 15.1 %."""
@@ -276,7 +277,7 @@ def test_mlperf_training_partner_8b_runs_across_nodes_and_precisions(results):
     )
     assert statistics.fmean(abs(e) for e in errors.values()) <= 0.156 and max(abs(e) for e in errors.values()) <= 0.37
     fp8_b200 = [e for k, e in errors.items() if "-b200-" in k and "-fp8-" in k and "-256gpu-" not in k]
-    assert len(fp8_b200) == 9 and all(abs(e) <= 0.151 for e in fp8_b200)
+    assert len(fp8_b200) == 9 and all(abs(e) <= 0.151 for e in fp8_b200) and max(fp8_b200) < 0
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):

@@ -61,8 +61,50 @@ def test_import_counts_bytes_and_bus_bandwidth_as_nccl_tests_does():
     assert set(out) == {"xla-gb200-allgather-4of64", "xla-gb200-reducescatter-4of64"}
     gather, scatter = out["xla-gb200-allgather-4of64"], out["xla-gb200-reducescatter-4of64"]
     assert gather["system"] == "gb200-nvl72" and gather["concurrent_groups"] == 16 and gather["gpus"] == 4
-    assert gather["busbw_gbps"] == {4 * mib: round(800 * busbw_factor("allgather", 4), 1)}  # 600.0: algbw x 3/4
+    assert gather["busbw_gbps"] == {4 * mib: 600.0}  # algbw x 3/4
+    assert busbw_factor("allgather", 4) == 0.75
     assert scatter["busbw_gbps"] == {4 * mib: round(700 * 3 / 4, 1)}
+
+
+# One entry as XLA's table holds it (sm_100_B200's first reduce-scatter at ROCm/xla dc66032), its array enlarged past
+# MIN_BYTES (32768 -> 524288 elements) and its throughput rounded: the instruction-level ``dimensions: 0`` after the
+# shape, the metadata and the ids must not be read as its shape.
+REAL_ENTRY = """
+    entries {
+      instruction {
+        name: "_"
+        opcode: "reduce-scatter"
+        shape {
+          element_type: F32
+          dimensions: 524288
+          layout { minor_to_major: 0 tail_padding_alignment_in_elements: 1 }
+          is_dynamic_dimension: false
+        }
+        metadata {}
+        dimensions: 0
+        channel_id: 1
+        id: 4
+        operand_ids: 3
+        called_computation_ids: 2
+        frontend_attributes {}
+        use_global_device_ids: true
+        statistics_viz {}
+        iota_collective_device_list {
+          num_replica_groups: 4
+          num_devices_per_group: 2
+          iota_reshape_dims: 8
+          iota_transpose_perm: 0
+        }
+      }
+      fingerprint: "b6cdb267bfc64ec38e1e2740095c8805"
+      network_throughput_bytes_per_sec: 400000000000
+    }"""
+
+
+def test_a_real_entrys_other_fields_are_not_its_shape():
+    out = xla.entries(xla.parse(table("sm_100_B200", REAL_ENTRY)))
+    assert len(out) == 1 and out[0]["system"] == "dgx-b200" and out[0]["gpus"] == 2
+    assert out[0]["busbw_gbps"] == {4 << 20: 200.0}  # 2 MiB out of each rank, 4 MiB array; algbw 400 x 1/2
 
 
 def test_import_refuses_an_unreadable_or_foreign_table(tmp_path, capsys):
