@@ -16,7 +16,11 @@ call, problems/measurements/published_kernels.yaml ``cudnn_sdpa_training``): the
 at 8K keys cuDNN's FP8 backward of Llama 3.1's 64/8 heads is 1.09x its BF16 one, where the rule gives 1.65x;
 its forward 1.30x against 1.43x. The same measurements hold the rule on multi-head (MLA) attention, DeepSeek-V3's
 and Kimi K2.6's heads, within a few per cent per pass (tests/test_fp8_attention.py). Multi-head attention, and
-grouped heads on a device without the measurement, keep the rule [assumption].
+grouped heads on a device without the measurement, keep the rule [assumption]; so does Hopper, whose measured causal
+FP8 backward (cuDNN 9.19 on H200) does not skip the masked half (benchmarks/device_curves.py). The ratios are of
+causal calls, a context-parallel rank's whole share at cp = 1; under ring attention with cp > 1 the off-diagonal steps
+are unmasked, whose ratios differ [assumption: the causal ones], and under the all-to-all and all-gather schemes a
+call sees all the keys, looked up at seq/cp as the 16-bit curve is (``compute.attention_core_forward_time_s``).
 
 Memory: the attention keeps its FP8 Q, K and V for the backward instead of 16-bit ones (``memory``'s
 ``LayerTokens.attention_input_bytes``). Casts: Q, K and V quantised in the forward, the output's gradient
