@@ -60,7 +60,7 @@ import yaml
 from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
 from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, pass_factors, serial_pass_time
 from parasol.model.specs import PassRatios, Workload
-from parasol.solver.library import load_device, load_model
+from parasol.solver.library import load_device, load_model, names
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
@@ -234,7 +234,7 @@ def differences(derived: dict) -> list[str]:
     measured FP8 attention ratios the derivation does not give them."""
     bad = [
         f"{name}: efficiency.fp8_attention_grouped is not derived for it"
-        for name in library_device_names()
+        for name in names("systems/devices")
         if "fp8_attention_grouped" not in derived.get(name, {}) and load_device(name).fp8_attention_grouped is not None
     ]
     for device, values in derived.items():
@@ -264,11 +264,6 @@ def differences(derived: dict) -> list[str]:
             elif abs(getattr(spec, f"{key}_efficiency") - value) > 1e-9:  # efficiency.KEY is DeviceSpec.KEY_efficiency
                 bad.append(f"{device}: efficiency.{key} {getattr(spec, f'{key}_efficiency')} != {value}")
     return bad
-
-
-def library_device_names() -> tuple:
-    """The device files' names (problems/systems/devices/*.yaml)."""
-    return tuple(sorted(path.stem for path in (ROOT / "problems" / "systems" / "devices").glob("*.yaml")))
 
 
 def check_arguments(doc: str, files: str, argv=None) -> argparse.Namespace:

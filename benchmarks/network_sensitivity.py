@@ -18,7 +18,7 @@ import sys
 
 from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK  # benchmarks/calibrate.py: the families, fitted or not
 
-from parasol.solver.library import library_root, load_system
+from parasol.solver.library import load_system, names
 from parasol.solver.validation import evaluate_run, family, load_runs
 
 
@@ -41,14 +41,9 @@ def parse(argv: list[str], devices: tuple = ()) -> dict:
     return trial
 
 
-def library_devices() -> tuple:
-    """The device files' names (problems/systems/devices/*.yaml)."""
-    return tuple(sorted(path.stem for path in (library_root() / "systems" / "devices").glob("*.yaml")))
-
-
 def main(argv=None) -> int:
     try:
-        trial = parse(sys.argv[1:] if argv is None else argv, library_devices())
+        trial = parse(sys.argv[1:] if argv is None else argv, tuple(names("systems/devices")))
     except ValueError as exc:
         print(f"network_sensitivity.py: {exc}", file=sys.stderr)
         return 2
