@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, kv_cache, memory
@@ -32,6 +33,9 @@ from .specs import InferenceWorkload, ModelSpec, PoolMapping, ServingMapping, Sy
 from .training import stage_expert_params, stage_params
 
 LOGIT_BYTES = 4.0  # fp32 logits for sampling (TensorRT-LLM and vLLM keep logits in fp32)
+# tokens a pass takes where the workload states no budget: TensorRT-LLM's max_num_tokens default (the LLM API's
+# BuildConfig)
+DEFAULT_PASS_TOKENS = 8192
 
 
 # ---------------------------------------------------------------- passes and precisions
@@ -127,7 +131,7 @@ def request_waves(requests: int, slots: int) -> int:
     as long as a full one while it holds only the remainder (drain; exact where a step's time does not
     depend on the batch, as when it streams the weights, an upper bound otherwise: a partial wave reads
     less KV cache and computes fewer rows). Chunked prefill staggers a wave by at most
-    slots·input_len/max_prefill_tokens iterations, which leaves it a wave while that is short beside
+    slots·input_len/``pass_token_budget`` iterations, which leaves it a wave while that is short beside
     output_len (iteration-level scheduling admits a request when a finished one frees its slot: Orca,
     Yu et al., OSDI 2022)."""
     return -(-requests // slots)
@@ -180,10 +184,40 @@ def longest_sequence_tokens(workload: InferenceWorkload) -> float:
     return held if workload.output_len_max is None else max(held, workload.input_len + workload.output_len_max)
 
 
+def pass_token_budget(workload: InferenceWorkload) -> int:
+    """Tokens one pass may carry, tokens: the workload's ``max_prefill_tokens`` where it states one, else the engines'
+    default ``DEFAULT_PASS_TOKENS``."""
+    return workload.max_prefill_tokens or DEFAULT_PASS_TOKENS
+
+
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
     """Prompts one prefill pass of a disaggregated prefill pool takes: as many whole prompts as
-    ``max_prefill_tokens`` holds, at least one, prompts."""
-    return max(1, workload.max_prefill_tokens // workload.input_len)
+    the token budget (``pass_token_budget``) holds, at least one, prompts."""
+    return max(1, pass_token_budget(workload) // workload.input_len)
+
+
+def pass_tokens(workload: InferenceWorkload, micro: float, prefill_only: bool = False) -> float:
+    """Tokens of the largest pass a decode (or colocated) replica runs with ``micro`` sequences per pipeline
+    micro-batch (``decode_passes``), tokens; ``prefill_only``: its prompt tokens alone."""
+    return max(p.prefill_tokens if prefill_only else p.tokens for p in decode_passes(workload, micro))
+
+
+def budget_micro_batch(workload: InferenceWorkload) -> int | None:
+    """The most sequences per pipeline micro-batch whose passes keep within the engine's token budget
+    (``max_prefill_tokens``), sequences; None where the workload states no budget.
+
+    TensorRT-LLM's scheduler fills a pass up to max_num_tokens counting every request it schedules: a decoding
+    sequence's one token as well as a prompt's (chunk of) tokens, so a continuous batch of b sequences in steady
+    state carries b·(1 + input_len/output_len) tokens a pass (``mixed_pass``). trtllm-bench sizes the budget by that
+    rule: max_num_tokens = max_batch_size/pp·(1 + input_len/output_len) (NVIDIA/TensorRT-LLM
+    tensorrt_llm/bench/build/tuning.py, ``finetune_setting``); vLLM's max_num_batched_tokens counts the same way
+    (its scheduler's token budget takes one token per running request). Pass tokens grow linearly with the
+    sequences, so the bound is floor(budget / the tokens of a one-sequence pass): floor(B / (1 + input/output))
+    continuous, floor(B / input_len) static (its prefill pass), B for a disaggregated decode pool. SGLang's
+    --max-prefill-tokens counts prompt tokens only; a launch line translates (``solver.launch``)."""
+    if workload.max_prefill_tokens is None:
+        return None
+    return math.floor(workload.max_prefill_tokens / pass_tokens(workload, 1) + 1e-9)
 
 
 @functools.cache

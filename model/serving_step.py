@@ -21,6 +21,8 @@ A replica of the decode (or only) pool is tp·pp GPUs, its batch split into pp m
   pool's request rate;
 - memory per stage = weights + resident sequences x their KV cache (in its pool, with the headroom
   the engine leaves) + the largest pass's activations;
+- the engine's token budget (``workload.max_prefill_tokens``, where stated): each pass of a micro-batch carries
+  at most that many tokens, decoding and prompt ones alike (``inference.budget_micro_batch``);
 - a load target (``workload.request_rate``, requests/s): the plan sustains the requests per second
   its slots turn over in steady state (``seconds_per_request``; Little's law), with TTFT and TPOT
   those of the plan at its batch (no queueing tail);
@@ -44,6 +46,7 @@ from .evaluation import GIB, Evaluation
 from .inference import (
     Pass,
     activation_bytes,
+    budget_micro_batch,
     check_serving,
     decode_pass,
     decode_passes,
@@ -463,6 +466,9 @@ def compose(o, ctx: ServingContext) -> ServingStep:
         # the set's longest request must fit alone beside the weights, whatever the mean holds
         longest = replica_memory(o, o.lookup(WEIGHTS), o.lookup(LONGEST_KV), 1, o.lookup(ACTIVATIONS), single)
         limits.append(Limit("longest_sequence", longest, ctx.system.usable_memory_bytes, MEMORY))
+    if wl.max_prefill_tokens is not None:
+        # the engine's token budget of a pass holds each micro-batch's decoding and prompt tokens
+        limits.append(Limit("token_budget", micro, budget_micro_batch(wl), COUNT))
     if wl.request_rate is not None:
         # the load is sustained when requests/s = 1 / seconds_per_request >= request_rate
         limits.append(Limit("request_rate", seconds_per_request, 1.0 / wl.request_rate, TIME))
@@ -550,6 +556,9 @@ def serving_metrics(ctx: ServingContext, q: ServingStep, num_gpus) -> dict:
     extra = {}
     if wl.request_rate is not None:
         extra["sustains_rate"] = q.seconds_per_request <= 1.0 / wl.request_rate
+    budget = next((lim for lim in q.limits if lim.name == "token_budget"), None)
+    if budget is not None:
+        extra["within_token_budget"] = budget.quantity <= budget.bound
     if wl.requests is not None:
         extra["makespan_s"] = q.makespan
     if q.drain is not None:
@@ -584,8 +593,9 @@ def evaluate_inference(
     pool, batch = mapping.decode, mapping.batch
     metrics = serving_metrics(ctx, q, system.num_gpus)
     metrics["fits"], metrics["meets_slo"] = bool(metrics["fits"]), bool(metrics["meets_slo"])
-    if "sustains_rate" in metrics:
-        metrics["sustains_rate"] = bool(metrics["sustains_rate"])
+    for flag in ("sustains_rate", "within_token_budget"):
+        if flag in metrics:
+            metrics[flag] = bool(metrics[flag])
     metrics.update(batch=batch, concurrent_requests=batch * pool.dp, params_b=params.total_params(model) / 1e9)
     if with_max_batch:
         metrics["max_batch"] = max_batch(model, system, workload, pool)

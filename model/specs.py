@@ -521,7 +521,10 @@ class InferenceWorkload:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     kv_block_tokens: int = 16  # paged KV block (vLLM's default block_size 16; Kwon et al., SOSP 2023)
-    max_prefill_tokens: int = 8192  # tokens one prefill pass takes (TensorRT-LLM max_num_tokens default 8192)
+    # the engine's token budget of one pass (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens): every token a pass
+    # carries counts against it, a decoding sequence's one as well as the prompt tokens (inference.budget_micro_batch);
+    # None: none stated, the plan sets what it needs (launch lines: at least inference.DEFAULT_PASS_TOKENS)
+    max_prefill_tokens: int | None = None
     decode_attention: str = "grouped"  # grouped (K/V read once per KV head) | per_query_head (once per query head)
     # share of the memory free after weights and activations the engine gives its KV-cache pool (TensorRT-LLM
     # KvCacheConfig.free_gpu_memory_fraction, default 0.9: docs/source/examples/kvcacheconfig.md); kv_cache.kv_pool_bytes

@@ -89,7 +89,7 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         if "tpot_s" in slo
         else None,
         kv_block_tokens=checks.positive_int(data.get("kv_block_tokens", 16), "workload.kv_block_tokens", src),
-        max_prefill_tokens=checks.positive_int(data.get("max_prefill_tokens", 8192), "workload.max_prefill_tokens", src),
+        max_prefill_tokens=_token_budget(data, src),
         decode_attention=checks.choice(
             data.get("decode_attention", "grouped"), DECODE_ATTENTION_KERNELS, "workload.decode_attention", src
         ),
@@ -176,6 +176,12 @@ def _cuda_graph_min_batch(data: dict, cap: int | None, src: str) -> int:
             field="workload.cuda_graph_min_batch",
         )
     return checks.positive_int(data["cuda_graph_min_batch"], "workload.cuda_graph_min_batch", src, cap or checks.MAX_REQUESTS)
+
+
+def _token_budget(data: dict, src: str) -> int | None:
+    """``workload.max_prefill_tokens``: the engine's token budget of one pass, None where the problem states none."""
+    value = data.get("max_prefill_tokens")
+    return None if value is None else checks.positive_int(value, "workload.max_prefill_tokens", src)
 
 
 def _requests(data: dict, src: str) -> int | None:

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
-from parasol.model.inference import longest_sequence_tokens
+from parasol.model.inference import DEFAULT_PASS_TOKENS, longest_sequence_tokens, pass_token_budget, pass_tokens
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
@@ -40,6 +40,16 @@ class Unexpressible(AssertionError):
 def _longest_sequence(w) -> int:
     """An engine's longest sequence, whole tokens (``inference.longest_sequence_tokens``)."""
     return math.ceil(longest_sequence_tokens(w) - 1e-9)
+
+
+def _pass_budget(w, m, prefill_only: bool = False) -> int:
+    """An engine's token budget of one pass, tokens: the workload's ``max_prefill_tokens`` where stated (the plan keeps
+    within it), else what the plan's largest pass carries (``inference.pass_tokens``, at ``m.batch / pp`` sequences a
+    micro-batch), at least the engines' default ``DEFAULT_PASS_TOKENS``. ``prefill_only``: an engine whose budget counts
+    prompt tokens alone (SGLang's --max-prefill-tokens)."""
+    if w.max_prefill_tokens is not None:
+        return w.max_prefill_tokens
+    return max(DEFAULT_PASS_TOKENS, math.ceil(pass_tokens(w, m.batch / m.decode.pp, prefill_only) - 1e-9))
 
 
 def _require(condition: bool, what: str) -> None:
@@ -399,7 +409,7 @@ def emit_vllm(problem, num_gpus: int, m) -> str:
         ("--pipeline-parallel-size", pool.pp),
         ("--max-num-seqs", m.batch),
         ("--max-model-len", _longest_sequence(w)),
-        ("--max-num-batched-tokens", w.max_prefill_tokens),
+        ("--max-num-batched-tokens", _pass_budget(w, m)),
         ("--dtype", VLLM_DTYPE[w.precision]),
     ]
     if w.weight_precision == "fp8":
@@ -421,7 +431,7 @@ def emit_trtllm(problem, num_gpus: int, m) -> str:
     args += [
         ("--max_batch_size", m.batch),
         ("--max_seq_len", _longest_sequence(w)),
-        ("--max_num_tokens", w.max_prefill_tokens),
+        ("--max_num_tokens", _pass_budget(w, m)),
         ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),
     ]
     text = command_line(["trtllm-serve", problem.model.name], args)
@@ -448,7 +458,8 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
             args.append(("--disaggregation-mode", role))
         if role != "prefill":
             args.append(("--max-running-requests", m.batch))
-        args += [("--context-length", _longest_sequence(w)), ("--max-prefill-tokens", w.max_prefill_tokens)]
+        budget = pass_token_budget(w) if role == "prefill" else _pass_budget(w, m, prefill_only=True)
+        args += [("--context-length", _longest_sequence(w)), ("--max-prefill-tokens", budget)]
         if w.weight_precision in SGLANG_WEIGHTS:
             args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
         _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")

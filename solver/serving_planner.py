@@ -14,7 +14,7 @@ from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
-from parasol.model.inference import longest_sequence_tokens
+from parasol.model.inference import longest_sequence_tokens, pass_tokens
 from parasol.model.serving_step import (
     ACTIVATIONS,
     HOURLY_PRICE,
@@ -175,6 +175,14 @@ class ServingPlanner(Planner):
                 f"the {name.upper()} SLO binds: {met[name + '_s']:.4g} s is the least any plan that fits reaches "
                 f"(SLO {limit.bound:g} s)"
             )
+        if limit.name == "token_budget":
+            wl = problem.workload
+            return (
+                f"the token budget binds: workload.max_prefill_tokens {wl.max_prefill_tokens:,} holds "
+                f"{limit.bound:,.0f} sequences a pass ({pass_tokens(wl, 1):.4g} tokens each: its decoded token and its "
+                f"prompt's share), fewer than the least batch allowed per pipeline stage ({plan.mapping.batch // plan.mapping.decode.pp} "
+                f"at {plan.mapping.as_dict()}); raise max_prefill_tokens or allow smaller batches (mapping.batch)"
+            )
         system = problem.system(plan.num_gpus)
         if limit.name == "longest_sequence":
             wl = problem.workload
@@ -212,6 +220,11 @@ class ServingPlanner(Planner):
             return (
                 f"the set's longest request (workload.output_len_max) and {others or 'the other limits'} together admit no "
                 "plan that fits (each alone does); lower output_len_max or allow more GPUs (system.num_gpus)"
+            )
+        if "token_budget" in names:
+            return (
+                "the token budget (workload.max_prefill_tokens) and the other limits together admit no plan that fits "
+                "(each alone does): the batches within the budget miss the others; raise max_prefill_tokens"
             )
         if "request_rate" in names:
             return (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from parasol.model.inference import budget_micro_batch
+
 from . import report
 from .accuracy_bands import accuracy_lines
 from .report import rows_block
@@ -74,6 +76,18 @@ def evaluation_table(problem, mapping, evaluation) -> str:
                 f"{met['peak_memory_gib']:.1f} GiB of {met['usable_memory_gib']:.1f} GiB usable"
                 + ("" if met["peak_memory_gib"] <= met["usable_memory_gib"] else "  ** DOES NOT FIT **")
                 + f"  (largest batch that fits: {met['max_batch']:,})",
+            ),
+            *(
+                [
+                    (
+                        "token budget",
+                        f"{wl.max_prefill_tokens:,} tokens a pass (workload.max_prefill_tokens) hold "
+                        f"{budget_micro_batch(wl):,} sequences a micro-batch"
+                        + ("" if met["within_token_budget"] else "  ** ABOVE THE BUDGET **"),
+                    )
+                ]
+                if "within_token_budget" in met
+                else []
             ),
             *(
                 [

@@ -6,7 +6,8 @@
 - ``batch``: pp, the sequences of one pipeline micro-batch and the batch per replica (a multiple of
   pp): the listed batches, or by default pp x the step sizes serving engines run at (1, 2, 4 and the
   multiples of 8: vLLM captures CUDA graphs for exactly these and pads a step up to the next one,
-  vllm/config.py), up to the largest that fits and at most ``workload.max_batch_size`` (else ``MAX_DEFAULT_BATCH``) per replica; for a
+  vllm/config.py), up to the largest that fits and at most ``workload.max_batch_size`` (else ``MAX_DEFAULT_BATCH``) per replica
+  and pp x the micro-batch the token budget allows (``inference.budget_micro_batch``, where stated); for a
   finite set of requests also the micro-batches that split it into full waves (``inference.wave_batches``);
 - disaggregated serving adds ``prefill`` (its pool: GPUs, tp, pp, ep, dp, groups) and ``split``
   (the plan's GPUs, the two pools' and where the KV cache crosses between them).
@@ -18,7 +19,7 @@ import pandas as pd
 
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
-from parasol.model.inference import check_pool, kv_link_layout, serving_layouts, wave_batches
+from parasol.model.inference import budget_micro_batch, check_pool, kv_link_layout, serving_layouts, wave_batches
 from parasol.model.serving_step import ServingContext, max_batch
 from parasol.model.specs import PoolMapping, ServingMapping
 
@@ -98,7 +99,11 @@ def build_space(problem) -> Space:
         batches = [(pp, b // pp, b) for pp in pps for b in sorted(problem.mapping["batch"]) if b % pp == 0]
     else:
         ctx = ServingContext(model, problem.system(problem.num_gpus[0]), wl)
-        largest = max(max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), cap) // r[3] for r in decode)
+        budget = budget_micro_batch(wl)  # the token budget's micro-batch, where stated: no default batch above it
+        largest = max(
+            max_batch(ctx.model, ctx.system, wl, PoolMapping(*r[2:6]), cap if budget is None else min(cap, r[3] * budget)) // r[3]
+            for r in decode
+        )
         micro = set(default_micro_batches(largest))
         if wl.requests is not None:  # a finite set: also the batches that fill its waves (any dp, pp)
             micro |= set(wave_batches(wl.requests, largest))

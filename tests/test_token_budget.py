@@ -1,0 +1,141 @@
+"""The engine's token budget of a pass (workload.max_prefill_tokens: TensorRT-LLM max_num_tokens, vLLM
+max_num_batched_tokens), which counts a decoding sequence's token as well as prompt tokens
+(model/inference.budget_micro_batch): a limit of plans where stated, the launch line's value where not."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import run_main, write_yaml
+from test_frameworks import SERVING, flag_values, servers
+
+from parasol.model.inference import DEFAULT_PASS_TOKENS, budget_micro_batch, decode_passes, pass_tokens
+from parasol.model.serving_step import evaluate_inference
+from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
+from parasol.solver.planner import enumerate_space, solve
+from parasol.solver.problem import parse_problem
+
+
+def _workload(**kw) -> InferenceWorkload:
+    return InferenceWorkload(**{"input_len": 871, "output_len": 128, "serving": "continuous", **kw})
+
+
+def _data(budget=None, serving="continuous", batch=None, input_len=871, output_len=128) -> dict:
+    wl = {
+        "kind": "inference",
+        "input_len": input_len,
+        "output_len": output_len,
+        "precision": "fp8",
+        "kv_precision": "fp8",
+        "weight_precision": "fp8",
+        "serving": serving,
+    }
+    if budget is not None:
+        wl["max_prefill_tokens"] = budget
+    data = {"model": "llama3.1-8b", "system": {"name": "hgx-h200", "num_gpus": [1, 2]}, "workload": wl, "objective": "throughput"}
+    if batch is not None:
+        data["mapping"] = {"batch": batch}
+    return data
+
+
+def trtllm_bench_budget(batch: float, input_len: int, output_len: int) -> int:
+    """trtllm-bench's max_num_tokens for ``batch`` sequences a micro-batch, as NVIDIA/TensorRT-LLM
+    tensorrt_llm/bench/build/tuning.py ``finetune_setting`` writes it (the 32,768 cap left out)."""
+    raw = batch * (1 + input_len / output_len)
+    if raw < 4096:
+        return max(2048, 256 * math.ceil(raw / 256))
+    return 512 * math.ceil(raw / 512) if raw < 8192 else 1024 * math.ceil(raw / 1024)
+
+
+@pytest.mark.parametrize("serving", ["static", "continuous", "disaggregated"])
+@pytest.mark.parametrize("budget", [1536, 8192, 12000])
+def test_the_budget_holds_the_largest_micro_batch_and_not_one_more(serving, budget):
+    wl = _workload(serving=serving, max_prefill_tokens=budget)
+    most = budget_micro_batch(wl)
+    assert pass_tokens(wl, most) <= budget < pass_tokens(wl, most + 1)
+    assert all(p.tokens <= budget for p in decode_passes(wl, most))
+    assert budget_micro_batch(_workload(serving=serving)) is None
+
+
+@pytest.mark.parametrize(("input_len", "output_len"), [(871, 128), (222, 292), (9429, 640), (128, 2048), (5000, 500)])
+@pytest.mark.parametrize("batch", [64, 196, 1000, 2000])
+def test_a_budget_trtllm_bench_sizes_for_a_batch_admits_that_batch(input_len, output_len, batch):
+    """trtllm-bench sizes max_num_tokens as batch·(1 + input/output), rounded up: the budget's semantics the
+    model uses. Counting prompt tokens alone would admit ~(1 + output/input) times more."""
+    budget = trtllm_bench_budget(batch, input_len, output_len)
+    most = budget_micro_batch(_workload(input_len=input_len, output_len=output_len, max_prefill_tokens=budget))
+    assert batch <= most
+    if budget > 2048:  # above trtllm-bench's floor its rounding adds at most 1,024 tokens
+        assert most < batch + 1024 / (1 + input_len / output_len) + 1
+
+
+def test_the_planner_keeps_within_the_budget_and_solve_equals_enumerate():
+    free = enumerate_space(parse_problem(_data(), source="t")).plans[0]
+    capped_problem = parse_problem(_data(budget=1536), source="t")
+    enum, sol = enumerate_space(capped_problem), solve(capped_problem, workers=1, time_limit=60)
+    assert enum.status == sol.status == "OPTIMAL"
+    assert sol.objective_value == pytest.approx(enum.objective_value, rel=1e-6)
+    most = budget_micro_batch(capped_problem.workload)
+    for plan in (enum.plans[0], sol.plans[0]):
+        assert plan.mapping.batch // plan.mapping.decode.pp <= most
+        assert plan.evaluation.metrics["within_token_budget"]
+    assert free.mapping.batch > most and "within_token_budget" not in free.evaluation.metrics
+    assert enum.plans[0].evaluation.metrics["tokens_per_s"] < free.evaluation.metrics["tokens_per_s"]
+
+
+def test_a_budget_below_one_sequences_pass_names_the_budget():
+    """A 4,096-token prompt and 16 generated tokens: each sequence takes 257 tokens a pass; a 200-token budget
+    holds none."""
+    problem = parse_problem(_data(budget=200, input_len=4096, output_len=16), source="t")
+    for result in (enumerate_space(problem), solve(problem, workers=1, time_limit=60)):
+        assert result.status == "INFEASIBLE"
+        assert "token budget binds" in result.message and "max_prefill_tokens 200" in result.message
+
+
+def test_evaluate_reports_a_batch_above_the_budget():
+    problem = parse_problem(_data(budget=1536), source="t")
+    mapping = ServingMapping(decode=PoolMapping(tp=1, pp=1, ep=1, dp=1), batch=256)
+    met = evaluate_inference(problem.model, problem.system(1), problem.workload, mapping).metrics
+    assert budget_micro_batch(problem.workload) < 256 and met["within_token_budget"] is False
+
+
+@pytest.mark.parametrize("value", [0, -5, "many", 1.5])
+def test_a_bad_budget_is_one_line(tmp_path, value):
+    data = _data()
+    data["workload"]["max_prefill_tokens"] = value
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data))])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "workload.max_prefill_tokens" in proc.stderr and "positive integer" in proc.stderr
+
+
+BUDGET_FLAG = {"trtllm": "--max_num_tokens", "vllm": "--max-num-batched-tokens", "sglang": "--max-prefill-tokens"}
+BATCH_FLAG = {"trtllm": "--max_batch_size", "vllm": "--max-num-seqs", "sglang": "--max-running-requests"}
+
+
+def _launch(tmp_path, name: str, budget=None) -> tuple[dict, dict]:
+    wl = {**SERVING["workload"], "framework": name}
+    if budget is not None:
+        wl["max_prefill_tokens"] = budget
+    path = write_yaml(tmp_path / "p.yaml", {**SERVING, "workload": wl})
+    proc = run_main(["solve", str(path), "--emit", "--json", "--time-limit", "30"])
+    assert proc.returncode == 0, proc.stderr
+    import json  # noqa: PLC0415
+
+    doc = json.loads(proc.stdout)
+    ((_, toks),) = servers(doc["launch"])
+    return doc, flag_values(toks)
+
+
+@pytest.mark.parametrize("name", ["trtllm", "vllm", "sglang"])
+def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
+    """No budget stated: the engine's budget holds the plan's pass (TensorRT-LLM and vLLM count every token,
+    SGLang prompt tokens alone), at least the 8,192-token default; stated: the stated one."""
+    doc, flags = _launch(tmp_path, name)
+    wl = parse_problem({**SERVING}, source="t").workload
+    micro = int(flags[BATCH_FLAG[name]][0]) / doc["mapping"]["pp"]
+    emitted = int(flags[BUDGET_FLAG[name]][0])
+    need = pass_tokens(wl, micro, prefill_only=name == "sglang")
+    assert emitted >= max(DEFAULT_PASS_TOKENS, need) and emitted < max(DEFAULT_PASS_TOKENS, need) + 1
+    _, flags = _launch(tmp_path, name, budget=4096)
+    assert flags[BUDGET_FLAG[name]] == ["4096"]
