@@ -538,8 +538,9 @@ class InferenceWorkload:
     # a finite set of this many identical requests queued at once (an offline run), served in waves
     # (inference.request_waves); None: the steady state
     requests: int | None = None
-    # the engine's largest batch per replica (TensorRT-LLM --max_batch_size, vLLM --max-num-seqs, MLPerf's
-    # gpu_batch_size): the planner's default batches go up to it; None: up to solver.serving_space.MAX_DEFAULT_BATCH
+    # the engine's largest batch per replica (vLLM --max-num-seqs; TensorRT-LLM --max_batch_size and MLPerf's
+    # gpu_batch_size x pp, as they bound each micro-batch in flight): the planner's default batches go up to it;
+    # None: up to solver.serving_space.MAX_DEFAULT_BATCH
     max_batch_size: int | None = None
     # the spread of request lengths, as two moments of the dataset (inference.mean_decode_context): E[o²]/E[o]² of
     # the generated lengths o (>= 1) and E[p·o]/(E[p]·E[o]) of prompt and generated lengths; 1.0: identical requests

@@ -429,7 +429,7 @@ def emit_trtllm(problem, num_gpus: int, m) -> str:
     if pool.ep > 1:
         args.append(("--ep_size", pool.ep))
     args += [
-        ("--max_batch_size", m.batch),
+        ("--max_batch_size", m.batch // pool.pp),  # per micro-batch: the engine holds pp of them in flight
         ("--max_seq_len", _longest_sequence(w)),
         ("--max_num_tokens", _pass_budget(w, m)),
         ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),

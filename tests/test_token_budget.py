@@ -110,14 +110,21 @@ def test_a_bad_budget_is_one_line(tmp_path, value):
 
 
 BUDGET_FLAG = {"trtllm": "--max_num_tokens", "vllm": "--max-num-batched-tokens", "sglang": "--max-prefill-tokens"}
-BATCH_FLAG = {"trtllm": "--max_batch_size", "vllm": "--max-num-seqs", "sglang": "--max-running-requests"}
 
 
-def _launch(tmp_path, name: str, budget=None) -> tuple[dict, dict]:
-    wl = {**SERVING["workload"], "framework": name}
+# a prompt-heavy 8B on one H200: its plan's passes carry more than the 8,192-token default
+PROMPT_HEAVY = {
+    "model": "llama3.1-8b",
+    "system": {"name": "hgx-h200", "num_gpus": 1},
+    "workload": {**SERVING["workload"], "input_len": 2048, "output_len": 128},
+}
+
+
+def _launch(tmp_path, name: str, budget=None, base=SERVING) -> tuple[dict, dict]:
+    wl = {**base["workload"], "framework": name}
     if budget is not None:
         wl["max_prefill_tokens"] = budget
-    path = write_yaml(tmp_path / "p.yaml", {**SERVING, "workload": wl})
+    path = write_yaml(tmp_path / "p.yaml", {**base, "workload": wl})
     proc = run_main(["solve", str(path), "--emit", "--json", "--time-limit", "30"])
     assert proc.returncode == 0, proc.stderr
     import json  # noqa: PLC0415
@@ -131,11 +138,13 @@ def _launch(tmp_path, name: str, budget=None) -> tuple[dict, dict]:
 def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
     """No budget stated: the engine's budget holds the plan's pass (TensorRT-LLM and vLLM count every token,
     SGLang prompt tokens alone), at least the 8,192-token default; stated: the stated one."""
-    doc, flags = _launch(tmp_path, name)
-    wl = parse_problem({**SERVING}, source="t").workload
-    micro = int(flags[BATCH_FLAG[name]][0]) / doc["mapping"]["pp"]
-    emitted = int(flags[BUDGET_FLAG[name]][0])
-    need = pass_tokens(wl, micro, prefill_only=name == "sglang")
-    assert emitted >= max(DEFAULT_PASS_TOKENS, need) and emitted < max(DEFAULT_PASS_TOKENS, need) + 1
+    for base in (SERVING, PROMPT_HEAVY):
+        doc, flags = _launch(tmp_path, name, base=base)
+        wl = parse_problem(base, source="t").workload
+        micro = doc["mapping"]["batch"] / doc["mapping"]["pp"]
+        emitted = int(flags[BUDGET_FLAG[name]][0])
+        need = pass_tokens(wl, micro, prefill_only=name == "sglang")
+        assert emitted == max(DEFAULT_PASS_TOKENS, math.ceil(need - 1e-9)), (base["model"], micro, need)
+    assert need > DEFAULT_PASS_TOKENS  # the prompt-heavy plan's pass is above the default
     _, flags = _launch(tmp_path, name, budget=4096)
     assert flags[BUDGET_FLAG[name]] == ["4096"]
