@@ -184,10 +184,14 @@ def longest_sequence_tokens(workload: InferenceWorkload) -> float:
     return held if workload.output_len_max is None else max(held, workload.input_len + workload.output_len_max)
 
 
-def pass_token_budget(workload: InferenceWorkload) -> int:
-    """Tokens one pass may carry, tokens: the workload's ``max_prefill_tokens`` where it states one, else the engines'
-    default ``DEFAULT_PASS_TOKENS``."""
-    return workload.max_prefill_tokens or DEFAULT_PASS_TOKENS
+def pass_token_budget(workload: InferenceWorkload, micro: float = 0.0, prefill_only: bool = False) -> int:
+    """The token budget an engine runs a plan's passes with, tokens: the workload's ``max_prefill_tokens`` where it
+    states one (the plan keeps within it: ``budget_micro_batch``), else what the largest pass of ``micro`` sequences a
+    micro-batch carries (``pass_tokens``; ``prefill_only``: its prompt tokens, for an engine whose budget counts those
+    alone), at least the engines' default ``DEFAULT_PASS_TOKENS`` (``micro`` 0: the default)."""
+    if workload.max_prefill_tokens is not None:
+        return workload.max_prefill_tokens
+    return max(DEFAULT_PASS_TOKENS, math.ceil(pass_tokens(workload, micro, prefill_only) - 1e-9))
 
 
 def prefill_prompts_per_pass(workload: InferenceWorkload) -> int:
@@ -214,7 +218,8 @@ def budget_micro_batch(workload: InferenceWorkload) -> int | None:
     (its scheduler's token budget takes one token per running request). Pass tokens grow linearly with the
     sequences, so the bound is floor(budget / the tokens of a one-sequence pass): floor(B / (1 + input/output))
     continuous, floor(B / input_len) static (its prefill pass), B for a disaggregated decode pool. SGLang's
-    --max-prefill-tokens counts prompt tokens only; a launch line translates (``solver.launch``)."""
+    --max-prefill-tokens counts prompt tokens only: a stated budget passed to it as is limits the engine less than
+    the plan assumes, never more (``solver.launch``)."""
     if workload.max_prefill_tokens is None:
         return None
     return math.floor(workload.max_prefill_tokens / pass_tokens(workload, 1) + 1e-9)

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
-from parasol.model.inference import DEFAULT_PASS_TOKENS, longest_sequence_tokens, pass_token_budget, pass_tokens
+from parasol.model.inference import longest_sequence_tokens, pass_token_budget
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
@@ -43,13 +43,8 @@ def _longest_sequence(w) -> int:
 
 
 def _pass_budget(w, m, prefill_only: bool = False) -> int:
-    """An engine's token budget of one pass, tokens: the workload's ``max_prefill_tokens`` where stated (the plan keeps
-    within it), else what the plan's largest pass carries (``inference.pass_tokens``, at ``m.batch / pp`` sequences a
-    micro-batch), at least the engines' default ``DEFAULT_PASS_TOKENS``. ``prefill_only``: an engine whose budget counts
-    prompt tokens alone (SGLang's --max-prefill-tokens)."""
-    if w.max_prefill_tokens is not None:
-        return w.max_prefill_tokens
-    return max(DEFAULT_PASS_TOKENS, math.ceil(pass_tokens(w, m.batch / m.decode.pp, prefill_only) - 1e-9))
+    """The plan's token budget of one pass (``inference.pass_token_budget`` at its micro-batch, ``m.batch / pp``)."""
+    return pass_token_budget(w, m.batch / m.decode.pp, prefill_only)
 
 
 def _require(condition: bool, what: str) -> None:
@@ -458,8 +453,13 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
             args.append(("--disaggregation-mode", role))
         if role != "prefill":
             args.append(("--max-running-requests", m.batch))
+        # SGLang's budgets count prompt tokens only; its chunk size bounds a pass's prompt tokens too
         budget = pass_token_budget(w) if role == "prefill" else _pass_budget(w, m, prefill_only=True)
-        args += [("--context-length", _longest_sequence(w)), ("--max-prefill-tokens", budget)]
+        args += [
+            ("--context-length", _longest_sequence(w)),
+            ("--max-prefill-tokens", budget),
+            ("--chunked-prefill-size", budget),
+        ]
         if w.weight_precision in SGLANG_WEIGHTS:
             args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
         _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")

@@ -14,7 +14,7 @@ from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
 from parasol.model.evaluation import Evaluation
-from parasol.model.inference import longest_sequence_tokens, pass_tokens
+from parasol.model.inference import budget_micro_batch, longest_sequence_tokens, pass_tokens
 from parasol.model.serving_step import (
     ACTIVATIONS,
     HOURLY_PRICE,
@@ -56,6 +56,27 @@ SERVING_ENUMERATE_BELOW = 200_000  # points: enumerating costs less than solving
 # plans in 0.3-5.4 s against 13-125 s (two of four PARTIAL at 120 s) for CP-SAT's fronts; at ~30k plans/s
 # 2M plans take about a minute, which CP-SAT's fronts already exceed at 169k
 SERVING_FRONT_ENUMERATE_BELOW = 2_000_000
+
+
+# what a sequence's tokens in a pass are, by serving mode (the ``token_budget`` limit's message)
+TOKENS_OF_A_SEQUENCE = {
+    "continuous": "its decoded token and its prompt's share",
+    "static": "its prompt, prefilled in one pass",
+    "disaggregated": "its decoded token",
+}
+
+
+def budget_restricts(problem) -> bool:
+    """Whether a stated token budget leaves out any micro-batch the problem allows: below the largest listed batch, or
+    the engine's (or the planner's default) batch cap where none is listed; a looser budget cannot bind, alone or with
+    the other limits."""
+    from .serving_space import MAX_DEFAULT_BATCH  # noqa: PLC0415  (pandas, kept off the command line's start-up)
+
+    wl = problem.workload
+    if wl.max_prefill_tokens is None:
+        return False
+    most = max(problem.mapping["batch"]) if "batch" in problem.mapping else wl.max_batch_size or MAX_DEFAULT_BATCH
+    return budget_micro_batch(wl) < most
 
 
 class ServingPlanner(Planner):
@@ -168,6 +189,12 @@ class ServingPlanner(Planner):
                 f"the request rate binds: {met['requests_per_s']:.4g} requests/s is {how} (on {plan.num_gpus} GPUs, "
                 f"{serving_report.mapping_line(plan.mapping)}), below workload.request_rate "
                 f"{problem.workload.request_rate:g}; allow more GPUs (system.num_gpus)"
+                + (
+                    f" or raise workload.max_prefill_tokens (it holds {budget_micro_batch(problem.workload):,} sequences a "
+                    "micro-batch)"
+                    if budget_restricts(problem)
+                    else ""
+                )
             )
         if limit.name in ("ttft_slo", "tpot_slo"):
             name = limit.name[:4]
@@ -179,8 +206,8 @@ class ServingPlanner(Planner):
             wl = problem.workload
             return (
                 f"the token budget binds: workload.max_prefill_tokens {wl.max_prefill_tokens:,} holds "
-                f"{limit.bound:,.0f} sequences a pass ({pass_tokens(wl, 1):.4g} tokens each: its decoded token and its "
-                f"prompt's share), fewer than the least batch allowed per pipeline stage ({plan.mapping.batch // plan.mapping.decode.pp} "
+                f"{limit.bound:,.0f} sequences a pass ({pass_tokens(wl, 1):.4g} tokens each: {TOKENS_OF_A_SEQUENCE[wl.serving]}), "
+                f"fewer than the least micro-batch allowed ({plan.mapping.batch // plan.mapping.decode.pp} "
                 f"at {plan.mapping.as_dict()}); raise max_prefill_tokens or allow smaller batches (mapping.batch)"
             )
         system = problem.system(plan.num_gpus)
@@ -221,7 +248,7 @@ class ServingPlanner(Planner):
                 f"the set's longest request (workload.output_len_max) and {others or 'the other limits'} together admit no "
                 "plan that fits (each alone does); lower output_len_max or allow more GPUs (system.num_gpus)"
             )
-        if "token_budget" in names:
+        if "token_budget" in names and budget_restricts(problem):
             return (
                 "the token budget (workload.max_prefill_tokens) and the other limits together admit no plan that fits "
                 "(each alone does): the batches within the budget miss the others; raise max_prefill_tokens"

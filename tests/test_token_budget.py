@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import run_main, write_yaml
+from conftest import run_main, solved_as_enumerated, write_yaml
 from test_frameworks import SERVING, flag_values, servers
 
 from parasol.model.inference import DEFAULT_PASS_TOKENS, budget_micro_batch, decode_passes, pass_tokens
@@ -73,24 +73,61 @@ def test_a_budget_trtllm_bench_sizes_for_a_batch_admits_that_batch(input_len, ou
 def test_the_planner_keeps_within_the_budget_and_solve_equals_enumerate():
     free = enumerate_space(parse_problem(_data(), source="t")).plans[0]
     capped_problem = parse_problem(_data(budget=1536), source="t")
-    enum, sol = enumerate_space(capped_problem), solve(capped_problem, workers=1, time_limit=60)
-    assert enum.status == sol.status == "OPTIMAL"
-    assert sol.objective_value == pytest.approx(enum.objective_value, rel=1e-6)
+    enum, sol = enumerate_space(capped_problem), solved_as_enumerated(capped_problem, method="cpsat")
     most = budget_micro_batch(capped_problem.workload)
-    for plan in (enum.plans[0], sol.plans[0]):
+    for plan in (enum.plans[0], sol):
         assert plan.mapping.batch // plan.mapping.decode.pp <= most
         assert plan.evaluation.metrics["within_token_budget"]
     assert free.mapping.batch > most and "within_token_budget" not in free.evaluation.metrics
     assert enum.plans[0].evaluation.metrics["tokens_per_s"] < free.evaluation.metrics["tokens_per_s"]
 
 
+@pytest.mark.parametrize(
+    ("serving", "budget", "mapping"),
+    [
+        ("static", 8192, {"tp": 1, "pp": 1}),  # 8 prompts of 871 tokens a prefill pass
+        ("continuous", 1536, {"tp": 1, "pp": 2}),  # the bound on each of two micro-batches
+        ("disaggregated", 64, {}),  # a decode pool's pass: one token a sequence
+    ],
+)
+def test_each_serving_mode_keeps_within_the_budget_on_cpsat_as_enumerated(serving, budget, mapping):
+    data = _data(budget=budget, serving=serving)
+    data["system"]["num_gpus"] = [2]
+    if mapping:
+        data["mapping"] = mapping
+    problem = parse_problem(data, source="t")
+    plan = solved_as_enumerated(problem, method="cpsat")
+    assert plan.mapping.batch // plan.mapping.decode.pp <= budget_micro_batch(problem.workload)
+
+
 def test_a_budget_below_one_sequences_pass_names_the_budget():
     """A 4,096-token prompt and 16 generated tokens: each sequence takes 257 tokens a pass; a 200-token budget
     holds none."""
     problem = parse_problem(_data(budget=200, input_len=4096, output_len=16), source="t")
-    for result in (enumerate_space(problem), solve(problem, workers=1, time_limit=60)):
+    for result in (enumerate_space(problem), solve(problem, workers=1, time_limit=60, method="cpsat")):
         assert result.status == "INFEASIBLE"
         assert "token budget binds" in result.message and "max_prefill_tokens 200" in result.message
+        assert "its decoded token and its prompt's share" in result.message
+
+
+def test_a_loose_budget_is_not_blamed_and_a_tight_one_is_named_with_the_rate():
+    """A request rate one H200 cannot sustain: a budget that holds more than any allowed batch is left out of the
+    message; one that holds fewer sequences is named beside the GPUs."""
+
+    def message(budget):
+        data = _data(budget=budget)
+        data["system"]["num_gpus"] = 1
+        data["workload"].update(request_rate=400)
+        problem = parse_problem(data, source="t")
+        results = (enumerate_space(problem), solve(problem, workers=1, time_limit=60, method="cpsat"))
+        assert {r.status for r in results} == {"INFEASIBLE"} and results[0].message == results[1].message
+        return results[0].message
+
+    plain, loose, tight = message(None), message(100_000), message(500)
+    assert "request rate binds" in plain and loose == plain and "max_prefill_tokens" not in loose
+    assert (
+        "request rate binds" in tight and "raise workload.max_prefill_tokens (it holds 64 sequences" in tight
+    )  # 500 / (1 + 871/128)
 
 
 def test_evaluate_reports_a_batch_above_the_budget():
@@ -146,5 +183,7 @@ def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
         need = pass_tokens(wl, micro, prefill_only=name == "sglang")
         assert emitted == max(DEFAULT_PASS_TOKENS, math.ceil(need - 1e-9)), (base["model"], micro, need)
     assert need > DEFAULT_PASS_TOKENS  # the prompt-heavy plan's pass is above the default
+    if name == "sglang":  # its chunk size bounds a pass's prompt tokens as well
+        assert flags["--chunked-prefill-size"] == flags[BUDGET_FLAG[name]]
     _, flags = _launch(tmp_path, name, budget=4096)
     assert flags[BUDGET_FLAG[name]] == ["4096"]
