@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from parasol.model.choices import ServingMode
 from parasol.model.choices import ServingObjective as O
 from parasol.model.decisions import ServingDecision as S
 from parasol.model.errors import ProblemError
@@ -60,9 +61,9 @@ SERVING_FRONT_ENUMERATE_BELOW = 2_000_000
 
 # what a sequence's tokens in a pass are, by serving mode (the ``token_budget`` limit's message)
 TOKENS_OF_A_SEQUENCE = {
-    "continuous": "its decoded token and its prompt's share",
-    "static": "its prompt, prefilled in one pass",
-    "disaggregated": "its decoded token",
+    ServingMode.CONTINUOUS: "its decoded token and its prompt's share",
+    ServingMode.STATIC: "its prompt, prefilled in one pass",
+    ServingMode.DISAGGREGATED: "its decoded token",
 }
 
 
@@ -206,7 +207,7 @@ class ServingPlanner(Planner):
             wl = problem.workload
             return (
                 f"the token budget binds: workload.max_prefill_tokens {wl.max_prefill_tokens:,} holds "
-                f"{limit.bound:,.0f} sequences a pass ({pass_tokens(wl, 1):.4g} tokens each: {TOKENS_OF_A_SEQUENCE[wl.serving]}), "
+                f"{limit.bound:,.0f} sequences a pass ({pass_tokens(wl, 1):.4g} tokens each: {TOKENS_OF_A_SEQUENCE[ServingMode(wl.serving)]}), "
                 f"fewer than the least micro-batch allowed ({plan.mapping.batch // plan.mapping.decode.pp} "
                 f"at {plan.mapping.as_dict()}); raise max_prefill_tokens or allow smaller batches (mapping.batch)"
             )

@@ -108,6 +108,9 @@ def test_a_budget_below_one_sequences_pass_names_the_budget():
         assert result.status == "INFEASIBLE"
         assert "token budget binds" in result.message and "max_prefill_tokens 200" in result.message
         assert "its decoded token and its prompt's share" in result.message
+    static = parse_problem(_data(budget=512, serving="static"), source="t")  # an 871-token prompt a pass: none fit
+    message = solve(static, workers=1, time_limit=60, method="cpsat").message
+    assert "token budget binds" in message and "871 tokens each: its prompt, prefilled in one pass" in message
 
 
 def test_a_loose_budget_is_not_blamed_and_a_tight_one_is_named_with_the_rate():
