@@ -1,6 +1,6 @@
 """Measured vs predicted serving figures for every published inference run in the validation set.
 
-    python benchmarks/inference_accuracy.py [--json] [--markdown] [--oos-variant steady|largest-batch]
+    python benchmarks/inference_accuracy.py [--json] [--markdown] [--oos-variant steady|largest-batch|trtllm-bench]
 
 Runs: problems/validation/inference_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
 with sources): TensorRT-LLM 0.6.1 static-batch throughput (output tokens/s per GPU) on H100 FP8 and
@@ -24,7 +24,8 @@ devices' serving GEMM share, benchmarks/calibrate.py --serving-gemm, the rest ou
 inference_runs_oos.yaml serves the set of requests the page lists
 (``workload.requests``); ``--oos-variant steady`` drops it (the steady state), ``--oos-variant largest-batch``
 keeps it but evaluates the largest batch that fits (at most TensorRT-LLM's max_batch_size 2,048) instead of
-the planner's best: checks of the protocol, printed, never adopted.
+the planner's best, ``--oos-variant trtllm-bench`` gives each run the max_batch_size and max_num_tokens trtllm-bench's
+own sizing rule would build its engine with (``trtllm_bench_settings``): checks of the protocol, printed, never adopted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import json
 import statistics
 import sys
 
+from parasol.model import params
+from parasol.model.precision import stored_bytes_per_element
 from parasol.model.serving_step import max_batch
 from parasol.model.specs import PoolMapping
 from parasol.solver.inference_validation import (
@@ -110,7 +113,12 @@ def report(results) -> str:
     return "\n".join(lines)
 
 
-OOS_BATCH = {None: "the planner's best", "steady": "the planner's best, steady state", "largest-batch": "the largest that fits"}
+OOS_BATCH = {
+    None: "the planner's best",
+    "steady": "the planner's best, steady state",
+    "largest-batch": "the largest that fits",
+    "trtllm-bench": "the planner's best within trtllm-bench's engine sizes",
+}
 
 
 def oos_report(results, variant: str | None = None) -> str:
@@ -196,6 +204,49 @@ def largest_batch_run(entry: dict) -> InferenceRunResult:
     return evaluate_run(entry)
 
 
+# trtllm-bench's engine sizing (NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
+# finetune_setting): the KV requests its own estimate holds, the batch and token budget rounded up from them
+TRTLLM_BENCH_KV_SHARE = 0.90  # trtllm-bench throughput's --kv_cache_free_gpu_mem_fraction default
+TRTLLM_BENCH_BATCH_CAP, TRTLLM_BENCH_TOKEN_CAP = 4096, 32768
+
+
+def _round_up(value: float, step: int) -> int:
+    return step * -(-value // step)
+
+
+def trtllm_bench_settings(entry: dict) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) trtllm-bench builds a run's engine with: the requests of input + output tokens
+    its KV estimate holds (the device memory of tp·pp GPUs less the weights at the checkpoint's bytes per parameter,
+    at TRTLLM_BENCH_KV_SHARE; a token's K and V on max(tp, kv_heads) heads), at most 4,096, per pipeline stage; the
+    batch rounded up to 32, 128 or 256 (at least 64) and the budget batch·(1 + input/output), at most 32,768, to 256,
+    512 or 1,024 (at least 2,048)."""
+    problem = problem_from_entry(entry)
+    model, wl, device = problem.model, problem.workload, problem.system().device
+    tp, pp = (problem.mapping.get(k, (1,))[0] for k in ("tp", "pp"))
+    weights = params.total_params(model) * stored_bytes_per_element(wl.weight_precision)
+    per_token = 2 * model.layers * max(tp, model.kv_heads) * model.head_dim * stored_bytes_per_element(wl.kv_precision)
+    requests = (device.hbm_bytes * tp * pp - weights) * TRTLLM_BENCH_KV_SHARE / (per_token * (wl.input_len + wl.output_len))
+    return trtllm_bench_sizes(requests, wl.input_len, wl.output_len, pp)
+
+
+def trtllm_bench_sizes(requests: float, input_len: int, output_len: int, pp: int = 1) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) of trtllm-bench's ``finetune_setting`` for ``requests`` its KV estimate holds."""
+    batch = min(requests, TRTLLM_BENCH_BATCH_CAP) / pp
+    tokens = min(batch * (1 + input_len / output_len), TRTLLM_BENCH_TOKEN_CAP)
+    step = 32 if batch < 256 else 128 if batch < 1024 else 256
+    budget = max(2048, _round_up(tokens, 256)) if tokens < 4096 else _round_up(tokens, 512 if tokens < 8192 else 1024)
+    return int(max(64, _round_up(batch, step)) if batch < 256 else _round_up(batch, step)), int(budget)
+
+
+def trtllm_bench_run(entry: dict) -> InferenceRunResult:
+    """An out-of-sample run with the max_batch_size and max_num_tokens trtllm-bench would build its engine with
+    (``trtllm_bench_settings``; the page does not say them), at the planner's best batch within them."""
+    entry = copy.deepcopy(entry)
+    batch, budget = trtllm_bench_settings(entry)
+    entry["workload"].update(max_batch_size=batch * entry["mapping"].get("pp", 1), max_prefill_tokens=budget)
+    return evaluate_planned_run(entry)
+
+
 def batch_sweep(run_id: str) -> int:
     """An MLPerf Inference run's predicted tokens/s per GPU and its step's parts at fixed batches from 256 up to its
     gpu_batch_size (every other setting as the run's): whether the batch the planner chose matters, and where the
@@ -222,12 +273,16 @@ def batch_sweep(run_id: str) -> int:
 
 def main() -> int:
     cli = parser(__doc__)
-    cli.add_argument("--oos-variant", choices=("steady", "largest-batch"), help="evaluate the out-of-sample runs so instead")
+    cli.add_argument(
+        "--oos-variant", choices=("steady", "largest-batch", "trtllm-bench"), help="evaluate the out-of-sample runs so instead"
+    )
     cli.add_argument("--batch-sweep", metavar="RUN_ID", help="an MLPerf Inference run at fixed batches instead")
     args = cli.parse_args()
     if args.batch_sweep:
         return batch_sweep(args.batch_sweep)
-    variant = {"steady": steady_state_run, "largest-batch": largest_batch_run}.get(args.oos_variant)
+    variant = {"steady": steady_state_run, "largest-batch": largest_batch_run, "trtllm-bench": trtllm_bench_run}.get(
+        args.oos_variant
+    )
     oos = evaluate_oos() if variant is None else [variant(e) for e in load_oos_runs()]
     results, engine = evaluate_all(), evaluate_all(load_engine_runs())
     latency = evaluate_all(load_latency_oos_runs())

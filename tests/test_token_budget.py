@@ -5,14 +5,19 @@ max_num_batched_tokens), which counts a decoding sequence's token as well as pro
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
-from conftest import run_main, solved_as_enumerated, write_yaml
+from conftest import REPO, run_main, solved_as_enumerated, write_yaml
 from test_frameworks import SERVING, flag_values, servers
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from inference_accuracy import trtllm_bench_run, trtllm_bench_settings, trtllm_bench_sizes  # noqa: E402
 
 from parasol.model.inference import DEFAULT_PASS_TOKENS, budget_micro_batch, decode_passes, pass_tokens
 from parasol.model.serving_step import evaluate_inference
 from parasol.model.specs import InferenceWorkload, PoolMapping, ServingMapping
+from parasol.solver.inference_validation import evaluate_oos, load_oos_runs
 from parasol.solver.planner import enumerate_space, solve
 from parasol.solver.problem import parse_problem
 
@@ -39,15 +44,6 @@ def _data(budget=None, serving="continuous", batch=None, input_len=871, output_l
     return data
 
 
-def trtllm_bench_budget(batch: float, input_len: int, output_len: int) -> int:
-    """trtllm-bench's max_num_tokens for ``batch`` sequences a micro-batch, as NVIDIA/TensorRT-LLM
-    tensorrt_llm/bench/build/tuning.py ``finetune_setting`` writes it (the 32,768 cap left out)."""
-    raw = batch * (1 + input_len / output_len)
-    if raw < 4096:
-        return max(2048, 256 * math.ceil(raw / 256))
-    return 512 * math.ceil(raw / 512) if raw < 8192 else 1024 * math.ceil(raw / 1024)
-
-
 @pytest.mark.parametrize("serving", ["static", "continuous", "disaggregated"])
 @pytest.mark.parametrize("budget", [1536, 8192, 12000])
 def test_the_budget_holds_the_largest_micro_batch_and_not_one_more(serving, budget):
@@ -61,9 +57,10 @@ def test_the_budget_holds_the_largest_micro_batch_and_not_one_more(serving, budg
 @pytest.mark.parametrize(("input_len", "output_len"), [(871, 128), (222, 292), (9429, 640), (128, 2048), (5000, 500)])
 @pytest.mark.parametrize("batch", [64, 196, 1000, 2000])
 def test_a_budget_trtllm_bench_sizes_for_a_batch_admits_that_batch(input_len, output_len, batch):
-    """trtllm-bench sizes max_num_tokens as batch·(1 + input/output), rounded up: the budget's semantics the
-    model uses. Counting prompt tokens alone would admit ~(1 + output/input) times more."""
-    budget = trtllm_bench_budget(batch, input_len, output_len)
+    """trtllm-bench sizes max_num_tokens as batch·(1 + input/output), rounded up (benchmarks/inference_accuracy.py
+    ``trtllm_bench_sizes``, after NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py): the budget's semantics
+    the model uses. Counting prompt tokens alone would admit ~(1 + output/input) times more."""
+    _, budget = trtllm_bench_sizes(batch, input_len, output_len)
     most = budget_micro_batch(_workload(input_len=input_len, output_len=output_len, max_prefill_tokens=budget))
     assert batch <= most
     if budget > 2048:  # above trtllm-bench's floor its rounding adds at most 1,024 tokens
@@ -190,3 +187,20 @@ def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
         assert flags["--chunked-prefill-size"] == flags[BUDGET_FLAG[name]]
     _, flags = _launch(tmp_path, name, budget=4096)
     assert flags[BUDGET_FLAG[name]] == ["4096"]
+
+
+def test_trtllm_bench_engine_sizes_move_only_the_runs_the_planners_default_cap_held():
+    """benchmarks/inference_accuracy.py --oos-variant trtllm-bench: each out-of-sample TensorRT-LLM run with the
+    max_batch_size and max_num_tokens trtllm-bench's own rule builds its engine with. Its budgets hold every batch the
+    planner chose (none binds); only the three 128/128 runs, held at 1,000 by the planner's default cap of 1,024, plan
+    more (measured 2026-11-29: 3,750, 1,875 and 3,334 sequences; the family 10.0 % either way)."""
+    runs = load_oos_runs()
+    assert trtllm_bench_settings(next(e for e in runs if e["id"].endswith("h100-llama3.1-8b-tp1-128-128"))) == (4096, 8192)
+    moved = {}
+    for entry, default in zip(runs, evaluate_oos(runs)):
+        sized = trtllm_bench_run(entry)
+        if sized.evaluation.metrics["batch"] != default.evaluation.metrics["batch"]:
+            moved[entry["id"]] = (default.evaluation.metrics["batch"], sized.evaluation.metrics["batch"])
+        assert sized.evaluation.metrics["within_token_budget"]
+    assert set(moved) == {e["id"] for e in runs if e["id"].endswith("-128-128")}
+    assert all(before == 1000 < after for before, after in moved.values())
