@@ -15,6 +15,7 @@ import os
 from html import escape
 
 from parasol.model.errors import ProblemError
+from parasol.model.inference import budget_micro_batch
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
@@ -293,6 +294,13 @@ def _serving_charts(problem, plan) -> list[str]:
             f"{met['tokens_per_s']:,.0f} output tokens/s ({met['tokens_per_s_per_gpu']:,.1f} per GPU, "
             f"{met['tokens_per_s_per_user']:,.1f} per user), {met['concurrent_requests']:,} concurrent requests"
             + (f"; the set served in {met['makespan_s']:,.1f} s" if "makespan_s" in met else "")
+            + (
+                f"; the token budget of {problem.workload.max_prefill_tokens:,} a pass holds "
+                f"{budget_micro_batch(problem.workload):,} sequences a micro-batch"
+                + ("" if met["within_token_budget"] else " (the plan is above it)")
+                if "within_token_budget" in met
+                else ""
+            )
         )
         + "</p>",
         "<h2>Memory</h2>",

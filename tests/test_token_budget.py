@@ -8,6 +8,7 @@ import math
 import sys
 
 import pytest
+import yaml
 from conftest import REPO, run_main, solved_as_enumerated, write_yaml
 from test_frameworks import SERVING, flag_values, servers
 
@@ -204,3 +205,15 @@ def test_trtllm_bench_engine_sizes_move_only_the_runs_the_planners_default_cap_h
         assert sized.evaluation.metrics["within_token_budget"]
     assert set(moved) == {e["id"] for e in runs if e["id"].endswith("-128-128")}
     assert all(before == 1000 < after for before, after in moved.values())
+
+
+def test_the_reports_state_the_budget(tmp_path):
+    """The DeepSeek-R1 example states MLPerf's 4,608 tokens: its text and HTML reports give what they hold."""
+    example = REPO / "problems" / "examples" / "deepseek-r1-offline-b200.yaml"
+    held = budget_micro_batch(parse_problem(yaml.safe_load(example.read_text()), source="t").workload)  # 4,608 / (1 + 804/3736)
+    assert held == 3791
+    text = run_main(["solve", str(example)]).stdout
+    assert "token budget" in text and f"hold {held:,} sequences a micro-batch" in text
+    proc = run_main(["report", str(example), "-o", str(tmp_path / "r.html")])
+    assert proc.returncode == 0, proc.stderr
+    assert f"the token budget of 4,608 a pass holds {held:,} sequences" in (tmp_path / "r.html").read_text()
