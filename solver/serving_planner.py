@@ -71,13 +71,10 @@ def budget_restricts(problem) -> bool:
     """Whether a stated token budget leaves out any micro-batch the problem allows: below the largest listed batch, or
     the engine's (or the planner's default) batch cap where none is listed; a looser budget cannot bind, alone or with
     the other limits."""
-    from .serving_space import MAX_DEFAULT_BATCH  # noqa: PLC0415  (pandas, kept off the command line's start-up)
+    from .serving_space import largest_batch  # noqa: PLC0415  (pandas, kept off the command line's start-up)
 
     wl = problem.workload
-    if wl.max_prefill_tokens is None:
-        return False
-    most = max(problem.mapping["batch"]) if "batch" in problem.mapping else wl.max_batch_size or MAX_DEFAULT_BATCH
-    return budget_micro_batch(wl) < most
+    return wl.max_prefill_tokens is not None and budget_micro_batch(wl) < largest_batch(problem)
 
 
 class ServingPlanner(Planner):

@@ -30,6 +30,17 @@ MAX_DEFAULT_BATCH = 1024
 GROUPS = ("tp", "ep", "pp")
 
 
+def batch_cap(workload) -> int:
+    """The largest batch per replica the planner's default batches reach: ``workload.max_batch_size``, else
+    ``MAX_DEFAULT_BATCH``."""
+    return workload.max_batch_size or MAX_DEFAULT_BATCH
+
+
+def largest_batch(problem) -> int:
+    """The largest batch per replica the space may hold: the largest listed one, else ``batch_cap``."""
+    return max(problem.mapping["batch"]) if "batch" in problem.mapping else batch_cap(problem.workload)
+
+
 def default_micro_batches(largest: int) -> tuple:
     """1, 2, 4, 8, 16, 24, … up to ``largest`` (at least 1)."""
     return tuple(b for b in range(1, max(1, largest) + 1) if b in (1, 2, 4) or b % 8 == 0)
@@ -87,7 +98,7 @@ def build_space(problem) -> Space:
             field="mapping",
         )
     pps = sorted({r[3] for r in decode})
-    cap = wl.max_batch_size or MAX_DEFAULT_BATCH
+    cap = batch_cap(wl)
     if "batch" in problem.mapping:
         above = [b for b in problem.mapping["batch"] if b > cap]
         if wl.max_batch_size is not None and above:
