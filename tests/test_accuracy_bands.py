@@ -127,6 +127,7 @@ def test_a_regime_without_published_runs_says_its_error_is_unknown():
     assert accuracy_bands.plan_accuracy(problem, bands=(other,))["out_of_sample"] == []
 
 
+@pytest.mark.auto_method  # as the command runs: solve() takes its shortcuts
 def test_evaluate_and_solve_report_the_band():
     text = run_main(["evaluate", EXAMPLES / "gpt3-175b-a100.yaml"])
     assert text.returncode == 0 and "accuracy (out of sample, dense training on ampere" in text.stdout

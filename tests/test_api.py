@@ -18,6 +18,7 @@ import parasol
 BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), flags=re.S)
 
 
+@pytest.mark.auto_method  # as a user runs them: solve() takes its shortcuts
 @pytest.mark.parametrize("index", range(len(BLOCKS)), ids=["training", "serving"][: len(BLOCKS)])
 def test_every_example_in_docs_api_runs(index, monkeypatch):
     assert len(BLOCKS) == 2, "docs/api.md has a training and a serving example"

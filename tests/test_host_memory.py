@@ -69,12 +69,17 @@ def test_solve_names_host_memory_where_it_binds(method):
 
 
 def test_the_host_decides_how_much_to_offload_and_the_solver_equals_the_enumerator(tmp_path):
-    """On 16 B200 with 2 TiB per node the fastest plan offloads the whole optimizer state (216 GiB per GPU on the
+    """On 16 B200 (4 pipeline stages, micro-batches of 1, to keep the space small) with 2 TiB per node the fastest plan offloads the whole optimizer state (216 GiB per GPU on the
     host); with 1 TiB it offloads half and stays within 128 GiB; with 0.6 TiB no plan fits either memory."""
     shares, hosts = {}, {}
     for tib in (2.0, 1.0):
         data = training_problem(
-            "gpt3-175b", "dgx-b200", 16, seq_len=2048, global_batch=16, mapping={"optimizer_offload": [0, 0.5, 1.0]}
+            "gpt3-175b",
+            "dgx-b200",
+            16,
+            seq_len=2048,
+            global_batch=16,
+            mapping={"optimizer_offload": [0, 0.5, 1.0], "pp": [4], "micro_batch": [1]},
         )
         data["system"]["name"] = _b200_with_host(tmp_path, tib)
         problem = parse_problem(data, source="t.yaml")

@@ -216,6 +216,7 @@ def test_report_screenshot_in_headless_chromium_is_not_blank(training_page, tmp_
 
 
 @pytest.mark.slow  # starts parasol processes
+@pytest.mark.auto_method  # as the command runs: solve() takes its shortcuts
 def test_plot_draws_serving_and_training_fronts(tmp_path):
     """pareto --plot: a serving front (two metrics, then three) and a training front, each a non-blank PNG."""
     pytest.importorskip("matplotlib")

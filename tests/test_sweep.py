@@ -32,6 +32,7 @@ def _spec(tmp_path, sweep, **extra):
     return path
 
 
+@pytest.mark.auto_method  # as the command runs: solve() takes its shortcuts
 def test_three_systems_four_gpu_counts_two_models_in_one_command(tmp_path):
     """The issue's sweep shape: 3 systems x 4 GPU counts x 2 models, one table; each point is the
     solve of its own problem file."""

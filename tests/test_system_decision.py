@@ -132,6 +132,7 @@ def test_a_list_of_system_mappings_is_accepted():
     ]
 
 
+@pytest.mark.auto_method  # as the command runs: solve() takes its shortcuts
 def test_multi_system_cli_reports_name_the_system(tmp_path):
     path = write_yaml(tmp_path / "p.yaml", _training(["dgx-a100", "dgx-h100"]))
     doc = json.loads(run_main(["solve", str(path), "--top", "3", "--json"]).stdout)

@@ -172,6 +172,7 @@ def _launch(tmp_path, name: str, budget=None, base=SERVING) -> tuple[dict, dict]
     return doc, flag_values(toks)
 
 
+@pytest.mark.auto_method  # as the command runs: solve() takes its shortcuts
 @pytest.mark.parametrize("name", ["trtllm", "vllm", "sglang"])
 def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
     """No budget stated: the engine's budget holds the plan's pass (TensorRT-LLM and vLLM count every token,
