@@ -1,0 +1,210 @@
+"""DeepSeek-V3/R1 serving kernels: the model's times against published kernel timings.
+
+    python benchmarks/deepseek_kernels.py [--json]
+
+Two published kernel measurements (problems/measurements/published_kernels.yaml), each held against the model's time
+for the same work, kernel by kernel:
+
+- ``trtllm_gen_mla_decode_b200``: TensorRT-LLM's trtllm-gen MLA decode kernel on B200, FP8 KV cache, 128 heads, one
+  query per sequence, 8,192 cached tokens, against ``inference.decode_attention_time_s`` on the B200 device file.
+- ``trtllm_nvfp4_moe_b300``: TensorRT-LLM's NVFP4 fused MoE on B300, one EP 8 shard (32 of 256 experts), against
+  ``inference.routed_experts_time_s`` (the experts' grouped GEMMs and the router) on the B300 device file at its
+  serving GEMM share, for the tokens/8 each of the 8 GPUs routes.
+
+Then the MLPerf Inference v5.1 DeepSeek-R1 Offline runs (problems/validation/mlperf_inference_runs.yaml) are evaluated
+twice: as the model times them, and with those two kernels timed by the measurements instead (MLA decode at the
+measured FLOP rate, the median of the batches of 64 and more, on every Blackwell device [assumption for Blackwell
+Ultra: no measurement]; the routed experts interpolated in the B300 table by the rows a shard computes, on every
+Blackwell device [B200 and GB200 have two thirds of B300's FP4 peak: a lower bound for them]). The substitution is an
+analysis: the model keeps its own kernel times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import statistics
+import sys
+
+import yaml
+
+from parasol.model import compute, inference, kv_cache
+from parasol.model.choices import Architecture
+from parasol.solver.inference_validation import evaluate_mlperf, load_mlperf_runs
+from parasol.solver.library import library_root
+from parasol.solver.validation import problem_from_entry
+
+DATA = yaml.safe_load((library_root() / "measurements" / "published_kernels.yaml").read_text())
+MLA = DATA["trtllm_gen_mla_decode_b200"]
+MOE = DATA["trtllm_nvfp4_moe_b300"]
+BLACKWELL = (Architecture.BLACKWELL, Architecture.BLACKWELL_ULTRA)
+DSR1 = "MLPerf Inference DeepSeek-R1"
+
+
+def _dsr1_entries() -> list[dict]:
+    return [e for e in load_mlperf_runs() if e["family"].startswith(DSR1)]
+
+
+def _problem_on(system: str):
+    """The B200 DeepSeek-R1 run's serving problem (DeepSeek-V3's architecture, NVFP4, FP8 KV) on ``system``."""
+    entry = dict(next(e for e in _dsr1_entries() if e["system"] == "dgx-b200"), system=system)
+    return problem_from_entry(entry)
+
+
+def mla_flops(model, seqs: float, context: float, tp: int = 1) -> float:
+    """The absorbed MLA decode's FLOPs, as ``inference.decode_attention_time_s`` counts them."""
+    r, d_rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
+    return 2.0 * seqs * context * (model.heads / tp) * (2 * r + d_rope)
+
+
+def mla_rows() -> list[dict]:
+    problem = _problem_on("dgx-b200")
+    model, device = inference.serving_model(problem.model), problem.system().device
+    assert model.heads == MLA["heads"], "the measurement's heads are DeepSeek-V3's"
+    out = []
+    for row in MLA["rows"]:
+        modelled = inference.decode_attention_time_s(model, device, MLA["kv_precision"], row["batch"], MLA["context"], 1)
+        measured = row["ms"] * 1e-3
+        flops = mla_flops(model, row["batch"], MLA["context"])
+        out.append(
+            {
+                "batch": row["batch"],
+                "measured_ms": row["ms"],
+                "model_ms": modelled * 1e3,
+                "model_over_measured": modelled / measured,
+                "measured_tflops": flops / measured / 1e12,
+                "measured_share_of_bf16_peak": flops / measured / compute.attention_peak_flops(device),
+            }
+        )
+    return out
+
+
+def measured_mla_flops_per_s(rows: list[dict]) -> float:
+    """The measured FLOP rate the substitution times MLA decode at: the median over the batches of 64 and more."""
+    return statistics.median(r["measured_tflops"] for r in rows if r["batch"] >= 64) * 1e12
+
+
+def moe_rows() -> list[dict]:
+    problem = _problem_on("dgx-b300")
+    model, device, workload = inference.serving_model(problem.model), problem.system().device, problem.workload
+    ep = MOE["experts"] // MOE["local_experts"]
+    assert model.moe.experts == MOE["experts"] and model.moe.top_k == MOE["top_k"]
+    out = []
+    for row in MOE["rows"]:
+        modelled = inference.routed_experts_time_s(model, device, workload, row["tokens"] / ep, 1, ep)
+        out.append(
+            {
+                "tokens": row["tokens"],
+                "rows": compute.routed_rows_per_gpu(model, row["tokens"] / ep, 1),
+                "measured_ms": row["ms"],
+                "model_ms": modelled * 1e3,
+                "model_over_measured": modelled / (row["ms"] * 1e-3),
+            }
+        )
+    return out
+
+
+def measured_moe_s(rows: float) -> float:
+    """One MoE layer of a 32-expert shard computing ``rows`` routed rows, seconds: log-log interpolation in the B300
+    table (tokens over the group = rows of the shard), held at its ends."""
+    points = [(math.log(r["tokens"]), math.log(r["ms"] * 1e-3)) for r in MOE["rows"]]
+    x = math.log(max(rows, 1.0))
+    if x <= points[0][0]:
+        return math.exp(points[0][1])
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return math.exp(y0 + (x - x0) / (x1 - x0) * (y1 - y0))
+    return math.exp(points[-1][1])
+
+
+@contextlib.contextmanager
+def measured_kernels(mla_flops_per_s: float):
+    """Within: MLA decode attention and the routed experts of a 256-expert model on a Blackwell device timed by the
+    measurements (the rest of the model as it is)."""
+    decode, routed = inference.decode_attention_time_s, inference.routed_experts_time_s
+
+    def decode_attention(model, device, kv_precision, seqs, context_len, tp, reads=1.0):
+        if model.mla is None or seqs <= 0 or device.architecture not in BLACKWELL:
+            return decode(model, device, kv_precision, seqs, context_len, tp, reads)
+        context = model.attended_context(context_len)
+        nbytes = reads * seqs * context * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
+        stream = nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency)
+        return max(mla_flops(model, seqs, context, tp) / mla_flops_per_s, stream)
+
+    def routed_experts(model, device, workload, tokens, tp, ep):
+        if model.moe is None or model.moe.experts != MOE["experts"] or device.architecture not in BLACKWELL:
+            return routed(model, device, workload, tokens, tp, ep)
+        shards = (model.moe.experts / ep) / MOE["local_experts"]  # this GPU's experts in 32-expert shards
+        rows = compute.routed_rows_per_gpu(model, tokens, tp) / shards
+        return shards * measured_moe_s(rows)
+
+    inference.decode_attention_time_s, inference.routed_experts_time_s = decode_attention, routed_experts
+    try:
+        yield
+    finally:
+        inference.decode_attention_time_s, inference.routed_experts_time_s = decode, routed
+
+
+def _errors(results) -> dict:
+    return {r.run_id: r.error for r in results}
+
+
+def whole_runs(mla_flops_per_s: float) -> list[dict]:
+    entries = _dsr1_entries()
+    plain = _errors(evaluate_mlperf(entries))
+    with measured_kernels(mla_flops_per_s):
+        substituted = _errors(evaluate_mlperf(entries))
+    return [{"run": e["id"], "model_error": plain[e["id"]], "measured_kernels_error": substituted[e["id"]]} for e in entries]
+
+
+def report() -> dict:
+    mla, moe = mla_rows(), moe_rows()
+    rate = measured_mla_flops_per_s(mla)
+    runs = whole_runs(rate)
+    return {
+        "mla_decode_b200": mla,
+        "moe_nvfp4_b300": moe,
+        "measured_mla_tflops": rate / 1e12,
+        "dsr1_runs": runs,
+        "dsr1_mean_abs_error": statistics.mean(abs(r["model_error"]) for r in runs),
+        "dsr1_mean_abs_error_measured_kernels": statistics.mean(abs(r["measured_kernels_error"]) for r in runs),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    doc = report()
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"MLA decode, B200, FP8 KV, {MLA['heads']} heads, {MLA['context']:,} cached tokens (trtllm-gen; {MLA['source']})")
+    for r in doc["mla_decode_b200"]:
+        print(
+            f"  batch {r['batch']:>4}: measured {r['measured_ms']:.4f} ms ({r['measured_tflops']:,.0f} TFLOP/s, "
+            f"{r['measured_share_of_bf16_peak']:.2f} of the 16-bit peak), model {r['model_ms']:.4f} ms "
+            f"({r['model_over_measured']:.2f}x)"
+        )
+    print(f"NVFP4 routed experts, B300, one EP 8 shard of 32 experts (trtllm-gen fused MoE; {MOE['source']})")
+    for r in doc["moe_nvfp4_b300"]:
+        print(
+            f"  {r['tokens']:>6} tokens ({r['rows']:,.0f} rows): measured {r['measured_ms']:.4f} ms, "
+            f"model {r['model_ms']:.4f} ms ({r['model_over_measured']:.2f}x)"
+        )
+    print(
+        f"MLPerf Inference v5.1 DeepSeek-R1 Offline, predicted over measured throughput - 1 (MLA at {doc['measured_mla_tflops']:,.0f} TFLOP/s)"
+    )
+    for r in doc["dsr1_runs"]:
+        print(f"  {r['run']:<60} model {r['model_error']:+.1%}   with the measured kernels {r['measured_kernels_error']:+.1%}")
+    print(
+        f"  mean |error| {doc['dsr1_mean_abs_error']:.1%}; with the measured kernels "
+        f"{doc['dsr1_mean_abs_error_measured_kernels']:.1%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
