@@ -14,7 +14,9 @@ section as a calibration set) and never on these latencies.
 
 Out of sample, reported apart and never fitted: problems/validation/inference_runs_oos.yaml, newer
 TensorRT-LLM max-throughput runs (trtllm-bench, in-flight batching; perf-overview.md) on H100/H200 in
-FP8, where the engine chose the batch: each is the planner's best plan with the batch free; and
+FP8, where the engine chose the batch: each is the planner's best plan with the batch free, and TensorRT-LLM's own
+DeepSeek-R1 max-throughput runs on 8 B200 and 8 H200 (its best-practice blog, the engine sizes stated: the planner's
+best batch within them); and
 problems/validation/latency_runs_oos.yaml, NVIDIA NIM 1.8.0 single-request TTFT and time per output
 token (Llama 3.3 70B on 2 H100, FP8); and MLPerf Inference's Offline runs (problems/validation/mlperf_inference_runs.yaml:
 NVIDIA's Llama 2 70B, Mixtral 8x7B, Llama 3.1 405B and 8B and DeepSeek-R1 results on Hopper and Blackwell, at the
@@ -130,9 +132,11 @@ def oos_report(results, variant: str | None = None) -> str:
         f"{s['runs']} out-of-sample max-throughput runs (batch = {OOS_BATCH[variant]}; never fitted): mean |error| "
         f"{100 * s['mean_abs_error']:.1f} %, max {100 * s['max_abs_error']:.1f} %, {over} of {len(results)} predicted faster"
     ]
-    for name, f in summarise(results)["by_family"].items():
+    families = summarise(results)["by_family"]
+    width = max(map(len, families))
+    for name, f in families.items():
         lines.append(
-            f"  {name:<54} {f['runs']:>3} runs  mean {100 * f['mean_abs_error']:5.1f} %  max {100 * f['max_abs_error']:5.1f} %"
+            f"  {name:<{width}} {f['runs']:>3} runs  mean {100 * f['mean_abs_error']:5.1f} %  max {100 * f['max_abs_error']:5.1f} %"
         )
     return "\n".join(lines)
 
@@ -196,7 +200,10 @@ def steady_state_run(entry: dict) -> InferenceRunResult:
 
 def largest_batch_run(entry: dict) -> InferenceRunResult:
     """An out-of-sample run at the largest batch that fits its published pool (TensorRT-LLM admits requests
-    up to its KV capacity and max_batch_size), not at the planner's best batch."""
+    up to its KV capacity and max_batch_size), not at the planner's best batch. A run that states its engine's
+    max_batch_size (the DeepSeek-R1 blog runs) keeps the planner's best batch within it."""
+    if "max_batch_size" in entry["workload"]:
+        return evaluate_planned_run(entry)
     problem = problem_from_entry(entry)
     pool = PoolMapping(**{k: problem.mapping.get(k, (1,))[0] for k in ("tp", "pp", "ep", "dp")})
     entry = copy.deepcopy(entry)
@@ -240,7 +247,10 @@ def trtllm_bench_sizes(requests: float, input_len: int, output_len: int, pp: int
 
 def trtllm_bench_run(entry: dict) -> InferenceRunResult:
     """An out-of-sample run with the max_batch_size and max_num_tokens trtllm-bench would build its engine with
-    (``trtllm_bench_settings``; the page does not say them), at the planner's best batch within them."""
+    (``trtllm_bench_settings``; the page does not say them), at the planner's best batch within them. A run that
+    states its engine's sizes (the DeepSeek-R1 blog runs) keeps them."""
+    if "max_batch_size" in entry["workload"]:
+        return evaluate_planned_run(entry)
     entry = copy.deepcopy(entry)
     batch, budget = trtllm_bench_settings(entry)
     entry["workload"].update(max_batch_size=batch * entry["mapping"].get("pp", 1), max_prefill_tokens=budget)

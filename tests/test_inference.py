@@ -440,16 +440,30 @@ def oos():
     return evaluate_oos()
 
 
+def _perf_overview(results):
+    """The 20 perf-overview runs of the out-of-sample set (dense models, the engine's batch unknown)."""
+    return [r for r in results if r.run_id.startswith("trtllm-perf-")]
+
+
+def _deepseek_blog(results):
+    """The 3 DeepSeek-R1 runs of TensorRT-LLM's best-practice blog (their engine sizes stated)."""
+    return [r for r in results if r.run_id.startswith("trtllm-blog-")]
+
+
 @pytest.mark.slow
 def test_out_of_sample_max_throughput_runs_are_apart_and_batch_free(oos):
-    """The 20 newer TensorRT-LLM max-throughput runs (problems/validation/inference_runs_oos.yaml) are
-    their own family, give no batch (the engine chose it) and get the planner's best plan, which fits."""
+    """The newer TensorRT-LLM max-throughput runs (problems/validation/inference_runs_oos.yaml) are their own
+    families and get the planner's best plan, which fits: the 20 perf-overview runs give no batch and no engine size
+    (the engine chose them); the 3 DeepSeek-R1 blog runs state their max_batch_size, which the planner fills (every
+    slot of the blog's concurrency busy)."""
     entries = load_oos_runs()
-    assert len(oos) == len(entries) == 20
+    assert len(oos) == len(entries) == 23 and len(_perf_overview(oos)) == 20 and len(_deepseek_blog(oos)) == 3
     assert all("batch" not in e["workload"] and "batch" not in e["mapping"] for e in entries)
     assert all("out of sample" in r.family and r.metric == "tokens_per_s_per_gpu" for r in oos)
     assert all(r.evaluation.metrics["fits"] and r.evaluation.metrics["batch"] >= 1 for r in oos)
     assert not {r.run_id for r in oos} & {e["id"] for e in load_runs()}
+    for r in _deepseek_blog(oos):
+        assert r.evaluation.metrics["batch"] == r.problem.workload.max_batch_size, r.run_id
 
 
 def test_out_of_sample_error_as_measured(oos):
@@ -462,10 +476,21 @@ def test_out_of_sample_error_as_measured(oos):
     per-pass overhead (fitted on TensorRT-LLM 0.6.1's tables, not on these): 9.5 % (H100 8.7 %), max 27.1 %,
     14 of 20 faster. The bounds are these measurements + about one point (10.5 %, H100 9.7 %), so a change
     that loses accuracy fails here."""
-    errors = [abs(r.error) for r in oos]
-    assert statistics.fmean(errors) <= 0.105
-    assert statistics.fmean(abs(r.error) for r in oos if "H100" in r.family) <= 0.097
-    assert all(r.problem.workload.requests in (1500, 3000, 30000) for r in oos)
+    dense = _perf_overview(oos)
+    assert statistics.fmean(abs(r.error) for r in dense) <= 0.105
+    assert statistics.fmean(abs(r.error) for r in dense if "H100" in r.family) <= 0.097
+    assert all(r.problem.workload.requests in (1500, 3000, 30000) for r in dense)
+
+
+def test_deepseek_r1_blog_runs_error_as_measured(oos):
+    """TensorRT-LLM's own DeepSeek-R1 max-throughput runs (its best-practice blog; never fitted), at the blog's engine
+    sizes, are predicted too fast as MLPerf's DeepSeek-R1 runs are, further: measured 2026-11-29 +50.8 % (B200, FP8 KV
+    cache, 896 a GPU), +52.4 % (B200, 16-bit KV cache, 384) and +30.3 % (H200, 128). docs/serving.md: kernel timings
+    put the missing time outside MLA decode and the experts. Bounds: the measurements + about one point."""
+    errors = {r.run_id: r.error for r in _deepseek_blog(oos)}
+    assert 0.49 <= errors["trtllm-blog-b200-deepseek-r1-0528-fp4-fp8kv-1k-2k"] <= 0.52
+    assert 0.51 <= errors["trtllm-blog-b200-deepseek-r1-fp4-bf16kv-1k-2k"] <= 0.54
+    assert 0.29 <= errors["trtllm-blog-h200-deepseek-r1-fp8-1k-2k"] <= 0.32
 
 
 def test_single_request_latency_out_of_sample_as_measured():

@@ -192,8 +192,9 @@ def test_the_launch_line_carries_the_budget_the_plan_needs(tmp_path, name):
 
 
 def test_trtllm_bench_engine_sizes_move_only_the_runs_the_planners_default_cap_held():
-    """benchmarks/inference_accuracy.py --oos-variant trtllm-bench: each out-of-sample TensorRT-LLM run with the
-    max_batch_size and max_num_tokens trtllm-bench's own rule builds its engine with. Its budgets hold every batch the
+    """benchmarks/inference_accuracy.py --oos-variant trtllm-bench: each out-of-sample TensorRT-LLM perf-overview run
+    with the max_batch_size and max_num_tokens trtllm-bench's own rule builds its engine with (the DeepSeek-R1 blog runs
+    keep the sizes they state, so they do not move). Its budgets hold every batch the
     planner chose (none binds); only the three 128/128 runs, held at 1,000 by the planner's default cap of 1,024, plan
     more (measured 2026-11-29: 3,750, 1,875 and 3,334 sequences; the family 10.0 % either way)."""
     runs = load_oos_runs()
