@@ -15,7 +15,8 @@ Then the MLPerf Inference v5.1 DeepSeek-R1 Offline runs (problems/validation/mlp
 TensorRT-LLM's own DeepSeek-R1 max-throughput runs (its best-practice blog, problems/validation/inference_runs_oos.yaml)
 are evaluated twice: as the model times them, and with those two kernels timed by the measurements instead (MLA decode at the
 measured FLOP rate, the median of the batches of 64 and more, on every Blackwell device [assumption for Blackwell
-Ultra: no measurement]; the routed experts interpolated in the B300 table by the rows a shard computes, on every
+Ultra: no measurement], and on Hopper at FlashMLA's published maximum on H800, 660 of 989 TFLOP/s, as a share of the
+16-bit peak [an upper bound: "up to"; assumption: TensorRT-LLM's Hopper kernel as fast]; the routed experts interpolated in the B300 table by the rows a shard computes, on every
 Blackwell device [B200 and GB200 have two thirds of B300's FP4 peak: a lower bound for them]). The substitution is an
 analysis: the model keeps its own kernel times.
 """
@@ -40,6 +41,7 @@ from parasol.solver.validation import problem_from_entry
 DATA = yaml.safe_load((library_root() / "measurements" / "published_kernels.yaml").read_text())
 MLA = DATA["trtllm_gen_mla_decode_b200"]
 MOE = DATA["trtllm_nvfp4_moe_b300"]
+FLASHMLA = DATA["flashmla_decode_h800"]
 BLACKWELL = (Architecture.BLACKWELL, Architecture.BLACKWELL_ULTRA)
 DSR1 = "MLPerf Inference DeepSeek-R1"
 
@@ -122,18 +124,20 @@ def measured_moe_s(rows: float) -> float:
 
 @contextlib.contextmanager
 def measured_kernels(mla_flops_per_s: float):
-    """Within: MLA decode attention and the routed experts of a 256-expert model on a Blackwell device timed by the
-    measurements (the rest of the model as it is); MLA decode at the FP8 KV cache's measured rate whatever the cache's
-    precision [assumption for a 16-bit cache]."""
+    """Within: MLA decode attention on a Blackwell or Hopper device and the routed experts of a 256-expert model on a
+    Blackwell device timed by the measurements (the rest of the model as it is); on Blackwell MLA decode at the FP8 KV
+    cache's measured rate whatever the cache's precision [assumption for a 16-bit cache], on Hopper at FlashMLA's."""
     decode, routed = inference.decode_attention_time_s, inference.routed_experts_time_s
 
     def decode_attention(model, device, kv_precision, seqs, context_len, tp, reads=1.0):
-        if model.mla is None or seqs <= 0 or device.architecture not in BLACKWELL:
+        if model.mla is None or seqs <= 0 or device.architecture not in (*BLACKWELL, Architecture.HOPPER):
             return decode(model, device, kv_precision, seqs, context_len, tp, reads)
+        hopper = FLASHMLA["tflops"] / FLASHMLA["peak_tflops"] * compute.attention_peak_flops(device)
+        rate = hopper if device.architecture == Architecture.HOPPER else mla_flops_per_s
         context = model.attended_context(context_len)
         nbytes = reads * seqs * context * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
         stream = nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency)
-        return max(mla_flops(model, seqs, context, tp) / mla_flops_per_s, stream)
+        return max(mla_flops(model, seqs, context, tp) / rate, stream)
 
     def routed_experts(model, device, workload, tokens, tp, ep):
         if model.moe is None or model.moe.experts != MOE["experts"] or device.architecture not in BLACKWELL:
