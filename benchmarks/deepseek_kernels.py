@@ -2,7 +2,7 @@
 
     python benchmarks/deepseek_kernels.py [--json]
 
-Two published kernel measurements (problems/measurements/published_kernels.yaml), each held against the model's time
+Published kernel measurements (problems/measurements/published_kernels.yaml), each held against the model's time
 for the same work, kernel by kernel:
 
 - ``trtllm_gen_mla_decode_b200``: TensorRT-LLM's trtllm-gen MLA decode kernel on B200, FP8 KV cache, 128 heads, one
@@ -10,15 +10,19 @@ for the same work, kernel by kernel:
 - ``trtllm_nvfp4_moe_b300``: TensorRT-LLM's NVFP4 fused MoE on B300, one EP 8 shard (32 of 256 experts), against
   ``inference.routed_experts_time_s`` (the experts' grouped GEMMs and the router) on the B300 device file at its
   serving GEMM share, for the tokens/8 each of the 8 GPUs routes.
+- ``flashmla_decode_h800``: FlashMLA's dense MLA decode on H800, a published maximum (660 of 989 TFLOP/s).
 
 Then the MLPerf Inference v5.1 DeepSeek-R1 Offline runs (problems/validation/mlperf_inference_runs.yaml) and
 TensorRT-LLM's own DeepSeek-R1 max-throughput runs (its best-practice blog, problems/validation/inference_runs_oos.yaml)
-are evaluated twice: as the model times them, and with those two kernels timed by the measurements instead (MLA decode at the
-measured FLOP rate, the median of the batches of 64 and more, on every Blackwell device [assumption for Blackwell
-Ultra: no measurement], and on Hopper at FlashMLA's published maximum on H800, 660 of 989 TFLOP/s, as a share of the
-16-bit peak [an upper bound: "up to"; assumption: TensorRT-LLM's Hopper kernel as fast]; the routed experts interpolated in the B300 table by the rows a shard computes, on every
-Blackwell device [B200 and GB200 have two thirds of B300's FP4 peak: a lower bound for them]). The substitution is an
-analysis: the model keeps its own kernel times.
+are evaluated twice: as the model times them, and with those kernels timed by the measurements instead:
+
+- MLA decode on every Blackwell device at the measured FLOP rate, the median of the batches of 64 and more
+  [assumption for Blackwell Ultra: no measurement]; on Hopper at FlashMLA's maximum as a share of the 16-bit peak
+  [an upper bound: "up to"; assumption: TensorRT-LLM's Hopper kernel as fast];
+- the routed experts on every Blackwell device interpolated in the B300 table by the rows a shard computes [B200 and
+  GB200 have two thirds of B300's FP4 peak: a lower bound for them].
+
+The substitution is an analysis: the model keeps its own kernel times.
 """
 
 from __future__ import annotations
@@ -56,12 +60,6 @@ def _problem_on(system: str):
     return problem_from_entry(entry)
 
 
-def mla_flops(model, seqs: float, context: float, tp: int = 1) -> float:
-    """The absorbed MLA decode's FLOPs, as ``inference.decode_attention_time_s`` counts them."""
-    r, d_rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
-    return 2.0 * seqs * context * (model.heads / tp) * (2 * r + d_rope)
-
-
 def mla_rows() -> list[dict]:
     problem = _problem_on("dgx-b200")
     model, device = inference.serving_model(problem.model), problem.system().device
@@ -70,7 +68,7 @@ def mla_rows() -> list[dict]:
     for row in MLA["rows"]:
         modelled = inference.decode_attention_time_s(model, device, MLA["kv_precision"], row["batch"], MLA["context"], 1)
         measured = row["ms"] * 1e-3
-        flops = mla_flops(model, row["batch"], MLA["context"])
+        flops = inference.mla_decode_flops(model, row["batch"], MLA["context"], 1)
         out.append(
             {
                 "batch": row["batch"],
@@ -137,7 +135,7 @@ def measured_kernels(mla_flops_per_s: float):
         context = model.attended_context(context_len)
         nbytes = reads * seqs * context * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
         stream = nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency)
-        return max(mla_flops(model, seqs, context, tp) / rate, stream)
+        return max(inference.mla_decode_flops(model, seqs, context, tp) / rate, stream)
 
     def routed_experts(model, device, workload, tokens, tp, ep):
         if model.moe is None or model.moe.experts != MOE["experts"] or device.architecture not in BLACKWELL:

@@ -317,6 +317,14 @@ def kv_reads_per_step(model: ModelSpec, workload: InferenceWorkload, tp: int) ->
     return (model.heads / tp) / kv_cache.kv_heads_per_gpu(model, tp)
 
 
+def mla_decode_flops(model: ModelSpec, seqs: float, context_len: float, tp: int) -> float:
+    """FLOPs of absorbed MLA decode (DeepSeek-V2 Sec. 2.1.2) for ``seqs`` sequences, one query each, over
+    ``context_len`` cached tokens on one of ``tp`` ranks: every head scores the latent and RoPE key (r + d_rope) and
+    sums the latent (r), 2·ctx·(a/t)·(2r + d_rope) a sequence."""
+    r, d_rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
+    return 2.0 * seqs * context_len * (model.heads / tp) * (2 * r + d_rope)
+
+
 def decode_attention_time_s(
     model: ModelSpec, device, kv_precision: str, seqs: float, context_len: float, tp: int, reads: float = 1.0
 ) -> float:
@@ -325,15 +333,13 @@ def decode_attention_time_s(
 
     MHA/GQA/MQA: 2·ctx·(a/t)·(d_qk + d_v) FLOPs per sequence (``compute.attention_score_flops``)
     against ctx × the rank's KV bytes per token (FlashDecoding, Dao et al. 2023; TensorRT-LLM's
-    masked MHA). MLA decodes with the up-projections absorbed (DeepSeek-V2 Sec. 2.1.2): every head
-    scores the latent and RoPE key (r + d_rope) and sums the latent (r), 2·ctx·(a/t)·(2r + d_rope)
-    FLOPs, reading only the latent cache. ``reads`` multiplies the cache bytes (``kv_reads_per_step``)."""
+    masked MHA). MLA decodes with the up-projections absorbed (``mla_decode_flops``), reading only the
+    latent cache. ``reads`` multiplies the cache bytes (``kv_reads_per_step``)."""
     if seqs <= 0:
         return 0.0
     context_len = model.attended_context(context_len)  # local layers read at most their window
     if model.mla is not None:
-        r, d_rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
-        flops = 2.0 * seqs * context_len * (model.heads / tp) * (2 * r + d_rope)
+        flops = mla_decode_flops(model, seqs, context_len, tp)
     else:
         flops = compute.attention_score_flops(model, seqs, 1.0, context_len, tp)
     nbytes = reads * seqs * context_len * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
