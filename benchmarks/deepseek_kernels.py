@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import statistics
@@ -36,7 +37,7 @@ import sys
 
 import yaml
 
-from parasol.model import compute, inference, kv_cache
+from parasol.model import compute, inference
 from parasol.model.choices import Architecture
 from parasol.solver.inference_validation import evaluate_mlperf, evaluate_oos, load_mlperf_runs, load_oos_runs
 from parasol.solver.library import library_root
@@ -130,12 +131,13 @@ def measured_kernels(mla_flops_per_s: float):
     def decode_attention(model, device, kv_precision, seqs, context_len, tp, reads=1.0):
         if model.mla is None or seqs <= 0 or device.architecture not in (*BLACKWELL, Architecture.HOPPER):
             return decode(model, device, kv_precision, seqs, context_len, tp, reads)
-        hopper = FLASHMLA["tflops"] / FLASHMLA["peak_tflops"] * compute.attention_peak_flops(device)
-        rate = hopper if device.architecture == Architecture.HOPPER else mla_flops_per_s
-        context = model.attended_context(context_len)
-        nbytes = reads * seqs * context * kv_cache.kv_bytes_per_token(model, kv_precision, tp)
-        stream = nbytes / (device.hbm_bytes_per_s * device.kv_streaming_efficiency)
-        return max(inference.mla_decode_flops(model, seqs, context, tp) / rate, stream)
+        # the model's own roofline, its attention share set to the measured rate
+        peak = compute.attention_peak_flops(device)
+        share = (
+            FLASHMLA["tflops"] / FLASHMLA["peak_tflops"] if device.architecture == Architecture.HOPPER else mla_flops_per_s / peak
+        )
+        measured = dataclasses.replace(device, attention_efficiency=share)
+        return decode(model, measured, kv_precision, seqs, context_len, tp, reads)
 
     def routed_experts(model, device, workload, tokens, tp, ep):
         if model.moe is None or model.moe.experts != MOE["experts"] or device.architecture not in BLACKWELL:
