@@ -52,6 +52,24 @@ class OffloadModule(StrEnum):
     MOE_ACT = "moe_act"
 
 
+class LayerGemm(StrEnum):
+    """The GEMMs of one transformer layer, routed experts aside, as ``compute.layer_gemm_shapes`` names them:
+    multi-head/grouped attention's fused ``qkv``; MLA's ``q`` (no query compression), ``q_down``, ``q_up``,
+    ``kv_down`` and ``kv_up`` (DeepSeek-V2 Sec. 2.1; decode runs ``kv_up`` absorbed, the same FLOPs and weights);
+    the output projection ``attn_out``; the dense or shared-expert FFN's ``mlp_up`` (gate and up fused for
+    SwiGLU) and ``mlp_down``."""
+
+    QKV = "qkv"
+    Q = "q"
+    Q_DOWN = "q_down"
+    Q_UP = "q_up"
+    KV_DOWN = "kv_down"
+    KV_UP = "kv_up"
+    ATTN_OUT = "attn_out"
+    MLP_UP = "mlp_up"
+    MLP_DOWN = "mlp_down"
+
+
 class ZeroStage(IntEnum):
     """What data parallelism shards (Rajbhandari et al., ZeRO, SC'20): nothing (0), the optimizer
     states (1, = Megatron's distributed optimizer), also the gradients (2), also the weights (3)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from .choices import LayerGemm as G
 from .choices import LowPrecisionRecipe
 from .fused_grouped_mlp import EPILOGUE_QUANTISED
 from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
@@ -85,24 +86,24 @@ def attention_gemm_shapes(model: ModelSpec, tokens: float, tp: int) -> dict:
     if model.mla is not None:
         m = model.mla
         shapes = {
-            "kv_down": (tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
-            "kv_up": (tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
-            "attn_out": (tokens, h, a * m.v_head_dim / tp),
+            G.KV_DOWN: (tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+            G.KV_UP: (tokens, a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank),
+            G.ATTN_OUT: (tokens, h, a * m.v_head_dim / tp),
         }
         if m.q_lora_rank:
-            shapes["q_down"] = (tokens, m.q_lora_rank, h)
-            shapes["q_up"] = (tokens, a * m.qk_head_dim / tp, m.q_lora_rank)
+            shapes[G.Q_DOWN] = (tokens, m.q_lora_rank, h)
+            shapes[G.Q_UP] = (tokens, a * m.qk_head_dim / tp, m.q_lora_rank)
         else:
-            shapes["q"] = (tokens, a * m.qk_head_dim / tp, h)
+            shapes[G.Q] = (tokens, a * m.qk_head_dim / tp, h)
         return shapes
-    return {"qkv": (tokens, (model.q_width + 2 * model.kv_width) / tp, h), "attn_out": (tokens, h, model.q_width / tp)}
+    return {G.QKV: (tokens, (model.q_width + 2 * model.kv_width) / tp, h), G.ATTN_OUT: (tokens, h, model.q_width / tp)}
 
 
 def mlp_gemm_shapes(model: ModelSpec, tokens: float, width: float) -> dict:
     """(m, n, k) of an FFN of intermediate ``width`` (already divided by its tensor parallelism);
     SwiGLU's gate and up projections are one fused GEMM."""
     up = 2 * width if model.activation == "swiglu" else width
-    return {"mlp_up": (tokens, up, model.hidden), "mlp_down": (tokens, model.hidden, width)}
+    return {G.MLP_UP: (tokens, up, model.hidden), G.MLP_DOWN: (tokens, model.hidden, width)}
 
 
 def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool = False) -> dict:

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from . import compute, expert_parallel, kv_cache, memory
-from .choices import MoeDispatcher
+from .choices import LayerGemm, MoeDispatcher
 from .errors import ProblemError
 from .pipeline import stage_layer_counts
 from .placement import Group, Layout, collective_time_s, layout, topology_decides
@@ -269,6 +269,25 @@ def gemm_kernel_time_s(device, m: float, n: float, k: float, workload: Inference
     )
 
 
+@functools.cache
+def gemm_workload(workload: InferenceWorkload, name: str) -> InferenceWorkload:
+    """The workload layer GEMM ``name`` (``choices.LayerGemm``) runs under: at 16 bits, its weights stored and computed
+    so, where the checkpoint leaves it unquantised (``workload.unquantised_gemms``; ModelOpt's NVFP4 DeepSeek-R1
+    excludes MLA's fused_a, q_b_proj and kv_b_proj: closed/NVIDIA/code/deepseek-r1/tensorrt/hf_quant_config.json
+    of MLPerf Inference v5.1), else the workload itself."""
+    if name not in workload.unquantised_gemms:
+        return workload
+    wide = activation_precision(workload.precision)
+    return dataclasses.replace(workload, precision=wide, weight_precision=wide)
+
+
+def unquantised_gemm_params(model: ModelSpec, workload: InferenceWorkload, tp: int, moe_layer: bool) -> float:
+    """Weights of one layer's GEMMs that ``workload.unquantised_gemms`` leaves at 16 bits, on one tensor-parallel rank:
+    n·k of each GEMM's per-rank shape (``compute.layer_gemm_shapes``; MLA's down-projections replicated), parameters."""
+    shapes = compute.layer_gemm_shapes(model, 1, tp, moe_layer)
+    return sum(n * k for name, (_, n, k) in shapes.items() if name in workload.unquantised_gemms)
+
+
 def active_experts(local_experts: float, rows: float) -> float:
     """Expected experts of ``local_experts`` that receive at least one of ``rows`` routed rows
     spread uniformly: E·(1 - (1 - 1/E)^rows) (occupancy of rows balls in E bins), experts. At
@@ -422,7 +441,8 @@ def layer_time(
     """One layer (dense, or MoE with ``moe_layer``) of pass ``p`` on one GPU of a tp-way replica,
     its groups where ``layouts`` ({'tp', 'ep': Layout}, ``serving_layouts``) put them.
 
-    GEMMs on all the pass's tokens (``compute.layer_gemm_shapes``; weights at their stored width),
+    GEMMs on all the pass's tokens (``compute.layer_gemm_shapes``; weights at their stored width, those the
+    checkpoint leaves unquantised at 16 bits: ``gemm_workload``),
     decode attention on the cache plus prefill attention on the prompt tokens, the memory-bound
     norms, activations and residual adds (``compute.elementwise_forward_bytes``, no dropout) plus
     writing the new tokens' K and V to the cache, the tp all-reduces and the ep all-to-all.
@@ -432,8 +452,8 @@ def layer_time(
     tokens = p.tokens
     layouts = layouts or serving_layouts(system, tp, 1, ep)
     gemm = sum(
-        gemm_kernel_time_s(device, m, n, k, workload)
-        for m, n, k in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).values()
+        gemm_kernel_time_s(device, m, n, k, gemm_workload(workload, name))
+        for name, (m, n, k) in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).items()
     )
     if moe_layer:
         gemm += routed_experts_time_s(model, device, workload, tokens, tp, ep)
@@ -528,11 +548,15 @@ def stage_layouts(model: ModelSpec, pp: int) -> list[StageLayout]:
 def stage_weight_bytes(model: ModelSpec, workload: InferenceWorkload, stage: StageLayout, tp: int, ep: int) -> float:
     """Weights on one GPU of a stage, bytes: its layers split by tp at the stored weight width
     (``training.stage_params``), the routed experts split by ep (``training.stage_expert_params``),
-    the embedding (first) and output layer (last) at 16 bits (left unquantised)."""
+    the GEMMs the checkpoint leaves unquantised (``unquantised_gemm_params``) and the embedding (first)
+    and output layer (last) at 16 bits."""
     w = stored_bytes_per_element(workload.weight_precision)
     edge = bytes_per_element(activation_precision(workload.precision))
     layers = stage_params(model, stage.layers, False, False, tp, stage.moe) + stage_expert_params(model, stage.moe, ep)
-    return layers * w + stage_params(model, 0, stage.first, stage.last, tp) * edge
+    wide = stage.dense * unquantised_gemm_params(model, workload, tp, False) + (
+        stage.moe * unquantised_gemm_params(model, workload, tp, True) if stage.moe else 0.0
+    )
+    return layers * w + wide * (edge - w) + stage_params(model, 0, stage.first, stage.last, tp) * edge
 
 
 def activation_bytes(model: ModelSpec, workload: InferenceWorkload, tp: int, p: Pass, last: bool) -> float:
@@ -585,6 +609,19 @@ def check_pool(model: ModelSpec, system: SystemSpec, pool: PoolMapping, prefix: 
         raise exc.located(field=f"{prefix}.pp") from None
 
 
+def check_unquantised_gemms(model: ModelSpec, workload: InferenceWorkload) -> None:
+    """Raise ProblemError when ``workload.unquantised_gemms`` names a GEMM the model's layers do not have."""
+    layer_gemms = set(compute.layer_gemm_shapes(model, 1, 1))
+    if model.moe is not None:
+        layer_gemms |= set(compute.layer_gemm_shapes(model, 1, 1, True))
+    for name in workload.unquantised_gemms:
+        if name not in layer_gemms:
+            raise ProblemError(
+                f"{name} is not a GEMM of {model.name}; allowed: {', '.join(g for g in LayerGemm if g in layer_gemms)}",
+                field="workload.unquantised_gemms",
+            )
+
+
 def check_serving(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, mapping: ServingMapping) -> None:
     """Raise ProblemError naming the mapping field when ``mapping`` cannot serve ``workload``."""
     disaggregated = workload.serving == "disaggregated"
@@ -612,6 +649,7 @@ def check_serving(model: ModelSpec, system: SystemSpec, workload: InferenceWorkl
             "(one in flight per pipeline stage)",
             field="workload.batch",
         )
+    check_unquantised_gemms(model, workload)
     if disaggregated and workload.output_len < 2:
         raise ProblemError(
             "disaggregated serving needs output_len >= 2 (the decode pool makes tokens 2 …)", field="workload.output_len"

@@ -553,6 +553,10 @@ class InferenceWorkload:
     # the smallest batch the engine's CUDA graphs are captured at, with padding on: a drain step of fewer sequences
     # runs as that many (TensorRT-LLM cuda_graph_batch_sizes with cuda_graph_padding_enabled); 1: none
     cuda_graph_min_batch: int = 1
+    # the layer GEMMs (choices.LayerGemm) the quantised checkpoint leaves at 16 bits, weights and compute (a ModelOpt
+    # checkpoint's exclude_modules: nvidia/DeepSeek-R1-FP4 keeps MLA's down- and up-projections in BF16); (): every
+    # layer GEMM at weight_precision and precision
+    unquantised_gemms: tuple = ()
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

@@ -16,7 +16,7 @@ objective: throughput                           # throughput | ttft | tpot | lat
 from __future__ import annotations
 
 from parasol.model import checks
-from parasol.model.choices import ServingMode, ServingObjective
+from parasol.model.choices import LayerGemm, ServingMode, ServingObjective
 from parasol.model.errors import ProblemError
 from parasol.model.inference import check_serving
 from parasol.model.precision import INFERENCE_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
@@ -46,6 +46,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "prompt_output_comoment",
     "output_len_max",
     "cuda_graph_min_batch",
+    "unquantised_gemms",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -105,9 +106,16 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         prompt_output_comoment=_length_moment(data, "prompt_output_comoment", src),
         output_len_max=_output_len_max(data, output_len, dispersion, src),
         cuda_graph_min_batch=_cuda_graph_min_batch(data, cap, src),
+        unquantised_gemms=_unquantised_gemms(data.get("unquantised_gemms", []), src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )
+
+
+def _unquantised_gemms(value, src: str) -> tuple:
+    """``workload.unquantised_gemms``: a list of choices.LayerGemm names (a single name is read as a list of one)."""
+    names = value if isinstance(value, list) else [value]
+    return tuple(dict.fromkeys(checks.choice(name, LayerGemm, "workload.unquantised_gemms", src).value for name in names))
 
 
 # the two moments of the request lengths (inference.mean_decode_context): key -> (least value, whether it is allowed,

@@ -37,6 +37,7 @@ from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
 from parasol.model.fused_grouped_mlp import fused_grouped_mlp_etp_problem, fused_grouped_mlp_problem
 from parasol.model.goodput import MIN_GOODPUT
+from parasol.model.inference import check_unquantised_gemms
 from parasol.model.memory import memory_headroom_bytes
 from parasol.model.nccl_channels import CAPPED_GROUPS, MAX_NCCL_CTAS, cta_caps_problem
 from parasol.model.offload import module_offload_problem
@@ -756,6 +757,11 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             workload = dataclasses.replace(workload, engine=framework.engine)
     constraints = data.get("constraints")  # parsed per system: a headroom in GiB is checked against its device
     inference = workload.kind == "inference"
+    if inference:
+        try:
+            check_unquantised_gemms(model_spec, workload)
+        except ProblemError as exc:
+            raise exc.located(source=source) from None
     if not inference and model_spec.moe is not None and workload.grad_reduce_copy_bytes:
         # DeepSpeed's buffered_allreduce_fallback (15293139f) refuses gradients handed to it with MoE layers
         raise ProblemError(

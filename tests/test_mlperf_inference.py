@@ -32,7 +32,7 @@ def results():
 
 OOS, FIT = "(out of sample)", "(fits serving_gemm)"
 # each family: model | out of sample, or fitted | hardware | runs | mean |error| bound (the measurement of
-# 2026-11-28 + 1 point)
+# 2026-11-28 + 1 point; DeepSeek-R1 of 2026-11-29)
 FAMILY_TABLE = """
 Llama 2 70B    | oos | Hopper FP8              | 8 | 0.069
 Llama 2 70B    | fit | Blackwell FP4           | 2 | 0.068
@@ -45,8 +45,8 @@ Llama 3.1 405B | oos | Blackwell FP4           | 16 | 0.021
 Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.241
 Llama 3.1 8B   | oos | Blackwell FP4           | 7 | 0.158
 Llama 3.1 8B   | oos | Hopper FP8              | 2 | 0.085
-DeepSeek-R1    | oos | Blackwell FP4           | 6 | 0.218
-DeepSeek-R1    | oos | Blackwell Ultra FP4     | 2 | 0.268
+DeepSeek-R1    | oos | Blackwell FP4           | 6 | 0.166
+DeepSeek-R1    | oos | Blackwell Ultra FP4     | 2 | 0.208
 """
 
 
@@ -192,7 +192,9 @@ def test_error_as_measured(results):
     (TensorRT-LLM holds max_batch_size x pp sequences) and the serving GEMM share refitted on that (0.72): Llama 2 70B
     Blackwell -6.9, -4.8 % (v5.0), v5.1 -9.2 to +19.3 %; Mixtral B200 -10.2 %; Llama 3.1 405B B200 and GB200 v5.0 +7.8,
     +12.1 %, v5.1 -1.4 to +4.8 %, GB300 +23.1 %; 8B on B200 +10.5 to +19.4 %; DeepSeek-R1 +11.1 to +32.1 %; Hopper
-    unchanged. Bounds: the measurements + 1 point."""
+    unchanged. Since the NVFP4 checkpoint's MLA projections are stored and computed at 16 bits (its hf_quant_config's
+    exclude_modules; workload.unquantised_gemms; measured 2026-11-29): DeepSeek-R1 +6.5 to +26.6 % (Blackwell 15.6 %,
+    Blackwell Ultra 19.8 %), the rest unchanged. Bounds: the measurements + 1 point."""
     assert all(r.error > 0 for r in results if r.problem.system().device.architecture == "blackwell-ultra")
     for name, (_, bound) in FAMILIES.items():
         assert statistics.fmean(abs(r.error) for r in _family(results, name)) <= bound, name
