@@ -442,7 +442,8 @@ def layer_time(
     its groups where ``layouts`` ({'tp', 'ep': Layout}, ``serving_layouts``) put them.
 
     GEMMs on all the pass's tokens (``compute.layer_gemm_shapes``; weights at their stored width, those the
-    checkpoint leaves unquantised at 16 bits: ``gemm_workload``),
+    checkpoint leaves unquantised at 16 bits: ``gemm_workload``; all but the routed experts' paced by the busiest
+    replica where the experts span replicas: ``replica_wait``),
     decode attention on the cache plus prefill attention on the prompt tokens, the memory-bound
     norms, activations and residual adds (``compute.elementwise_forward_bytes``, no dropout) plus
     writing the new tokens' K and V to the cache, the tp all-reduces and the ep all-to-all.
@@ -451,10 +452,12 @@ def layer_time(
     device = system.device
     tokens = p.tokens
     layouts = layouts or serving_layouts(system, tp, 1, ep)
+    wait = replica_wait(workload, tp, ep)
     gemm = sum(
         gemm_kernel_time_s(device, m, n, k, gemm_workload(workload, name))
         for name, (m, n, k) in compute.layer_gemm_shapes(model, tokens, tp, moe_layer).items()
     )
+    gemm *= wait
     if moe_layer:
         gemm += routed_experts_time_s(model, device, workload, tokens, tp, ep)
     attention = decode_attention_time_s(
@@ -464,11 +467,22 @@ def layer_time(
     nbytes += tokens * kv_cache.kv_bytes_per_token(model, workload.kv_precision, tp)
     return LayerTime(
         gemm=gemm,
-        attention=attention,
-        elementwise=compute.memory_bound_time_s(device, nbytes),
-        tp_comm=tp_allreduce_time_s(model, system, workload, tokens, layouts["tp"]),
+        attention=attention * wait,
+        elementwise=compute.memory_bound_time_s(device, nbytes) * wait,
+        tp_comm=tp_allreduce_time_s(model, system, workload, tokens, layouts["tp"]) * wait,
         ep_comm=ep_alltoall_time_s(model, system, workload, tokens, tp, layouts["ep"]) if moe_layer else 0.0,
     )
+
+
+def replica_wait(workload: InferenceWorkload, tp: int, ep: int) -> float:
+    """How much longer a replica's own work between two expert exchanges takes for waiting on the busiest replica of
+    its expert-parallel group, dimensionless: 1/``workload.attention_dp_balance`` where the experts span ep/tp > 1
+    replicas (TensorRT-LLM's and SGLang's attention data parallelism: every MoE layer's exchange synchronises them),
+    else 1. The balance is the mean over the maximum of the tokens the replicas bring to a step (TensorRT-LLM's
+    balance ratio, tech blog 10, "ADP Balance Strategy"); a replica's attention, projections, norms and tensor-parallel
+    all-reduces scale with its tokens, so the busiest replica's take the mean's time over the balance. The routed
+    experts and the exchange are the group's shared work, balanced by the routing, and do not wait."""
+    return 1.0 / workload.attention_dp_balance if ep > tp else 1.0
 
 
 # ---------------------------------------------------------------- edges, pipeline
@@ -484,12 +498,16 @@ def step_overhead_s(system: SystemSpec) -> float:
     return system.device.serving_step_overhead_s
 
 
-def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, p: Pass) -> tuple[float, float]:
+def edge_times(
+    model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tp: int, p: Pass, ep: int = 1
+) -> tuple[float, float]:
     """(first stage, last stage) extra seconds of a pass: the embedding gather of its tokens
     (``compute.embedding_forward_time_s``); the output projection of the rows that sample (only
     the last position of a prompt: TensorRT-LLM's gather_last_token_logits, vLLM) kept at 16 bits
     as quantisation recipes leave lm_head unquantised (NVIDIA ModelOpt defaults), plus reading its
-    fp32 logits to sample."""
+    fp32 logits to sample. Each replica's own, paced by the busiest where the experts span replicas
+    (``replica_wait``)."""
+    wait = replica_wait(workload, tp, ep)
     device = system.device
     act = activation_precision(workload.precision)
     first = compute.embedding_forward_time_s(model, device, workload.precision, p.tokens)
@@ -497,7 +515,7 @@ def edge_times(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload
         device, p.rows, model.vocab / tp, model.hidden, act, None, device.weight_streaming_efficiency_for(act)
     )
     sample = compute.memory_bound_time_s(device, p.rows * model.vocab / tp * LOGIT_BYTES)
-    return first, logits + sample
+    return first * wait, (logits + sample) * wait
 
 
 def p2p_time_s(model: ModelSpec, system: SystemSpec, workload: InferenceWorkload, tokens: float, pp_layout: Layout) -> float:

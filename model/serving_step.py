@@ -116,7 +116,7 @@ def _pass_layers(ctx: ServingContext, kind: str, tp, ep, micro_batch, tp_group, 
     layouts = {"tp": tp_group, "ep": ep_group}
     dense = layer_time(model, system, wl, tp, ep, p, False, layouts).total
     moe = layer_time(model, system, wl, tp, ep, p, True, layouts).total if model.moe is not None else 0.0
-    first, last = edge_times(model, system, wl, tp, p)
+    first, last = edge_times(model, system, wl, tp, p, ep)
     return dense, moe, first, last, step_overhead_s(system)
 
 
@@ -651,7 +651,7 @@ def _pass_breakdown(ctx: ServingContext, pool: PoolMapping, p: Pass) -> dict:
     layouts = serving_layouts(system, pool.tp, pool.pp, pool.ep)
     dense = layer_time(model, system, wl, pool.tp, pool.ep, p, False, layouts)
     moe = layer_time(model, system, wl, pool.tp, pool.ep, p, True, layouts) if model.moe is not None else None
-    edges = edge_times(model, system, wl, pool.tp, p)
+    edges = edge_times(model, system, wl, pool.tp, p, pool.ep)
 
     def stage_s(s):
         return (

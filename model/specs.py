@@ -557,6 +557,9 @@ class InferenceWorkload:
     # checkpoint's exclude_modules: nvidia/DeepSeek-R1-FP4 keeps MLA's down- and up-projections in BF16); (): every
     # layer GEMM at weight_precision and precision
     unquantised_gemms: tuple = ()
+    # where the experts span ep/tp > 1 replicas (attention data parallelism), the mean over the maximum of the tokens
+    # the replicas bring to a step: their own work runs at the busiest's pace (inference.replica_wait); 1.0: balanced
+    attention_dp_balance: float = 1.0
     kind: str = "inference"
     source: str | None = field(default=None, compare=False)
 

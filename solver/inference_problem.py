@@ -47,6 +47,7 @@ INFERENCE_WORKLOAD_KEYS = (
     "output_len_max",
     "cuda_graph_min_batch",
     "unquantised_gemms",
+    "attention_dp_balance",
     "framework",  # solver/frameworks.py: read by parse_problem
 )
 INFERENCE_OBJECTIVES = tuple(o.value for o in ServingObjective)
@@ -107,6 +108,7 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
         output_len_max=_output_len_max(data, output_len, dispersion, src),
         cuda_graph_min_batch=_cuda_graph_min_batch(data, cap, src),
         unquantised_gemms=_unquantised_gemms(data.get("unquantised_gemms", []), src),
+        attention_dp_balance=checks.fraction(data.get("attention_dp_balance", 1.0), "workload.attention_dp_balance", src),
         engine=_engine(data.get("engine"), src),
         source=src,
     )

@@ -67,18 +67,19 @@ def test_the_interpolation_passes_through_the_measured_rows_and_holds_at_the_end
 
 def test_the_measured_kernels_widen_every_deepseek_r1_runs_surplus():
     """Timed by the measurements (on Hopper MLA decode at FlashMLA's published maximum), every DeepSeek-R1 run
-    (MLPerf v5.1's eight, TensorRT-LLM's blog's three) is predicted faster still (MLPerf's mean |error| 16.7 -> 34.2 %
-    with the NVFP4 checkpoint's MLA projections at 16 bits, 22.0 -> 41.5 % before; the H200 blog run +30.3 -> +38.7 %);
-    and every blog run's measured rate implies a decode step 20 ms or more longer than the model's (58 against 84 ms at
-    384 sequences on the B200): the time the model misses lies outside these kernels. The substitution ends with the
-    block."""
+    (MLPerf v5.1's eight, TensorRT-LLM's blog's three) is predicted faster still (MLPerf's mean |error| 8.1 -> 25.8 %
+    with the NVFP4 checkpoint's MLA projections at 16 bits and the replicas' wait for the busiest, 22.0 -> 41.5 %
+    before both; the H200 blog run +30.3 -> +38.7 %); and every blog run's measured rate implies a decode step 20 ms or
+    more longer than the model's (58 against 84 ms at 384 sequences on the B200): the time the model misses there lies
+    outside these kernels. The substitution ends with the block."""
     decode, routed = inference.decode_attention_time_s, inference.routed_experts_time_s
     runs = {r["run"]: r for r in deepseek_kernels.whole_runs(2.014e15)}
     assert inference.decode_attention_time_s is decode and inference.routed_experts_time_s is routed
     mlperf = [r for r in runs.values() if r["source"] == "mlperf"]
     blog = [r for r in runs.values() if r["source"] == "trtllm-blog"]
     assert len(mlperf) == 8 and len(blog) == 3
-    assert all(r["measured_kernels_error"] > r["model_error"] > 0.05 for r in runs.values())
+    assert all(r["measured_kernels_error"] > r["model_error"] for r in runs.values())
+    assert all(r["model_error"] > 0.25 for r in blog)
     assert 0.37 <= runs["trtllm-blog-h200-deepseek-r1-fp8-1k-2k"]["measured_kernels_error"] <= 0.40
-    assert 0.33 <= sum(r["measured_kernels_error"] for r in mlperf) / len(mlperf) <= 0.355
+    assert 0.25 <= sum(r["measured_kernels_error"] for r in mlperf) / len(mlperf) <= 0.27
     assert all(r["implied_step_ms"] - max(r["model_tpot_ms"], r["measured_kernels_tpot_ms"]) >= 20.0 for r in blog)

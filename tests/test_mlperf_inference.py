@@ -45,8 +45,8 @@ Llama 3.1 405B | oos | Blackwell FP4           | 16 | 0.021
 Llama 3.1 405B | oos | Blackwell Ultra FP4     | 1 | 0.241
 Llama 3.1 8B   | oos | Blackwell FP4           | 7 | 0.158
 Llama 3.1 8B   | oos | Hopper FP8              | 2 | 0.085
-DeepSeek-R1    | oos | Blackwell FP4           | 6 | 0.166
-DeepSeek-R1    | oos | Blackwell Ultra FP4     | 2 | 0.208
+DeepSeek-R1    | oos | Blackwell FP4           | 6 | 0.084
+DeepSeek-R1    | oos | Blackwell Ultra FP4     | 2 | 0.110
 """
 
 
@@ -194,7 +194,10 @@ def test_error_as_measured(results):
     +12.1 %, v5.1 -1.4 to +4.8 %, GB300 +23.1 %; 8B on B200 +10.5 to +19.4 %; DeepSeek-R1 +11.1 to +32.1 %; Hopper
     unchanged. Since the NVFP4 checkpoint's MLA projections are stored and computed at 16 bits (its hf_quant_config's
     exclude_modules; workload.unquantised_gemms; measured 2026-11-29): DeepSeek-R1 +6.5 to +26.6 % (Blackwell 15.6 %,
-    Blackwell Ultra 19.8 %), the rest unchanged. Bounds: the measurements + 1 point."""
+    Blackwell Ultra 19.8 %), the rest unchanged. Since the 8 replicas that share each MoE layer wait for the busiest
+    (workload.attention_dp_balance 0.877, TensorRT-LLM's measured balance with the ADP balance scheduler the configs
+    enable; measured 2026-11-29): DeepSeek-R1 -1.4 to +17.3 % (Blackwell 7.5 %, Blackwell Ultra 9.9 %). Bounds: the
+    measurements + 1 point."""
     assert all(r.error > 0 for r in results if r.problem.system().device.architecture == "blackwell-ultra")
     for name, (_, bound) in FAMILIES.items():
         assert statistics.fmean(abs(r.error) for r in _family(results, name)) <= bound, name
