@@ -382,9 +382,27 @@ def emit_deepspeed(problem, num_gpus: int, m) -> str:
 
 
 def _replicas(pool, text: str, role: str = "") -> str:
+    """``text`` behind the line that says how many copies of the server the pool runs: one per replica, or one per
+    expert-parallel group of ``attention_dp_ranks`` replicas."""
     note = f"# {role}: " if role else "# "
-    head = f"{note}{pool.dp} copies of this server behind a load balancer (dp {pool.dp})\n" if pool.dp > 1 else ""
+    ranks = attention_dp_ranks(pool)
+    copies = pool.dp // ranks
+    what = f"dp {pool.dp}" if ranks == 1 else f"dp {pool.dp} in groups of {ranks} attention data-parallel ranks"
+    head = f"{note}{copies} copies of this server behind a load balancer ({what})\n" if copies > 1 else ""
     return head + text
+
+
+def attention_dp_ranks(pool) -> int:
+    """Replicas that share one expert-parallel group (ep/tp where ep > tp; else 1): one server runs them as attention
+    data-parallel ranks (TensorRT-LLM enable_attention_dp, SGLang --enable-dp-attention), each with its own sequences."""
+    return pool.ep // pool.tp if pool.ep > pool.tp else 1
+
+
+def _balance_note(w, ranks: int) -> str:
+    return (
+        f"# {ranks} attention data-parallel ranks share the experts; the plan assumes their tokens a step balanced to "
+        f"{w.attention_dp_balance:g} (workload.attention_dp_balance)\n"
+    )
 
 
 def _serving_pools(m) -> list[tuple[str, object]]:
@@ -420,16 +438,24 @@ def emit_trtllm(problem, num_gpus: int, m) -> str:
     w = problem.workload
     _require(m.prefill is None, "a disaggregated plan (trtllm profile: static or continuous)")
     pool = m.decode
-    args = [("--tp_size", pool.tp), ("--pp_size", pool.pp)]
+    ranks = attention_dp_ranks(pool)
+    if ranks > 1:
+        _require(pool.tp == 1 and pool.pp == 1, "attention data parallelism over replicas of tp or pp > 1 (one rank each)")
+    args = [("--tp_size", pool.tp * ranks), ("--pp_size", pool.pp)]
     if pool.ep > 1:
         args.append(("--ep_size", pool.ep))
     args += [
-        ("--max_batch_size", m.batch // pool.pp),  # per micro-batch: the engine holds pp of them in flight
+        # per micro-batch (the engine holds pp of them in flight); under attention data parallelism per rank
+        ("--max_batch_size", m.batch // pool.pp),
         ("--max_seq_len", _longest_sequence(w)),
         ("--max_num_tokens", _pass_budget(w, m)),
         ("--kv_cache_free_gpu_memory_fraction", w.kv_cache_memory_fraction),
     ]
-    text = command_line(["trtllm-serve", problem.model.name], args)
+    head = ""
+    if ranks > 1:  # LLM API options only a YAML file carries (TensorRT-LLM docs: "attention data parallelism")
+        args.append(("--extra_llm_api_options", "attention_dp.yaml"))
+        head = _balance_note(w, ranks) + "cat > attention_dp.yaml <<'EOF'\nenable_attention_dp: true\nEOF\n"
+    text = head + command_line(["trtllm-serve", problem.model.name], args)
     if {w.precision, w.weight_precision, w.kv_precision} - {"bf16", "fp16"}:
         text = (
             f"# a checkpoint quantized for {w.weight_precision} weights, {w.precision} GEMMs, {w.kv_precision} KV cache "
@@ -446,13 +472,16 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
     w = problem.workload
     texts = []
     for role, pool in _serving_pools(m):
-        args = [("--model-path", problem.model.name), ("--tp-size", pool.tp), ("--pp-size", pool.pp)]
+        ranks = attention_dp_ranks(pool)
+        args = [("--model-path", problem.model.name), ("--tp-size", pool.tp * ranks), ("--pp-size", pool.pp)]
         if pool.ep > 1:
             args.append(("--ep-size", pool.ep))
+        if ranks > 1:  # the server's tp-size GPUs as dp-size attention groups of tp each
+            args += [("--enable-dp-attention", None), ("--dp-size", ranks)]
         if role:
             args.append(("--disaggregation-mode", role))
-        if role != "prefill":
-            args.append(("--max-running-requests", m.batch))
+        if role != "prefill":  # the server's whole: each attention data-parallel worker takes its dp-size-th
+            args.append(("--max-running-requests", m.batch * ranks))
         # SGLang's budgets count prompt tokens only; its chunk size bounds a pass's prompt tokens too
         budget = pass_token_budget(w) if role == "prefill" else _pass_budget(w, m, prefill_only=True)
         args += [
@@ -464,7 +493,8 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
             args.append(("--quantization", SGLANG_WEIGHTS[w.weight_precision]))
         _require(w.weight_precision != "int4", "int4 weights (not in the SGLang profile)")
         args.append(("--kv-cache-dtype", SGLANG_KV[w.kv_precision]))
-        texts.append(_replicas(pool, command_line(["python", "-m", "sglang.launch_server"], args), role))
+        note = _balance_note(w, ranks) if ranks > 1 else ""
+        texts.append(_replicas(pool, note + command_line(["python", "-m", "sglang.launch_server"], args), role))
     return "\n\n".join(texts)
 
 

@@ -80,3 +80,30 @@ def test_a_balance_outside_0_to_1_is_refused_in_one_line(tmp_path, value):
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     for needle in (str(path), "workload.attention_dp_balance", "(0, 1]"):
         assert needle in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("framework", ["trtllm", "sglang"])
+def test_a_plan_whose_replicas_share_experts_launches_one_server_per_expert_group(tmp_path, framework):
+    """tp 1, ep 8 on 16 GPUs: two servers of 8 GPUs, each running its 8 replicas as attention data-parallel ranks
+    (TensorRT-LLM: --tp_size 8 --ep_size 8 and enable_attention_dp in the LLM API options file, max_batch_size per
+    rank; SGLang: --tp-size 8 --enable-dp-attention --dp-size 8, max-running-requests the server's whole), with the
+    balance the plan assumed in a comment."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["system"]["num_gpus"] = 16
+    data["mapping"] = {"tp": 1, "pp": 1, "ep": 8, "dp": 16}
+    data["workload"].update(framework=framework, requests=None)
+    data["workload"] = {
+        k: v for k, v in data["workload"].items() if v is not None and k not in ("output_len_max", "cuda_graph_min_batch")
+    }
+    proc = run_main(["solve", str(write_yaml(tmp_path / "p.yaml", data)), "--emit"])
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    batch = int(text.split("--max_batch_size " if framework == "trtllm" else "--max-running-requests ")[1].split()[0])
+    assert "2 copies of this server" in text and "groups of 8 attention data-parallel ranks" in text
+    assert "balanced to 0.877" in text
+    if framework == "trtllm":
+        assert "--tp_size 8" in text and "--ep_size 8" in text and "enable_attention_dp: true" in text
+        assert "--extra_llm_api_options attention_dp.yaml" in text and 100 < batch <= 512
+    else:
+        assert "--tp-size 8" in text and "--enable-dp-attention" in text and "--dp-size 8" in text
+        assert batch % 8 == 0 and 800 < batch <= 8 * 512
