@@ -115,8 +115,9 @@ def parse_inference_workload(data: dict, src: str) -> InferenceWorkload:
 
 
 def _unquantised_gemms(value, src: str) -> tuple:
-    """``workload.unquantised_gemms``: a list of choices.LayerGemm names (a single name is read as a list of one)."""
-    names = value if isinstance(value, list) else [value]
+    """``workload.unquantised_gemms``: a list of choices.LayerGemm names (a single name is read as a list of one; an
+    empty key, as none)."""
+    names = [] if value is None else value if isinstance(value, list) else [value]
     return tuple(dict.fromkeys(checks.choice(name, LayerGemm, "workload.unquantised_gemms", src).value for name in names))
 
 

@@ -16,6 +16,7 @@ from parasol.model.choices import LayerGemm
 from parasol.model.precision import stored_bytes_per_element
 from parasol.model.specs import InferenceWorkload
 from parasol.solver.library import load_model, load_system
+from parasol.solver.problem import parse_problem
 
 MLA_PROJECTIONS = ("q_down", "q_up", "kv_down", "kv_up")
 FP4 = InferenceWorkload(input_len=804, output_len=3736, precision="fp4", weight_precision="fp4", kv_precision="fp8")
@@ -104,3 +105,11 @@ def test_a_gemm_that_is_not_one_is_refused_in_one_line(tmp_path, model, mapping,
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     for needle in (str(tmp_path / "p.yaml"), *needles):
         assert needle in proc.stderr, proc.stderr
+
+
+def test_an_empty_or_single_entry_reads_as_a_list():
+    """``unquantised_gemms:`` left empty names nothing; a single name is a list of one; repeats count once."""
+    data = yaml.safe_load((REPO / "problems" / "examples" / "deepseek-r1-offline-b200.yaml").read_text())
+    for value, expected in ((None, ()), ("q_up", ("q_up",)), (["kv_up", "kv_up", "q_up"], ("kv_up", "q_up"))):
+        data["workload"]["unquantised_gemms"] = value
+        assert parse_problem(data, "p.yaml").workload.unquantised_gemms == expected
