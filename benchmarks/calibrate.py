@@ -35,7 +35,9 @@ Training v6.0's DeepSeek-V3 runs).
 --attention prints the training flash-attention curve the H100-class device files hold
 (efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
 shapes (heads, head dims) of cuDNN's causal forward+backward fraction of the datasheet bf16 peak
-(problems/measurements/h200-microbench.yaml; FLOPs 3.5 x 4·b·heads·s²·d x 0.5). Measured, not fitted.
+(problems/measurements/h200-microbench.yaml; FLOPs 3.5 x 4·b·heads·s²·d x 0.5), then beyond the longest
+measured length (8K) the last median grown as cuDNN's published H200 SDPA training rows grow to 16K and 32K
+(published_kernels.yaml cudnn_sdpa_training). Measured, not fitted.
 
 --engine NAME fits a serving-engine profile (problems/engines/NAME.yaml): for each device the profile
 covers, the efficiencies it sets (``stream``, the HBM fraction weight GEMMs reach; ``gemm``, the share of
@@ -171,6 +173,30 @@ def attention_curve() -> tuple[tuple, tuple]:
             by_seq.setdefault(e["seq"], []).append(flops / (e["fwd_bwd"]["seconds"] * H200_BF16_PEAK))
     seqs = tuple(sorted(by_seq))
     return seqs, tuple(round(statistics.median(by_seq[s]), 3) for s in seqs)
+
+
+PUBLISHED_ATTENTION = "measurements/published_kernels.yaml"
+
+
+def attention_growth_beyond(last_seq: int) -> dict:
+    """{sequence length: efficiency over that at ``last_seq``} for the lengths beyond ``last_seq`` that cuDNN's
+    published H200 SDPA training rows reach (published_kernels.yaml cudnn_sdpa_training, grouped heads: Llama 3.1
+    405B's 64/8, causal, bf16 forward + backward): how cuDNN's causal attention keeps gaining past our measurement's
+    longest sequence. The FLOPs of a row grow as s², so the ratio is (s/last)² x t(last)/t(s)."""
+    from parasol.solver import library  # noqa: PLC0415
+
+    rows = yaml.safe_load((library.library_root() / PUBLISHED_ATTENTION).read_text())["cudnn_sdpa_training"]["grouped"]["h200"]
+    seconds = {int(s): row[0] + row[1] for s, row in rows.items()}
+    return {s: (s / last_seq) ** 2 * seconds[last_seq] / t for s, t in sorted(seconds.items()) if s > last_seq}
+
+
+def attention_curve_extended() -> tuple[tuple, tuple]:
+    """The curve the Hopper and Blackwell device files hold: the measured medians (``attention_curve``), then beyond the
+    longest measured sequence the last median grown as cuDNN's published H200 rows grow (``attention_growth_beyond``)
+    [assumption: the median over our shapes gains past 8K as the published grouped-query shape does]."""
+    seqs, effs = attention_curve()
+    growth = attention_growth_beyond(seqs[-1])
+    return seqs + tuple(growth), effs + tuple(round(effs[-1] * g, 3) for g in growth.values())
 
 
 def moe_expert_fit(calibration) -> tuple[float, float]:
@@ -432,9 +458,11 @@ def main() -> int:
         return fit_serving_gemm()
     if args.attention:
         seqs, effs = attention_curve()
-        print(
-            f"efficiency.attention_by_tokens (cuDNN causal fwd+bwd, median over shapes): tokens {list(seqs)}, efficiency {list(effs)}"
-        )
+        print(f"measured (cuDNN causal fwd+bwd, median over shapes): tokens {list(seqs)}, efficiency {list(effs)}")
+        for length, gain in attention_growth_beyond(seqs[-1]).items():
+            print(f"published cuDNN H200 rows: {length} tokens {gain:.4f}x the {seqs[-1]}-token efficiency")
+        seqs, effs = attention_curve_extended()
+        print(f"efficiency.attention_by_tokens: tokens {list(seqs)}, efficiency {list(effs)}")
         return 0
     if args.engine:
         try:

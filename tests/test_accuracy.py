@@ -110,10 +110,11 @@ def test_moe_long_context_runs_stay_within_their_measured_bound(results):
     added 2026-11-27): +24.1, +28.6, +31.8, +32.4 % when added, growing with attention's share of the
     step (70 % at 128K) while flash attention was timed at one efficiency (0.415, the median of the H200
     measurements at 1K to 8K tokens). With the measured curve by key length in the files
-    (efficiency.attention_by_tokens) and everything refitted: +17.4 to +19.4 %. The bound keeps the
-    figure from drifting."""
+    (efficiency.attention_by_tokens) and everything refitted: +17.4 to +19.4 %. Since the curve grows past our
+    8K measurement as cuDNN's published H200 rows do (these runs' calls attend 16K keys; measured 2026-11-29):
+    +10.8 to +13.3 % (12.4 %). Bounds: the measurement + about one point."""
     errors = [abs(r.error) for r in results if r.family == MOE_LONG_CONTEXT]
-    assert len(errors) == 4 and statistics.fmean(errors) <= 0.21 and max(errors) <= 0.22
+    assert len(errors) == 4 and statistics.fmean(errors) <= 0.135 and max(errors) <= 0.145
 
 
 def test_the_long_context_step_times_follow_the_model_zoos_causal_flop_count():

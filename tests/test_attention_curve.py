@@ -90,13 +90,14 @@ def test_the_measured_curve_rises_with_the_sequence_and_its_median_is_the_files_
 
 def test_the_hopper_and_blackwell_files_hold_the_measured_curve():
     """The device files that carry ``attention_by_tokens`` hold what calibrate.py --attention prints from
-    the H200 measurement (Blackwell takes it: no Blackwell cuDNN measurement at hand); Blackwell Ultra
-    (B300, GB300) takes it faster by its softmax rate (benchmarks/device_curves.py, tests/test_device_curves.py)."""
+    the H200 measurement, grown past its 8K by cuDNN's published H200 rows (Blackwell takes it: no Blackwell cuDNN
+    measurement of our own); Blackwell Ultra (B300, GB300) takes it faster by its softmax rate
+    (benchmarks/device_curves.py, tests/test_device_curves.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import calibrate  # noqa: PLC0415  benchmarks/calibrate.py
     import device_curves  # noqa: PLC0415  benchmarks/device_curves.py
 
-    tokens, efficiency = calibrate.attention_curve()
+    tokens, efficiency = calibrate.attention_curve_extended()
     published = yaml.safe_load(device_curves.PUBLISHED.read_text())["blackwell_ultra_softmax"]
     ultra = device_curves.softmax_speedups(published).training
     for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "b200", "b300", "gb200", "gb300"):
@@ -104,3 +105,22 @@ def test_the_hopper_and_blackwell_files_hold_the_measured_curve():
         assert device.attention_tokens == tuple(float(t) for t in tokens), name
         scale = ultra if name in device_curves.BLACKWELL_ULTRA else 1.0
         assert device.attention_curve == pytest.approx(tuple(e * scale for e in efficiency), abs=5e-4), name
+
+
+def test_beyond_the_measurement_the_curve_grows_as_cudnns_published_h200_rows_do():
+    """Past our own measurement's 8K keys the curve takes cuDNN's published H200 gain (Llama 3.1 405B's grouped heads,
+    causal, bf16 forward + backward: 1.064x at 16K, 1.073x at 32K, the FLOPs over the rows' times); the gain is
+    counted from the published milliseconds, not restated, and is small, positive and saturating."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import calibrate  # noqa: PLC0415  benchmarks/calibrate.py
+
+    rows = yaml.safe_load((library.library_root() / "measurements" / "published_kernels.yaml").read_text())
+    h200 = rows["cudnn_sdpa_training"]["grouped"]["h200"]
+    growth = calibrate.attention_growth_beyond(8192)
+    assert set(growth) == {16384, 32768}
+    assert growth[16384] == pytest.approx(4 * sum(h200[8192][:2]) / sum(h200[16384][:2]))
+    assert 1.0 < growth[16384] < growth[32768] < 1.1
+    tokens, efficiency = calibrate.attention_curve_extended()
+    assert tokens == (1024, 2048, 4096, 8192, 16384, 32768) and list(efficiency) == sorted(efficiency)
+    h100 = library.load_device("h100-sxm-80gb")
+    assert h100.attention_efficiency_at(131072) == h100.attention_efficiency_at(32768) == efficiency[-1]
