@@ -181,13 +181,14 @@ PUBLISHED_ATTENTION = "measurements/published_kernels.yaml"
 def attention_growth_beyond(last_seq: int) -> dict:
     """{sequence length: efficiency over that at ``last_seq``} for the lengths beyond ``last_seq`` that cuDNN's
     published H200 SDPA training rows reach (published_kernels.yaml cudnn_sdpa_training, grouped heads: Llama 3.1
-    405B's 64/8, causal, bf16 forward + backward): how cuDNN's causal attention keeps gaining past our measurement's
-    longest sequence. The FLOPs of a row grow as s², so the ratio is (s/last)² x t(last)/t(s)."""
+    405B's 64/8, causal, bf16 forward + backward; device_curves.cudnn_growth_beyond): how cuDNN's causal attention
+    keeps gaining past our measurement's longest sequence on Hopper."""
+    from device_curves import cudnn_growth_beyond  # noqa: PLC0415  benchmarks/device_curves.py
+
     from parasol.solver import library  # noqa: PLC0415
 
     rows = yaml.safe_load((library.library_root() / PUBLISHED_ATTENTION).read_text())["cudnn_sdpa_training"]["grouped"]["h200"]
-    seconds = {int(s): row[0] + row[1] for s, row in rows.items()}
-    return {s: (s / last_seq) ** 2 * seconds[last_seq] / t for s, t in sorted(seconds.items()) if s > last_seq}
+    return cudnn_growth_beyond(rows, last_seq)
 
 
 def attention_curve_extended() -> tuple[tuple, tuple]:

@@ -19,8 +19,10 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
-- attention (Blackwell): the Hopper measurements [assumption; cuDNN's own causal attention on GB200 reaches 0.93-0.97 of
-  H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200: tests/test_fp8_attention.py]; on
+- attention (Blackwell): the Hopper measurements up to their 8K keys [assumption; cuDNN's own causal attention on GB200
+  reaches 0.93-0.97 of H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200:
+  tests/test_fp8_attention.py], beyond them grown as cuDNN's published grouped rows of the device's family grow (GB200's
+  for B200 and GB200, GB300's for B300 and GB300; ``cudnn_growth_beyond``); on
   Blackwell Ultra (B300, GB300) faster by its doubled softmax exponential rate (published_kernels.yaml
   blackwell_ultra_softmax). Rule [assumption] (model/fp8_attention.py, serial_pass_time): a score element
   costs its tensor-core work M plus its exponential E, one after the other; the FP8 forward's M is half the
@@ -222,11 +224,26 @@ def derive() -> dict:
         )
         fwd, train = (ultra.forward, ultra.training) if ultra_device else (1.0, 1.0)
         out[device]["attention"] = round(hopper.attention_efficiency * fwd, DIGITS)
+        measured = [(t, y * train) for t, y in zip(hopper.attention_tokens, hopper.attention_curve) if t <= MEASURED_KEYS]
+        growth = cudnn_growth_beyond(pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]], MEASURED_KEYS)
         out[device]["attention_by_tokens"] = (
-            tuple(hopper.attention_tokens),
-            tuple(round(y * train, DIGITS) for y in hopper.attention_curve),
+            tuple(t for t, _ in measured) + tuple(float(t) for t in growth),
+            tuple(round(y, DIGITS) for _, y in measured) + tuple(round(measured[-1][1] * g, DIGITS) for g in growth.values()),
         )
     return out
+
+
+MEASURED_KEYS = 8192  # the longest sequence of our own attention measurement (calibrate.py --attention)
+
+
+def cudnn_growth_beyond(rows: dict, last_seq: int) -> dict:
+    """{sequence length: efficiency over that at ``last_seq``} for the lengths beyond ``last_seq`` of one GPU's cuDNN
+    SDPA training rows (published_kernels.yaml cudnn_sdpa_training, grouped heads, causal, bf16 forward + backward):
+    a row's FLOPs grow as s², so the ratio is (s/last)² x t(last)/t(s). The attention curves go on past our own
+    measurement this way: Hopper's by H200's rows (calibrate.py --attention), Blackwell's by GB200's, Blackwell
+    Ultra's by GB300's."""
+    seconds = {int(s): row[0] + row[1] for s, row in rows.items()}
+    return {s: (s / last_seq) ** 2 * seconds[last_seq] / t for s, t in sorted(seconds.items()) if s > last_seq}
 
 
 def differences(derived: dict) -> list[str]:
