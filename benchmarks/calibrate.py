@@ -178,26 +178,31 @@ def attention_curve() -> tuple[tuple, tuple]:
 PUBLISHED_ATTENTION = "measurements/published_kernels.yaml"
 
 
-def attention_growth_beyond(last_seq: int) -> dict:
-    """{sequence length: efficiency over that at ``last_seq``} for the lengths beyond ``last_seq`` that cuDNN's
-    published H200 SDPA training rows reach (published_kernels.yaml cudnn_sdpa_training, grouped heads: Llama 3.1
-    405B's 64/8, causal, bf16 forward + backward; device_curves.cudnn_growth_beyond): how cuDNN's causal attention
-    keeps gaining past our measurement's longest sequence on Hopper."""
-    from device_curves import cudnn_growth_beyond  # noqa: PLC0415  benchmarks/device_curves.py
-
+def h200_cudnn_rows() -> dict:
+    """cuDNN's published H200 SDPA training rows (published_kernels.yaml cudnn_sdpa_training, grouped heads: Llama 3.1
+    405B's 64/8, causal), by sequence length."""
     from parasol.solver import library  # noqa: PLC0415
 
-    rows = yaml.safe_load((library.library_root() / PUBLISHED_ATTENTION).read_text())["cudnn_sdpa_training"]["grouped"]["h200"]
-    return cudnn_growth_beyond(rows, last_seq)
+    return yaml.safe_load((library.library_root() / PUBLISHED_ATTENTION).read_text())["cudnn_sdpa_training"]["grouped"]["h200"]
+
+
+def attention_growth_beyond(last_seq: int) -> dict:
+    """{sequence length: efficiency over that at ``last_seq``} past ``last_seq`` by cuDNN's published H200 rows
+    (``device_curves.cudnn_growth_beyond``): how cuDNN's causal attention keeps gaining past our measurement on Hopper."""
+    from device_curves import cudnn_growth_beyond  # noqa: PLC0415  benchmarks/device_curves.py
+
+    return cudnn_growth_beyond(h200_cudnn_rows(), last_seq)
 
 
 def attention_curve_extended() -> tuple[tuple, tuple]:
-    """The curve the Hopper and Blackwell device files hold: the measured medians (``attention_curve``), then beyond the
-    longest measured sequence the last median grown as cuDNN's published H200 rows grow (``attention_growth_beyond``)
-    [assumption: the median over our shapes gains past 8K as the published grouped-query shape does]."""
+    """The curve the Hopper device files hold: the measured medians (``attention_curve``), carried past the longest
+    measured sequence by cuDNN's published H200 rows (``device_curves.grown_curve``) [assumption: the median over our
+    shapes gains past 8K as the published grouped-query shape does]."""
+    from device_curves import grown_curve  # noqa: PLC0415  benchmarks/device_curves.py
+
     seqs, effs = attention_curve()
-    growth = attention_growth_beyond(seqs[-1])
-    return seqs + tuple(growth), effs + tuple(round(effs[-1] * g, 3) for g in growth.values())
+    tokens, efficiencies = grown_curve(seqs, effs, h200_cudnn_rows())
+    return tuple(int(t) for t in tokens), efficiencies
 
 
 def moe_expert_fit(calibration) -> tuple[float, float]:

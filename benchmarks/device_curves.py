@@ -225,10 +225,8 @@ def derive() -> dict:
         fwd, train = (ultra.forward, ultra.training) if ultra_device else (1.0, 1.0)
         out[device]["attention"] = round(hopper.attention_efficiency * fwd, DIGITS)
         measured = [(t, y * train) for t, y in zip(hopper.attention_tokens, hopper.attention_curve) if t <= MEASURED_KEYS]
-        growth = cudnn_growth_beyond(pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]], MEASURED_KEYS)
-        out[device]["attention_by_tokens"] = (
-            tuple(t for t, _ in measured) + tuple(float(t) for t in growth),
-            tuple(round(y, DIGITS) for _, y in measured) + tuple(round(measured[-1][1] * g, DIGITS) for g in growth.values()),
+        out[device]["attention_by_tokens"] = grown_curve(
+            [t for t, _ in measured], [y for _, y in measured], pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]]
         )
     return out
 
@@ -244,6 +242,16 @@ def cudnn_growth_beyond(rows: dict, last_seq: int) -> dict:
     Ultra's by GB300's."""
     seconds = {int(s): row[0] + row[1] for s, row in rows.items()}
     return {s: (s / last_seq) ** 2 * seconds[last_seq] / t for s, t in sorted(seconds.items()) if s > last_seq}
+
+
+def grown_curve(tokens, efficiencies, rows: dict) -> tuple[tuple, tuple]:
+    """A measured attention curve (``tokens``, ``efficiencies``) carried past its last point by one GPU's cuDNN rows
+    (``cudnn_growth_beyond``), efficiencies rounded to DIGITS: the curves the device files hold."""
+    growth = cudnn_growth_beyond(rows, int(tokens[-1]))
+    return (
+        tuple(float(t) for t in tokens) + tuple(float(t) for t in growth),
+        tuple(round(y, DIGITS) for y in efficiencies) + tuple(round(efficiencies[-1] * g, DIGITS) for g in growth.values()),
+    )
 
 
 def differences(derived: dict) -> list[str]:
