@@ -7,11 +7,18 @@ h100-sxm-80gb.yaml). For A100 and Blackwell the published measurements in
 problems/measurements/published_kernels.yaml carry them over, one rule per quantity:
 
 - GEMM, bf16 and fp8: the Hopper curve times the device's maximum achievable matmul efficiency over
-  Hopper's, both measured the same way (stas00's MAMF table): e_X(F) = e_Hopper(F) * MAMF_X / MAMF_Hopper.
-  GB300 has no entry: it takes GB200's, whose nominal bf16 and fp8 peaks and superchip it shares
-  [assumption].
-- GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, the Hopper fp8 shape below the first,
-  held above the last; another Blackwell device scales them by its fp8 MAMF over B200's.
+  Hopper's, both measured the same way (stas00's MAMF table), times what a GEMM of F FLOPs loses more of
+  Blackwell's peak than of Hopper's: e_X(F) = e_Hopper(F) * MAMF_X / MAMF_Hopper * P(F). P
+  (``gemm_size_penalty``) is from XLA's GEMM table (problems/measurements/xla_matmul.yaml), which timed one
+  grid of shapes on a Hopper GPU and on a B200: at each F, the median over the shapes within a quarter decade
+  of B200's bf16 share of its peak over Hopper's at the same shape, over the MAMF ratio; 1 beyond the table's
+  largest shapes (5.5e11 FLOPs, where it is 0.96) [assumption: from there on B200 keeps the MAMF ratio]. Every
+  Blackwell device and FP8 take B200's bf16 penalty [assumption: the same SMs and tiles; XLA's Hopper FP8
+  rates exceed the peak and cannot be the reference]. GB300 has no MAMF entry: it takes GB200's, whose nominal
+  bf16 and fp8 peaks and superchip it shares [assumption].
+- GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, held above the last; below the first the
+  Hopper fp8 shape times the size penalty's fall from the first; another Blackwell device scales them by its
+  fp8 MAMF over B200's.
 - memory, stream, stream_fp8, kv_stream: the device's copy bandwidth over its spec, times the ratio to a
   plain copy on the same GPU of, in turn, the layer kernels' median (H200), 16-bit and FP8 decode GEMMs
   streaming their weights and decode attention streaming the KV cache (H100 SXM; h100-sxm-80gb.yaml holds
@@ -66,6 +73,8 @@ from parasol.solver.library import load_device, load_model, names
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
+XLA_MATMUL = ROOT / "problems" / "measurements" / "xla_matmul.yaml"
+PENALTY_HALF_WIDTH = 0.25  # decades of FLOPs either side of a point whose XLA shapes give its size penalty
 H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
 H100 = ROOT / "problems" / "measurements" / "h100-microbench.yaml"
 HOPPER = "h100-sxm-80gb"  # the file holding our measured curves
@@ -118,6 +127,33 @@ def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
     gb200 = dataclasses.replace(load_device("gb200"), low_precision_gemm=(("fp8", *gb200_fp8),))
     dense = 2.0 * m * n * k / gemm_time_s(gb200, m, n, k, "fp8")
     return round(measured["tflops"] * 1e12 / dense, 2)
+
+
+def gemm_size_penalty(xla: dict, mamf_ratio: float):
+    """P(F), dimensionless: how much more of its peak B200 loses than Hopper on a bf16 GEMM of F FLOPs, from XLA's
+    table ``xla`` (xla_matmul.yaml's devices): the median over the shapes within PENALTY_HALF_WIDTH decades of F of
+    B200's share of its dense peak over Hopper's at the same shape, divided by ``mamf_ratio`` (B200's MAMF share over
+    Hopper's, the ratio the curves carry at their best shapes); 1 where no shape is that close and F lies beyond the
+    table [assumption: B200 keeps the MAMF ratio there; its largest shape, 5.5e11 FLOPs, is at 0.96]."""
+    hopper_peak = load_device(HOPPER).peak_flops["bf16"]
+    b200_peak = load_device("b200").peak_flops["bf16"]
+    hopper = {tuple(r[:4]): r[4] for r in xla["h100-sxm-80gb"]["rows"]}
+    ratios = [
+        (math.log10(2.0 * math.prod(r[:4])), (r[4] * 1e12 / b200_peak) / (hopper[tuple(r[:4])] * 1e12 / hopper_peak))
+        for r in xla["b200"]["rows"]
+    ]
+    largest = max(x for x, _ in ratios)
+
+    def penalty(flops: float) -> float:
+        x = math.log10(flops)
+        near = [r for at, r in ratios if abs(at - x) <= PENALTY_HALF_WIDTH]
+        if not near:
+            if x < largest:
+                raise ValueError(f"no shape of XLA's table within {PENALTY_HALF_WIDTH} decades of {flops:.3g} FLOPs")
+            return 1.0
+        return statistics.median(near) / mamf_ratio
+
+    return penalty
 
 
 class SoftmaxSpeedup(NamedTuple):
@@ -186,17 +222,25 @@ def derive() -> dict:
         "stream_fp8": hopper.stream_fp8_efficiency / h100_copy,
         "kv_stream": hopper.kv_stream_efficiency / h100_copy,
     }
+    size = gemm_size_penalty(
+        yaml.safe_load(XLA_MATMUL.read_text())["devices"], _eff(mamf["bf16"]["b200"]) / _eff(mamf["bf16"]["h100"])
+    )
     fp4 = pub["fp4_b200"]
     fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]
     first_x, first_y = fp4_points[0]
-    fp4_below = [(x, y * first_y / hopper.gemm_efficiency_at(first_x, "fp8")) for x, y in zip(fp8_x, fp8_y) if x < first_x]
+    fp4_below = [
+        (x, y * first_y / hopper.gemm_efficiency_at(first_x, "fp8") * size(x) / size(first_x))
+        for x, y in zip(fp8_x, fp8_y)
+        if x < first_x
+    ]
     out = {}
     for device, (bf16_key, fp8_key) in DEVICES.items():
         scale = _eff(mamf["bf16"][bf16_key]) / _eff(mamf["bf16"]["h100"])
-        values = {"gemm": (tuple(bf16_x), tuple(round(y * scale, DIGITS) for y in bf16_y))}
+        penalty = size if fp8_key else (lambda _flops: 1.0)  # Blackwell only (the devices with FP8 tensor cores here)
+        values = {"gemm": (tuple(bf16_x), tuple(round(y * scale * penalty(x), DIGITS) for x, y in zip(bf16_x, bf16_y)))}
         if fp8_key:
             f8 = _eff(mamf["fp8"][fp8_key]) / _eff(mamf["fp8"]["h200"])
-            values["gemm_fp8"] = (tuple(fp8_x), tuple(round(y * f8, DIGITS) for y in fp8_y))
+            values["gemm_fp8"] = (tuple(fp8_x), tuple(round(y * f8 * size(x), DIGITS) for x, y in zip(fp8_x, fp8_y)))
             f4 = _eff(mamf["fp8"][fp8_key]) / _eff(mamf["fp8"]["b200"])
             pts = fp4_below + fp4_points
             values["gemm_fp4"] = (tuple(x for x, _ in pts), tuple(round(y * f4, DIGITS) for _, y in pts))

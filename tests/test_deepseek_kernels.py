@@ -47,10 +47,11 @@ def test_the_measured_mla_decode_runs_near_the_16_bit_peak_and_the_model_twice_a
 
 def test_the_model_times_the_nvfp4_experts_too_fast_where_deepseek_r1_runs(moe):
     """From 1,024 to 4,096 routed rows a shard (DeepSeek-R1's runs compute about 3,000) the model, at the serving GEMM
-    share, takes 0.58-0.62x the measured layer; from 64 to 512 rows 0.87-0.98x."""
+    share, takes 0.64-0.71x the measured layer (0.58-0.62x before the Blackwell GEMM curves carried XLA's size penalty,
+    2026-11-29); from 64 to 512 rows 0.89-0.99x."""
     for tokens in (1024, 2048, 4096):
         assert moe[tokens]["rows"] == pytest.approx(tokens)  # the shard's rows are the group's tokens
-        assert 0.55 <= moe[tokens]["model_over_measured"] <= 0.65
+        assert 0.62 <= moe[tokens]["model_over_measured"] <= 0.73
     for tokens in (64, 128, 256, 512):
         assert 0.85 <= moe[tokens]["model_over_measured"] <= 1.0
 
@@ -67,8 +68,8 @@ def test_the_interpolation_passes_through_the_measured_rows_and_holds_at_the_end
 
 def test_the_measured_kernels_widen_every_deepseek_r1_runs_surplus():
     """Timed by the measurements (on Hopper MLA decode at FlashMLA's published maximum), every DeepSeek-R1 run
-    (MLPerf v5.1's eight, TensorRT-LLM's blog's three) is predicted faster still (MLPerf's mean |error| 8.1 -> 25.8 %
-    with the NVFP4 checkpoint's MLA projections at 16 bits and the replicas' wait for the busiest, 22.0 -> 41.5 %
+    (MLPerf v5.1's eight, TensorRT-LLM's blog's three) is predicted faster still (MLPerf's mean |error| 4.3 -> 18.7 %
+    since the Blackwell GEMM curves carry XLA's size penalty, 8.1 -> 25.8 % before, with the NVFP4 checkpoint's MLA projections at 16 bits and the replicas' wait for the busiest, 22.0 -> 41.5 %
     before both; the H200 blog run +30.3 -> +38.7 %); and every blog run's measured rate implies a decode step 20 ms or
     more longer than the model's (58 against 84 ms at 384 sequences on the B200): the time the model misses there lies
     outside these kernels. The substitution ends with the block."""
@@ -81,5 +82,5 @@ def test_the_measured_kernels_widen_every_deepseek_r1_runs_surplus():
     assert all(r["measured_kernels_error"] > r["model_error"] for r in runs.values())
     assert all(r["model_error"] > 0.25 for r in blog)
     assert 0.37 <= runs["trtllm-blog-h200-deepseek-r1-fp8-1k-2k"]["measured_kernels_error"] <= 0.40
-    assert 0.25 <= sum(r["measured_kernels_error"] for r in mlperf) / len(mlperf) <= 0.27
+    assert 0.18 <= sum(r["measured_kernels_error"] for r in mlperf) / len(mlperf) <= 0.20
     assert all(r["implied_step_ms"] - max(r["model_tpot_ms"], r["measured_kernels_tpot_ms"]) >= 20.0 for r in blog)

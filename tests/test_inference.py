@@ -487,11 +487,12 @@ def test_deepseek_r1_blog_runs_error_as_measured(oos):
     sizes, are predicted too fast as MLPerf's DeepSeek-R1 runs are, further: measured 2026-11-29 +50.8 % (B200, FP8 KV
     cache, 896 a GPU), +52.4 % (B200, 16-bit KV cache, 384) and +30.3 % (H200, 128); since the NVFP4 checkpoint's MLA
     projections are charged at 16 bits (workload.unquantised_gemms; measured 2026-11-29) +42.9 and +45.4 % on B200,
-    the H200's FP8 checkpoint unchanged. docs/serving.md: kernel timings put the missing time outside MLA decode and
-    the experts. Bounds: the measurements + about one point."""
+    the H200's FP8 checkpoint unchanged; since the Blackwell GEMM curves carry XLA's size penalty (the share refitted,
+    0.71; measured 2026-11-29) +38.7 and +37.0 % on B200. docs/serving.md: kernel timings put the missing time outside
+    MLA decode and the experts. Bounds: the measurements + about one point."""
     errors = {r.run_id: r.error for r in _deepseek_blog(oos)}
-    assert 0.42 <= errors["trtllm-blog-b200-deepseek-r1-0528-fp4-fp8kv-1k-2k"] <= 0.44
-    assert 0.44 <= errors["trtllm-blog-b200-deepseek-r1-fp4-bf16kv-1k-2k"] <= 0.465
+    assert 0.375 <= errors["trtllm-blog-b200-deepseek-r1-0528-fp4-fp8kv-1k-2k"] <= 0.395
+    assert 0.36 <= errors["trtllm-blog-b200-deepseek-r1-fp4-bf16kv-1k-2k"] <= 0.38
     assert 0.29 <= errors["trtllm-blog-h200-deepseek-r1-fp8-1k-2k"] <= 0.32
 
 
