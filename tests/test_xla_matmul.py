@@ -116,3 +116,27 @@ def test_blackwell_curves_carry_the_penalty_and_keep_mamf_at_large_sizes():
     penalty = device_curves.gemm_size_penalty(STORED, mamf)
     assert b200.gemm_efficiency_at(1e11) == pytest.approx(hopper.gemm_efficiency_at(1e11) * mamf * penalty(1e11), abs=6e-4)
     assert b200.gemm_efficiency_at(1e13) == pytest.approx(hopper.gemm_efficiency_at(1e13) * mamf, abs=6e-4)
+
+
+def model_over_xla(device: str, column: int, precision: str, flops: float) -> float:
+    """The median, over XLA's shapes within a quarter decade of ``flops``, of the device file's GEMM rate over XLA's."""
+    from parasol.model.compute import gemm_time_s
+
+    spec = load_device(device)
+    ratios = [
+        (2.0 * math.prod(r[:4]) / gemm_time_s(spec, r[0] * r[1], r[2], r[3], precision)) / (r[column] * 1e12)
+        for r in STORED[device]["rows"]
+        if abs(math.log10(2.0 * math.prod(r[:4])) - math.log10(flops)) <= device_curves.PENALTY_HALF_WIDTH
+    ]
+    return statistics.median(ratios)
+
+
+def test_b200_fp8_loses_more_at_small_sizes_than_the_bf16_penalty_gives_it():
+    """A known gap, documented in docs/accuracy.md: FP8 takes the bf16 penalty, yet XLA's B200 FP8 rates at 1e10-3e10
+    FLOPs sit 1.2-1.6x below the derived FP8 curve where its bf16 rates sit 1.0-1.2x below the bf16 curve, and Hopper's
+    bf16 rates 1.0-1.15x below our own. Should FP8 get its own penalty, this fails and the doc's sentence goes."""
+    for flops in (1e10, 3.16e10):
+        fp8, bf16 = model_over_xla("b200", 5, "fp8", flops), model_over_xla("b200", 4, "bf16", flops)
+        hopper = model_over_xla("h100-sxm-80gb", 4, "bf16", flops)
+        assert fp8 > 1.15 and fp8 > bf16 + 0.15
+        assert abs(bf16 - hopper) < 0.1
