@@ -236,8 +236,13 @@ def derive() -> dict:
     out = {}
     for device, (bf16_key, fp8_key) in DEVICES.items():
         scale = _eff(mamf["bf16"][bf16_key]) / _eff(mamf["bf16"]["h100"])
-        penalty = size if fp8_key else (lambda _flops: 1.0)  # Blackwell only (the devices with FP8 tensor cores here)
-        values = {"gemm": (tuple(bf16_x), tuple(round(y * scale * penalty(x), DIGITS) for x, y in zip(bf16_x, bf16_y)))}
+        blackwell = device in BLACKWELL  # the size penalty is Blackwell's against Hopper; the A100 keeps Hopper's shape
+        values = {
+            "gemm": (
+                tuple(bf16_x),
+                tuple(round(y * scale * (size(x) if blackwell else 1.0), DIGITS) for x, y in zip(bf16_x, bf16_y)),
+            )
+        }
         if fp8_key:
             f8 = _eff(mamf["fp8"][fp8_key]) / _eff(mamf["fp8"]["h200"])
             values["gemm_fp8"] = (tuple(fp8_x), tuple(round(y * f8 * size(x), DIGITS) for x, y in zip(fp8_x, fp8_y)))
