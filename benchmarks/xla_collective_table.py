@@ -22,13 +22,13 @@ openxla/xla; PR #47515 did not touch the NVIDIA entries); get it with
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
 from pathlib import Path
 
 import yaml
+from table_import import run_import  # benchmarks/table_import.py
 
 from parasol.model.collectives import busbw_factor
 
@@ -147,32 +147,18 @@ HEADER = """\
 """
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("txtpb", help="default_collective_perf_table.txtpb (see the docstring for where)")
-    parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
-    args = parser.parse_args(argv)
-    try:
-        text = Path(args.txtpb).read_text()
-    except OSError as exc:
-        print(f"{args.txtpb}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
-        return 2
-    except UnicodeDecodeError as exc:
-        print(f"{args.txtpb}: cannot read it as text ({exc.reason})", file=sys.stderr)
-        return 2
+def build(text: str, path: str) -> tuple[str, str] | None:
+    """The file's body and its count of entries and points; None, after a line on stderr, where it has none."""
     data = entries(parse(text))
     if not data:
-        print(f"{args.txtpb}: no NVIDIA collective entries found (keys {', '.join(MACHINES)})", file=sys.stderr)
-        return 2
+        print(f"{path}: no NVIDIA collective entries found (keys {', '.join(MACHINES)})", file=sys.stderr)
+        return None
     body = HEADER + "\n" + yaml.safe_dump({"measurements": data}, sort_keys=False, width=200, default_flow_style=None)
-    points = sum(len(e["busbw_gbps"]) for e in data)
-    if args.write:
-        OUT.write_text(body)
-        print(f"wrote {OUT}: {len(data)} entries, {points} points")
-        return 0
-    same = OUT.exists() and OUT.read_text() == body
-    print(f"{len(data)} entries, {points} points; {OUT.name} {'matches' if same else 'differs (run with --write)'}")
-    return 0 if same else 1
+    return body, f"{len(data)} entries, {sum(len(e['busbw_gbps']) for e in data)} points"
+
+
+def main(argv=None) -> int:
+    return run_import(__doc__, "default_collective_perf_table.txtpb (see the docstring for where)", OUT, argv, build)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,12 @@ write and exits 1 where the stored file differs.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 import yaml
+from table_import import run_import  # benchmarks/table_import.py
 
 OUT = Path(__file__).resolve().parent.parent / "problems" / "measurements" / "xla_matmul.yaml"
 COMMIT = "71feeddf7cc3c9c7878eee18ea43c983631e6e84"
@@ -75,32 +75,18 @@ HEADER = f"""\
 """
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", help="matmul_interpolator_data.h (see the docstring for where)")
-    parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
-    args = parser.parse_args(argv)
-    try:
-        text = Path(args.table).read_text()
-    except OSError as exc:
-        print(f"{args.table}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
-        return 2
-    except UnicodeDecodeError as exc:
-        print(f"{args.table}: cannot read it as text ({exc.reason})", file=sys.stderr)
-        return 2
+def build(text: str, path: str) -> tuple[str, str] | None:
+    """The file's body and its count of shapes; None, after a line on stderr, where a device's entries are missing."""
     data = entries(parse(text))
     if set(data) != {device for device, _ in DEVICES.values()}:
-        print(f"{args.table}: entries for keys {', '.join(DEVICES)} not all found", file=sys.stderr)
-        return 2
+        print(f"{path}: entries for keys {', '.join(DEVICES)} not all found", file=sys.stderr)
+        return None
     body = HEADER + yaml.safe_dump({"source": SOURCE, "devices": data}, sort_keys=False, width=200, default_flow_style=None)
-    points = sum(len(d["rows"]) for d in data.values())
-    if args.write:
-        OUT.write_text(body)
-        print(f"wrote {OUT}: {points} shapes")
-        return 0
-    same = OUT.exists() and OUT.read_text() == body
-    print(f"{points} shapes; {OUT.name} {'matches' if same else 'differs (run with --write)'}")
-    return 0 if same else 1
+    return body, f"{sum(len(d['rows']) for d in data.values())} shapes"
+
+
+def main(argv=None) -> int:
+    return run_import(__doc__, "matmul_interpolator_data.h (see the docstring for where)", OUT, argv, build)
 
 
 if __name__ == "__main__":
