@@ -474,6 +474,12 @@ def layer_time(
     )
 
 
+def attention_dp_ranks(tp: int, ep: int) -> int:
+    """Replicas of tp GPUs that share one expert-parallel group of ep: ep/tp where ep > tp (TensorRT-LLM's and SGLang's
+    attention data parallelism, each replica a rank with its own sequences), else 1."""
+    return ep // tp if ep > tp else 1
+
+
 def replica_wait(workload: InferenceWorkload, tp: int, ep: int) -> float:
     """How much longer a replica's own work between two expert exchanges takes for waiting on the busiest replica of
     its expert-parallel group, dimensionless: 1/``workload.attention_dp_balance`` where the experts span ep/tp > 1
@@ -482,7 +488,7 @@ def replica_wait(workload: InferenceWorkload, tp: int, ep: int) -> float:
     balance ratio, tech blog 10, "ADP Balance Strategy"); a replica's attention, projections, norms and tensor-parallel
     all-reduces scale with its tokens, so the busiest replica's take the mean's time over the balance. The routed
     experts and the exchange are the group's shared work, balanced by the routing, and do not wait."""
-    return 1.0 / workload.attention_dp_balance if ep > tp else 1.0
+    return 1.0 / workload.attention_dp_balance if attention_dp_ranks(tp, ep) > 1 else 1.0
 
 
 # ---------------------------------------------------------------- edges, pipeline

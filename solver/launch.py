@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from parasol.model.choices import Allocator, MoeDispatcher
 from parasol.model.errors import ProblemError
-from parasol.model.inference import longest_sequence_tokens, pass_token_budget
+from parasol.model.inference import attention_dp_ranks, longest_sequence_tokens, pass_token_budget
 from parasol.model.pipeline import stage_layer_counts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
 
@@ -383,19 +383,13 @@ def emit_deepspeed(problem, num_gpus: int, m) -> str:
 
 def _replicas(pool, text: str, role: str = "") -> str:
     """``text`` behind the line that says how many copies of the server the pool runs: one per replica, or one per
-    expert-parallel group of ``attention_dp_ranks`` replicas."""
+    expert-parallel group of ``inference.attention_dp_ranks`` replicas."""
     note = f"# {role}: " if role else "# "
-    ranks = attention_dp_ranks(pool)
+    ranks = attention_dp_ranks(pool.tp, pool.ep)
     copies = pool.dp // ranks
     what = f"dp {pool.dp}" if ranks == 1 else f"dp {pool.dp} in groups of {ranks} attention data-parallel ranks"
     head = f"{note}{copies} copies of this server behind a load balancer ({what})\n" if copies > 1 else ""
     return head + text
-
-
-def attention_dp_ranks(pool) -> int:
-    """Replicas that share one expert-parallel group (ep/tp where ep > tp; else 1): one server runs them as attention
-    data-parallel ranks (TensorRT-LLM enable_attention_dp, SGLang --enable-dp-attention), each with its own sequences."""
-    return pool.ep // pool.tp if pool.ep > pool.tp else 1
 
 
 def _balance_note(w, ranks: int) -> str:
@@ -438,7 +432,7 @@ def emit_trtllm(problem, num_gpus: int, m) -> str:
     w = problem.workload
     _require(m.prefill is None, "a disaggregated plan (trtllm profile: static or continuous)")
     pool = m.decode
-    ranks = attention_dp_ranks(pool)
+    ranks = attention_dp_ranks(pool.tp, pool.ep)
     if ranks > 1:
         _require(pool.tp == 1 and pool.pp == 1, "attention data parallelism over replicas of tp or pp > 1 (one rank each)")
     args = [("--tp_size", pool.tp * ranks), ("--pp_size", pool.pp)]
@@ -472,7 +466,7 @@ def emit_sglang(problem, num_gpus: int, m) -> str:
     w = problem.workload
     texts = []
     for role, pool in _serving_pools(m):
-        ranks = attention_dp_ranks(pool)
+        ranks = attention_dp_ranks(pool.tp, pool.ep)
         args = [("--model-path", problem.model.name), ("--tp-size", pool.tp * ranks), ("--pp-size", pool.pp)]
         if pool.ep > 1:
             args.append(("--ep-size", pool.ep))
