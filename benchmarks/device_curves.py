@@ -26,6 +26,12 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
   kernel over the shapes measured on H200.
+- attention_triton (A100, Hopper): FlashAttention's Triton port (published_kernels.yaml flash_attention_triton):
+  on A100, the A100 rule above with FlashAttention-2's forward and backward times each multiplied by its published
+  speed-up over the port (forward: the middle of 1.3-1.5x; backward 2x); on Hopper, that A100 fraction times
+  FlashAttention-2's utilization on H100 over its forward maximum on A100 (35 % / 73 %) [assumption: the port, written
+  for Ampere's synchronous tensor-core instructions as FlashAttention-2 is, keeps what that kernel keeps on Hopper].
+  No Blackwell value: nothing published speaks for the port there.
 - attention (Blackwell): the Hopper measurements up to their 8K keys [assumption; cuDNN's own causal attention on GB200
   reaches 0.93-0.97 of H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200:
   tests/test_fp8_attention.py], beyond them grown as cuDNN's published grouped rows of the device's family grow (GB200's
@@ -81,6 +87,7 @@ HOPPER = "h100-sxm-80gb"  # the file holding our measured curves
 # device file -> its entries in the MAMF table (bf16, fp8); None: no such tensor cores
 DEVICES = {
     "a100-sxm-80gb": ("a100", None),
+    "a100-sxm-40gb": ("a100", None),  # the same GA100 chip and clocks as the 80 GB part [assumption: the same MAMF]
     "b200": ("b200", "b200"),
     "b300": ("b300", "b300"),
     "gb200": ("gb200", "gb200"),
@@ -96,8 +103,9 @@ CUDNN_GPU = {
     "gb300": "gb300",
 }  # not Hopper: H200's causal FP8 backward (cuDNN 9.19) runs 0.91 of its unmasked time where BF16's runs 0.49, a kernel
 #    that does not skip the masked half, not the device; the Hopper files keep the serial rule [assumption]
+AMPERE = ("a100-sxm-80gb", "a100-sxm-40gb")  # FlashAttention-2 paper's A100 rates
 HOPPER_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb")  # one GH100 compute die
-STREAM = {"a100-sxm-80gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
+STREAM = {"a100-sxm-80gb": "a100", "a100-sxm-40gb": "a100", "b200": "b200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 FWD_BWD_FLOPS = 1.0 + FLASH_BACKWARD_FACTOR  # forward + backward FLOPs over the forward's (h200-microbench.yaml flops_convention)
 DIGITS = 3
 
@@ -118,6 +126,24 @@ def flash_median_over_max() -> float:
     entries = yaml.safe_load(H200.read_text())["attention"]["entries"]
     fb = [e["fwd_bwd_efficiency"] for e in entries if e.get("backend_used") == "flash" and e.get("causal")]
     return statistics.median(fb) / max(fb)
+
+
+def combined_flash(fa: dict, forward_slowdown: float = 1.0, backward_slowdown: float = 1.0) -> float:
+    """FlashAttention-2's forward and backward maxima on A100 (``fa``: published_kernels.yaml flash_attention_2_a100)
+    as one forward + backward fraction of the peak (backward = 2.5 x the forward's FLOPs), each pass's time
+    multiplied by its slowdown (a slower kernel's, against FlashAttention-2)."""
+    times = forward_slowdown / fa["max_fwd_efficiency"] + FLASH_BACKWARD_FACTOR * backward_slowdown / fa["max_bwd_efficiency"]
+    return FWD_BWD_FLOPS / times
+
+
+def triton_on_ampere(pub: dict) -> float:
+    """FlashAttention's Triton port on A100, forward + backward, its fraction of the 16-bit peak: the A100 attention
+    rule (``combined_flash`` x ``flash_median_over_max``) with each pass slowed by FlashAttention-2's published
+    speed-up over the port (forward: the middle of the published range)."""
+    triton = pub["flash_attention_triton"]
+    forward = statistics.fmean(triton["fa2_forward_speedup"])
+    slowed = combined_flash(pub["flash_attention_2_a100"], forward, triton["fa2_backward_speedup"])
+    return slowed * flash_median_over_max()
 
 
 def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
@@ -253,16 +279,21 @@ def derive() -> dict:
         for key, ratio in over_copy.items():
             if key != "stream_fp8" or fp8_key:  # no FP8 kernels, no FP8 streaming (A100)
                 values[key] = round(s["tbps"] / s["spec_tbps"] * ratio, 2)
-        if device == "a100-sxm-80gb":
+        if device in AMPERE:
             fa = pub["flash_attention_2_a100"]
-            combined = FWD_BWD_FLOPS / (1.0 / fa["max_fwd_efficiency"] + FLASH_BACKWARD_FACTOR / fa["max_bwd_efficiency"])
-            values["attention"] = round(combined * flash_median_over_max(), 2)
+            values["attention"] = round(combined_flash(fa) * flash_median_over_max(), 2)
+            values["attention_triton"] = round(triton_on_ampere(pub), 2)
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
     ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
     exp_b = blackwell_exp_ratio(pub["blackwell_ultra_softmax"])
+    triton = pub["flash_attention_triton"]
+    on_hopper = triton_on_ampere(pub) * triton["fa2_h100_utilization"] / pub["flash_attention_2_a100"]["max_fwd_efficiency"]
     for device in HOPPER_DEVICES:
-        out[device] = {"softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS)}
+        out[device] = {
+            "softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS),
+            "attention_triton": round(on_hopper, 2),
+        }
     for device, gpu in CUDNN_GPU.items():
         out[device]["fp8_attention_grouped"] = fp8_over_bf16(pub["cudnn_sdpa_training"]["grouped"][gpu])
     for device in BLACKWELL:

@@ -12,9 +12,10 @@ import functools
 
 from .choices import LayerGemm as G
 from .choices import LowPrecisionRecipe
+from .errors import ProblemError
 from .fused_grouped_mlp import EPILOGUE_QUANTISED
 from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
-from .specs import DeviceSpec, ModelSpec
+from .specs import FUSED_ATTENTION, DeviceSpec, ModelSpec
 
 # Backward FLOPs of flash attention relative to forward: the backward pass recomputes the
 # scores (QK^T) and runs four more matmuls, 2.5x the forward's (Dao, FlashAttention-2, 2023, Sec. 4.1).
@@ -240,10 +241,14 @@ def attention_core_forward_time_s(
     flash: one fused kernel at the device's attention efficiency for calls of seq/cp keys (Dao et al.
     2022; ``DeviceSpec.attention_efficiency_at``: longer calls run closer to the peak; seq/cp is ring
     attention's block, the whole sequence's share for the all-gather and all-to-all schemes).
+    triton: the same fused computation in FlashAttention's Triton port, at the device's
+    ``triton_attention_efficiency`` (benchmarks/device_curves.py derives the device file's from the FlashAttention-2 and -3 papers).
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
-    if attention == "flash":
+    if attention in FUSED_ATTENTION:
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
+        if attention == "triton":
+            return flops / (attention_peak_flops(device) * triton_attention_efficiency(device))
         return flops / (attention_peak_flops(device) * device.attention_efficiency_at(seq_len / cp))
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)
     gemm = flops / (attention_peak_flops(device) * float(device.gemm_efficiency_at(flops / 2)))
@@ -252,8 +257,26 @@ def attention_core_forward_time_s(
 
 
 def attention_core_backward_factor(attention: str) -> float:
-    """Backward time of the attention core relative to its forward (2.5 flash, 2 standard)."""
-    return FLASH_BACKWARD_FACTOR if attention == "flash" else 2.0
+    """Backward time of the attention core relative to its forward (2.5 for a fused kernel, 2 standard)."""
+    return FLASH_BACKWARD_FACTOR if attention in FUSED_ATTENTION else 2.0
+
+
+def triton_attention_efficiency(device: DeviceSpec) -> float:
+    """The Triton FlashAttention kernel's forward + backward fraction of ``device``'s 16-bit peak
+    (``DeviceSpec.attention_triton_efficiency``); ProblemError where the device file gives none."""
+    if device.attention_triton_efficiency <= 0:
+        raise ProblemError(triton_attention_problem(device), field="workload.attention")
+    return device.attention_triton_efficiency
+
+
+def triton_attention_problem(device: DeviceSpec) -> str | None:
+    """Why the Triton FlashAttention kernel cannot be timed on ``device``, or None when it can."""
+    if device.attention_triton_efficiency > 0:
+        return None
+    return (
+        f"attention triton (FlashAttention's Triton port) has no rate on device {device.name}: its file gives no "
+        "efficiency.attention_triton (benchmarks/device_curves.py derives it for Ampere and Hopper); use flash or standard"
+    )
 
 
 def ffn_intermediate_elements(model: ModelSpec, tokens: float, tp: int, moe_layer: bool = False) -> float:

@@ -19,7 +19,7 @@ from .compute import (
     unfused_norms,
 )
 from .ops import FloatOps
-from .specs import AllocatorOverhead, ModelSpec
+from .specs import FUSED_ATTENTION, AllocatorOverhead, ModelSpec
 
 ACT_BYTES = 2.0  # 16-bit activations (Korthikanti Sec. 4.1)
 MASK_BYTES = 1.0
@@ -272,7 +272,7 @@ def activation_bytes_per_layer(
     replicated = replicated_activation_bytes(model, tokens, gemm_input_bytes) / (tp if sp else 1)
     sharded = sharded_activation_bytes(model, tokens, gemm_input_bytes, attention_input_bytes) / tp
     sharded += ffn_activation_bytes(model, tokens, tp, gemm_input_bytes, moe_layer, etp, permuted_bytes)
-    if attention == "flash":
+    if attention in FUSED_ATTENTION:  # the softmax's log-sum-exp per row, fp32
         scores = 4.0 * tokens * model.heads / tp
     elif "core_attn" in kept:
         scores = 0.0

@@ -23,7 +23,9 @@ ACTIVATIONS = ("gelu", "swiglu")
 MAX_LAYERS = 1024  # transformer layers of a model: 8x the deepest published LLM here (Megatron 1T: 128), a sanity limit
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-ATTENTION_KERNELS = ("flash", "standard")
+ATTENTION_KERNELS = ("flash", "standard", "triton")
+# one fused kernel that keeps no s x s scores in HBM: FlashAttention (cuDNN, FlashAttention-2/3) and its Triton port
+FUSED_ATTENTION = ("flash", "triton")
 # Parallel dimensions in the order Megatron-Core lays them over the ranks, innermost (fastest) first
 # (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"); see model/placement.py.
 PLACEMENT_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -247,6 +249,9 @@ class DeviceSpec:
     # bytes/s one NCCL channel (one thread block) moves, each direction, as NCCL's own topology search rates a
     # channel on this GPU's NVLink (model/nccl_channels.py); 0 = unknown: a capped communicator cannot be timed
     nccl_channel_bytes_per_s: float = 0.0
+    # FlashAttention's Triton port (flash_attn_triton.py, MPT's attn_impl triton), forward + backward, its fraction of
+    # the 16-bit peak (device files: efficiency.attention_triton); 0 = unknown: that kernel cannot be timed here
+    attention_triton_efficiency: float = 0.0
     # the devices whose published runs speak for this one (choices.Architecture); None: a device file without it
     architecture: Architecture | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -396,7 +401,9 @@ class Workload:
     seq_len: int
     global_batch: int
     precision: str = "bf16"
-    attention: str = "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron)
+    attention: str = (
+        "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron) | triton (FlashAttention's Triton port)
+    )
     low_precision_recipe: str | None = (
         None  # how fp8/fp4 GEMM inputs are quantised (choices.LowPrecisionRecipe); None: the default
     )

@@ -398,6 +398,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "serving_gemm",
             "attention_by_tokens",
             "fp8_attention_grouped",
+            "attention_triton",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -458,6 +459,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
                 "grouped_fp8",
                 "host_adam",
                 "serving_gemm",
+                "attention_triton",
             )
             if key in eff
         },

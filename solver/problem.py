@@ -32,6 +32,7 @@ from parasol.model.choices import (
     ZeroStage,
     allowed,
 )
+from parasol.model.compute import triton_attention_problem
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
@@ -840,6 +841,10 @@ def _single_system_problem(
         reason = fp8_attention_problem(workload.precision, workload.attention, workload.low_precision_recipe, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fp8_attention")
+    if workload.kind == "training" and workload.attention == "triton":
+        reason = triton_attention_problem(device)
+        if reason is not None:
+            raise ProblemError(reason, source=source, field="workload.attention")
     if workload.kind == "training" and workload.fused_grouped_mlp:
         reason = fused_grouped_mlp_problem(model_spec, workload, device)
         if reason is not None:

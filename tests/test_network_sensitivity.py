@@ -17,7 +17,7 @@ import network_sensitivity  # noqa: E402  (benchmarks/network_sensitivity.py)
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["gb2000=0.76"], "unknown device 'gb2000'; allowed: a100-sxm-80gb"),
+        (["gb2000=0.76"], "unknown device 'gb2000'; allowed: a100-sxm-40gb, a100-sxm-80gb"),
         (["=0.5"], "unknown device ''"),
         (["gb200=fast"], "expected DEVICE=EFFICIENCY"),
         (["gb200=1.5"], "must be in (0, 1]"),
