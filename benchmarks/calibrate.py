@@ -92,8 +92,15 @@ MOE_CHECK = (
     "Megatron-LM GB200 guide (out of sample)",
     "MLPerf Training MoE (out of sample)",
 )
+# LLM Foundry's MPT runs (problems/validation/llm_foundry_runs.yaml, PyTorch FSDP), which this script never reads
+LLM_FOUNDRY = "LLM Foundry MPT (out of sample)"
 # the dense runs outside the calibration set, never fitted: reported apart by benchmarks/accuracy.py
-DENSE_CHECK = ("Llama 3 paper (out of sample)", "MLPerf Training (out of sample)", "BLOOM 02-28 benchmarks (out of sample)")
+DENSE_CHECK = (
+    "Llama 3 paper (out of sample)",
+    "MLPerf Training (out of sample)",
+    "BLOOM 02-28 benchmarks (out of sample)",
+    LLM_FOUNDRY,
+)
 EXCLUDED_FAMILIES = ("Megatron SC'21 Table 2 ZeRO-3", *MOE_CALIBRATION, *MOE_CHECK, *DENSE_CHECK)
 
 

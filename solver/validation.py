@@ -53,6 +53,16 @@ class RunResult:
         return self.predicted_step_s / self.measured_step_s - 1.0
 
 
+# the files of published training runs: the calibration set with its out-of-sample families, and LLM Foundry's
+# MPT benchmarks (benchmarks/llm_foundry_runs.py writes them; out of sample)
+TRAINING_RUN_FILES = ("training_runs.yaml", "llm_foundry_runs.yaml")
+
+
+def load_all_runs() -> list[dict]:
+    """The expressible runs of every training validation file (``TRAINING_RUN_FILES``)."""
+    return [e for name in TRAINING_RUN_FILES for e in load_runs(name=name)]
+
+
 def load_runs(path=None, name: str = "training_runs.yaml", expressible: bool = True) -> list[dict]:
     """The run entries of a validation file (problems/validation/``name`` unless ``path``): those the
     model can express, or (``expressible=False``) those marked ``not_expressible`` with the reason
@@ -112,6 +122,8 @@ def family(run_id: str) -> str:
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):
         return "Llama 3 paper (out of sample)"
+    if run_id.startswith("foundry"):
+        return "LLM Foundry MPT (out of sample)"
     if run_id.startswith("mlperf"):
         return "MLPerf Training MoE (out of sample)" if moe else "MLPerf Training (out of sample)"
     for prefix, name in (
@@ -176,4 +188,4 @@ def evaluate_run(entry: dict, system_override=None) -> RunResult:
 
 
 def evaluate_all(entries=None, system_override=None) -> list[RunResult]:
-    return [evaluate_run(e, system_override) for e in (entries if entries is not None else load_runs())]
+    return [evaluate_run(e, system_override) for e in (entries if entries is not None else load_all_runs())]

@@ -45,7 +45,7 @@ def test_out_of_sample_is_what_the_calibration_leaves_out():
     sys.path.insert(0, str(REPO / "benchmarks"))
     from calibrate import DENSE_CHECK, MOE_CHECK  # noqa: PLC0415
 
-    families = {validation.family(e["id"]) for e in validation.load_runs()}
+    families = {validation.family(e["id"]) for e in validation.load_all_runs()}
     assert {f for f in families if validation.out_of_sample(f)} == set(DENSE_CHECK) | set(MOE_CHECK)
     trained = {f for b in load_bands() if b.regime.task == WorkloadKind.TRAINING for f in b.families}
     assert trained == set(DENSE_CHECK) | set(MOE_CHECK)

@@ -1,0 +1,216 @@
+"""LLM Foundry's MPT training benchmarks (problems/validation/llm_foundry_runs.yaml, written by
+benchmarks/llm_foundry_runs.py) and the Triton FlashAttention kernel they run (workload.attention triton)."""
+
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from parasol.model import compute
+from parasol.model.errors import ProblemError
+from parasol.model.params import total_params
+from parasol.solver.library import load_device, load_model
+from parasol.solver.problem import parse_problem
+from parasol.solver.validation import evaluate_all, family, load_runs, out_of_sample, problem_from_entry
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import llm_foundry_runs  # noqa: E402  (benchmarks/llm_foundry_runs.py)
+
+FAMILY = "LLM Foundry MPT (out of sample)"
+HEAD = (
+    "|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum | GlobalBatchSize | "
+    "Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) | Precision | MP Mode | "
+    "Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |"
+)
+ROW_7B = (
+    "|  7b | 2048 | 8 | a100_80gb | 64.23 | 64.23 |  2.003836E+14 | 6 | 2 | 96 | 18 | 37130 | 4641 | 196608 | amp_bf16 | "
+    "DEFAULT | FULL_SHARD | False | False | 6658859008 |"
+)
+# the A100 40GB table's header has no "Model TFLOP" column, its rows still hold one
+ROW_13B_40GB = (
+    "|  13b | 2048 | 16 | a100_40gb | 52.5 | 70.0 |  1.638000E+16 | 10 | 1 | 160 | 15 | 31900 | 1993 | 327680 | bf16 | "
+    "PURE | SHARD_GRAD_OP | True | False | 12853954560 |"
+)
+README = f"""# MPT Training Benchmarks
+
+## H100 80GB BF16
+{HEAD}
+|  --- | --- |
+{ROW_7B.replace("a100_80gb", "h100_80gb")}
+
+## A100 40GB with 1600 Gbps node-node interconnect (RoCE)
+{HEAD.replace(" Model TFLOP |", "")}
+{ROW_13B_40GB}
+"""
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return load_runs(name="llm_foundry_runs.yaml")
+
+
+@pytest.fixture(scope="module")
+def results(runs):
+    return evaluate_all(runs)
+
+
+def test_the_file_holds_the_five_tables(runs):
+    assert len(runs) == 216
+    tables = {e["source"].split('"')[1] for e in runs}
+    assert len(tables) == 5 and all(family(e["id"]) == FAMILY for e in runs) and out_of_sample(FAMILY)
+
+
+def test_every_model_has_the_tables_parameter_count(runs):
+    """The shapes (the benchmark yamls with MPTConfig's defaults: learned positions sized to the row's sequence,
+    biases, a tied output layer) give exactly the NumParams each row prints."""
+    for e in runs:
+        assert total_params(problem_from_entry(e).model) == e["published"]["num_params"], e["id"]
+
+
+def test_every_row_is_one_consistent_step(runs):
+    for e in runs:
+        m, wl = e["mapping"], e["workload"]
+        assert m["micro_batch"] * e["published"]["grad_accum"] * m["dp"] == wl["global_batch"], e["id"]
+        tokens, rate = (float(x) for x in e["measured"]["derived_from"].split()[2::4])
+        assert e["measured"]["step_time_s"] == pytest.approx(tokens / rate, rel=1e-4)
+        assert tokens == wl["global_batch"] * wl["seq_len"] and wl["attention"] == "triton"
+
+
+def test_the_import_translates_a_row(capsys):
+    body, counted = llm_foundry_runs.build(README, "README.md")
+    assert counted == "2 runs"
+    h100, a100 = (e for e in __import__("yaml").safe_load(body)["runs"])
+    assert h100["system"] == "dgx-h100" and h100["mapping"]["zero"] == 3 and h100["mapping"]["recompute"] == "none"
+    assert h100["workload"]["grad_bytes"] == 4 and h100["measured"]["step_time_s"] == round(196608 / 37130, 4)
+    assert a100["system"] == "dgx-a100-40gb" and a100["mapping"]["zero"] == 2 and a100["mapping"]["recompute"] == "full"
+    assert a100["workload"]["grad_bytes"] == 2 and a100["model"]["hidden"] == 5120 and a100["num_gpus"] == 16
+
+
+def test_a_row_the_import_cannot_express_is_named(tmp_path, capsys):
+    table = tmp_path / "README.md"
+    table.write_text(README.replace("|  7b |", "|  9b |"))
+    assert llm_foundry_runs.main([str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(table) in err and "model 9b (known: 125m" in err
+    table.write_text(README.replace("| 6 | 2 | 96 |", "| 6 | 2 | 95 |"))
+    assert llm_foundry_runs.main([str(table)]) == 2
+    assert "is not the global batch" in capsys.readouterr().err
+
+
+def test_the_stored_file_is_what_the_import_writes_from_its_rows(runs):
+    """Rebuilt from the stored runs' own numbers, the rows give back the same entries (the importer is deterministic
+    and the file was not edited by hand)."""
+    for e in runs:
+        assert llm_foundry_runs.entry(e["source"].split('"')[1], row_of(e)) == e, e["id"]
+
+
+def row_of(e: dict) -> dict:
+    """The table row an entry was made from, as far as the entry keeps it."""
+    wl, m, size = e["workload"], e["mapping"], e["model"]["name"].rsplit("-", 1)[1]
+    tokens, rate = e["measured"]["derived_from"].split()[2::4]
+    mp = {4: "DEFAULT", 2: "PURE"}[wl["grad_bytes"]]
+    return {
+        "Model": size,
+        "SeqLen (T)": str(wl["seq_len"]),
+        "# GPUs": str(e["num_gpus"]),
+        "GPU": {v: k for k, v in llm_foundry_runs.SYSTEMS.items()}[e["system"]],
+        "MFU": str(e["published"]["mfu_percent"]),
+        "MicroBatchSize": str(m["micro_batch"]),
+        "GradAccum": str(e["published"]["grad_accum"]),
+        "GlobalBatchSize": str(wl["global_batch"]),
+        "Throughput (T/s)": rate,
+        "GlobalBatchSize (T)": tokens,
+        "Precision": {"fp8": "amp_fp8", "bf16": "amp_bf16" if mp == "DEFAULT" else "bf16"}[wl["precision"]],
+        "MP Mode": mp,
+        "Sharding Strategy": {3: "FULL_SHARD", 2: "SHARD_GRAD_OP"}[m["zero"]],
+        "Activation Checkpointing": str(m["recompute"] == "full"),
+        "NumParams": str(e["published"]["num_params"]),
+    }
+
+
+def test_every_run_fits_and_the_family_stays_within_its_measured_error(results):
+    """Out of sample: 8.4 % mean |error| at this change (python benchmarks/accuracy.py), 29.6 % worst; a point of slack."""
+    assert all(r.evaluation.metrics["fits"] for r in results)
+    errors = [abs(r.error) for r in results]
+    assert statistics.fmean(errors) <= 0.095 and max(errors) <= 0.31
+
+
+def test_the_triton_kernel_explains_the_long_sequences(runs):
+    """Timed as the model's flash attention, the 16K-65K runs on H100 come out 44-55 % too fast (the Triton port,
+    written for Ampere's instructions, is 3x slower there); with the Triton rates they stay within 30 %."""
+    long = [e for e in runs if e["workload"]["seq_len"] >= 16384 and e["system"] == "dgx-h100"]
+    as_flash = [dict(e, workload=dict(e["workload"], attention="flash")) for e in long]
+    flash = statistics.fmean(r.error for r in evaluate_all(as_flash))
+    triton = statistics.fmean(abs(r.error) for r in evaluate_all(long))
+    assert flash < -0.40 and triton < 0.30
+
+
+def test_the_triton_rate_follows_the_published_speedups():
+    """A100: FlashAttention-2 over the port 1.4x forward, 2x backward (its paper, Sec. 4.1); Hopper: that times
+    FlashAttention-2's 35 % of H100's peak over its 73 % of A100's (FlashAttention-3's abstract)."""
+    a100, h100 = load_device("a100-sxm-80gb"), load_device("h100-sxm-80gb")
+    fa2 = 3.5 / (1 / 0.73 + 2.5 / 0.63)
+    triton = 3.5 / (1.4 / 0.73 + 2.5 * 2.0 / 0.63)
+    assert a100.attention_triton_efficiency == pytest.approx(a100.attention_efficiency * triton / fa2, abs=0.006)
+    assert h100.attention_triton_efficiency == pytest.approx(a100.attention_triton_efficiency * 0.35 / 0.73, abs=0.006)
+
+
+def test_triton_changes_the_attention_time_only():
+    model, a100 = load_model("llama2-7b"), load_device("a100-sxm-80gb")
+    flash = compute.attention_core_forward_time_s(model, a100, "flash", 1, 4096, 1, 1)
+    triton = compute.attention_core_forward_time_s(model, a100, "triton", 1, 4096, 1, 1)
+    assert triton / flash == pytest.approx(a100.attention_efficiency / a100.attention_triton_efficiency)
+    assert compute.attention_core_backward_factor("triton") == compute.attention_core_backward_factor("flash")
+
+
+def test_a_device_without_a_triton_rate_is_refused():
+    data = {
+        "model": "llama3-8b",
+        "system": {"name": "dgx-b200", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 8192, "global_batch": 64, "precision": "bf16", "attention": "triton"},
+    }
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="p.yaml")
+    assert err.value.field == "workload.attention" and "no rate on device b200" in str(err.value)
+    assert compute.triton_attention_problem(load_device("a100-sxm-40gb")) is None
+    gone = dataclasses.replace(load_device("a100-sxm-80gb"), attention_triton_efficiency=0.0)
+    with pytest.raises(ProblemError, match="efficiency.attention_triton"):
+        compute.triton_attention_efficiency(gone)
+
+
+def test_megatron_has_no_triton_port():
+    data = {
+        "model": "llama2-7b",
+        "system": {"name": "dgx-a100", "num_gpus": 8},
+        "workload": {"kind": "training", "seq_len": 4096, "global_batch": 64, "precision": "bf16", "attention": "triton"},
+    }
+    parse_problem(data, source="p.yaml")  # no framework named: the kernel is the user's to state
+    data["workload"]["framework"] = "megatron-lm"
+    with pytest.raises(ProblemError, match="'triton' is not supported by megatron-lm") as err:
+        parse_problem(data, source="p.yaml")
+    assert err.value.field == "workload.attention"
+
+
+def test_the_command_line_names_the_field_and_the_device(tmp_path):
+    from conftest import run_main  # noqa: PLC0415  (tests/conftest.py)
+
+    problem = tmp_path / "triton.yaml"
+    problem.write_text(
+        "model: llama3-8b\nsystem: {name: dgx-b200, num_gpus: 8}\n"
+        "workload: {kind: training, seq_len: 8192, global_batch: 64, precision: bf16, attention: triton}\n"
+    )
+    proc = run_main(["solve", problem])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert str(problem) in proc.stderr and "workload.attention" in proc.stderr and "b200" in proc.stderr
+    problem.write_text(
+        problem.read_text().replace("dgx-b200", "dgx-a100").replace("global_batch: 64", "global_batch: 64, zero3_gather: block")
+    )
+    solved = run_main(["solve", problem])
+    assert solved.returncode == 0, solved.stderr
+    flash = tmp_path / "flash.yaml"
+    flash.write_text(problem.read_text().replace("attention: triton", "attention: flash"))
+    triton_s, flash_s = (float(run_main(["solve", p]).stdout.split("step time")[1].split()[0]) for p in (problem, flash))
+    assert triton_s > flash_s  # the slower kernel, the same plan space
