@@ -113,6 +113,17 @@ class MoeDispatcher(StrEnum):
     DEEPEP = "deepep"
 
 
+class AttentionKernel(StrEnum):
+    """The attention core's kernel (workload.attention): one fused FlashAttention kernel that keeps no s x s
+    scores in HBM (``flash``: cuDNN's, FlashAttention-2 and -3; Dao et al. 2022), the same computation in
+    FlashAttention's Triton port (``triton``: flash_attn_triton.py, as MPT's attn_impl triton runs it), or the
+    scores materialised between two batched GEMMs (``standard``: pre-2022 Megatron, Korthikanti et al. 2022)."""
+
+    FLASH = "flash"
+    STANDARD = "standard"
+    TRITON = "triton"
+
+
 class CpComm(StrEnum):
     """How context parallelism exchanges attention's inputs (Megatron-Core --cp-comm-type): ``ring``
     passes K/V blocks around the group behind the attention compute (p2p; Liu et al., Ring Attention,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from .choices import AttentionKernel, LowPrecisionRecipe
 from .choices import LayerGemm as G
-from .choices import LowPrecisionRecipe
 from .errors import ProblemError
 from .fused_grouped_mlp import EPILOGUE_QUANTISED
 from .precision import activation_precision, bytes_per_element, quantised_bytes_per_element
@@ -247,7 +247,7 @@ def attention_core_forward_time_s(
     """
     if attention in FUSED_ATTENTION:
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
-        if attention == "triton":
+        if attention == AttentionKernel.TRITON:
             return flops / (attention_peak_flops(device) * triton_attention_efficiency(device))
         return flops / (attention_peak_flops(device) * device.attention_efficiency_at(seq_len / cp))
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)

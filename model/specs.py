@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import checks
-from .choices import Allocator, Architecture, MoeDispatcher
+from .choices import Allocator, Architecture, AttentionKernel, MoeDispatcher
 from .errors import ProblemError
 from .hashing import hash_once, state_without_hash
 from .topology import default_topology
@@ -23,9 +23,9 @@ ACTIVATIONS = ("gelu", "swiglu")
 MAX_LAYERS = 1024  # transformer layers of a model: 8x the deepest published LLM here (Megatron 1T: 128), a sanity limit
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-ATTENTION_KERNELS = ("flash", "standard", "triton")
+ATTENTION_KERNELS = tuple(AttentionKernel)
 # one fused kernel that keeps no s x s scores in HBM: FlashAttention (cuDNN, FlashAttention-2/3) and its Triton port
-FUSED_ATTENTION = ("flash", "triton")
+FUSED_ATTENTION = (AttentionKernel.FLASH, AttentionKernel.TRITON)
 # Parallel dimensions in the order Megatron-Core lays them over the ranks, innermost (fastest) first
 # (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"); see model/placement.py.
 PLACEMENT_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
