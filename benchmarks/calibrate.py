@@ -91,6 +91,7 @@ MOE_CHECK = (
     "MoE Model Zoo Blackwell (out of sample)",
     "Megatron-LM GB200 guide (out of sample)",
     "MLPerf Training MoE (out of sample)",
+    "NeMo 25.02-25.04 MoE (out of sample)",
 )
 # LLM Foundry's MPT runs (problems/validation/llm_foundry_runs.yaml, PyTorch FSDP), which this script never reads
 LLM_FOUNDRY = "LLM Foundry MPT (out of sample)"
@@ -99,6 +100,7 @@ DENSE_CHECK = (
     "Llama 3 paper (out of sample)",
     "MLPerf Training (out of sample)",
     "BLOOM 02-28 benchmarks (out of sample)",
+    "NeMo 25.02-25.04 (out of sample)",
     LLM_FOUNDRY,
 )
 EXCLUDED_FAMILIES = ("Megatron SC'21 Table 2 ZeRO-3", *MOE_CALIBRATION, *MOE_CHECK, *DENSE_CHECK)

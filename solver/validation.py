@@ -122,6 +122,8 @@ def family(run_id: str) -> str:
         return "MoE Model Zoo (out of sample)"
     if run_id.startswith("llama3paper"):
         return "Llama 3 paper (out of sample)"
+    if run_id.startswith(("nemo2502", "nemo2504")):
+        return "NeMo 25.02-25.04 MoE (out of sample)" if moe else "NeMo 25.02-25.04 (out of sample)"
     if run_id.startswith("foundry"):
         return "LLM Foundry MPT (out of sample)"
     if run_id.startswith("mlperf"):

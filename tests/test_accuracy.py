@@ -33,6 +33,8 @@ OUTSIDE_MODEL = {
     "MLPerf Training MoE (out of sample)",
     "BLOOM 02-28 benchmarks (out of sample)",
     "LLM Foundry MPT (out of sample)",  # tests/test_llm_foundry_runs.py holds it to its own bounds
+    "NeMo 25.02-25.04 (out of sample)",
+    "NeMo 25.02-25.04 MoE (out of sample)",
     MOE_LONG_CONTEXT,
     MOE_BLACKWELL,
     GB200_GUIDE,
@@ -433,3 +435,23 @@ def test_deepseek_v3s_published_mapping_fits_with_the_reports_memory_savings():
     plain = {k: v for k, v in data["workload"].items() if k not in ("adam_moment_bytes", "recompute_modules")}
     problem = parse_problem({**data, "workload": plain}, source="deepseek-v3-h800")
     assert not evaluate_training(problem.model, problem.system(), problem.workload, problem.fixed_mapping()).metrics["fits"]
+
+
+def test_nemo_25_tables_are_read_as_printed_and_stay_within_their_measured_error(results):
+    """NeMo 25.02 and 25.04's performance summaries (out of sample): each row's gradient accumulation, as the page
+    prints it, is its global batch over micro-batch x data-parallel size; 11.7 % dense and 9.2 % Mixtral mean |error|
+    at this change (python benchmarks/accuracy.py), a point of slack."""
+    entries = [e for e in load_runs() if e["id"].startswith(("nemo2502", "nemo2504"))]
+    assert len(entries) == 15
+    for e in entries:
+        m = e["mapping"]
+        printed_ga = int(e["assumptions"][0].split(" | ")[-2])
+        assert m["micro_batch"] * m["dp"] * printed_ga == e["workload"]["global_batch"], e["id"]
+        assert m["tp"] * m["pp"] * m["cp"] * m["dp"] == e["num_gpus"]
+    for name, bound in (("NeMo 25.02-25.04 (out of sample)", 0.13), ("NeMo 25.02-25.04 MoE (out of sample)", 0.105)):
+        errors = [abs(r.error) for r in results if r.family == name]
+        assert (
+            errors
+            and statistics.fmean(errors) <= bound
+            and all(r.evaluation.metrics["fits"] for r in results if r.family == name)
+        )
