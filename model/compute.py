@@ -241,8 +241,9 @@ def attention_core_forward_time_s(
     flash: one fused kernel at the device's attention efficiency for calls of seq/cp keys (Dao et al.
     2022; ``DeviceSpec.attention_efficiency_at``: longer calls run closer to the peak; seq/cp is ring
     attention's block, the whole sequence's share for the all-gather and all-to-all schemes).
-    triton: the same fused computation in FlashAttention's Triton port, at the device's
-    ``triton_attention_efficiency`` (benchmarks/device_curves.py derives the device file's from the FlashAttention-2 and -3 papers).
+    triton: the same fused computation in FlashAttention's Triton port, at ``triton_attention_efficiency``: the
+    device file's efficiency.attention_triton, which benchmarks/device_curves.py derives from the FlashAttention-2
+    and -3 papers.
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
     if attention in FUSED_ATTENTION:

@@ -401,9 +401,7 @@ class Workload:
     seq_len: int
     global_batch: int
     precision: str = "bf16"
-    attention: str = (
-        "flash"  # flash | standard (materialised s x s scores, pre-2022 Megatron) | triton (FlashAttention's Triton port)
-    )
+    attention: str = "flash"  # choices.AttentionKernel: flash | standard (materialised scores) | triton (Triton port)
     low_precision_recipe: str | None = (
         None  # how fp8/fp4 GEMM inputs are quantised (choices.LowPrecisionRecipe); None: the default
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from parasol.model import checks
 from parasol.model.choices import (
     Allocator,
+    AttentionKernel,
     CpComm,
     LowPrecisionRecipe,
     MoeDispatcher,
@@ -841,7 +842,7 @@ def _single_system_problem(
         reason = fp8_attention_problem(workload.precision, workload.attention, workload.low_precision_recipe, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fp8_attention")
-    if workload.kind == "training" and workload.attention == "triton":
+    if workload.kind == "training" and workload.attention == AttentionKernel.TRITON:
         reason = triton_attention_problem(device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.attention")
