@@ -21,9 +21,10 @@ max-throughput runs (problems/validation/inference_runs_oos.yaml, batch = the pl
 out of sample; --json: "inference_mlperf").
 
 Runs: problems/validation/training_runs.yaml (copied from ../shared/reference/calibration_runs.yaml
-with sources). The device efficiency curves were calibrated on this same set
-(benchmarks/calibrate.py), so the errors below are in-sample; see --holdout in calibrate.py for
-a cross-validated figure.
+with sources, then the published runs outside it) and problems/validation/llm_foundry_runs.yaml (LLM Foundry's
+MPT benchmarks, benchmarks/llm_foundry_runs.py). The device efficiency curves were calibrated on the reference's
+runs (benchmarks/calibrate.py), so their errors are in-sample; every family named "(out of sample)" was never
+fitted on; see --holdout in calibrate.py for a cross-validated figure.
 """
 
 from __future__ import annotations
