@@ -181,17 +181,18 @@ def test_a_device_without_a_triton_rate_is_refused():
         compute.triton_attention_efficiency(gone)
 
 
-def test_megatron_has_no_triton_port():
+def test_megatron_and_torchtitan_have_no_triton_port():
     data = {
         "model": "llama2-7b",
         "system": {"name": "dgx-a100", "num_gpus": 8},
         "workload": {"kind": "training", "seq_len": 4096, "global_batch": 64, "precision": "bf16", "attention": "triton"},
     }
     parse_problem(data, source="p.yaml")  # no framework named: the kernel is the user's to state
-    data["workload"]["framework"] = "megatron-lm"
-    with pytest.raises(ProblemError, match="'triton' is not supported by megatron-lm") as err:
-        parse_problem(data, source="p.yaml")
-    assert err.value.field == "workload.attention"
+    for framework in ("megatron-lm", "torchtitan"):
+        data["workload"]["framework"] = framework
+        with pytest.raises(ProblemError, match=f"'triton' is not supported by {framework}") as err:
+            parse_problem(data, source="p.yaml")
+        assert err.value.field == "workload.attention"
 
 
 def test_the_command_line_names_the_field_and_the_device(tmp_path):
