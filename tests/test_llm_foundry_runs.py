@@ -240,3 +240,14 @@ def test_the_solver_equals_the_enumerator_under_the_triton_kernel(system):
     assert solved.status == "OPTIMAL" and rel_close(best["step_time_s"], expected["step_time_s"], 1e-3)
     flash = parse_problem({**data, "workload": {**data["workload"], "attention": "flash"}}, source="t")
     assert enumerate_space(flash, top=1).plans[0].evaluation.metrics["step_time_s"] < expected["step_time_s"]
+
+
+def test_the_accuracy_script_reports_both_kernels_by_table(capsys):
+    import llm_foundry_accuracy  # noqa: PLC0415  (benchmarks/llm_foundry_accuracy.py)
+
+    assert llm_foundry_accuracy.main() == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("triton ", "flash "))]
+    assert len(rows) == 2 * 6  # five tables and all, per kernel
+    mean = {row[0]: float(row[3]) for row in rows if row[1] == "all" and row[2] == "216"}
+    assert mean["triton"] < mean["flash"] and "16K-64K" in out
