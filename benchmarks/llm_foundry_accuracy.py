@@ -27,6 +27,7 @@ def table_of(entry: dict) -> str:
 
 
 def with_kernel(entries: list[dict], kernel: str) -> list[dict]:
+    """The runs as they would be with attention kernel ``kernel`` (``choices.AttentionKernel``)."""
     return [dict(e, workload=dict(e["workload"], attention=kernel)) for e in entries]
 
 

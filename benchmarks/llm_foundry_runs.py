@@ -188,7 +188,7 @@ def entry(section: str, row: dict) -> dict:
     }
 
 
-def problems(section: str, row: dict) -> str | None:
+def row_problem(section: str, row: dict) -> str | None:
     """What a row holds that this import cannot express, or None."""
     checks = (
         (row["Model"] in SHAPES, f"model {row['Model']} (known: {', '.join(SHAPES)})"),
@@ -221,7 +221,7 @@ def build(text: str, path: str) -> tuple[str, str] | None:
     runs = []
     for section, rows in tables(text).items():
         for row in rows:
-            problem = problems(section, row)
+            problem = row_problem(section, row)
             if problem:
                 print(f"{path}: {problem}", file=sys.stderr)
                 return None

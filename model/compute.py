@@ -265,8 +265,9 @@ def attention_core_backward_factor(attention: str) -> float:
 def triton_attention_efficiency(device: DeviceSpec) -> float:
     """The Triton FlashAttention kernel's forward + backward fraction of ``device``'s 16-bit peak
     (``DeviceSpec.attention_triton_efficiency``); ProblemError where the device file gives none."""
-    if device.attention_triton_efficiency <= 0:
-        raise ProblemError(triton_attention_problem(device), field="workload.attention")
+    reason = triton_attention_problem(device)
+    if reason is not None:
+        raise ProblemError(reason, field="workload.attention")
     return device.attention_triton_efficiency
 
 

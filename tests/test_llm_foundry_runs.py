@@ -17,7 +17,9 @@ from parasol.solver.validation import evaluate_all, family, load_runs, out_of_sa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import llm_foundry_accuracy  # noqa: E402  (benchmarks/llm_foundry_accuracy.py)
 import llm_foundry_runs  # noqa: E402  (benchmarks/llm_foundry_runs.py)
+from llm_foundry_accuracy import table_of, with_kernel  # noqa: E402
 
 FAMILY = "LLM Foundry MPT (out of sample)"
 HEAD = (
@@ -59,7 +61,7 @@ def results(runs):
 
 def test_the_file_holds_the_five_tables(runs):
     assert len(runs) == 216
-    tables = {e["source"].split('"')[1] for e in runs}
+    tables = {table_of(e) for e in runs}
     assert len(tables) == 5 and all(family(e["id"]) == FAMILY for e in runs) and out_of_sample(FAMILY)
 
 
@@ -104,7 +106,7 @@ def test_the_stored_file_is_what_the_import_writes_from_its_rows(runs):
     """Rebuilt from the stored runs' own numbers, the rows give back the same entries (the importer is deterministic
     and the file was not edited by hand)."""
     for e in runs:
-        assert llm_foundry_runs.entry(e["source"].split('"')[1], row_of(e)) == e, e["id"]
+        assert llm_foundry_runs.entry(table_of(e), row_of(e)) == e, e["id"]
 
 
 def row_of(e: dict) -> dict:
@@ -142,8 +144,7 @@ def test_the_triton_kernel_explains_the_long_sequences(runs):
     """Timed as the model's flash attention, the 16K-65K runs on H100 come out 44-55 % too fast (the Triton port,
     written for Ampere's instructions, is 3x slower there); with the Triton rates they stay within 30 %."""
     long = [e for e in runs if e["workload"]["seq_len"] >= 16384 and e["system"] == "dgx-h100"]
-    as_flash = [dict(e, workload=dict(e["workload"], attention="flash")) for e in long]
-    flash = statistics.fmean(r.error for r in evaluate_all(as_flash))
+    flash = statistics.fmean(r.error for r in evaluate_all(with_kernel(long, "flash")))
     triton = statistics.fmean(abs(r.error) for r in evaluate_all(long))
     assert flash < -0.40 and triton < 0.30
 
@@ -243,8 +244,6 @@ def test_the_solver_equals_the_enumerator_under_the_triton_kernel(system):
 
 
 def test_the_accuracy_script_reports_both_kernels_by_table(capsys):
-    import llm_foundry_accuracy  # noqa: PLC0415  (benchmarks/llm_foundry_accuracy.py)
-
     assert llm_foundry_accuracy.main() == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith(("triton ", "flash "))]
