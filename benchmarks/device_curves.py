@@ -31,7 +31,10 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   speed-up over the port (forward: the middle of 1.3-1.5x; backward 2x); on Hopper, that A100 fraction times
   FlashAttention-2's utilization on H100 over its forward maximum on A100 (35 % / 73 %) [assumption: the port, written
   for Ampere's synchronous tensor-core instructions as FlashAttention-2 is, keeps what that kernel keeps on Hopper].
-  No Blackwell value: nothing published speaks for the port there.
+  That is over the shapes; attention_triton_by_tokens gives it by the keys a call attends: the same rule at
+  FlashAttention-2's best shape, times the median over the H200's FlashAttention-2 shapes of each length (1K-8K,
+  causal) over their maximum, held beyond 8K [assumption: the port's rate rises with the length as FlashAttention-2's
+  does]. No Blackwell value: nothing published speaks for the port there.
 - attention (Blackwell): the Hopper measurements up to their 8K keys [assumption; cuDNN's own causal attention on GB200
   reaches 0.93-0.97 of H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200:
   tests/test_fp8_attention.py], beyond them grown as cuDNN's published grouped rows of the device's family grow (GB200's
@@ -121,11 +124,28 @@ def copy_efficiency(measurement: Path) -> float:
     )
 
 
+def _flash_causal() -> list[dict]:
+    """The H200's FlashAttention-2 measurements (PyTorch's flash backend), causal, forward + backward."""
+    entries = yaml.safe_load(H200.read_text())["attention"]["entries"]
+    return [e for e in entries if e.get("backend_used") == "flash" and e.get("causal")]
+
+
 def flash_median_over_max() -> float:
     """FlashAttention-2 (PyTorch's flash backend), causal, forward + backward, over the H200's shapes."""
-    entries = yaml.safe_load(H200.read_text())["attention"]["entries"]
-    fb = [e["fwd_bwd_efficiency"] for e in entries if e.get("backend_used") == "flash" and e.get("causal")]
+    fb = [e["fwd_bwd_efficiency"] for e in _flash_causal()]
     return statistics.median(fb) / max(fb)
+
+
+def flash_by_tokens_over_max() -> tuple[tuple, tuple]:
+    """(sequence lengths, the median over the H200's FlashAttention-2 shapes of that length / the maximum over all):
+    ``flash_median_over_max`` by the keys a call attends. Its rise with the length (1K: 0.60, 8K: 0.94) is the
+    kernel's own: longer calls give each thread block more key tiles to stream past one query tile."""
+    rows = _flash_causal()
+    top = max(e["fwd_bwd_efficiency"] for e in rows)
+    seqs = sorted({e["seq"] for e in rows})
+    return tuple(float(s) for s in seqs), tuple(
+        statistics.median(e["fwd_bwd_efficiency"] for e in rows if e["seq"] == s) / top for s in seqs
+    )
 
 
 def combined_flash(fa: dict, forward_slowdown: float = 1.0, backward_slowdown: float = 1.0) -> float:
@@ -136,22 +156,40 @@ def combined_flash(fa: dict, forward_slowdown: float = 1.0, backward_slowdown: f
     return FWD_BWD_FLOPS / times
 
 
-def triton_on_ampere(pub: dict) -> float:
-    """FlashAttention's Triton port on A100, forward + backward, its fraction of the 16-bit peak: the A100 attention
-    rule (``combined_flash`` x ``flash_median_over_max``) with each pass slowed by FlashAttention-2's published
-    speed-up over the port (forward: the middle of the published range)."""
+def triton_at_maximum(pub: dict) -> float:
+    """FlashAttention's Triton port on A100 at FlashAttention-2's best shape, forward + backward, its fraction of the
+    16-bit peak: FlashAttention-2's combined maxima (``combined_flash``) with each pass slowed by FlashAttention-2's
+    published speed-up over the port (forward: the middle of the published range)."""
     triton = pub["flash_attention_triton"]
     forward = statistics.fmean(triton["fa2_forward_speedup"])
-    slowed = combined_flash(pub["flash_attention_2_a100"], forward, triton["fa2_backward_speedup"])
-    return slowed * flash_median_over_max()
+    return combined_flash(pub["flash_attention_2_a100"], forward, triton["fa2_backward_speedup"])
+
+
+def hopper_kept(pub: dict) -> float:
+    """What FlashAttention-2, written for Ampere's synchronous tensor-core instructions, keeps of its utilization on
+    Hopper: 35 % of H100's peak over its 73 % forward maximum on A100 [assumption: the Triton port, written for the
+    same instructions, keeps as much]."""
+    return pub["flash_attention_triton"]["fa2_h100_utilization"] / pub["flash_attention_2_a100"]["max_fwd_efficiency"]
+
+
+def triton_on_ampere(pub: dict) -> float:
+    """FlashAttention's Triton port on A100, forward + backward, its fraction of the 16-bit peak over the shapes: the
+    A100 attention rule (x ``flash_median_over_max``) on ``triton_at_maximum``."""
+    return triton_at_maximum(pub) * flash_median_over_max()
 
 
 def triton_on_hopper(pub: dict) -> float:
-    """FlashAttention's Triton port on Hopper, its fraction of the 16-bit peak: ``triton_on_ampere`` times what
-    FlashAttention-2, written for the same Ampere instructions, keeps of its utilization there (35 % of H100's peak
-    over its 73 % forward maximum on A100) [assumption: the port keeps what that kernel keeps]."""
-    kept = pub["flash_attention_triton"]["fa2_h100_utilization"] / pub["flash_attention_2_a100"]["max_fwd_efficiency"]
-    return triton_on_ampere(pub) * kept
+    """The same on Hopper: ``triton_on_ampere`` x ``hopper_kept``."""
+    return triton_on_ampere(pub) * hopper_kept(pub)
+
+
+def triton_by_tokens(pub: dict, kept: float = 1.0) -> tuple[tuple, tuple]:
+    """The port's curve by the keys a call attends (efficiency.attention_triton_by_tokens): ``triton_at_maximum`` x
+    ``kept`` (1 on A100, ``hopper_kept`` on Hopper) x FlashAttention-2's own rise with the length
+    (``flash_by_tokens_over_max``), held beyond the H200's 1K-8K [assumption: the port tiles the sequence as
+    FlashAttention-2 does, so its rate rises with the length as that kernel's does]."""
+    tokens, shape = flash_by_tokens_over_max()
+    return tokens, tuple(round(triton_at_maximum(pub) * kept * y, DIGITS) for y in shape)
 
 
 def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
@@ -291,6 +329,7 @@ def derive() -> dict:
             fa = pub["flash_attention_2_a100"]
             values["attention"] = round(combined_flash(fa) * flash_median_over_max(), 2)
             values["attention_triton"] = round(triton_on_ampere(pub), 2)
+            values["attention_triton_by_tokens"] = triton_by_tokens(pub)
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
     ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
@@ -299,6 +338,7 @@ def derive() -> dict:
         out[device] = {
             "softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS),
             "attention_triton": round(triton_on_hopper(pub), 2),
+            "attention_triton_by_tokens": triton_by_tokens(pub, hopper_kept(pub)),
         }
     for device, gpu in CUDNN_GPU.items():
         out[device]["fp8_attention_grouped"] = fp8_over_bf16(pub["cudnn_sdpa_training"]["grouped"][gpu])
@@ -353,6 +393,7 @@ def differences(derived: dict) -> list[str]:
         curves = {"gemm": (spec.gemm_efficiency_flops, spec.gemm_efficiency)}
         curves.update({f"gemm_{name}": (x, y) for name, x, y in spec.low_precision_gemm})
         curves["attention_by_tokens"] = (spec.attention_tokens, spec.attention_curve)
+        curves["attention_triton_by_tokens"] = (spec.attention_triton_tokens, spec.attention_triton_curve)
         for key, value in values.items():
             if key in curves:
                 have = curves.get(key)
@@ -397,7 +438,7 @@ def main(argv=None) -> int:
     for device, values in derived.items():
         print(f"{device}:")
         for key, value in values.items():
-            if key == "attention_by_tokens":
+            if key in ("attention_by_tokens", "attention_triton_by_tokens"):
                 print(f"  {key}:\n    tokens:     [{', '.join(f'{x:g}' for x in value[0])}]")
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
             elif key == "fp8_attention_grouped":

@@ -241,15 +241,15 @@ def attention_core_forward_time_s(
     flash: one fused kernel at the device's attention efficiency for calls of seq/cp keys (Dao et al.
     2022; ``DeviceSpec.attention_efficiency_at``: longer calls run closer to the peak; seq/cp is ring
     attention's block, the whole sequence's share for the all-gather and all-to-all schemes).
-    triton: the same fused computation in FlashAttention's Triton port, at ``triton_attention_efficiency``: the
-    device file's efficiency.attention_triton, which benchmarks/device_curves.py derives from the FlashAttention-2
-    and -3 papers.
+    triton: the same fused computation in FlashAttention's Triton port, at ``triton_attention_efficiency`` for calls
+    of seq/cp keys: the device file's efficiency.attention_triton(_by_tokens), which benchmarks/device_curves.py
+    derives from the FlashAttention-2 and -3 papers and FlashAttention-2's measured rise with the length.
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
     if attention in FUSED_ATTENTION:
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
         if attention == AttentionKernel.TRITON:
-            return flops / (attention_peak_flops(device) * triton_attention_efficiency(device))
+            return flops / (attention_peak_flops(device) * triton_attention_efficiency(device, seq_len / cp))
         return flops / (attention_peak_flops(device) * device.attention_efficiency_at(seq_len / cp))
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)
     gemm = flops / (attention_peak_flops(device) * float(device.gemm_efficiency_at(flops / 2)))
@@ -262,13 +262,13 @@ def attention_core_backward_factor(attention: str) -> float:
     return FLASH_BACKWARD_FACTOR if attention in FUSED_ATTENTION else 2.0
 
 
-def triton_attention_efficiency(device: DeviceSpec) -> float:
-    """The Triton FlashAttention kernel's forward + backward fraction of ``device``'s 16-bit peak
-    (``DeviceSpec.attention_triton_efficiency``); ProblemError where the device file gives none."""
+def triton_attention_efficiency(device: DeviceSpec, kv_tokens: float) -> float:
+    """The Triton FlashAttention kernel's forward + backward fraction of ``device``'s 16-bit peak for calls attending
+    ``kv_tokens`` keys (``DeviceSpec.attention_triton_efficiency_at``); ProblemError where the device file gives none."""
     reason = triton_attention_problem(device)
     if reason is not None:
         raise ProblemError(reason, field="workload.attention")
-    return device.attention_triton_efficiency
+    return device.attention_triton_efficiency_at(kv_tokens)
 
 
 def triton_attention_problem(device: DeviceSpec) -> str | None:

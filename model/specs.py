@@ -252,6 +252,9 @@ class DeviceSpec:
     # FlashAttention's Triton port (flash_attn_triton.py, MPT's attn_impl triton), forward + backward, its fraction of
     # the 16-bit peak (device files: efficiency.attention_triton); 0 = unknown: that kernel cannot be timed here
     attention_triton_efficiency: float = 0.0
+    # the same by the keys a call attends (efficiency.attention_triton_by_tokens); empty: attention_triton_efficiency
+    attention_triton_tokens: tuple = ()
+    attention_triton_curve: tuple = ()
     # the devices whose published runs speak for this one (choices.Architecture); None: a device file without it
     architecture: Architecture | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -292,6 +295,13 @@ class DeviceSpec:
         if not self.attention_tokens:
             return self.attention_efficiency
         return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(self.attention_tokens, self.attention_curve))
+
+    def attention_triton_efficiency_at(self, kv_tokens: float) -> float:
+        """The same for FlashAttention's Triton port: its curve by the keys a call attends where the device file
+        gives one, else ``attention_triton_efficiency`` (0 where the file gives neither)."""
+        if not self.attention_triton_tokens:
+            return self.attention_triton_efficiency
+        return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(self.attention_triton_tokens, self.attention_triton_curve))
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear

@@ -399,6 +399,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "attention_by_tokens",
             "fp8_attention_grouped",
             "attention_triton",
+            "attention_triton_by_tokens",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -418,6 +419,17 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         if "attention_by_tokens" in eff
         else ((), ())
     )
+    triton_kv, triton = (
+        _curve(eff["attention_triton_by_tokens"], src, "efficiency.attention_triton_by_tokens", "tokens")
+        if "attention_triton_by_tokens" in eff
+        else ((), ())
+    )
+    if triton and not eff.get("attention_triton"):
+        raise ProblemError(
+            "needs efficiency.attention_triton (the port's rate over the shapes) beside its curve by tokens",
+            source=src,
+            field="efficiency.attention_triton_by_tokens",
+        )
     return DeviceSpec(
         name=checks.text(data.get("name", name), "name", src),
         peak_flops=peaks,
@@ -466,6 +478,8 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         low_precision_gemm=low,
         attention_tokens=kv,
         attention_curve=attention,
+        attention_triton_tokens=triton_kv,
+        attention_triton_curve=triton,
         source=src,
     )
 

@@ -134,19 +134,20 @@ def row_of(e: dict) -> dict:
 
 
 def test_every_run_fits_and_the_family_stays_within_its_measured_error(results):
-    """Out of sample: 8.4 % mean |error| at this change (python benchmarks/accuracy.py), 29.6 % worst; a point of slack."""
+    """Out of sample: 6.7 % mean |error| at this change (python benchmarks/accuracy.py), 29.1 % worst; a point of slack."""
     assert all(r.evaluation.metrics["fits"] for r in results)
     errors = [abs(r.error) for r in results]
-    assert statistics.fmean(errors) <= 0.095 and max(errors) <= 0.31
+    assert statistics.fmean(errors) <= 0.077 and max(errors) <= 0.30
 
 
 def test_the_triton_kernel_explains_the_long_sequences(runs):
     """Timed as the model's flash attention, the 16K-65K runs on H100 come out 44-55 % too fast (the Triton port,
-    written for Ampere's instructions, is 3x slower there); with the Triton rates they stay within 30 %."""
+    written for Ampere's instructions, is 3x slower there); with the Triton curve they are 8.5 % off on average
+    (15.6 % worst; 20.6 % too slow on average under a rate flat in the length)."""
     long = [e for e in runs if e["workload"]["seq_len"] >= 16384 and e["system"] == "dgx-h100"]
     flash = statistics.fmean(r.error for r in evaluate_all(with_kernel(long, "flash")))
-    triton = statistics.fmean(abs(r.error) for r in evaluate_all(long))
-    assert flash < -0.40 and triton < 0.30
+    triton = [abs(r.error) for r in evaluate_all(long)]
+    assert flash < -0.40 and statistics.fmean(triton) < 0.10 and max(triton) < 0.17
 
 
 def test_the_triton_rate_follows_the_published_speedups():
@@ -159,11 +160,46 @@ def test_the_triton_rate_follows_the_published_speedups():
     assert h100.attention_triton_efficiency == pytest.approx(a100.attention_triton_efficiency * 0.35 / 0.73, abs=0.006)
 
 
+@pytest.mark.parametrize("name", ["a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb"])
+def test_the_triton_rate_rises_with_the_length_as_flashattention_2s_measured_rate_does(name):
+    """By the keys a call attends, the port's rate over its rate across the shapes is FlashAttention-2's median at that
+    length over its median across the shapes (the H200's causal FlashAttention-2 rows), held beyond 1K-8K."""
+    import device_curves  # noqa: PLC0415  (benchmarks/device_curves.py)
+
+    device = load_device(name)
+    tokens, shape = device_curves.flash_by_tokens_over_max()
+    across = device_curves.flash_median_over_max()
+    assert device.attention_triton_tokens == tokens == (1024.0, 2048.0, 4096.0, 8192.0)
+    for t, y in zip(tokens, shape):
+        assert device.attention_triton_efficiency_at(t) == pytest.approx(
+            device.attention_triton_efficiency * y / across, rel=0.03
+        )
+    rates = [device.attention_triton_efficiency_at(t) for t in (512, 1024, 2048, 4096, 8192, 65536)]
+    assert rates == sorted(rates) and rates[0] == rates[1] and rates[-1] == rates[-2]
+    assert rates[-1] / rates[1] > 1.4  # 8K keys per call run 1.5x the rate of 1K
+
+
+def test_a_triton_curve_needs_the_rate_across_shapes_and_a_proper_curve(tmp_path):
+    from parasol.solver import library  # noqa: PLC0415
+
+    src = (library.library_root() / "systems" / "devices" / "a100-sxm-80gb.yaml").read_text()
+    for bad, field in (
+        (src.replace("  attention_triton: 0.29", "  attention_triton: 0"), "efficiency.attention_triton_by_tokens"),
+        (src.replace("[1024, 2048, 4096, 8192]", "[1024, 2048, 8192, 4096]"), "efficiency.attention_triton_by_tokens"),
+    ):
+        assert bad != src
+        path = tmp_path / "dev.yaml"
+        path.write_text(bad)
+        with pytest.raises(ProblemError) as err:
+            library.load_device(str(path))
+        assert err.value.field == field and "dev.yaml" in str(err.value)
+
+
 def test_triton_changes_the_attention_time_only():
     model, a100 = load_model("llama2-7b"), load_device("a100-sxm-80gb")
     flash = compute.attention_core_forward_time_s(model, a100, "flash", 1, 4096, 1, 1)
     triton = compute.attention_core_forward_time_s(model, a100, "triton", 1, 4096, 1, 1)
-    assert triton / flash == pytest.approx(a100.attention_efficiency / a100.attention_triton_efficiency)
+    assert triton / flash == pytest.approx(a100.attention_efficiency / a100.attention_triton_efficiency_at(4096))
     assert compute.attention_core_backward_factor("triton") == compute.attention_core_backward_factor("flash")
 
 
@@ -179,7 +215,7 @@ def test_a_device_without_a_triton_rate_is_refused():
     assert compute.triton_attention_problem(load_device("a100-sxm-40gb")) is None
     gone = dataclasses.replace(load_device("a100-sxm-80gb"), attention_triton_efficiency=0.0)
     with pytest.raises(ProblemError, match="efficiency.attention_triton"):
-        compute.triton_attention_efficiency(gone)
+        compute.triton_attention_efficiency(gone, 2048)
 
 
 def test_megatron_and_torchtitan_have_no_triton_port():
