@@ -183,6 +183,26 @@ def exposed_dp_traffic(o, traffic, window, vpp, pp, first_chunk_extra=0):
     return o.maximum(last_chunk, beyond)
 
 
+# Computation slows while a collective runs beside it: the collective's kernels hold SMs and share the memory
+# system. Over GPT and Llama training layers overlapped with their collectives on four GPUs (A100, H100, MI250,
+# MI210), the computation ran 18.9 % slower on average than with no communication beside it, 40.0 % at most
+# (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+# arXiv 2507.03114, abstract). sigma, dimensionless.
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+# what a collective of A seconds overlapped with computation adds at least: A·sigma/(1 + sigma), in basis points of A
+OVERLAP_CONTENTION_BP = round(BASIS_POINTS * OVERLAP_COMPUTE_SLOWDOWN / (1.0 + OVERLAP_COMPUTE_SLOWDOWN))
+
+
+def contended_exposure(o, exposed, traffic):
+    """Seconds that data-parallel traffic of ``traffic`` seconds adds to the step when it runs beside computation that
+    hides all but ``exposed`` of it (``exposed_dp_traffic``; ZeRO-3's max(0, A - C)), written against ``ops`` (``o``).
+    The computation beside it runs at 1/(1 + sigma) of its rate (``OVERLAP_COMPUTE_SLOWDOWN``): C of computation with
+    A of traffic takes max(A, C + A·sigma/(1 + sigma)), so the traffic adds max(A - C, A·sigma/(1 + sigma)), the more
+    so the more of the computation it overlaps: max(exposed, A·sigma/(1 + sigma)). Traffic that runs after the
+    computation (no overlap) is charged in full elsewhere and slows nothing."""
+    return o.maximum(exposed, o.quotient(o.product(traffic, OVERLAP_CONTENTION_BP), BASIS_POINTS, Rounding.DOWN))
+
+
 def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
     """Why DualPipe cannot run this pipeline, or None. Its step splits the micro-batches between the two
     directions and folds the ranks in half: an even pp, an even micro-batch count of at least 2·pp

@@ -14,8 +14,8 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
 - pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_parts``);
 - data-parallel traffic of stage 0, which runs the step's last backward, is exposed beyond the
   compute it overlaps with (Megatron's --overlap-grad-reduce / --overlap-param-gather, chunk by chunk
-  under interleaving: ``pipeline.exposed_dp_traffic``; ZeRO-3's gathers per micro-batch), and stage 0's
-  optimizer step ends it;
+  under interleaving: ``pipeline.exposed_dp_traffic``; ZeRO-3's gathers per micro-batch), slowing the compute
+  it overlaps (``pipeline.contended_exposure``), and stage 0's optimizer step ends it;
 - memory of a stage = its model states + in-flight chunks x its layers' activations / vpp + the
   recomputation working set + the embedding (first) or logits (last) buffers; the peak is the
   largest stage, a middle stage at its first position (it holds the most chunks).
@@ -34,7 +34,14 @@ from .evaluation import GIB, Evaluation
 from .goodput import BASIS_POINTS, basis_points
 from .offload import offloaded_activation_bytes, offloads
 from .ops import Factor, FloatOps, ImpliedBound, Limit, Output, Rounding, Unit
-from .pipeline import dualpipe_bubble_share, dualpipe_parts, exposed_dp_traffic, pipeline_parts, stage_layer_counts
+from .pipeline import (
+    contended_exposure,
+    dualpipe_bubble_share,
+    dualpipe_parts,
+    exposed_dp_traffic,
+    pipeline_parts,
+    stage_layer_counts,
+)
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
 from .training import (
@@ -799,14 +806,16 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
             last = o.lookup(factor)
             grads, gather = grads + o.where(dual, last.grads, 0), gather + o.where(dual, last.gather, 0)
             optimizer = optimizer + o.where(dual, last.optimizer, 0)
-    hidden_gather = o.maximum(0, gather - fwd0)
+    # overlapped traffic slows the computation beside it (``contended_exposure``)
     if wl.overlap_dp:
-        per_step = exposed_dp_traffic(o, gather, fwd0, vpp, pp, dp.embedding_gather) + exposed_dp_traffic(
-            o, grads, bwd0, vpp, pp, dp.embedding_grads
-        )
+        per_step = contended_exposure(
+            o, exposed_dp_traffic(o, gather, fwd0, vpp, pp, dp.embedding_gather), gather
+        ) + contended_exposure(o, exposed_dp_traffic(o, grads, bwd0, vpp, pp, dp.embedding_grads), grads)
     else:
         per_step = grads + gather
-    per_microbatch_zero3 = hidden_gather + o.maximum(0, gather + grads - bwd0)
+    per_microbatch_zero3 = contended_exposure(o, o.maximum(0, gather - fwd0), gather) + contended_exposure(
+        o, o.maximum(0, gather + grads - bwd0), gather + grads
+    )
     # ZeRO-3 gathers and reduces per micro-batch; a DualPipe rank passes half of them through each of its stages
     zero3_passes = m if dual is False else o.where(dual, o.quotient(m, 2, Rounding.DOWN), m)
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(zero3_passes, per_microbatch_zero3), per_step)
