@@ -201,9 +201,12 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     # -9.2, -11.9 % with cuDNN's measured FP8 attention of grouped-query heads
     assert len(small) == 6 and all(abs(e) <= 0.13 for k, e in small.items() if "-8gpu-" in k)
     # the short steps of 72 and 512 GPUs: -61 % to -17 % without the caps, within 16 % with them; GB300's 72-GPU run
-    # +14.8 -> +17.6 % with XLA's GEMM size penalty on Blackwell (2026-11-29)
-    assert all(abs(e) <= 0.186 for k, e in small.items() if "-8gpu-" not in k)
-    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.093
+    # +14.8 -> +17.6 % with XLA's GEMM size penalty on Blackwell (2026-11-29); with the overlapped data-parallel
+    # traffic slowing the compute beside it (pipeline.contended_exposure, same day) GB300 +25.1, +10.3 %, GB200 +9.3,
+    # +6.0 % (too slow: these configs cap that traffic at 8 thread blocks, the published slowdown is uncapped NCCL's)
+    assert all(abs(e) <= 0.261 for k, e in small.items() if "-8gpu-" not in k)
+    # 8.3 % before the overlapped traffic slowed the compute beside it, 9.3 % with it (its 72- and 512-GPU 8B runs)
+    assert statistics.fmean(abs(r.error) for r in rows.values()) <= 0.10
 
 
 def test_mlperf_training_partner_runs_as_measured(results):
@@ -275,7 +278,9 @@ def test_mlperf_training_partner_8b_runs_across_nodes_and_precisions(results):
     that 12-point gap then, 2 of a 6-point gap since cuDNN's measured grouped-query ratios); the FP8 B200 runs from 8 to 128 GPUs
     are 8.5-14.1 % too fast and 256 GPUs 21.0 %. With cuDNN's measured FP8 attention of grouped-query heads (2026-11-28)
     Nebius's three NVFP4 runs -21.7, -27.1, -18.9 %: mean 14.6 %. Bounds: the mean and the worst + one point, the FP8 B200
-    runs up to 128 GPUs within 15.1 %."""
+    runs up to 128 GPUs within 15.1 %. With the overlapped data-parallel traffic slowing the compute beside it
+    (pipeline.contended_exposure, 2026-11-29) the FP8 B200 runs from 8 to 128 GPUs are -11.9 to +1.1 % (5.3 % mean; at
+    32 to 128 GPUs, two nodes and more, +0.1 to +1.1 %), 256 GPUs -11.6 %, Cisco's -17.8 and -32.9 %; the mean 10.3 %."""
     errors = {r.run_id: r.error for r in results if r.run_id in PARTNER_8B_RUNS}
     assert set(errors) == set(PARTNER_8B_RUNS)
     assert all(
@@ -283,7 +288,7 @@ def test_mlperf_training_partner_8b_runs_across_nodes_and_precisions(results):
     )
     assert statistics.fmean(abs(e) for e in errors.values()) <= 0.156 and max(abs(e) for e in errors.values()) <= 0.37
     fp8_b200 = [e for k, e in errors.items() if "-b200-" in k and "-fp8-" in k and "-256gpu-" not in k]
-    assert len(fp8_b200) == 9 and all(abs(e) <= 0.151 for e in fp8_b200) and max(fp8_b200) < 0
+    assert len(fp8_b200) == 9 and all(abs(e) <= 0.13 for e in fp8_b200) and statistics.fmean(map(abs, fp8_b200)) <= 0.063
 
 
 def test_mlperf_deepseek_v3_runs_as_measured(results):

@@ -162,7 +162,7 @@ def test_weight_offloading_costs_the_copies_of_each_pass():
     assert off.metrics["peak_memory_gib"] < plain.metrics["peak_memory_gib"]
     assert off.metrics["host_memory_gib"] > 0
     # a link that costs nothing leaves the step as it was; a slow one makes every pass wait for it
-    assert rel_close(_zero3(1e18, weight_offload=True).metrics["step_time_s"], plain.metrics["step_time_s"], 1e-9)
+    assert rel_close(_zero3(1e18, weight_offload=True).metrics["step_time_s"], plain.metrics["step_time_s"], 1e-8)
     slow = _zero3(1e9, weight_offload=True).metrics["step_time_s"]
     assert slow > 1.5 * plain.metrics["step_time_s"]
 
