@@ -25,7 +25,8 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   them); stream_fp8 only where the device has FP8 tensor cores.
 - attention (A100): FlashAttention-2's published forward and backward maxima, combined as
   forward + backward (backward = 2.5 x forward FLOPs), times the median/maximum ratio of the same
-  kernel over the shapes measured on H200.
+  kernel over the shapes measured on H200; attention_by_tokens the same by the keys a call attends (the median
+  over the H200's shapes of each length, 1K-8K, over their maximum; held beyond), as training times it.
 - attention_triton (A100, Hopper): FlashAttention's Triton port (published_kernels.yaml flash_attention_triton):
   on A100, the A100 rule above with FlashAttention-2's forward and backward times each multiplied by its published
   speed-up over the port (forward: the middle of 1.3-1.5x; backward 2x); on Hopper, that A100 fraction times
@@ -328,6 +329,8 @@ def derive() -> dict:
         if device in AMPERE:
             fa = pub["flash_attention_2_a100"]
             values["attention"] = round(combined_flash(fa) * flash_median_over_max(), 2)
+            tokens, shape = flash_by_tokens_over_max()
+            values["attention_by_tokens"] = (tokens, tuple(round(combined_flash(fa) * y, DIGITS) for y in shape))
             values["attention_triton"] = round(triton_on_ampere(pub), 2)
             values["attention_triton_by_tokens"] = triton_by_tokens(pub)
         out[device] = values

@@ -168,3 +168,20 @@ def test_blackwell_attention_past_8k_follows_its_own_familys_cudnn_rows():
         < gb200.attention_efficiency_at(8192)
         < load_device("h100-sxm-80gb").attention_efficiency_at(32768)
     )
+
+
+@pytest.mark.parametrize("name", ["a100-sxm-80gb", "a100-sxm-40gb"])
+def test_a100_flash_attention_rises_with_the_length_as_flashattention_2_does(name):
+    """The A100's training flash attention by the keys a call attends: FlashAttention-2's combined published maxima x the
+    H200's FlashAttention-2 median at each length over the maximum, the flat rate's median/maximum taken per length;
+    the flat rate (what serving reads) lies between its 2K and 4K points, and the curve is held past 1K-8K."""
+    a100 = load_device(name)
+    tokens, shape = device_curves.flash_by_tokens_over_max()
+    assert a100.attention_tokens == tokens
+    for t, y in zip(tokens, shape):
+        assert a100.attention_efficiency_at(t) == pytest.approx(
+            a100.attention_efficiency * y / device_curves.flash_median_over_max(), rel=0.03
+        )
+    assert a100.attention_efficiency_at(2048) < a100.attention_efficiency < a100.attention_efficiency_at(4096)
+    assert a100.attention_efficiency_at(512) == a100.attention_efficiency_at(1024)
+    assert a100.attention_efficiency_at(65536) == a100.attention_efficiency_at(8192)
