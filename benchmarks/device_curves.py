@@ -36,9 +36,10 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   FlashAttention-2's best shape, times the median over the H200's FlashAttention-2 shapes of each length (1K-8K,
   causal) over their maximum, held beyond 8K [assumption: the port's rate rises with the length as FlashAttention-2's
   does]. No Blackwell value: nothing published speaks for the port there.
-- attention (Blackwell): the Hopper measurements up to their 8K keys [assumption; cuDNN's own causal attention on GB200
-  reaches 0.93-0.97 of H200's share of the peak at Llama 3.1's heads, 2K-16K keys, and GB300 1.10-1.13x GB200:
-  tests/test_fp8_attention.py], beyond them grown as cuDNN's published grouped rows of the device's family grow (GB200's
+- attention (Blackwell): the Hopper measurements up to their 8K keys, each times what cuDNN's own causal attention on
+  GB200 reaches of its peak over what it reaches on H200 at that length (Llama 3.1's grouped heads: 0.933 at 2K, 0.953
+  at 4K, 0.973 at 8K; 1K takes 2K's; ``blackwell_over_hopper``), beyond them grown as cuDNN's published grouped rows of
+  the device's family grow (GB200's
   for B200 and GB200, GB300's for B300 and GB300; ``cudnn_growth_beyond``); on
   Blackwell Ultra (B300, GB300) faster by its doubled softmax exponential rate (published_kernels.yaml
   blackwell_ultra_softmax). Rule [assumption] (model/fp8_attention.py, serial_pass_time): a score element
@@ -353,7 +354,12 @@ def derive() -> dict:
         )
         fwd, train = (ultra.forward, ultra.training) if ultra_device else (1.0, 1.0)
         out[device]["attention"] = round(hopper.attention_efficiency * fwd, DIGITS)
-        measured = [(t, y * train) for t, y in zip(hopper.attention_tokens, hopper.attention_curve) if t <= MEASURED_KEYS]
+        kept = blackwell_over_hopper(pub["cudnn_sdpa_training"])
+        measured = [
+            (t, y * train * ratio_at(kept, t))
+            for t, y in zip(hopper.attention_tokens, hopper.attention_curve)
+            if t <= MEASURED_KEYS
+        ]
         out[device]["attention_by_tokens"] = grown_curve(
             [t for t, _ in measured], [y for _, y in measured], pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]]
         )
@@ -361,6 +367,25 @@ def derive() -> dict:
 
 
 MEASURED_KEYS = 8192  # the longest sequence of our own attention measurement (calibrate.py --attention)
+
+
+def blackwell_over_hopper(cudnn: dict) -> dict:
+    """{keys: GB200's share of its bf16 peak over H200's} for cuDNN's own causal forward + backward at Llama 3.1 405B's
+    grouped heads, at the lengths both GPUs published up to our measurement's 8K (published_kernels.yaml
+    cudnn_sdpa_training: each row's time per sequence, its ``sequences_per_row``, against the device files' bf16
+    peaks). One harness, one kernel family on both GPUs: what the Blackwell curve keeps of Hopper's measured one."""
+    rows, sequences = cudnn["grouped"], cudnn["sequences_per_row"]
+    peak = {gpu: load_device(name).peak("bf16") for gpu, name in (("gb200", "gb200"), ("h200", "h200-sxm-141gb"))}
+
+    def rate(gpu, keys):  # sequences per second per FLOP/s of peak
+        return sequences[gpu] / sum(rows[gpu][keys][:2]) / peak[gpu]
+
+    return {int(k): rate("gb200", k) / rate("h200", k) for k in sorted(rows["gb200"]) if k in rows["h200"] and k <= MEASURED_KEYS}
+
+
+def ratio_at(ratios: dict, keys: float) -> float:
+    """``ratios`` at ``keys``: the nearest published length's, the shortest one's below it."""
+    return ratios[min(ratios, key=lambda k: (abs(math.log(k / keys)), k))]
 
 
 def cudnn_growth_beyond(rows: dict, last_seq: int) -> dict:

@@ -101,12 +101,19 @@ def test_the_hopper_and_blackwell_files_hold_the_measured_curve():
     published = yaml.safe_load(device_curves.PUBLISHED.read_text())["blackwell_ultra_softmax"]
     ultra = device_curves.softmax_speedups(published).training
     measured = len(calibrate.attention_curve()[0])  # Blackwell's points past it: tests/test_device_curves.py
+    kept = device_curves.blackwell_over_hopper(yaml.safe_load(device_curves.PUBLISHED.read_text())["cudnn_sdpa_training"])
     for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "b200", "b300", "gb200", "gb300"):
         device = library.load_device(name)
         assert device.attention_tokens == tuple(float(t) for t in tokens), name
-        scale = ultra if name in device_curves.BLACKWELL_ULTRA else 1.0
-        held = len(tokens) if name in device_curves.HOPPER_DEVICES else measured
-        assert device.attention_curve[:held] == pytest.approx(tuple(e * scale for e in efficiency[:held]), abs=5e-4), name
+        hopper = name in device_curves.HOPPER_DEVICES
+        held = len(tokens) if hopper else measured
+        scale = [
+            (1.0 if hopper else device_curves.ratio_at(kept, t)) * (ultra if name in device_curves.BLACKWELL_ULTRA else 1.0)
+            for t in tokens[:held]
+        ]
+        assert device.attention_curve[:held] == pytest.approx(tuple(e * f for e, f in zip(efficiency[:held], scale)), abs=5e-4), (
+            name
+        )
 
 
 def test_beyond_the_measurement_the_curve_grows_as_cudnns_published_h200_rows_do():

@@ -102,8 +102,8 @@ def test_blackwell_ultra_attention_follows_the_published_softmax_speedup():
     """NVIDIA's blog: Blackwell Ultra doubles the exponential's rate and runs DeepSeek-V3's FP8 attention
     forward ~35 % faster. The rule must give that FP8 forward back, a smaller gain in 16 bits (twice the
     tensor-core time per element) and smaller still with the backward (2.5x the tensor work, one more
-    exponential); with no faster exponential, no gain; Blackwell itself keeps Hopper's attention up to our
-    measurement's 8K keys."""
+    exponential); with no faster exponential, no gain; up to our measurement's 8K keys Blackwell keeps Hopper's
+    attention times cuDNN's own GB200-over-H200 share of the peak (0.93-0.97, below 1 at every length)."""
     published = {"exp_rate_ratio": 2.0, "fp8_forward_speedup": 1.35}
     ultra = device_curves.softmax_speedups(published)
     assert ultra.fp8_forward == pytest.approx(1.35)
@@ -113,9 +113,12 @@ def test_blackwell_ultra_attention_follows_the_published_softmax_speedup():
     assert same.fp8_forward == same.forward == same.training == 1.0
     hopper, gb200, gb300 = (load_device(n) for n in ("h100-sxm-80gb", "gb200", "gb300"))
     measured = len([t for t in hopper.attention_tokens if t <= device_curves.MEASURED_KEYS])  # past it: each family's rows
-    assert gb200.attention_curve[:measured] == hopper.attention_curve[:measured]
+    kept = device_curves.blackwell_over_hopper(yaml.safe_load(device_curves.PUBLISHED.read_text())["cudnn_sdpa_training"])
+    assert set(kept) == {2048, 4096, 8192} and all(0.92 < r < 0.98 for r in kept.values())
+    for t, h, b in zip(hopper.attention_tokens[:measured], hopper.attention_curve[:measured], gb200.attention_curve[:measured]):
+        assert b == pytest.approx(h * device_curves.ratio_at(kept, t), abs=6e-4) and b < h
     for blackwell, ultra_y in zip(gb200.attention_curve[:measured], gb300.attention_curve[:measured]):
-        assert ultra_y == pytest.approx(blackwell * ultra.training, abs=6e-4)
+        assert ultra_y == pytest.approx(blackwell * ultra.training, abs=1e-3)  # both rounded to 3 decimals
 
 
 def test_the_softmax_exp_ratios_give_the_published_fp8_speedups_back():
@@ -160,7 +163,7 @@ def test_blackwell_attention_past_8k_follows_its_own_familys_cudnn_rows():
         growth = device_curves.cudnn_growth_beyond(rows[gpu], 8192)
         at_8k = device.attention_efficiency_at(8192)
         for tokens, gain in growth.items():
-            assert device.attention_efficiency_at(tokens) == pytest.approx(at_8k * gain, abs=6e-4), (name, tokens)
+            assert device.attention_efficiency_at(tokens) == pytest.approx(at_8k * gain, abs=1e-3), (name, tokens)
         assert device.attention_efficiency_at(131072) == device.attention_efficiency_at(32768)
     gb200 = load_device("gb200")
     assert (
