@@ -37,7 +37,7 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   causal) over their maximum, held beyond 8K [assumption: the port's rate rises with the length as FlashAttention-2's
   does]. No Blackwell value: nothing published speaks for the port there.
 - attention (Blackwell): the Hopper measurements up to their 8K keys, each times what cuDNN's own causal attention on
-  GB200 reaches of its peak over what it reaches on H200 at that length (Llama 3.1's grouped heads: 0.933 at 2K, 0.953
+  GB200 reaches of its peak over what it reaches on H200 at that length (Llama 3.1's grouped heads: 0.933 at 2K, 0.954
   at 4K, 0.973 at 8K; 1K takes 2K's; ``blackwell_over_hopper``), beyond them grown as cuDNN's published grouped rows of
   the device's family grow (GB200's
   for B200 and GB200, GB300's for B300 and GB300; ``cudnn_growth_beyond``); on
@@ -185,13 +185,18 @@ def triton_on_hopper(pub: dict) -> float:
     return triton_on_ampere(pub) * hopper_kept(pub)
 
 
-def triton_by_tokens(pub: dict, kept: float = 1.0) -> tuple[tuple, tuple]:
-    """The port's curve by the keys a call attends (efficiency.attention_triton_by_tokens): ``triton_at_maximum`` x
-    ``kept`` (1 on A100, ``hopper_kept`` on Hopper) x FlashAttention-2's own rise with the length
-    (``flash_by_tokens_over_max``), held beyond the H200's 1K-8K [assumption: the port tiles the sequence as
-    FlashAttention-2 does, so its rate rises with the length as that kernel's does]."""
+def by_tokens(at_maximum: float) -> tuple[tuple, tuple]:
+    """A fused attention kernel's curve by the keys a call attends, from its rate at FlashAttention-2's best shape:
+    ``at_maximum`` x FlashAttention-2's own rise with the length (``flash_by_tokens_over_max``), held beyond the
+    H200's 1K-8K [assumption: the kernel tiles the sequence as FlashAttention-2 does]."""
     tokens, shape = flash_by_tokens_over_max()
-    return tokens, tuple(round(triton_at_maximum(pub) * kept * y, DIGITS) for y in shape)
+    return tokens, tuple(round(at_maximum * y, DIGITS) for y in shape)
+
+
+def triton_by_tokens(pub: dict, kept: float = 1.0) -> tuple[tuple, tuple]:
+    """The port's curve by the keys a call attends (efficiency.attention_triton_by_tokens): ``by_tokens`` of
+    ``triton_at_maximum`` x ``kept`` (1 on A100, ``hopper_kept`` on Hopper)."""
+    return by_tokens(triton_at_maximum(pub) * kept)
 
 
 def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
@@ -330,8 +335,7 @@ def derive() -> dict:
         if device in AMPERE:
             fa = pub["flash_attention_2_a100"]
             values["attention"] = round(combined_flash(fa) * flash_median_over_max(), 2)
-            tokens, shape = flash_by_tokens_over_max()
-            values["attention_by_tokens"] = (tokens, tuple(round(combined_flash(fa) * y, DIGITS) for y in shape))
+            values["attention_by_tokens"] = by_tokens(combined_flash(fa))
             values["attention_triton"] = round(triton_on_ampere(pub), 2)
             values["attention_triton_by_tokens"] = triton_by_tokens(pub)
         out[device] = values
