@@ -1,6 +1,6 @@
-"""What the scripts that import a published table into problems/measurements share (xla_collective_table.py,
-xla_matmul_table.py): their command line, reading the table file, and writing the measurement file or checking the
-stored one (``run_import``)."""
+"""What the scripts that import a published table into problems/ share (xla_collective_table.py and
+xla_matmul_table.py into problems/measurements, llm_foundry_runs.py into problems/validation): their command line,
+reading the table file, and writing the file or checking the stored one (``run_import``)."""
 
 from __future__ import annotations
 

@@ -292,16 +292,12 @@ class DeviceSpec:
         """Achieved fraction of the 16-bit peak of a training flash-attention kernel whose calls attend
         ``kv_tokens`` keys (log-linear interpolation of the measured curve, held beyond its ends);
         ``attention_efficiency`` where the device file gives no curve."""
-        if not self.attention_tokens:
-            return self.attention_efficiency
-        return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(self.attention_tokens, self.attention_curve))
+        return _by_tokens(kv_tokens, self.attention_tokens, self.attention_curve, self.attention_efficiency)
 
     def attention_triton_efficiency_at(self, kv_tokens: float) -> float:
         """The same for FlashAttention's Triton port: its curve by the keys a call attends where the device file
         gives one, else ``attention_triton_efficiency`` (0 where the file gives neither)."""
-        if not self.attention_triton_tokens:
-            return self.attention_triton_efficiency
-        return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(self.attention_triton_tokens, self.attention_triton_curve))
+        return _by_tokens(kv_tokens, self.attention_triton_tokens, self.attention_triton_curve, self.attention_triton_efficiency)
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear
@@ -617,6 +613,14 @@ class ServingMapping:
 
 
 @functools.lru_cache(maxsize=64)
+def _by_tokens(kv_tokens: float, tokens: tuple, curve: tuple, flat: float) -> float:
+    """An attention kernel's fraction of the peak for calls attending ``kv_tokens`` keys: its curve (``tokens``,
+    ``curve``; log-linear, held beyond its ends) where a device file gives one, else its ``flat`` rate."""
+    if not tokens:
+        return flat
+    return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(tokens, curve))
+
+
 def _log_curve(xs: tuple, ys: tuple) -> tuple:
     """(log x, y, slope of each segment) of a measured efficiency curve, for ``_log_interp``."""
     lx = [math.log(x) for x in xs]

@@ -414,16 +414,8 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         )
     xs, ys = _curve(eff["gemm"], src, "efficiency.gemm")
     low = tuple((key[5:], *_curve(eff[key], src, f"efficiency.{key}")) for key in ("gemm_fp8", "gemm_fp4") if key in eff)
-    kv, attention = (
-        _curve(eff["attention_by_tokens"], src, "efficiency.attention_by_tokens", "tokens")
-        if "attention_by_tokens" in eff
-        else ((), ())
-    )
-    triton_kv, triton = (
-        _curve(eff["attention_triton_by_tokens"], src, "efficiency.attention_triton_by_tokens", "tokens")
-        if "attention_triton_by_tokens" in eff
-        else ((), ())
-    )
+    kv, attention = _tokens_curve(eff, "attention_by_tokens", src)
+    triton_kv, triton = _tokens_curve(eff, "attention_triton_by_tokens", src)
     if triton and not eff.get("attention_triton"):
         raise ProblemError(
             "needs efficiency.attention_triton (the port's rate over the shapes) beside its curve by tokens",
@@ -549,6 +541,12 @@ def _curve(curve, src: str, field: str, axis: str = "flops") -> tuple[tuple, tup
     if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(xs) or not all(0 < y <= 1 for y in ys):
         raise ProblemError(f"needs matching, increasing {axis} and efficiencies in (0, 1]", source=src, field=field)
     return xs, ys
+
+
+def _tokens_curve(eff: dict, key: str, src: str) -> tuple[tuple, tuple]:
+    """An attention curve by the keys a call attends, ``efficiency.KEY`` ({tokens, efficiency}), or ((), ()) where the
+    device file gives none."""
+    return _curve(eff[key], src, f"efficiency.{key}", "tokens") if key in eff else ((), ())
 
 
 def _pass_ratios(data, src: str, field: str) -> PassRatios:
