@@ -23,6 +23,10 @@ What each row becomes (``entry``):
   False), GELU, LayerNorm, the output layer tied to the embedding. The table's NumParams holds each row to it
   (tests/test_llm_foundry_runs.py);
 - FULL_SHARD is ZeRO-3 gathered per block (Composer wraps each MPTBlock as one FSDP unit), SHARD_GRAD_OP ZeRO-2;
+  the backward pass gathers the next block after the current block's gradients (workload.zero3_backward_prefetch
+  post): FSDP's BACKWARD_POST, Composer's default (its FSDP setup reads ``fsdp_config.get('backward_prefetch',
+  'BACKWARD_POST')``), which neither the mpt-<size>.yaml fsdp_config nor submit_benchmarks.py
+  (--fsdp_config_backward_prefetch, default None) overrides;
 - mixed precision DEFAULT reduces gradients in fp32 (grad_bytes 4), PURE in bf16 (grad_bytes 2); amp_fp8 is
   Transformer Engine's delayed-scaling FP8;
 - activation checkpointing is full recomputation;
@@ -74,6 +78,7 @@ SYSTEMS = {"a100_80gb": "dgx-a100", "a100_40gb": "dgx-a100-40gb", "h100_80gb": "
 TAGS = {"a100_80gb": "a100-80gb", "a100_40gb": "a100-40gb", "h100_80gb": "h100"}
 ZERO = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}
 GRAD_BYTES = {"DEFAULT": 4, "PURE": 2}  # Composer's FSDP mixed precision: reduce_dtype fp32, or the compute dtype
+BACKWARD_PREFETCH = "post"  # Composer's FSDP default, BACKWARD_POST (see the module docstring)
 PRECISIONS = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}
 # the columns every row carries; the A100 40GB table's header leaves out "Model TFLOP", which its rows still hold
 COLUMNS = (
@@ -100,6 +105,8 @@ COLUMNS = (
 )
 COMMON = [
     "Composer's PyTorch FSDP, every rank data-parallel (no tensor or pipeline parallelism in these tables)",
+    "FSDP backward_prefetch BACKWARD_POST, Composer's default, which the benchmark yamls and submit_benchmarks.py leave: "
+    "workload.zero3_backward_prefetch post",
     "attention: MPT's attn_impl triton (submit_benchmarks.py's default; sweep.sh never sets --attn_impl), FlashAttention's "
     "Triton port: workload.attention triton",
     "eager PyTorch layers (MPT's low_precision_layernorm, GELU and biases, unfused), not Megatron's fused kernels",
@@ -154,7 +161,8 @@ def entry(section: str, row: dict) -> dict:
     workload = {"kind": "training", "seq_len": seq, "global_batch": batch, "precision": precision}
     if precision == "fp8":
         workload["low_precision_recipe"] = "delayed"
-    workload |= {"attention": "triton", "zero3_gather": "block", "grad_bytes": GRAD_BYTES[row["MP Mode"]]}
+    workload |= {"attention": "triton", "zero3_gather": "block", "zero3_backward_prefetch": BACKWARD_PREFETCH}
+    workload["grad_bytes"] = GRAD_BYTES[row["MP Mode"]]
     recompute = "full" if row["Activation Checkpointing"] == "True" else "none"
     fp8 = "-fp8" if precision == "fp8" else ""
     return {

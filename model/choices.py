@@ -91,6 +91,18 @@ class Zero3Gather(StrEnum):
     MODULE = "module"
 
 
+class BackwardPrefetch(StrEnum):
+    """When ZeRO-3 gathers the next block's weights in the backward pass (``workload.zero3_backward_prefetch``;
+    PyTorch's ``torch.distributed.fsdp.BackwardPrefetch``, whose documentation states the overlap of each).
+    ``pre``: before the current block's gradient computation, so the gather runs under it (FSDP's
+    BACKWARD_PRE; FSDP2's default backward prefetch, DeepSpeed ZeRO-3's prefetch bucket). ``post``: after it
+    (FSDP's BACKWARD_POST, Composer's default): the next block's computation waits for its gather, and only
+    the current block's gradient reduce-scatter runs under computation."""
+
+    PRE = "pre"
+    POST = "post"
+
+
 class Allocator(StrEnum):
     """How PyTorch's CUDA caching allocator is configured (``workload.allocator``): ``caching``, its
     default (fixed-size segments split into blocks, kept after the tensors in them are freed);

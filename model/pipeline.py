@@ -203,6 +203,21 @@ def contended_exposure(o, exposed, traffic):
     return o.maximum(exposed, o.quotient(o.product(traffic, OVERLAP_CONTENTION_BP), BASIS_POINTS, Rounding.DOWN))
 
 
+def zero3_microbatch_exposure(o, gather, grads, fwd, bwd, gather_after_gradients: bool):
+    """Seconds ZeRO-3's traffic adds to one micro-batch of a stage, written against ``ops`` (``o``): its weights
+    gathered (``gather`` seconds) in the forward pass under the forward computation ``fwd``, and in the backward
+    pass again with the gradients reduce-scattered (``grads``) beside the backward computation ``bwd``, each
+    overlapped part slowing the computation beside it (``contended_exposure``). When the backward pass gathers
+    the next block only after the current block's gradients (``gather_after_gradients``: FSDP's BACKWARD_POST,
+    ``choices.BackwardPrefetch``), the next block's computation waits for its gather: the backward gathers add in
+    full, and only the reduce-scatters run under computation (PyTorch's BackwardPrefetch documentation: "this
+    overlaps the current reduce-scatter and the next gradient computation")."""
+    forward = contended_exposure(o, o.maximum(0, gather - fwd), gather)
+    if gather_after_gradients:
+        return forward + gather + contended_exposure(o, o.maximum(0, grads - bwd), grads)
+    return forward + contended_exposure(o, o.maximum(0, gather + grads - bwd), gather + grads)
+
+
 def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
     """Why DualPipe cannot run this pipeline, or None. Its step splits the micro-batches between the two
     directions and folds the ranks in half: an even pp, an even micro-batch count of at least 2·pp

@@ -419,6 +419,9 @@ class Workload:
     grad_accumulate_copy_bytes: float = 0.0
     grad_reduce_copy_bytes: float = 0.0
     zero3_gather: str = "block"  # what ZeRO-3 gathers at once (choices.Zero3Gather): block (FSDP) | module (DeepSpeed)
+    # when ZeRO-3 gathers the next block in the backward pass (choices.BackwardPrefetch): pre (under the current
+    # block's gradients) | post (after them: FSDP's BACKWARD_POST, Composer's default; the gather waits uncovered)
+    zero3_backward_prefetch: str = "pre"
     adam_moment_bytes: float = 4.0  # bytes per element of each Adam moment (2: bf16, precision-aware optimizer)
     master_weight_bytes: float = 4.0  # bytes of the fp32 master copy per parameter (2: bf16 params + 16-bit remainders)
     recompute_modules: tuple = ("core_attn",)  # what recompute selective recomputes (choices.RecomputeModule)

@@ -14,7 +14,8 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
 - pipeline = m x slowest stage + (sum of the stages - slowest) / vpp (``pipeline.pipeline_parts``);
 - data-parallel traffic of stage 0, which runs the step's last backward, is exposed beyond the
   compute it overlaps with (Megatron's --overlap-grad-reduce / --overlap-param-gather, chunk by chunk
-  under interleaving: ``pipeline.exposed_dp_traffic``; ZeRO-3's gathers per micro-batch), slowing the compute
+  under interleaving: ``pipeline.exposed_dp_traffic``; ZeRO-3's gathers per micro-batch,
+  ``pipeline.zero3_microbatch_exposure``), slowing the compute
   it overlaps (``pipeline.contended_exposure``), and stage 0's optimizer step ends it;
 - memory of a stage = its model states + in-flight chunks x its layers' activations / vpp + the
   recomputation working set + the embedding (first) or logits (last) buffers; the peak is the
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import compute, memory, params
-from .choices import CpComm, Recompute, TrainingObjective
+from .choices import BackwardPrefetch, CpComm, Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
@@ -41,6 +42,7 @@ from .pipeline import (
     exposed_dp_traffic,
     pipeline_parts,
     stage_layer_counts,
+    zero3_microbatch_exposure,
 )
 from .placement import group_layouts
 from .specs import Mapping, ModelSpec, SystemSpec, Workload
@@ -813,9 +815,8 @@ def compose(o, ctx: TrainingContext) -> TrainingStep:
         ) + contended_exposure(o, exposed_dp_traffic(o, grads, bwd0, vpp, pp, dp.embedding_grads), grads)
     else:
         per_step = grads + gather
-    per_microbatch_zero3 = contended_exposure(o, o.maximum(0, gather - fwd0), gather) + contended_exposure(
-        o, o.maximum(0, gather + grads - bwd0), gather + grads
-    )
+    after = wl.zero3_backward_prefetch == BackwardPrefetch.POST
+    per_microbatch_zero3 = zero3_microbatch_exposure(o, gather, grads, fwd0, bwd0, after)
     # ZeRO-3 gathers and reduces per micro-batch; a DualPipe rank passes half of them through each of its stages
     zero3_passes = m if dual is False else o.where(dual, o.quotient(m, 2, Rounding.DOWN), m)
     exposed = o.where(o.equals(o.decision(D.ZERO), 3), o.product(zero3_passes, per_microbatch_zero3), per_step)

@@ -21,6 +21,7 @@ from parasol.model import checks
 from parasol.model.choices import (
     Allocator,
     AttentionKernel,
+    BackwardPrefetch,
     CpComm,
     LowPrecisionRecipe,
     MoeDispatcher,
@@ -72,6 +73,7 @@ WORKLOAD_KEYS = (
     "grad_accumulate_copy_bytes",
     "grad_reduce_copy_bytes",
     "zero3_gather",
+    "zero3_backward_prefetch",
     "adam_moment_bytes",
     "master_weight_bytes",
     "recompute_modules",
@@ -339,6 +341,9 @@ def _parse_workload(data, src: str) -> Workload:
     )
     reduce_copy = checks.choice(data.get("grad_reduce_copy_bytes", 0), (0, 2, 4), "workload.grad_reduce_copy_bytes", src)
     zero3_gather = checks.choice(data.get("zero3_gather", Zero3Gather.BLOCK.value), Zero3Gather, "workload.zero3_gather", src)
+    prefetch = checks.choice(
+        data.get("zero3_backward_prefetch", BackwardPrefetch.PRE.value), BackwardPrefetch, "workload.zero3_backward_prefetch", src
+    )
     moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
     master_bytes = checks.choice(data.get("master_weight_bytes", 4), (2, 4), "workload.master_weight_bytes", src)
     modules = data.get("recompute_modules", [RecomputeModule.CORE_ATTN.value])
@@ -423,6 +428,7 @@ def _parse_workload(data, src: str) -> Workload:
         grad_accumulate_copy_bytes=float(accumulate_copy),
         grad_reduce_copy_bytes=float(reduce_copy),
         zero3_gather=str(zero3_gather),
+        zero3_backward_prefetch=str(prefetch),
         adam_moment_bytes=float(moment_bytes),
         master_weight_bytes=float(master_bytes),
         recompute_modules=tuple(dict.fromkeys(modules)),

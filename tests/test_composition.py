@@ -225,6 +225,12 @@ BACKEND_CASES = {
         "workload": {"kind": "training", "seq_len": 4096, "global_batch": 32},
         "mapping": {"pp": [2, 4], "vpp": [1, 2], "zero": [1, 3], "micro_batch": [1, 2]},
     },
+    "fsdp-gather-after-gradients": {
+        "model": "llama2-7b",
+        "system": {"name": "dgx-a100", "num_gpus": 16},
+        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "zero3_backward_prefetch": "post"},
+        "mapping": {"pp": [1, 2], "vpp": [1], "zero": [2, 3], "micro_batch": [1, 2]},
+    },
     "moe-torus": {
         "model": TINY_MOE,
         "system": {"name": "tpu-v5p-torus", "num_gpus": 16},
