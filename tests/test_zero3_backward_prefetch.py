@@ -97,3 +97,23 @@ def test_the_solver_equals_the_enumerator_with_the_gather_after_the_gradients():
     pre = enumerate_space(parse_problem(pre_data, source="pre"))
     step = [r.plans[0].evaluation.metrics["step_time_s"] for r in (post, pre)]
     assert step[0] > step[1]  # the uncovered gather costs the best ZeRO-3 plan
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
+def test_frameworks_that_always_prefetch_refuse_the_gather_after_the_gradients(framework):
+    """FSDP2 (torchtitan) and DeepSpeed ZeRO-3 prefetch under the current block's backward; neither can be set to
+    BACKWARD_POST, so a problem asking for it under their profile is refused on its field."""
+    data = {
+        "model": TINY_GQA,
+        "system": {"name": "dgx-h100", "num_gpus": 8},
+        "workload": {
+            "kind": "training",
+            "seq_len": 2048,
+            "global_batch": 16,
+            "framework": framework,
+            "zero3_backward_prefetch": "post",
+        },
+    }
+    with pytest.raises(ProblemError) as err:
+        parse_problem(data, source="p.yaml")
+    assert "workload.zero3_backward_prefetch" in str(err.value) and "allowed: pre" in str(err.value)
