@@ -29,7 +29,15 @@ What each row becomes (``entry``):
   (--fsdp_config_backward_prefetch, default None) overrides;
 - mixed precision DEFAULT reduces gradients in fp32 (grad_bytes 4), PURE in bf16 (grad_bytes 2); amp_fp8 is
   Transformer Engine's delayed-scaling FP8;
-- activation checkpointing is full recomputation;
+- activation checkpointing is full recomputation (Composer's checkpoint_wrapper on each MPTBlock, non-reentrant:
+  the yamls' activation_checkpointing_reentrant false). From PyTorch 2.1 that recomputation stops once the
+  backward's tensors are rebuilt (workload.checkpoint_early_stop true: the MLP's down projection is not redone).
+  Which PyTorch ran each table (``TORCH``): the A100 80GB and both H100 BF16/FP8 tables were measured by the
+  sweep.sh of b2a43a147 (2023-10-19), which passes --image mosaicml/pytorch:2.1.0_cu121-python3.10-ubuntu20.04,
+  and the H100 large-scale table came with 5e85bd62d4 (2024-01-06), whose setup.py pins torch>=2.1,<2.1.1. The
+  A100 40GB rows are older: their numbers are the same since the README's first version (2023-05-03, whose
+  sweep.sh names mosaicml/pytorch:1.13.1_cu117), before PyTorch 2.1 (2023-10) brought the early stop, so they
+  recompute the whole block;
 - a100_80gb runs on dgx-a100 (eight 200 Gb/s NICs per node, the table's 1600 Gbps), a100_40gb on dgx-a100-40gb and
   h100_80gb on dgx-h100 [assumption: the H100 tables do not name the network].
 
@@ -79,6 +87,8 @@ TAGS = {"a100_80gb": "a100-80gb", "a100_40gb": "a100-40gb", "h100_80gb": "h100"}
 ZERO = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}
 GRAD_BYTES = {"DEFAULT": 4, "PURE": 2}  # Composer's FSDP mixed precision: reduce_dtype fp32, or the compute dtype
 BACKWARD_PREFETCH = "post"  # Composer's FSDP default, BACKWARD_POST (see the module docstring)
+TORCH = {"a100_40gb": (1, 13, 1), "a100_80gb": (2, 1, 0), "h100_80gb": (2, 1, 0)}  # the PyTorch each table ran (docstring)
+EARLY_STOP_SINCE = (2, 1, 0)  # torch.utils.checkpoint's early stop, default on (pytorch/pytorch#96866)
 PRECISIONS = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}
 # the columns every row carries; the A100 40GB table's header leaves out "Model TFLOP", which its rows still hold
 COLUMNS = (
@@ -107,6 +117,11 @@ COMMON = [
     "Composer's PyTorch FSDP, every rank data-parallel (no tensor or pipeline parallelism in these tables)",
     "FSDP backward_prefetch BACKWARD_POST, Composer's default, which the benchmark yamls and submit_benchmarks.py leave: "
     "workload.zero3_backward_prefetch post",
+    "activation checkpointing non-reentrant (activation_checkpointing_reentrant false); PyTorch 2.1.0 for the A100 80GB and "
+    "H100 tables (sweep.sh at b2a43a147: --image mosaicml/pytorch:2.1.0_cu121; setup.py at 5e85bd62d4: torch>=2.1,<2.1.1), "
+    "whose recomputation stops once the backward's tensors are rebuilt (workload.checkpoint_early_stop true); the A100 "
+    "40GB rows predate PyTorch 2.1 (unchanged since 2023-05-03, sweep.sh image mosaicml/pytorch:1.13.1_cu117) and "
+    "recompute the whole block",
     "attention: MPT's attn_impl triton (submit_benchmarks.py's default; sweep.sh never sets --attn_impl), FlashAttention's "
     "Triton port: workload.attention triton",
     "eager PyTorch layers (MPT's low_precision_layernorm, GELU and biases, unfused), not Megatron's fused kernels",
@@ -163,6 +178,8 @@ def entry(section: str, row: dict) -> dict:
         workload["low_precision_recipe"] = "delayed"
     workload |= {"attention": "triton", "zero3_gather": "block", "zero3_backward_prefetch": BACKWARD_PREFETCH}
     workload["grad_bytes"] = GRAD_BYTES[row["MP Mode"]]
+    if TORCH[gpu] >= EARLY_STOP_SINCE:
+        workload["checkpoint_early_stop"] = True
     recompute = "full" if row["Activation Checkpointing"] == "True" else "none"
     fp8 = "-fp8" if precision == "fp8" else ""
     return {

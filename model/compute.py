@@ -393,6 +393,17 @@ def optimizer_step_time_s(
     return max(gpu, host_optimizer_step_time_s(device, host_share * params_owned, grad_bytes))
 
 
+def checkpoint_tail_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int) -> float:
+    """Forward seconds of the GEMM that closes a dense layer after the last tensor its backward keeps: the MLP's
+    down projection. A GEMM's backward needs its input, not its output, and nothing after the down projection
+    (its bias, the residual add) saves a tensor; so a checkpointed layer whose recomputation stops once it has
+    rebuilt every tensor the backward needs (PyTorch's non-reentrant ``torch.utils.checkpoint`` since 2.1, which
+    packs an op's inputs before the op runs and stops there: pytorch/pytorch#96866, ``set_checkpoint_early_stop``)
+    never redoes it. An MoE layer has no such tail: its routing weights multiply the experts' outputs after
+    the down projections, and their gradient needs those outputs."""
+    return gemm_time_s(device, *mlp_gemm_shapes(model, tokens, model.ffn / tp)[G.MLP_DOWN], precision)
+
+
 def low_precision_cast_bytes(
     model: ModelSpec,
     tokens: float,

@@ -428,6 +428,10 @@ class Workload:
     offload_modules: tuple = ()  # modules whose saved inputs wait in host memory (choices.OffloadModule)
     overlap_dp: bool = True  # overlap DP gradient reduce / parameter gather with compute
     overlap_tp_grad: bool = True  # TP input-gradient collectives under the weight-gradient GEMMs (Megatron since 2021)
+    # full recomputation stops once the backward's tensors are rebuilt, skipping a dense layer's MLP down projection
+    # (PyTorch's non-reentrant checkpoint since 2.1; compute.checkpoint_tail_forward_time_s); false: the whole
+    # forward is redone (Megatron-Core's and DeepSpeed's reentrant checkpoints)
+    checkpoint_early_stop: bool = False
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL  # alltoall (Megatron-Core) | deepep (DeepEP, HybridEP)
     moe_fp8_dispatch: bool = False  # deepep sends the fp8 forward dispatch in FP8 + 1x128 scales (DeepSeek's framework)
     moe_a2a_overlap: bool = False  # hide the EP all-to-all behind another micro-batch's compute

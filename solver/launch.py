@@ -339,7 +339,10 @@ def torchtitan_sections(problem, num_gpus: int, m) -> dict:
         training["local_batch_size"] = m.micro_batch  # gradient accumulation up to global_batch_size
     if model.moe is not None:
         parallelism["expert_parallel_comm_backend"] = "deepep" if w.moe_dispatcher == MoeDispatcher.DEEPEP else "standard"
-    return {"training": training, "parallelism": parallelism, "activation_checkpoint": {"mode": m.recompute}}
+    checkpointing = {"mode": m.recompute}
+    if m.recompute == "full" and w.checkpoint_early_stop:  # off in torchtitan's job config unless set
+        checkpointing["early_stop"] = True
+    return {"training": training, "parallelism": parallelism, "activation_checkpoint": checkpointing}
 
 
 def emit_torchtitan(problem, num_gpus: int, m) -> str:

@@ -80,6 +80,7 @@ WORKLOAD_KEYS = (
     "offload_modules",
     "overlap_dp",
     "overlap_tp_grad",
+    "checkpoint_early_stop",
     "moe_dispatcher",
     "moe_a2a_overlap",
     "moe_fp8_dispatch",
@@ -361,6 +362,7 @@ def _parse_workload(data, src: str) -> Workload:
         for key, default in (
             ("overlap_dp", True),
             ("overlap_tp_grad", True),
+            ("checkpoint_early_stop", False),
             ("moe_a2a_overlap", False),
             ("moe_fp8_dispatch", False),
             ("fp8_param_gather", False),

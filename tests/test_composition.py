@@ -104,6 +104,7 @@ def random_training(seed: int, system: str) -> dict:
         mapping["optimizer_offload"] = rng.choice([[0], [0, 0.5], [0.25, 1]])
         mapping["weight_offload"] = rng.choice([[False], [False, True]])  # ZeRO-3's shards on the host
     wl["zero3_backward_prefetch"] = rng.choice(["pre", "post"])  # FSDP's BACKWARD_PRE or _POST (issue 13)
+    wl["checkpoint_early_stop"] = rng.random() < 0.5  # PyTorch's non-reentrant checkpoint stops early (issue 13)
     return problem
 
 
@@ -181,6 +182,7 @@ def test_the_random_problems_cover_what_they_should():
     assert {tuple(d["mapping"].get("weight_offload", [False])) for d in train} == {(False,), (False, True)}
     assert any(True in d["mapping"].get("weight_offload", []) and 3 in d["mapping"]["zero"] for d in train)
     assert any(d["workload"]["zero3_backward_prefetch"] == "post" and 3 in d["mapping"]["zero"] for d in train)
+    assert any(d["workload"]["checkpoint_early_stop"] and "full" in d["mapping"]["recompute"] for d in train)
     assert any(d["model"] == TINY_MOE for d in train) and any(d["model"] != TINY_MOE for d in train)
     assert {d["workload"]["serving"] for d in serve} == {"static", "continuous", "disaggregated"}
     assert set(TOPOLOGY_SYSTEMS) == {"llama3-h100-cluster", "mi300x", "slingshot-a100-dragonfly", "tpu-v5p-torus"}
