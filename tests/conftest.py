@@ -108,6 +108,13 @@ def stretch_of(evaluation) -> float:
     return step / (step - evaluation.breakdown["time_s"]["scale/stragglers"])
 
 
+def tiny_training(num_gpus: int = 8, model=None, **workload) -> dict:
+    """A training problem of the small GQA model (or ``model``) on ``num_gpus`` H100s, 2,048 tokens, 2 sequences per
+    GPU, with ``workload``'s keys added to its workload."""
+    workload = {"kind": "training", "seq_len": 2048, "global_batch": 2 * num_gpus, **workload}
+    return {"model": model or TINY_GQA, "system": {"name": "dgx-h100", "num_gpus": num_gpus}, "workload": workload}
+
+
 def rel_close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from conftest import TINY_GQA, TINY_MOE, run_main, write_yaml
+from conftest import TINY_MOE, run_main, tiny_training, write_yaml
 
 from parasol.model import compute
 from parasol.model.choices import LayerGemm
@@ -21,9 +21,8 @@ from parasol.solver.validation import evaluate_run, load_all_runs
 H100 = library.load_system("dgx-h100", 8)
 
 
-def _problem(extra: dict | None = None, model=TINY_GQA) -> object:
-    workload = {"kind": "training", "seq_len": 2048, "global_batch": 16, **(extra or {})}
-    return parse_problem({"model": model, "system": {"name": "dgx-h100", "num_gpus": 8}, "workload": workload}, source="p")
+def _problem(extra: dict | None = None, model=None) -> object:
+    return parse_problem(tiny_training(model=model, **(extra or {})), source="p")
 
 
 def _redo(problem, recompute: str, moe_layer: bool = False, tp: int = 1) -> float:
@@ -84,30 +83,16 @@ def test_megatron_and_deepspeed_redo_the_whole_forward():
 
 def test_torchtitan_emits_its_early_stop_key(tmp_path):
     """torchtitan's activation_checkpoint.early_stop defaults to false; --emit writes it under full recomputation."""
-    problem = {
-        "model": TINY_GQA,
-        "system": {"name": "dgx-h100", "num_gpus": 8},
-        "workload": {
-            "kind": "training",
-            "seq_len": 2048,
-            "global_batch": 16,
-            "framework": "torchtitan",
-            "checkpoint_early_stop": True,
-        },
-        "mapping": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "micro_batch": 2, "recompute": "full", "zero": 3},
-    }
+    problem = tiny_training(framework="torchtitan", checkpoint_early_stop=True)
+    problem["mapping"] = {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "micro_batch": 2, "recompute": "full", "zero": 3}
     proc = run_main(["evaluate", str(write_yaml(tmp_path / "p.yaml", problem)), "--emit"])
     assert proc.returncode == 0, proc.stderr
     assert tomllib.loads(proc.stdout)["activation_checkpoint"] == {"mode": "full", "early_stop": True}
 
 
 def test_the_solver_equals_the_enumerator_with_the_early_stop():
-    data = {
-        "model": TINY_GQA,
-        "system": {"name": "dgx-h100", "num_gpus": 16},
-        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "checkpoint_early_stop": True},
-        "mapping": {"pp": [1, 2], "vpp": [1], "recompute": ["none", "full"], "micro_batch": [1, 2, 4], "cp": [1]},
-    }
+    data = tiny_training(16, checkpoint_early_stop=True)
+    data["mapping"] = {"pp": [1, 2], "vpp": [1], "recompute": ["none", "full"], "micro_batch": [1, 2, 4], "cp": [1]}
     problem = parse_problem(data, source="early")
     enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60)
     assert sol.status == enum.status == "OPTIMAL"

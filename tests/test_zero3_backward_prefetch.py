@@ -5,7 +5,7 @@ them (post, BACKWARD_POST, Composer's default), where the next block waits for i
 from __future__ import annotations
 
 import pytest
-from conftest import TINY_GQA
+from conftest import tiny_training
 
 from parasol.model.errors import ProblemError
 from parasol.model.ops import FloatOps
@@ -68,11 +68,7 @@ def test_the_setting_changes_nothing_without_zero3():
 
 
 def test_an_unknown_prefetch_is_named_with_the_allowed_values():
-    data = {
-        "model": TINY_GQA,
-        "system": {"name": "dgx-h100", "num_gpus": 8},
-        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 16, "zero3_backward_prefetch": "BACKWARD_PRE"},
-    }
+    data = tiny_training(zero3_backward_prefetch="BACKWARD_PRE")
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="p.yaml")
     text = str(err.value)
@@ -81,12 +77,8 @@ def test_an_unknown_prefetch_is_named_with_the_allowed_values():
 
 def test_the_solver_equals_the_enumerator_with_the_gather_after_the_gradients():
     """CP-SAT's optimum over ZeRO-1/3, pipeline depth and micro-batch equals the enumerator's under post."""
-    data = {
-        "model": TINY_GQA,
-        "system": {"name": "dgx-h100", "num_gpus": 16},
-        "workload": {"kind": "training", "seq_len": 2048, "global_batch": 32, "zero3_backward_prefetch": "post"},
-        "mapping": {"pp": [1, 2], "vpp": [1], "zero": [1, 3], "micro_batch": [1, 2], "cp": [1]},
-    }
+    data = tiny_training(16, zero3_backward_prefetch="post")
+    data["mapping"] = {"pp": [1, 2], "vpp": [1], "zero": [1, 3], "micro_batch": [1, 2], "cp": [1]}
     problem = parse_problem(data, source="post")
     enum, sol = enumerate_space(problem), solve(problem, workers=2, time_limit=60)
     assert sol.status == enum.status == "OPTIMAL"
@@ -103,17 +95,7 @@ def test_the_solver_equals_the_enumerator_with_the_gather_after_the_gradients():
 def test_frameworks_that_always_prefetch_refuse_the_gather_after_the_gradients(framework):
     """FSDP2 (torchtitan) and DeepSpeed ZeRO-3 prefetch under the current block's backward; neither can be set to
     BACKWARD_POST, so a problem asking for it under their profile is refused on its field."""
-    data = {
-        "model": TINY_GQA,
-        "system": {"name": "dgx-h100", "num_gpus": 8},
-        "workload": {
-            "kind": "training",
-            "seq_len": 2048,
-            "global_batch": 16,
-            "framework": framework,
-            "zero3_backward_prefetch": "post",
-        },
-    }
+    data = tiny_training(framework=framework, zero3_backward_prefetch="post")
     with pytest.raises(ProblemError) as err:
         parse_problem(data, source="p.yaml")
     assert "workload.zero3_backward_prefetch" in str(err.value) and "allowed: pre" in str(err.value)
