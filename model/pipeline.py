@@ -209,12 +209,16 @@ def zero3_microbatch_exposure(o, gather, grads, fwd, bwd, gather_after_gradients
     pass again with the gradients reduce-scattered (``grads``) beside the backward computation ``bwd``, each
     overlapped part slowing the computation beside it (``contended_exposure``). When the backward pass gathers
     the next block only after the current block's gradients (``gather_after_gradients``: FSDP's BACKWARD_POST,
-    ``choices.BackwardPrefetch``), the next block's computation waits for its gather: the backward gathers add in
-    full, and only the reduce-scatters run under computation (PyTorch's BackwardPrefetch documentation: "this
-    overlaps the current reduce-scatter and the next gradient computation")."""
+    ``choices.BackwardPrefetch``), the next block's computation waits for its gather, and only the reduce-scatters run
+    under computation (PyTorch's BackwardPrefetch documentation: "this overlaps the current reduce-scatter and the
+    next gradient computation"). FSDP issues that gather and the current block's reduce-scatter together (its
+    post-backward hook prefetches, then reduces, on two streams), so the gather shares the link with the
+    reduce-scatter while both run [assumption: an equal share]: it ends after its own time plus as much of the
+    reduce-scatter's, min(gather, grads), and what is left of the reduce-scatter runs under the next block."""
     forward = contended_exposure(o, o.maximum(0, gather - fwd), gather)
     if gather_after_gradients:
-        return forward + gather + contended_exposure(o, o.maximum(0, grads - bwd), grads)
+        shared = o.minimum(gather, grads)
+        return forward + gather + shared + contended_exposure(o, o.maximum(0, grads - shared - bwd), grads - shared)
     return forward + contended_exposure(o, o.maximum(0, gather + grads - bwd), gather + grads)
 
 
