@@ -400,7 +400,8 @@ def checkpoint_tail_forward_time_s(model: ModelSpec, device: DeviceSpec, precisi
     rebuilt every tensor the backward needs (PyTorch's non-reentrant ``torch.utils.checkpoint`` since 2.1, which
     packs an op's inputs before the op runs and stops there: pytorch/pytorch#96866, ``set_checkpoint_early_stop``)
     never redoes it. An MoE layer has no such tail: its routing weights multiply the experts' outputs after
-    the down projections, and their gradient needs those outputs."""
+    the down projections, and their gradient needs those outputs. Under tensor parallelism the reduction after the
+    down projection is skipped as well; the model still charges it [simplification: GEMM time only]."""
     return gemm_time_s(device, *mlp_gemm_shapes(model, tokens, model.ffn / tp)[G.MLP_DOWN], precision)
 
 
