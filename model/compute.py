@@ -402,7 +402,7 @@ def checkpoint_tail_forward_time_s(model: ModelSpec, device: DeviceSpec, precisi
     never redoes it. An MoE layer has no such tail: its routing weights multiply the experts' outputs after
     the down projections, and their gradient needs those outputs. Under tensor parallelism the reduction after the
     down projection is skipped as well; the model still charges it [simplification: GEMM time only]."""
-    return gemm_time_s(device, *mlp_gemm_shapes(model, tokens, model.ffn / tp)[G.MLP_DOWN], precision)
+    return gemm_time_s(device, *layer_gemm_shapes(model, tokens, tp)[G.MLP_DOWN], precision)
 
 
 def low_precision_cast_bytes(

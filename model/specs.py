@@ -619,7 +619,6 @@ class ServingMapping:
         return {"prefill": self.prefill.as_dict(), "decode": self.decode.as_dict(), "batch": self.batch}
 
 
-@functools.lru_cache(maxsize=64)
 def _by_tokens(kv_tokens: float, tokens: tuple, curve: tuple, flat: float) -> float:
     """An attention kernel's fraction of the peak for calls attending ``kv_tokens`` keys: its curve (``tokens``,
     ``curve``; log-linear, held beyond its ends) where a device file gives one, else its ``flat`` rate."""
@@ -628,6 +627,7 @@ def _by_tokens(kv_tokens: float, tokens: tuple, curve: tuple, flat: float) -> fl
     return _log_interp(math.log(max(kv_tokens, 1.0)), *_log_curve(tokens, curve))
 
 
+@functools.lru_cache(maxsize=64)
 def _log_curve(xs: tuple, ys: tuple) -> tuple:
     """(log x, y, slope of each segment) of a measured efficiency curve, for ``_log_interp``."""
     lx = [math.log(x) for x in xs]
