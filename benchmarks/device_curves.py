@@ -34,8 +34,10 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   for Ampere's synchronous tensor-core instructions as FlashAttention-2 is, keeps what that kernel keeps on Hopper].
   That is over the shapes; attention_triton_by_tokens gives it by the keys a call attends: the same rule at
   FlashAttention-2's best shape, times the median over the H200's FlashAttention-2 shapes of each length (1K-8K,
-  causal) over their maximum, held beyond 8K [assumption: the port's rate rises with the length as FlashAttention-2's
-  does]. No Blackwell value: nothing published speaks for the port there.
+  causal) over their maximum [assumption: the port's rate rises with the length as FlashAttention-2's does]; beyond 8K
+  grown as cuDNN's published H200 rows grow on Hopper (the rule Hopper's own attention curve follows
+  [assumption: a tiled kernel keeps gaining past 8K as cuDNN does on the same GPU]), held on A100, which has no such
+  rows. No Blackwell value: nothing published speaks for the port there.
 - attention (Blackwell): the Hopper measurements up to their 8K keys, each times what cuDNN's own causal attention on
   GB200 reaches of its peak over what it reaches on H200 at that length (Llama 3.1's grouped heads: 0.933 at 2K, 0.954
   at 4K, 0.973 at 8K; 1K takes 2K's; ``blackwell_over_hopper``), beyond them grown as cuDNN's published grouped rows of
@@ -193,10 +195,15 @@ def by_tokens(at_maximum: float) -> tuple[tuple, tuple]:
     return tokens, tuple(round(at_maximum * y, DIGITS) for y in shape)
 
 
-def triton_by_tokens(pub: dict, kept: float = 1.0) -> tuple[tuple, tuple]:
+def triton_by_tokens(pub: dict, kept: float = 1.0, cudnn_rows: dict | None = None) -> tuple[tuple, tuple]:
     """The port's curve by the keys a call attends (efficiency.attention_triton_by_tokens): ``by_tokens`` of
-    ``triton_at_maximum`` x ``kept`` (1 on A100, ``hopper_kept`` on Hopper)."""
-    return by_tokens(triton_at_maximum(pub) * kept)
+    ``triton_at_maximum`` x ``kept`` (1 on A100, ``hopper_kept`` on Hopper); past 8K carried by ``cudnn_rows``
+    (``grown_curve``) where the device's cuDNN rows are published (Hopper: H200's), held where they are not (A100)
+    [assumption: a tiled kernel gains past 8K as cuDNN's does on the same GPU, the rule Hopper's cuDNN curve follows]."""
+    tokens, efficiencies = by_tokens(triton_at_maximum(pub) * kept)
+    if cudnn_rows is None:
+        return tokens, efficiencies
+    return grown_curve(tokens, efficiencies, cudnn_rows)
 
 
 def grouped_fp8_blackwell(measured: dict, gb200_fp8: tuple) -> float:
@@ -346,7 +353,7 @@ def derive() -> dict:
         out[device] = {
             "softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS),
             "attention_triton": round(triton_on_hopper(pub), 2),
-            "attention_triton_by_tokens": triton_by_tokens(pub, hopper_kept(pub)),
+            "attention_triton_by_tokens": triton_by_tokens(pub, hopper_kept(pub), pub["cudnn_sdpa_training"]["grouped"]["h200"]),
         }
     for device, gpu in CUDNN_GPU.items():
         out[device]["fp8_attention_grouped"] = fp8_over_bf16(pub["cudnn_sdpa_training"]["grouped"][gpu])

@@ -173,6 +173,24 @@ def test_blackwell_attention_past_8k_follows_its_own_familys_cudnn_rows():
     )
 
 
+def test_the_triton_port_past_8k_grows_as_cudnn_on_hopper_and_holds_on_a100():
+    """FlashAttention's Triton port past 8K keys: on Hopper it gains as cuDNN's published H200 rows do (the rule Hopper's
+    own curve follows), so its 16K and 32K rates exceed its 8K one by cuDNN's ratios; on A100, which has no such rows, it
+    holds its 8K rate."""
+    rows = yaml.safe_load(device_curves.PUBLISHED.read_text())["cudnn_sdpa_training"]["grouped"]["h200"]
+    growth = device_curves.cudnn_growth_beyond(rows, 8192)
+    assert set(growth) == {16384, 32768} and all(g > 1.0 for g in growth.values())
+    for name in device_curves.HOPPER_DEVICES:
+        device = load_device(name)
+        at_8k = device.attention_triton_efficiency_at(8192)
+        for tokens, gain in growth.items():
+            assert device.attention_triton_efficiency_at(tokens) == pytest.approx(at_8k * gain, abs=1e-3), (name, tokens)
+        assert device.attention_triton_efficiency_at(65536) == device.attention_triton_efficiency_at(32768)
+    for name in device_curves.AMPERE:
+        a100 = load_device(name)
+        assert a100.attention_triton_efficiency_at(32768) == a100.attention_triton_efficiency_at(8192)
+
+
 @pytest.mark.parametrize("name", ["a100-sxm-80gb", "a100-sxm-40gb"])
 def test_a100_flash_attention_rises_with_the_length_as_flashattention_2_does(name):
     """The A100's training flash attention by the keys a call attends: FlashAttention-2's combined published maxima x the
