@@ -86,6 +86,7 @@ from parasol.solver.library import load_device, load_model, names
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
+H200_MICROBENCH = ROOT / "problems" / "measurements" / "h200-microbench.yaml"  # our own H200 run (calibrate.py --attention)
 XLA_MATMUL = ROOT / "problems" / "measurements" / "xla_matmul.yaml"
 PENALTY_HALF_WIDTH = 0.25  # decades of FLOPs either side of a point whose XLA shapes give its size penalty
 H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
@@ -193,6 +194,42 @@ def by_tokens(at_maximum: float) -> tuple[tuple, tuple]:
     H200's 1K-8K [assumption: the kernel tiles the sequence as FlashAttention-2 does]."""
     tokens, shape = flash_by_tokens_over_max()
     return tokens, tuple(round(at_maximum * y, DIGITS) for y in shape)
+
+
+def flash_backward_ratio(fa: dict, forward_slowdown: float = 1.0, backward_slowdown: float = 1.0) -> float:
+    """A FlashAttention-2-like kernel's backward time over its forward's at FlashAttention-2's best shape on A100: the
+    backward's FLOPs (FLASH_BACKWARD_FACTOR forwards) at its published maximum over the forward's at its own, each
+    pass slowed by ``*_slowdown`` (the Triton port's, against FlashAttention-2)."""
+    return FLASH_BACKWARD_FACTOR * (backward_slowdown / fa["max_bwd_efficiency"]) / (forward_slowdown / fa["max_fwd_efficiency"])
+
+
+def triton_backward_ratio(pub: dict) -> float:
+    """The Triton port's backward time over its forward's (efficiency.attention_triton_backward): FlashAttention-2's
+    maxima slowed by its published speed-ups over the port (forward: the middle of 1.3-1.5x; backward 2x). The same on
+    Hopper, whose one factor (``hopper_kept``) scales both passes."""
+    triton = pub["flash_attention_triton"]
+    return flash_backward_ratio(
+        pub["flash_attention_2_a100"], statistics.fmean(triton["fa2_forward_speedup"]), triton["fa2_backward_speedup"]
+    )
+
+
+def hopper_backward_by_tokens() -> tuple[tuple, tuple]:
+    """Hopper's training attention, backward time over forward's, by the keys a call attends: per measured length, the
+    median over our H200 shapes of cuDNN's causal kernel (h200-microbench.yaml, the entries whose forward + backward
+    medians make the Hopper curve, calibrate.py --attention); held beyond 8K."""
+    by_seq = {}
+    for e in yaml.safe_load(H200_MICROBENCH.read_text())["attention"]["entries"]:
+        if e["backend_used"] == "cudnn" and e["causal"]:
+            by_seq.setdefault(e["seq"], []).append((e["fwd_bwd"]["seconds"] - e["fwd"]["seconds"]) / e["fwd"]["seconds"])
+    seqs = sorted(by_seq)
+    return tuple(float(s) for s in seqs), tuple(round(statistics.median(by_seq[s]), 2) for s in seqs)
+
+
+def cudnn_backward_by_tokens(rows: dict) -> tuple[tuple, tuple]:
+    """A Blackwell GPU's training attention, backward time over forward's, by keys per call: cuDNN's published bf16 rows
+    of that GPU (published_kernels.yaml cudnn_sdpa_training, Llama 3.1 405B's grouped heads, causal); held beyond."""
+    keys = sorted(int(k) for k in rows)
+    return tuple(float(k) for k in keys), tuple(round(rows[k][1] / rows[k][0], 2) for k in keys)
 
 
 def triton_by_tokens(pub: dict, kept: float = 1.0, cudnn_rows: dict | None = None) -> tuple[tuple, tuple]:
@@ -345,6 +382,8 @@ def derive() -> dict:
             values["attention_by_tokens"] = by_tokens(combined_flash(fa))
             values["attention_triton"] = round(triton_on_ampere(pub), 2)
             values["attention_triton_by_tokens"] = triton_by_tokens(pub)
+            values["attention_backward"] = round(flash_backward_ratio(fa), 2)
+            values["attention_triton_backward"] = round(triton_backward_ratio(pub), 2)
         out[device] = values
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
     ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
@@ -354,6 +393,8 @@ def derive() -> dict:
             "softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS),
             "attention_triton": round(triton_on_hopper(pub), 2),
             "attention_triton_by_tokens": triton_by_tokens(pub, hopper_kept(pub), pub["cudnn_sdpa_training"]["grouped"]["h200"]),
+            "attention_backward": hopper_backward_by_tokens(),
+            "attention_triton_backward": round(triton_backward_ratio(pub), 2),
         }
     for device, gpu in CUDNN_GPU.items():
         out[device]["fp8_attention_grouped"] = fp8_over_bf16(pub["cudnn_sdpa_training"]["grouped"][gpu])
@@ -371,6 +412,7 @@ def derive() -> dict:
             for t, y in zip(hopper.attention_tokens, hopper.attention_curve)
             if t <= MEASURED_KEYS
         ]
+        out[device]["attention_backward"] = cudnn_backward_by_tokens(pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]])
         out[device]["attention_by_tokens"] = grown_curve(
             [t for t, _ in measured], [y for _, y in measured], pub["cudnn_sdpa_training"]["grouped"][CUDNN_GPU[device]]
         )
@@ -449,6 +491,17 @@ def differences(derived: dict) -> list[str]:
                 have = tuple(spec.fp8_attention_grouped) if spec.fp8_attention_grouped is not None else None
                 if have != value:
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "attention_backward":
+                have = (
+                    spec.attention_backward
+                    if isinstance(value, float)
+                    else (spec.attention_backward_tokens, spec.attention_backward_curve)
+                )
+                if have != value:
+                    bad.append(f"{device}: efficiency.{key} {have} != {value}")
+            elif key == "attention_triton_backward":
+                if abs(spec.attention_triton_backward - value) > 1e-9:
+                    bad.append(f"{device}: efficiency.{key} {spec.attention_triton_backward} != {value}")
             elif key == "softmax_exp_ratio":
                 if abs(spec.softmax_exp_ratio - value) > 1e-9:
                     bad.append(f"{device}: softmax_exp_ratio {spec.softmax_exp_ratio} != {value}")
@@ -480,6 +533,9 @@ def main(argv=None) -> int:
             if key in ("attention_by_tokens", "attention_triton_by_tokens"):
                 print(f"  {key}:\n    tokens:     [{', '.join(f'{x:g}' for x in value[0])}]")
                 print(f"    efficiency: [{', '.join(f'{y:.3f}' for y in value[1])}]")
+            elif key == "attention_backward" and not isinstance(value, float):
+                print(f"  {key}:\n    tokens: [{', '.join(f'{x:g}' for x in value[0])}]")
+                print(f"    ratio:  [{', '.join(f'{y:.2f}' for y in value[1])}]")
             elif key == "fp8_attention_grouped":
                 print(f"  {key}:\n    tokens:   [{', '.join(f'{x:g}' for x in value[0])}]")
                 print(f"    forward:  [{', '.join(f'{y:.3f}' for y in value[1])}]")

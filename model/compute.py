@@ -248,18 +248,32 @@ def attention_core_forward_time_s(
     """
     if attention in FUSED_ATTENTION:
         flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=True)
+        kv_tokens = seq_len / cp
         if attention == AttentionKernel.TRITON:
-            return flops / (attention_peak_flops(device) * triton_attention_efficiency(device, seq_len / cp))
-        return flops / (attention_peak_flops(device) * device.attention_efficiency_at(seq_len / cp))
+            efficiency = triton_attention_efficiency(device, kv_tokens)
+        else:
+            efficiency = device.attention_efficiency_at(kv_tokens)
+        # the curves are forward + backward rates (FLOPs: 1 + FLASH_BACKWARD_FACTOR forwards); the forward's share of
+        # that time is 1 / (1 + the kernel's measured backward-over-forward time)
+        both_s = (1.0 + FLASH_BACKWARD_FACTOR) * flops / (attention_peak_flops(device) * efficiency)
+        return both_s / (1.0 + attention_core_backward_factor(device, attention, kv_tokens))
     flops = attention_core_flops(model, micro_batch, seq_len, cp, tp, causal_skip=False)
     gemm = flops / (attention_peak_flops(device) * float(device.gemm_efficiency_at(flops / 2)))
     scores = micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
     return gemm + memory_bound_time_s(device, scores * STANDARD_ATTENTION_SCORE_BYTES)
 
 
-def attention_core_backward_factor(attention: str) -> float:
-    """Backward time of the attention core relative to its forward (2.5 for a fused kernel, 2 standard)."""
-    return FLASH_BACKWARD_FACTOR if attention in FUSED_ATTENTION else 2.0
+def attention_core_backward_factor(device: DeviceSpec, attention: str, kv_tokens: float) -> float:
+    """Backward time of the attention core over its forward's for calls attending ``kv_tokens`` keys, dimensionless.
+    Fused kernels: what the device file measured (``DeviceSpec.attention_backward_at``; the Triton port's
+    ``attention_triton_backward``), else FLASH_BACKWARD_FACTOR, the backward's FLOPs over the forward's at one
+    efficiency (FlashAttention-2, Sec. 3.1). Standard attention: 2, its two batched GEMMs' gradients."""
+    if attention not in FUSED_ATTENTION:
+        return 2.0
+    measured = (
+        device.attention_triton_backward if attention == AttentionKernel.TRITON else device.attention_backward_at(kv_tokens)
+    )
+    return measured or FLASH_BACKWARD_FACTOR
 
 
 def triton_attention_efficiency(device: DeviceSpec, kv_tokens: float) -> float:

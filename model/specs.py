@@ -255,6 +255,13 @@ class DeviceSpec:
     # the same by the keys a call attends (efficiency.attention_triton_by_tokens); empty: attention_triton_efficiency
     attention_triton_tokens: tuple = ()
     attention_triton_curve: tuple = ()
+    # the training kernels' backward time over their forward's, measured (efficiency.attention_backward: a number, or
+    # {tokens, ratio} by the keys a call attends; efficiency.attention_triton_backward); 0 / empty: unknown, the
+    # FLOPs ratio at one efficiency (compute.attention_backward_ratio)
+    attention_backward: float = 0.0
+    attention_backward_tokens: tuple = ()
+    attention_backward_curve: tuple = ()
+    attention_triton_backward: float = 0.0
     # the devices whose published runs speak for this one (choices.Architecture); None: a device file without it
     architecture: Architecture | None = field(default=None, compare=False)
     source: str | None = field(default=None, compare=False)
@@ -298,6 +305,11 @@ class DeviceSpec:
         """The same for FlashAttention's Triton port: its curve by the keys a call attends where the device file
         gives one, else ``attention_triton_efficiency`` (0 where the file gives neither)."""
         return _by_tokens(kv_tokens, self.attention_triton_tokens, self.attention_triton_curve, self.attention_triton_efficiency)
+
+    def attention_backward_at(self, kv_tokens: float) -> float:
+        """The training flash-attention kernel's backward time over its forward's for calls attending ``kv_tokens``
+        keys: its measured curve (log-linear, held beyond its ends), else ``attention_backward`` (0: unknown)."""
+        return _by_tokens(kv_tokens, self.attention_backward_tokens, self.attention_backward_curve, self.attention_backward)
 
     def gemm_efficiency_at(self, flops, precision: str = "bf16"):
         """Achieved fraction of ``precision`` peak for a GEMM of ``flops`` FLOPs (log-linear

@@ -582,7 +582,8 @@ def layer_times(
     )
     # the 16-bit kernel's times, as FP8 attention runs them where the workload sets it
     fp8_fwd, fp8_bwd = fp8_attention.pass_factors(model, device, workload, workload.seq_len / cp)  # keys per call
-    attn_fwd, attn_bwd = attn_fwd * fp8_fwd, attn_fwd * compute.attention_core_backward_factor(workload.attention) * fp8_bwd
+    backward_factor = compute.attention_core_backward_factor(device, workload.attention, workload.seq_len / cp)
+    attn_fwd, attn_bwd = attn_fwd * fp8_fwd, attn_fwd * backward_factor * fp8_bwd
     if cp_comm == CpComm.A2A:
         cp_fwd, cp_bwd = cp_a2a_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:

@@ -400,6 +400,8 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "fp8_attention_grouped",
             "attention_triton",
             "attention_triton_by_tokens",
+            "attention_backward",
+            "attention_triton_backward",
         ),
         ("gemm", "attention", "memory"),
         src,
@@ -422,6 +424,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             source=src,
             field="efficiency.attention_triton_by_tokens",
         )
+    backward, backward_tokens, backward_curve = _backward_ratios(eff.get("attention_backward", 0.0), src)
     return DeviceSpec(
         name=checks.text(data.get("name", name), "name", src),
         peak_flops=peaks,
@@ -472,6 +475,12 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
         attention_curve=attention,
         attention_triton_tokens=triton_kv,
         attention_triton_curve=triton,
+        attention_backward=backward,
+        attention_backward_tokens=backward_tokens,
+        attention_backward_curve=backward_curve,
+        attention_triton_backward=checks.non_negative_number(
+            eff.get("attention_triton_backward", 0.0), "efficiency.attention_triton_backward", src
+        ),
         source=src,
     )
 
@@ -547,6 +556,20 @@ def _tokens_curve(eff: dict, key: str, src: str) -> tuple[tuple, tuple]:
     """An attention curve by the keys a call attends, ``efficiency.KEY`` ({tokens, efficiency}), or ((), ()) where the
     device file gives none."""
     return _curve(eff[key], src, f"efficiency.{key}", "tokens") if key in eff else ((), ())
+
+
+def _backward_ratios(data, src: str) -> tuple[float, tuple, tuple]:
+    """(flat, tokens, ratios) of ``efficiency.attention_backward``: a positive number (flat), or {tokens, ratio} by the
+    keys a call attends (increasing tokens, positive ratios); 0: unknown."""
+    field = "efficiency.attention_backward"
+    if not isinstance(data, dict):
+        return checks.non_negative_number(data, field, src), (), ()
+    checks.keys(data, ("tokens", "ratio"), ("tokens", "ratio"), src, f"{field}.")
+    rows = [tuple(map(checks.as_float, data[key])) if isinstance(data[key], list) else (None,) for key in ("tokens", "ratio")]
+    xs, ys = rows
+    if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(set(xs)) or min(ys) <= 0:
+        raise ProblemError("needs lists of one length (at least 2): increasing tokens, positive ratios", source=src, field=field)
+    return 0.0, xs, ys
 
 
 def _pass_ratios(data, src: str, field: str) -> PassRatios:

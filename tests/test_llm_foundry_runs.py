@@ -163,20 +163,22 @@ def test_the_triton_rate_follows_the_published_speedups():
 @pytest.mark.parametrize("name", ["a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb"])
 def test_the_triton_rate_rises_with_the_length_as_flashattention_2s_measured_rate_does(name):
     """By the keys a call attends, the port's rate over its rate across the shapes is FlashAttention-2's median at that
-    length over its median across the shapes (the H200's causal FlashAttention-2 rows), held beyond 1K-8K."""
+    length over its median across the shapes (the H200's causal FlashAttention-2 rows), 1K-8K; held below, and beyond
+    8K held on A100 and grown on Hopper (tests/test_device_curves.py holds the growth to cuDNN's H200 rows)."""
     import device_curves  # noqa: PLC0415  (benchmarks/device_curves.py)
 
     device = load_device(name)
     tokens, shape = device_curves.flash_by_tokens_over_max()
     across = device_curves.flash_median_over_max()
-    assert device.attention_triton_tokens == tokens == (1024.0, 2048.0, 4096.0, 8192.0)
+    assert tokens == (1024.0, 2048.0, 4096.0, 8192.0) and device.attention_triton_tokens[:4] == tokens
     for t, y in zip(tokens, shape):
         assert device.attention_triton_efficiency_at(t) == pytest.approx(
             device.attention_triton_efficiency * y / across, rel=0.03
         )
     rates = [device.attention_triton_efficiency_at(t) for t in (512, 1024, 2048, 4096, 8192, 65536)]
-    assert rates == sorted(rates) and rates[0] == rates[1] and rates[-1] == rates[-2]
-    assert rates[-1] / rates[1] > 1.4  # 8K keys per call run 1.5x the rate of 1K
+    assert rates == sorted(rates) and rates[0] == rates[1]
+    assert (rates[-1] == rates[-2]) == (name in device_curves.AMPERE)
+    assert rates[-2] / rates[1] > 1.4  # 8K keys per call run 1.5x the rate of 1K
 
 
 def test_a_triton_curve_needs_the_rate_across_shapes_and_a_proper_curve(tmp_path):
@@ -195,12 +197,21 @@ def test_a_triton_curve_needs_the_rate_across_shapes_and_a_proper_curve(tmp_path
         assert err.value.field == field and "dev.yaml" in str(err.value)
 
 
-def test_triton_changes_the_attention_time_only():
+def test_triton_changes_the_attention_time_and_its_split_only():
+    """The port and FlashAttention-2 share the FLOPs; their forward + backward times differ by their rates, and the
+    port spends more of it in the backward (2x slower there against FlashAttention-2, 1.4x in the forward)."""
     model, a100 = load_model("llama2-7b"), load_device("a100-sxm-80gb")
-    flash = compute.attention_core_forward_time_s(model, a100, "flash", 1, 4096, 1, 1)
-    triton = compute.attention_core_forward_time_s(model, a100, "triton", 1, 4096, 1, 1)
-    assert triton / flash == pytest.approx(a100.attention_efficiency_at(4096) / a100.attention_triton_efficiency_at(4096))
-    assert compute.attention_core_backward_factor("triton") == compute.attention_core_backward_factor("flash")
+    times = {}
+    for kernel in ("flash", "triton"):
+        forward = compute.attention_core_forward_time_s(model, a100, kernel, 1, 4096, 1, 1)
+        times[kernel] = (forward, forward * compute.attention_core_backward_factor(a100, kernel, 4096))
+    both = {kernel: sum(t) for kernel, t in times.items()}
+    assert both["triton"] / both["flash"] == pytest.approx(
+        a100.attention_efficiency_at(4096) / a100.attention_triton_efficiency_at(4096)
+    )
+    ratio = {kernel: backward / forward for kernel, (forward, backward) in times.items()}
+    assert ratio["flash"] == pytest.approx(2.5 * 0.73 / 0.63, abs=0.01)
+    assert ratio["triton"] == pytest.approx(ratio["flash"] * 2.0 / 1.4, abs=0.01)
 
 
 def test_a_device_without_a_triton_rate_is_refused():
