@@ -86,7 +86,6 @@ from parasol.solver.library import load_device, load_model, names
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "problems" / "measurements" / "published_kernels.yaml"
-H200_MICROBENCH = ROOT / "problems" / "measurements" / "h200-microbench.yaml"  # our own H200 run (calibrate.py --attention)
 XLA_MATMUL = ROOT / "problems" / "measurements" / "xla_matmul.yaml"
 PENALTY_HALF_WIDTH = 0.25  # decades of FLOPs either side of a point whose XLA shapes give its size penalty
 H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
@@ -218,7 +217,7 @@ def hopper_backward_by_tokens() -> tuple[tuple, tuple]:
     median over our H200 shapes of cuDNN's causal kernel (h200-microbench.yaml, the entries whose forward + backward
     medians make the Hopper curve, calibrate.py --attention); held beyond 8K."""
     by_seq = {}
-    for e in yaml.safe_load(H200_MICROBENCH.read_text())["attention"]["entries"]:
+    for e in yaml.safe_load(H200.read_text())["attention"]["entries"]:
         if e["backend_used"] == "cudnn" and e["causal"]:
             by_seq.setdefault(e["seq"], []).append((e["fwd_bwd"]["seconds"] - e["fwd"]["seconds"]) / e["fwd"]["seconds"])
     seqs = sorted(by_seq)

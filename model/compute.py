@@ -244,6 +244,8 @@ def attention_core_forward_time_s(
     triton: the same fused computation in FlashAttention's Triton port, at ``triton_attention_efficiency`` for calls
     of seq/cp keys: the device file's efficiency.attention_triton(_by_tokens), which benchmarks/device_curves.py
     derives from the FlashAttention-2 and -3 papers and FlashAttention-2's measured rise with the length.
+    The fused kernels' rates are of the forward and backward together; the forward takes 1 / (1 + r) of that time,
+    r the kernel's measured backward time over its forward's (``attention_core_backward_factor``).
     standard: two batched GEMMs plus the score matrix streamed through HBM several times.
     """
     if attention in FUSED_ATTENTION:

@@ -257,7 +257,7 @@ class DeviceSpec:
     attention_triton_curve: tuple = ()
     # the training kernels' backward time over their forward's, measured (efficiency.attention_backward: a number, or
     # {tokens, ratio} by the keys a call attends; efficiency.attention_triton_backward); 0 / empty: unknown, the
-    # FLOPs ratio at one efficiency (compute.attention_backward_ratio)
+    # FLOPs ratio at one efficiency (compute.attention_core_backward_factor)
     attention_backward: float = 0.0
     attention_backward_tokens: tuple = ()
     attention_backward_curve: tuple = ()
