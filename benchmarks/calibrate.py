@@ -163,25 +163,20 @@ def grouped_fp8_efficiency(device_name: str = "h100-sxm-80gb") -> float:
     return statistics.median(ratios)
 
 
-ATTENTION_MEASUREMENT = "measurements/h200-microbench.yaml"
 H200_BF16_PEAK = 989.4e12  # the datasheet's dense bf16 rate, the measurement's convention (its clock_based_note)
 
 
 def attention_curve() -> tuple[tuple, tuple]:
     """(sequence lengths, efficiencies): per measured sequence length, the median over the measured
     shapes of cuDNN's causal flash attention, forward+backward, as a fraction of the bf16 peak."""
-    import yaml  # noqa: PLC0415
+    from device_curves import h200_cudnn_causal_by_seq  # noqa: PLC0415  benchmarks/device_curves.py
 
-    from parasol.solver import library  # noqa: PLC0415
+    def efficiency(e: dict) -> float:
+        flops = 3.5 * 4 * e["batch"] * e["heads"] * e["seq"] ** 2 * e["head_dim"] * 0.5
+        return flops / (e["fwd_bwd"]["seconds"] * H200_BF16_PEAK)
 
-    entries = yaml.safe_load((library.library_root() / ATTENTION_MEASUREMENT).read_text())["attention"]["entries"]
-    by_seq = {}
-    for e in entries:
-        if e["backend_used"] == "cudnn" and e["causal"]:
-            flops = 3.5 * 4 * e["batch"] * e["heads"] * e["seq"] ** 2 * e["head_dim"] * 0.5
-            by_seq.setdefault(e["seq"], []).append(flops / (e["fwd_bwd"]["seconds"] * H200_BF16_PEAK))
-    seqs = tuple(sorted(by_seq))
-    return seqs, tuple(round(statistics.median(by_seq[s]), 3) for s in seqs)
+    by_seq = h200_cudnn_causal_by_seq(efficiency)
+    return tuple(by_seq), tuple(round(statistics.median(v), 3) for v in by_seq.values())
 
 
 PUBLISHED_ATTENTION = "measurements/published_kernels.yaml"

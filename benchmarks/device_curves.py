@@ -212,16 +212,22 @@ def triton_backward_ratio(pub: dict) -> float:
     )
 
 
-def hopper_backward_by_tokens() -> tuple[tuple, tuple]:
-    """Hopper's training attention, backward time over forward's, by the keys a call attends: per measured length, the
-    median over our H200 shapes of cuDNN's causal kernel (h200-microbench.yaml, the entries whose forward + backward
-    medians make the Hopper curve, calibrate.py --attention); held beyond 8K."""
+def h200_cudnn_causal_by_seq(value) -> dict:
+    """{sequence length: [``value`` of each entry]} over our H200 run's cuDNN causal attention entries
+    (h200-microbench.yaml): the shapes whose medians make Hopper's training attention curve (calibrate.py --attention)
+    and its split between the passes (``hopper_backward_by_tokens``)."""
     by_seq = {}
     for e in yaml.safe_load(H200.read_text())["attention"]["entries"]:
         if e["backend_used"] == "cudnn" and e["causal"]:
-            by_seq.setdefault(e["seq"], []).append((e["fwd_bwd"]["seconds"] - e["fwd"]["seconds"]) / e["fwd"]["seconds"])
-    seqs = sorted(by_seq)
-    return tuple(float(s) for s in seqs), tuple(round(statistics.median(by_seq[s]), 2) for s in seqs)
+            by_seq.setdefault(e["seq"], []).append(value(e))
+    return dict(sorted(by_seq.items()))
+
+
+def hopper_backward_by_tokens() -> tuple[tuple, tuple]:
+    """Hopper's training attention, backward time over forward's, by the keys a call attends: per measured length, the
+    median over our H200 shapes of cuDNN's causal kernel (``h200_cudnn_causal_by_seq``); held beyond 8K."""
+    by_seq = h200_cudnn_causal_by_seq(lambda e: (e["fwd_bwd"]["seconds"] - e["fwd"]["seconds"]) / e["fwd"]["seconds"])
+    return tuple(float(s) for s in by_seq), tuple(round(statistics.median(v), 2) for v in by_seq.values())
 
 
 def cudnn_backward_by_tokens(rows: dict) -> tuple[tuple, tuple]:

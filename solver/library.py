@@ -564,20 +564,21 @@ def _backward_ratios(data, src: str) -> tuple[float, tuple, tuple]:
     field = "efficiency.attention_backward"
     if not isinstance(data, dict):
         return checks.non_negative_number(data, field, src), (), ()
-    checks.keys(data, ("tokens", "ratio"), ("tokens", "ratio"), src, f"{field}.")
-    rows = [tuple(map(checks.as_float, data[key])) if isinstance(data[key], list) else (None,) for key in ("tokens", "ratio")]
-    xs, ys = rows
-    if None in xs or None in ys or len(xs) != len(ys) or len(xs) < 2 or list(xs) != sorted(set(xs)) or min(ys) <= 0:
-        raise ProblemError("needs lists of one length (at least 2): increasing tokens, positive ratios", source=src, field=field)
-    return 0.0, xs, ys
+    return 0.0, *_ratio_rows(data, ("tokens", "ratio"), src, field)
 
 
 def _pass_ratios(data, src: str, field: str) -> PassRatios:
     """FP8 attention's measured time over 16 bits {tokens, forward, backward}: increasing key lengths, positive ratios."""
     if not isinstance(data, dict):
         raise ProblemError("must be a mapping {tokens, forward, backward}", source=src, field=field)
-    checks.keys(data, PassRatios._fields, PassRatios._fields, src, f"{field}.")
-    rows = [tuple(map(checks.as_float, data[key])) if isinstance(data[key], list) else (None,) for key in PassRatios._fields]
+    return PassRatios(*_ratio_rows(data, PassRatios._fields, src, field))
+
+
+def _ratio_rows(data: dict, keys: tuple, src: str, field: str) -> list[tuple]:
+    """The lists ``keys`` of a mapping of ratios by tokens (the first key: increasing tokens), each as a tuple: one
+    length, at least 2, every value positive; ProblemError naming ``field`` otherwise."""
+    checks.keys(data, keys, keys, src, f"{field}.")
+    rows = [tuple(map(checks.as_float, data[key])) if isinstance(data[key], list) else (None,) for key in keys]
     xs = rows[0]
     if (
         any(None in row or len(row) != len(xs) for row in rows)
@@ -586,7 +587,7 @@ def _pass_ratios(data, src: str, field: str) -> PassRatios:
         or not all(v > 0 for row in rows for v in row)
     ):
         raise ProblemError("needs lists of one length (at least 2): increasing tokens, positive ratios", source=src, field=field)
-    return PassRatios(*rows)
+    return rows
 
 
 def _tier(data, name: str, src: str) -> NetworkTier:
