@@ -209,11 +209,16 @@ def attention_curve_extended() -> tuple[tuple, tuple]:
     return tuple(int(t) for t in tokens), efficiencies
 
 
-def moe_expert_fit(calibration) -> tuple[float, float]:
+def moe_expert_fit(calibration, base=None) -> tuple[float, float]:
     """(mean |error|, moe_expert): the grid search (0.20-1.00, step 0.01) of the routed-expert
-    efficiency on the MoE calibration runs."""
+    efficiency on the MoE calibration runs (on the systems ``base`` overrides first, when given)."""
     grid = [x / 100 for x in range(20, 101)]
-    return min((statistics.fmean(abs(r.error) for r in evaluate_all(calibration, moe_override(x))), x) for x in grid)
+
+    def trial(x):
+        expert = moe_override(x)
+        return expert if base is None else (lambda system: expert(base(system)))
+
+    return min((statistics.fmean(abs(r.error) for r in evaluate_all(calibration, trial(x))), x) for x in grid)
 
 
 def fit_moe(entries) -> None:

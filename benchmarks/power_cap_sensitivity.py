@@ -11,8 +11,8 @@ the evaluation, nothing written:
 1. alpha is fitted (grid 0 to 2, step 0.05; or given) on the calibration set's dense runs on B200, GB200 and GB300,
    as ``benchmarks/calibrate.py`` selects them, at the system files' networks, with the mean |error| at 0 and the
    leave-one-device-out errors (alpha fitted without the device's runs, the error on them);
-2. the routed-expert efficiency is fitted again at alpha, as ``calibrate.py --moe`` does (``moe_expert_fit``'s grid
-   on the 20 MoE calibration runs);
+2. the routed-expert efficiency is fitted again at alpha, as ``calibrate.py --moe`` does (``moe_expert_fit`` on the
+   20 MoE calibration runs);
 3. the mean |error| of the dense and the MoE runs in and out of sample (``benchmarks/accuracy.py``'s families) is
    printed as the files stand, at alpha, and at alpha with the refitted routed-expert efficiency.
 
@@ -26,16 +26,16 @@ import dataclasses
 import statistics
 import sys
 
-from calibrate import MOE_CALIBRATION, device_entries, moe_override  # benchmarks/calibrate.py
+from accuracy import APART, OUTSIDE_MODEL  # benchmarks/accuracy.py: the families it reports apart
+from calibrate import DENSE_CHECK, MOE_CALIBRATION, MOE_CHECK, device_entries, moe_expert_fit, moe_override
 
 from parasol.solver.library import load_device
-from parasol.solver.validation import evaluate_all, family, load_all_runs, out_of_sample
+from parasol.solver.validation import evaluate_all, family, load_all_runs
 
 POWER_DEVICES = ("b200", "b300", "gb200", "gb300")  # the die at its caps (their files' tdp_w)
 FIT_DEVICES = ("b200", "gb200", "gb300")  # those with dense runs in the calibration set
 REFERENCE_DEVICE = "gb200"  # the cap the shares are 1 at
 ALPHA_GRID = tuple(k / 20 for k in range(41))  # 0 to 2 in steps of 0.05
-MOE_GRID = tuple(x / 100 for x in range(20, 101))  # calibrate.py --moe's grid
 
 
 def share(tdp_w: float, alpha: float) -> float:
@@ -69,10 +69,6 @@ def fit_alpha(entries) -> tuple[float, float]:
     return min((mean_error(entries, power_override(a)), a) for a in ALPHA_GRID)
 
 
-def is_moe(entry) -> bool:
-    return "MoE" in family(entry["id"]) or entry.get("model") in ("deepseek-v3", "deepseek-v2") or "moe" in entry["workload"]
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alpha", type=float, help="the exponent to try instead of fitting it (0 to 2)")
@@ -80,7 +76,7 @@ def main(argv=None) -> int:
     if args.alpha is not None and not 0.0 <= args.alpha <= 2.0:
         print(f"power_cap_sensitivity.py: --alpha must be from 0 to 2, got {args.alpha}", file=sys.stderr)
         return 2
-    entries = [e for e in load_all_runs() if family(e["id"]) != "Megatron SC'21 Table 2 ZeRO-3"]
+    entries = [e for e in load_all_runs() if family(e["id"]) not in OUTSIDE_MODEL]
     dense = {device: device_entries(entries, device) for device in FIT_DEVICES}
     calibration = [e for runs in dense.values() for e in runs]
     fitted = fit_alpha(calibration)[1] if args.alpha is None else args.alpha
@@ -98,15 +94,15 @@ def main(argv=None) -> int:
             f"({100 * mean_error(held, power_override(0.0)):.1f} % at 0)"
         )
     moe_calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
-    error, expert = min((mean_error(moe_calibration, power_override(fitted, x)), x) for x in MOE_GRID)
+    error, expert = moe_expert_fit(moe_calibration, power_override(fitted))
     print(
         f"routed-expert efficiency refitted at alpha {fitted:.2f}: {expert:.2f}, its {len(moe_calibration)} runs {100 * error:.1f} %"
     )
-    groups = {
-        "dense in sample": [e for e in entries if not is_moe(e) and not out_of_sample(family(e["id"]))],
-        "dense out of sample": [e for e in entries if not is_moe(e) and out_of_sample(family(e["id"]))],
-        "MoE in sample": [e for e in entries if is_moe(e) and not out_of_sample(family(e["id"]))],
-        "MoE out of sample": [e for e in entries if is_moe(e) and out_of_sample(family(e["id"]))],
+    groups = {  # as benchmarks/accuracy.py reports them
+        "dense in sample": [e for e in entries if family(e["id"]) not in APART],
+        "dense out of sample": [e for e in entries if family(e["id"]) in DENSE_CHECK],
+        "MoE in sample": [e for e in entries if family(e["id"]) in MOE_CALIBRATION],
+        "MoE out of sample": [e for e in entries if family(e["id"]) in MOE_CHECK],
     }
     trials = (("as the files stand", power_override(0.0)), (f"alpha {fitted:.2f}", power_override(fitted)))
     trials += ((f"alpha {fitted:.2f}, moe_expert {expert:.2f}", power_override(fitted, expert)),)
