@@ -169,10 +169,10 @@ H200_BF16_PEAK = 989.4e12  # the datasheet's dense bf16 rate, the measurement's 
 def attention_curve() -> tuple[tuple, tuple]:
     """(sequence lengths, efficiencies): per measured sequence length, the median over the measured
     shapes of cuDNN's causal flash attention, forward+backward, as a fraction of the bf16 peak."""
-    from device_curves import h200_cudnn_causal_by_seq  # noqa: PLC0415  benchmarks/device_curves.py
+    from device_curves import FWD_BWD_FLOPS, h200_cudnn_causal_by_seq  # noqa: PLC0415  benchmarks/device_curves.py
 
     def efficiency(e: dict) -> float:
-        flops = 3.5 * 4 * e["batch"] * e["heads"] * e["seq"] ** 2 * e["head_dim"] * 0.5
+        flops = FWD_BWD_FLOPS * 4 * e["batch"] * e["heads"] * e["seq"] ** 2 * e["head_dim"] * 0.5
         return flops / (e["fwd_bwd"]["seconds"] * H200_BF16_PEAK)
 
     by_seq = h200_cudnn_causal_by_seq(efficiency)

@@ -466,6 +466,10 @@ def grown_curve(tokens, efficiencies, rows: dict) -> tuple[tuple, tuple]:
     )
 
 
+# the derived numbers DeviceSpec holds under their own names, and where a device file keeps each
+SPEC_NAMED = {"attention_triton_backward": "efficiency.attention_triton_backward", "softmax_exp_ratio": "softmax_exp_ratio"}
+
+
 def differences(derived: dict) -> list[str]:
     """Where a device file's values differ from the derivation (curves to 3 decimals), and device files that hold
     measured FP8 attention ratios the derivation does not give them."""
@@ -504,12 +508,9 @@ def differences(derived: dict) -> list[str]:
                 )
                 if have != value:
                     bad.append(f"{device}: efficiency.{key} {have} != {value}")
-            elif key == "attention_triton_backward":
-                if abs(spec.attention_triton_backward - value) > 1e-9:
-                    bad.append(f"{device}: efficiency.{key} {spec.attention_triton_backward} != {value}")
-            elif key == "softmax_exp_ratio":
-                if abs(spec.softmax_exp_ratio - value) > 1e-9:
-                    bad.append(f"{device}: softmax_exp_ratio {spec.softmax_exp_ratio} != {value}")
+            elif key in SPEC_NAMED:  # a number DeviceSpec holds under the key's own name
+                if abs(getattr(spec, key) - value) > 1e-9:
+                    bad.append(f"{device}: {SPEC_NAMED[key]} {getattr(spec, key)} != {value}")
             elif abs(getattr(spec, f"{key}_efficiency") - value) > 1e-9:  # efficiency.KEY is DeviceSpec.KEY_efficiency
                 bad.append(f"{device}: efficiency.{key} {getattr(spec, f'{key}_efficiency')} != {value}")
     return bad

@@ -597,8 +597,8 @@ def layer_times(
     if recompute == "full":
         redo = gemm_fwd + attn_fwd + elem_fwd + tp_fwd + cp_fwd + ep_fwd
         if workload.checkpoint_early_stop and not moe_layer:  # the down projection is not redone
-            tokens = micro_batch * workload.seq_len / cp
-            redo -= compute.checkpoint_tail_forward_time_s(model, device, workload.precision, tokens, tp)
+            seq_tokens = micro_batch * workload.seq_len / cp
+            redo -= compute.checkpoint_tail_forward_time_s(model, device, workload.precision, seq_tokens, tp)
     elif recompute == "selective":
         redo = selective_recompute_time_s(
             model, device, workload, tp, cp, micro_batch, sp, ep, etp, moe_layer, attn_fwd, ep_fwd, cp_fwd
