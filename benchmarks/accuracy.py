@@ -226,10 +226,11 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
         f"| training step time, MoE (in sample: Megatron-Bridge 25.09 and 25.11, H100 to GB300) | {len(moe)} | "
         f"{mean(moe):.1f} % |",
         "| training step time, dense, out of sample: Megatron-class stacks (Llama 3 paper, MLPerf Training, BLOOM's 02-28 "
-        f"benchmarks, NeMo 25.02-25.04) · LLM Foundry's MPT (PyTorch FSDP) · all | {len(megatron_oos)} · {len(foundry)} · "
+        f"benchmarks, NeMo 25.02-25.04, Megatron-Bridge 25.09 on Blackwell) · LLM Foundry's MPT (PyTorch FSDP) · all | {len(megatron_oos)} · {len(foundry)} · "
         f"{len(dense_oos)} | "
         f"{mean(megatron_oos):.1f} % · {mean(foundry):.1f} % · {mean(dense_oos):.1f} % |",
-        f"| training step time, MoE, out of sample (Model Zoo, GB200 guide, MLPerf Training, NeMo 25.02-25.04) | {len(moe_oos)} | "
+        f"| training step time, MoE, out of sample (Model Zoo, GB200 guide, MLPerf Training, NeMo 25.02-25.04, "
+        f"Megatron-Bridge 25.09 on Blackwell) | {len(moe_oos)} | "
         f"{mean(moe_oos):.1f} % |",
     ]
     for name, st in s.items():

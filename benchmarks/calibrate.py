@@ -92,8 +92,10 @@ MOE_CHECK = (
     "Megatron-LM GB200 guide (out of sample)",
     "MLPerf Training MoE (out of sample)",
     "NeMo 25.02-25.04 MoE (out of sample)",
+    "Megatron-Bridge 25.09 Blackwell MoE (out of sample)",
 )
-# LLM Foundry's MPT runs (problems/validation/llm_foundry_runs.yaml, PyTorch FSDP), which this script never reads
+# LLM Foundry's MPT runs (problems/validation/llm_foundry_runs.yaml, PyTorch FSDP) and Megatron-Bridge 25.09's Blackwell
+# runs (mbridge_2509_runs.yaml, both families below), which this script never reads
 LLM_FOUNDRY = "LLM Foundry MPT (out of sample)"
 # the dense runs outside the calibration set, never fitted: reported apart by benchmarks/accuracy.py
 DENSE_CHECK = (
@@ -101,6 +103,7 @@ DENSE_CHECK = (
     "MLPerf Training (out of sample)",
     "BLOOM 02-28 benchmarks (out of sample)",
     "NeMo 25.02-25.04 (out of sample)",
+    "Megatron-Bridge 25.09 Blackwell (out of sample)",
     LLM_FOUNDRY,
 )
 EXCLUDED_FAMILIES = ("Megatron SC'21 Table 2 ZeRO-3", *MOE_CALIBRATION, *MOE_CHECK, *DENSE_CHECK)

@@ -246,22 +246,44 @@ def entry(run: dict) -> dict:
     )
     if run.get("unverified_fields"):
         assumptions.append("unverified in the reference: " + ", ".join(run["unverified_fields"]))
-    tokens = par["global_batch"] * run["model"]["seq_len"]
+    source = f"{run['source']['title']}, {run['source']['location']} ({run['source']['url']})"
+    verification = run["verification"]
+    return table_entry(
+        run["id"], source, verification, model, gpu, n, workload, mapping, meas["tokens_per_s_per_gpu"], assumptions, reason
+    )
+
+
+def table_entry(
+    run_id: str,
+    source: str,
+    verification: str,
+    model: str,
+    gpu: str,
+    num_gpus: int,
+    workload: dict,
+    mapping: dict,
+    tokens_per_s_per_gpu: float,
+    assumptions: list,
+    not_expressible: str | None = None,
+) -> dict:
+    """A validation entry of one Megatron-Bridge table row: its step time is the global batch in tokens over the
+    table's tokens per second per GPU times the GPUs."""
+    tokens = workload["global_batch"] * workload["seq_len"]
     return {
-        "id": run["id"],
-        "source": f"{run['source']['title']}, {run['source']['location']} ({run['source']['url']})",
-        "verification": run["verification"],
+        "id": run_id,
+        "source": source,
+        "verification": verification,
         "model": model,
         "system": SYSTEMS[gpu],
-        "num_gpus": n,
+        "num_gpus": num_gpus,
         "workload": workload,
         "mapping": mapping,
         "measured": {
-            "step_time_s": round(tokens / (n * meas["tokens_per_s_per_gpu"]), 4),
-            "derived_from": f"global_batch x seq_len / (num_gpus x tokens_per_s_per_gpu {meas['tokens_per_s_per_gpu']})",
+            "step_time_s": round(tokens / (num_gpus * tokens_per_s_per_gpu), 4),
+            "derived_from": f"global_batch x seq_len / (num_gpus x tokens_per_s_per_gpu {tokens_per_s_per_gpu})",
         },
         "assumptions": assumptions,
-        **({"not_expressible": reason} if reason else {}),
+        **({"not_expressible": not_expressible} if not_expressible else {}),
     }
 
 

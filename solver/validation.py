@@ -53,9 +53,10 @@ class RunResult:
         return self.predicted_step_s / self.measured_step_s - 1.0
 
 
-# the files of published training runs: the calibration set with its out-of-sample families, and LLM Foundry's
-# MPT benchmarks (benchmarks/llm_foundry_runs.py writes them; out of sample)
-TRAINING_RUN_FILES = ("training_runs.yaml", "llm_foundry_runs.yaml")
+# the files of published training runs: the calibration set with its out-of-sample families, LLM Foundry's MPT
+# benchmarks and Megatron-Bridge 25.09's Blackwell runs (benchmarks/llm_foundry_runs.py and mbridge_2509_runs.py write
+# them; out of sample)
+TRAINING_RUN_FILES = ("training_runs.yaml", "llm_foundry_runs.yaml", "mbridge_2509_runs.yaml")
 
 
 def load_all_runs() -> list[dict]:
@@ -108,6 +109,8 @@ def out_of_sample(family_name: str) -> bool:
 def family(run_id: str) -> str:
     """Group of a run for reporting: the publication it comes from (MoE runs apart)."""
     moe = any(k in run_id for k in MOE_RUN_KEYS)
+    if run_id.startswith("mbridge2509bw"):
+        return "Megatron-Bridge 25.09 Blackwell MoE (out of sample)" if moe else "Megatron-Bridge 25.09 Blackwell (out of sample)"
     if run_id.startswith("mbridge2509") and moe:
         return "Megatron-Bridge 25.09 MoE"
     if run_id.startswith("mbridge2511"):

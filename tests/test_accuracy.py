@@ -16,7 +16,15 @@ from parasol.model.params import model_flops_per_token
 from parasol.model.training_step import evaluate_training
 from parasol.solver.library import load_model
 from parasol.solver.problem import parse_problem
-from parasol.solver.validation import best_listed_mapping, evaluate_all, evaluate_run, family, load_out_of_memory_runs, load_runs
+from parasol.solver.validation import (
+    TRAINING_RUN_FILES,
+    best_listed_mapping,
+    evaluate_all,
+    evaluate_run,
+    family,
+    load_out_of_memory_runs,
+    load_runs,
+)
 
 BRIDGE_2509_MOE, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
 MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
@@ -47,7 +55,7 @@ def results():
 
 
 def test_every_complete_run_evaluates(results):
-    assert len(results) == len(load_runs()) + len(load_runs(name="llm_foundry_runs.yaml")) >= 60 + 216
+    assert len(results) == sum(len(load_runs(name=name)) for name in TRAINING_RUN_FILES) >= 60 + 216 + 20
     assert all(r.predicted_step_s > 0 for r in results)
 
 
