@@ -1,6 +1,6 @@
 """Fit each device's efficiency curves on the published runs of that device.
 
-    python benchmarks/calibrate.py [--holdout | --moe | --attention | --engine NAME | --step-overhead]
+    python benchmarks/calibrate.py [--holdout | --moe | --mxfp8 | --attention | --engine NAME | --step-overhead]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (H100: our H200 run, problems/measurements/h200-microbench.yaml; A100 and Blackwell:
@@ -31,6 +31,10 @@ GB300), by grid search (step 0.01) of the mean absolute step-time error; prints 
 fits (each source's error under the value fitted on the other) and the error on the published MoE runs
 outside the calibration set (MOE_CHECK: the Megatron MoE Model Zoo, Megatron-LM's GB200 guide and MLPerf
 Training v6.0's DeepSeek-V3 runs).
+
+--mxfp8 fits the share of the FP8 GEMM curve MXFP8's block-scaled dense GEMMs reach (efficiency.mxfp8_gemm of the
+Blackwell device files) on published pairs of one configuration in MXFP8 and in FP8 with per-tensor current scaling,
+from their step-time ratios (benchmarks/mxfp8_pairs.py says how), and checks it on Megatron-Bridge 25.09's pairs.
 
 --attention prints the training flash-attention curve the H100-class device files hold
 (efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
@@ -63,6 +67,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import mxfp8_pairs  # benchmarks/mxfp8_pairs.py
 import yaml
 
 from parasol.model.errors import ProblemError
@@ -469,7 +474,12 @@ def main() -> int:
     parser.add_argument(
         "--serving-gemm", action="store_true", help="fit B200's and GB200's serving GEMM share on MLPerf Inference v5.0 instead"
     )
+    parser.add_argument(
+        "--mxfp8", action="store_true", help="fit the Blackwell devices' MXFP8 GEMM share on MXFP8/FP8-CS pairs instead"
+    )
     args = parser.parse_args()
+    if args.mxfp8:
+        return mxfp8_pairs.main()
     if args.step_overhead:
         return fit_step_overhead()
     if args.serving_gemm:

@@ -119,18 +119,28 @@ def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool 
     return shapes
 
 
+def dense_gemm_share(device: DeviceSpec, recipe: LowPrecisionRecipe | None) -> float:
+    """The share of its precision's GEMM curve a training recipe's dense GEMMs (every linear but the grouped routed
+    experts, whose own measured rate is ``grouped_fp8_efficiency``) compute at: MXFP8's block-scaled GEMMs, whose
+    E8M0 scales per 32 values the kernel applies along K, ``device.mxfp8_gemm_efficiency`` of the FP8 curve, which
+    per-tensor-scaled GEMMs measured (MAMF's torch._scaled_mm); every other recipe, and 16 bits, 1 (NVFP4's curve is
+    its own block-scaled GEMMs')."""
+    return device.mxfp8_gemm_efficiency if recipe == LowPrecisionRecipe.MXFP8 else 1.0
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def layer_gemm_forward_time_s(
-    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False, rate_share: float = 1.0
 ) -> float:
-    """Forward time of the layer's GEMMs (routed experts aside), seconds. Backward is twice this
-    (dgrad + wgrad)."""
-    return sum(gemm_time_s(device, m, n, k, precision) for m, n, k in layer_gemm_shapes(model, tokens, tp, moe_layer).values())
+    """Forward time of the layer's GEMMs (routed experts aside) at ``rate_share`` of the curve (``dense_gemm_share``),
+    seconds. Backward is twice this (dgrad + wgrad)."""
+    shapes = layer_gemm_shapes(model, tokens, tp, moe_layer).values()
+    return sum(gemm_time_s(device, m, n, k, precision, rate_share=rate_share) for m, n, k in shapes)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def tp_block_gemm_times_s(
-    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, moe_layer: bool = False, rate_share: float = 1.0
 ) -> tuple[tuple[float, float], ...]:
     """Forward seconds of the GEMMs beside which each tensor-parallel collective of a layer runs, per
     block (attention, then MLP): (the column-parallel GEMMs that read the block's gathered input, the
@@ -141,7 +151,7 @@ def tp_block_gemm_times_s(
     shapes = layer_gemm_shapes(model, tokens, tp, moe_layer)
 
     def seconds(names) -> float:
-        return sum(gemm_time_s(device, *shapes[name], precision) for name in names if name in shapes)
+        return sum(gemm_time_s(device, *shapes[name], precision, rate_share=rate_share) for name in names if name in shapes)
 
     attention = [name for name in attention_gemm_shapes(model, tokens, tp) if name != "attn_out"]
     if model.parallel_block:
@@ -349,9 +359,12 @@ def logits_gemm_shape(model: ModelSpec, tokens: float, tp: int) -> tuple[float, 
     return tokens, model.vocab / tp, model.hidden
 
 
-def logits_forward_time_s(model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int) -> float:
-    """Forward time of the output projection (``logits_gemm_shape``) and the fp32 cross-entropy."""
-    gemm = gemm_time_s(device, *logits_gemm_shape(model, tokens, tp), precision)
+def logits_forward_time_s(
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, rate_share: float = 1.0
+) -> float:
+    """Forward time of the output projection (``logits_gemm_shape``, at ``rate_share`` of the curve) and the fp32
+    cross-entropy."""
+    gemm = gemm_time_s(device, *logits_gemm_shape(model, tokens, tp), precision, rate_share=rate_share)
     cross_entropy = memory_bound_time_s(device, 3 * 4.0 * tokens * model.vocab / tp)
     return gemm + cross_entropy
 

@@ -233,6 +233,9 @@ class DeviceSpec:
     host_memory_bytes_per_s: float = 0.0  # this GPU's share of its host's DRAM bandwidth (CPU optimizer steps); 0 = unknown
     host_adam_efficiency: float = 1.0  # share of that bandwidth a CPU Adam step streams at (device files: efficiency.host_adam)
     grouped_fp8_efficiency: float = 1.0  # FP8 grouped expert GEMMs' rate / the FP8 dense curve's at the same shapes
+    # MXFP8 (block-scaled) dense GEMMs' rate / the FP8 curve's, which per-tensor-scaled GEMMs measured (device files:
+    # efficiency.mxfp8_gemm, fitted by benchmarks/calibrate.py --mxfp8; compute.dense_gemm_share)
+    mxfp8_gemm_efficiency: float = 1.0
     attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)

@@ -153,7 +153,8 @@ def tp_comm_exposed_times_s(
     if gathers + reductions <= 0:
         return 0.0, 0.0
     tokens = micro_batch * workload.seq_len / cp
-    blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer)
+    share = compute.dense_gemm_share(device, training_recipe(workload.precision, workload.low_precision_recipe))
+    blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer, share)
     ag, rs = gathers / len(blocks), reductions / len(blocks)  # one block's all-gather and reduction
     split = (tp - 1) / tp
     fwd = bwd = 0.0
@@ -443,13 +444,14 @@ def layer_compute_times_s(
     layer for one micro-batch on one GPU: its compute, the same wherever its groups sit (cached, as
     many placements share it)."""
     tokens = micro_batch * workload.seq_len / cp
-    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer)
+    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
+    share = compute.dense_gemm_share(device, recipe)
+    gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer, share)
     if moe_layer:
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     fused = workload.fused_grouped_mlp
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer, fused)
-    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(
         model, tokens, tp, recipe, moe_layer, etp, workload.nvfp4_hadamard, fused
     )
@@ -489,9 +491,11 @@ def selective_recompute_time_s(
     e = bytes_per_element(activation_precision(precision))
     act_passes = 3 if model.activation == "swiglu" else 2  # elements read and written per intermediate element
 
+    share = compute.dense_gemm_share(device, training_recipe(precision, workload.low_precision_recipe))
+
     def gemms(shapes: dict, names=None) -> float:
         return sum(
-            compute.gemm_time_s(device, m, n, k, precision)
+            compute.gemm_time_s(device, m, n, k, precision, rate_share=share)
             for name, (m, n, k) in shapes.items()
             if names is None or name in names
         )
@@ -654,11 +658,12 @@ def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, t
     (``compute.logits_cast_bytes``); the fp32 cross-entropy is unchanged."""
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
+    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     gemm_precision = workload.precision if workload.fp8_output_proj else activation_precision(workload.precision)
-    logits = compute.logits_forward_time_s(model, device, gemm_precision, tokens, tp)
+    share = compute.dense_gemm_share(device, recipe) if workload.fp8_output_proj else 1.0
+    logits = compute.logits_forward_time_s(model, device, gemm_precision, tokens, tp, share)
     cast_fwd = cast_bwd = 0.0
     if workload.fp8_output_proj:
-        recipe = training_recipe(workload.precision, workload.low_precision_recipe)
         fwd_bytes, bwd_bytes = compute.logits_cast_bytes(model, tokens, tp, recipe)
         cast_fwd, cast_bwd = compute.memory_bound_time_s(device, fwd_bytes), compute.memory_bound_time_s(device, bwd_bytes)
     return EdgeTimes(

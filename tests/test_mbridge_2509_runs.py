@@ -130,10 +130,12 @@ def test_the_families_are_out_of_sample_and_never_fitted(runs):
 
 
 def test_every_run_fits_and_the_families_stay_within_their_measured_error(runs):
-    """Out of sample, python benchmarks/accuracy.py at this change: dense 15.5 % mean |error| (10 runs), 28.2 % worst;
-    MoE 18.2 % (10), 28.3 % worst; every run predicted too fast. A point of slack."""
+    """Out of sample, python benchmarks/accuracy.py: dense 15.5 % mean |error| (10 runs), 28.2 % worst, when added;
+    12.2 %, 21.8 % worst, with MXFP8's GEMM share (2026-11-29); MoE 18.2 % (10), 28.3 % worst, then 19.5 %, 29.4 % worst
+    (the routed-expert efficiency refitted 0.68 -> 0.74). Every run predicted too fast. A point of slack."""
     results = evaluate_all(runs)
     assert all(r.evaluation.metrics["fits"] for r in results)
-    for name, mean, worst in ((DENSE, 0.165, 0.292), (MOE, 0.192, 0.293)):
+    for name, mean, worst in ((DENSE, 0.132, 0.228), (MOE, 0.205, 0.304)):
         errors = [r.error for r in results if r.family == name]
         assert len(errors) == 10 and statistics.fmean(abs(e) for e in errors) <= mean and max(map(abs, errors)) <= worst
+        assert max(errors) < 0  # every run too fast
