@@ -153,8 +153,9 @@ def tp_comm_exposed_times_s(
     if gathers + reductions <= 0:
         return 0.0, 0.0
     tokens = micro_batch * workload.seq_len / cp
-    share = compute.dense_gemm_share(device, training_recipe(workload.precision, workload.low_precision_recipe))
-    blocks = compute.tp_block_gemm_times_s(model, device, workload.precision, tokens, tp, moe_layer, share)
+    blocks = compute.tp_block_gemm_times_s(
+        model, device, workload.precision, tokens, tp, moe_layer, dense_share(device, workload)
+    )
     ag, rs = gathers / len(blocks), reductions / len(blocks)  # one block's all-gather and reduction
     split = (tp - 1) / tp
     fwd = bwd = 0.0
@@ -427,6 +428,12 @@ def layer_tokens(
     )
 
 
+def dense_share(device: DeviceSpec, workload: Workload) -> float:
+    """``compute.dense_gemm_share`` under the workload's training recipe: the share of the GEMM curve its dense
+    GEMMs (the routed experts aside) compute at."""
+    return compute.dense_gemm_share(device, training_recipe(workload.precision, workload.low_precision_recipe))
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def layer_compute_times_s(
     model: ModelSpec,
@@ -444,14 +451,14 @@ def layer_compute_times_s(
     layer for one micro-batch on one GPU: its compute, the same wherever its groups sit (cached, as
     many placements share it)."""
     tokens = micro_batch * workload.seq_len / cp
-    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
-    share = compute.dense_gemm_share(device, recipe)
+    share = dense_share(device, workload)
     gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer, share)
     if moe_layer:
         gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     fused = workload.fused_grouped_mlp
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer, fused)
+    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     cast_fwd, cast_bwd = compute.low_precision_cast_bytes(
         model, tokens, tp, recipe, moe_layer, etp, workload.nvfp4_hadamard, fused
     )
@@ -491,7 +498,7 @@ def selective_recompute_time_s(
     e = bytes_per_element(activation_precision(precision))
     act_passes = 3 if model.activation == "swiglu" else 2  # elements read and written per intermediate element
 
-    share = compute.dense_gemm_share(device, training_recipe(precision, workload.low_precision_recipe))
+    share = dense_share(device, workload)
 
     def gemms(shapes: dict, names=None) -> float:
         return sum(
@@ -658,12 +665,12 @@ def edge_stage_times(model: ModelSpec, system: SystemSpec, workload: Workload, t
     (``compute.logits_cast_bytes``); the fp32 cross-entropy is unchanged."""
     device = system.device
     tokens = micro_batch * workload.seq_len / cp
-    recipe = training_recipe(workload.precision, workload.low_precision_recipe)
     gemm_precision = workload.precision if workload.fp8_output_proj else activation_precision(workload.precision)
-    share = compute.dense_gemm_share(device, recipe) if workload.fp8_output_proj else 1.0
+    share = dense_share(device, workload) if workload.fp8_output_proj else 1.0
     logits = compute.logits_forward_time_s(model, device, gemm_precision, tokens, tp, share)
     cast_fwd = cast_bwd = 0.0
     if workload.fp8_output_proj:
+        recipe = training_recipe(workload.precision, workload.low_precision_recipe)
         fwd_bytes, bwd_bytes = compute.logits_cast_bytes(model, tokens, tp, recipe)
         cast_fwd, cast_bwd = compute.memory_bound_time_s(device, fwd_bytes), compute.memory_bound_time_s(device, bwd_bytes)
     return EdgeTimes(
