@@ -178,6 +178,14 @@ def table_rows(text: str, path: str) -> list[TableRow] | None:
                 print(f"{path}: the {gpu} table's model {named['Model']!r} is none of {', '.join(MODELS)}", file=sys.stderr)
                 return None
             pairs = {c: split_cell(named[c]) if c != "Model" else (named[c], named[c]) for c in COLUMNS}
+            bad = next(((c, v) for c in COLUMNS[1:] for v in pairs[c] if not whole(c, v)), None)
+            if bad:
+                print(
+                    f"{path}: the {gpu} table's {named['Model']} row has {bad[0]} {bad[1]!r}; allowed: a positive whole "
+                    "number (FSDP 0 or 1, VP n/a)",
+                    file=sys.stderr,
+                )
+                return None
             rows.append(TableRow(gpu, {c: v[0] for c, v in pairs.items()}, PLAIN))
             if "(" in named.get("Tokens / sec / GPU", ""):
                 rows.append(TableRow(gpu, {c: v[1] for c, v in pairs.items()}, MX))
@@ -193,6 +201,15 @@ def recipe(model: str, gpu: str, precision: str) -> dict:
         if key in RECIPES:
             return copy.deepcopy(RECIPES[key])  # entries share no lists (no YAML aliases)
     return {}
+
+
+def whole(column: str, value: str) -> bool:
+    """Whether a cell holds what ``number`` reads in its column: a positive whole number, FSDP's 0 or 1, VP's n/a."""
+    if column == "VP" and value.lower() == "n/a":
+        return True
+    if not value.isdigit():
+        return False
+    return int(value) in (0, 1) if column == "FSDP" else int(value) > 0
 
 
 def number(value: str) -> int:
