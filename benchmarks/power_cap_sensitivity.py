@@ -13,7 +13,9 @@ the evaluation, nothing written:
    leave-one-device-out errors (alpha fitted without the device's runs, the error on them);
 2. the routed-expert efficiency is fitted again at alpha, as ``calibrate.py --moe`` does (``moe_expert_fit`` on the
    20 MoE calibration runs);
-3. the mean |error| of the dense and the MoE runs in and out of sample (``benchmarks/accuracy.py``'s families) is
+3. the step-time ratio of each configuration published on both B200 and GB200 (``same_configuration_pairs``) is
+   printed, measured and in the model at 0 and at alpha;
+4. the mean |error| of the dense and the MoE runs in and out of sample (``benchmarks/accuracy.py``'s families) is
    printed as the files stand, at alpha, and at alpha with the refitted routed-expert efficiency.
 
 docs/accuracy.md says what it measured and why the files do not take it.
@@ -69,6 +71,18 @@ def fit_alpha(entries) -> tuple[float, float]:
     return min((mean_error(entries, power_override(a)), a) for a in ALPHA_GRID)
 
 
+def same_configuration_pairs(entries) -> list[tuple[dict, dict]]:
+    """(B200 run, GB200 run) pairs of one configuration: ids that differ only in the system, the same GPUs, workload
+    and mapping (Megatron-Bridge's tables run Llama 3 8B alike on both)."""
+    runs = {e["id"]: e for e in entries}
+    pairs = []
+    for run_id, b200 in runs.items():
+        gb200 = runs.get(run_id.replace("-dgx-b200-", "-dgx-gb200-"))
+        if "-dgx-b200-" in run_id and gb200 and all(b200[k] == gb200[k] for k in ("num_gpus", "workload", "mapping")):
+            pairs.append((b200, gb200))
+    return pairs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alpha", type=float, help="the exponent to try instead of fitting it (0 to 2)")
@@ -104,6 +118,14 @@ def main(argv=None) -> int:
         "MoE in sample": [e for e in entries if family(e["id"]) in MOE_CALIBRATION],
         "MoE out of sample": [e for e in entries if family(e["id"]) in MOE_CHECK],
     }
+    print("\nthe same configuration on B200 (1,000 W) and GB200 (1,200 W), step-time ratio B200 / GB200:")
+    for b200, gb200 in same_configuration_pairs(entries):
+        model = {}
+        for a in (0.0, fitted):
+            slow, fast = evaluate_all([b200, gb200], power_override(a))
+            model[a] = slow.predicted_step_s / fast.predicted_step_s
+        measured = b200["measured"]["step_time_s"] / gb200["measured"]["step_time_s"]
+        print(f"  {b200['id']:<50} measured {measured:.3f}, model {model[0.0]:.3f} at 0, {model[fitted]:.3f} at alpha")
     trials = (("as the files stand", power_override(0.0)), (f"alpha {fitted:.2f}", power_override(fitted)))
     trials += ((f"alpha {fitted:.2f}, moe_expert {expert:.2f}", power_override(fitted, expert)),)
     print(f"\n{'runs':<28}" + "".join(f"{label:>32}" for label, _ in trials))
