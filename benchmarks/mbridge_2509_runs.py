@@ -186,9 +186,18 @@ def table_rows(text: str, path: str) -> list[TableRow] | None:
                     file=sys.stderr,
                 )
                 return None
-            rows.append(TableRow(gpu, {c: v[0] for c, v in pairs.items()}, PLAIN))
+            runs = [TableRow(gpu, {c: v[0] for c, v in pairs.items()}, PLAIN)]
             if "(" in named.get("Tokens / sec / GPU", ""):
-                rows.append(TableRow(gpu, {c: v[1] for c, v in pairs.items()}, MX))
+                runs.append(TableRow(gpu, {c: v[1] for c, v in pairs.items()}, MX))
+            for run in runs:
+                n, split = int(run.cells["#-GPUs"]), [int(run.cells[c]) for c in ("TP", "PP", "CP")]
+                if n % (split[0] * split[1] * split[2]):
+                    print(
+                        f"{path}: the {gpu} table's {named['Model']} row: {n} GPUs are no multiple of TP x PP x CP {split}",
+                        file=sys.stderr,
+                    )
+                    return None
+            rows += runs
     if not rows:
         print(f"{path}: no GB200 or B200 rows in '{SECTION}'", file=sys.stderr)
         return None

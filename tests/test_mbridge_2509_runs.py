@@ -100,6 +100,10 @@ def test_token_drop_rows_are_moe_and_an_impossible_expert_group_is_marked(import
         (lambda s: s.replace("| GA |", "| G.A. |"), "lacks the columns GA"),
         (lambda s: s.replace("| 64 | 18066 |", "| 64 | 18k |"), "row has Tokens / sec / GPU '18k'; allowed"),
         (lambda s: s.replace("| 1 (2) | 1 (4) |", "| 0 (2) | 1 (4) |"), "row has TP '0'; allowed"),
+        (
+            lambda s: s.replace("| 64 | 128 | 2 | 8192 |", "| 60 | 128 | 2 | 8192 |"),
+            "60 GPUs are no multiple of TP x PP x CP [2, 4, 1]",
+        ),
     ],
 )
 def test_a_table_the_import_cannot_read_is_named_in_one_line(tmp_path, capsys, edit, says):
