@@ -45,11 +45,13 @@ RECIPE_NOTE = {
 }
 
 
-def recipe(model: str, gpu: str, precision: str) -> dict:
-    """The recipe settings the table does not print (``RECIPES``), most specific match first."""
+def recipe(model: str, gpu: str, precision: str, recipes: dict | None = None) -> dict:
+    """A copy of the recipe settings the table does not print (``recipes``, the 25.11 release's ``RECIPES`` by
+    default), most specific match first; entries share no lists (no YAML aliases)."""
+    recipes = RECIPES if recipes is None else recipes
     for key in ((model, gpu, precision), (model, gpu), (model,)):
-        if key in RECIPES:
-            return RECIPES[key]
+        if key in recipes:
+            return copy.deepcopy(recipes[key])
     return {}
 
 
@@ -232,7 +234,7 @@ def entry(run: dict) -> dict:
         "grad_bytes": 2,
     }
     assumptions = [RECIPE_NOTE[par["precision"]], "gradients held and reduced in bf16 (grad_reduce_in_fp32 False)"]
-    settings = copy.deepcopy(recipe(model, gpu, par["precision"]))  # entries share no lists (no YAML aliases)
+    settings = recipe(model, gpu, par["precision"])
     workload.update(settings.get("workload", {}))
     mapping.update(settings.get("mapping", {}))
     assumptions += settings.get("assumptions", [])

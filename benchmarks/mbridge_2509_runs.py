@@ -34,7 +34,6 @@ rows). Without ``--write`` it prints what it would write and exits 1 where the s
 
 from __future__ import annotations
 
-import copy
 import re
 import sys
 from pathlib import Path
@@ -48,6 +47,7 @@ from import_mbridge_runs import (  # benchmarks/import_mbridge_runs.py: the 25.1
     RECIPE_NOTE,
     SELECTIVE,
     TP_OVERLAP,
+    recipe,
     table_entry,
     table_mapping,
 )
@@ -204,14 +204,6 @@ def table_rows(text: str, path: str) -> list[TableRow] | None:
     return rows
 
 
-def recipe(model: str, gpu: str, precision: str) -> dict:
-    """The recipe settings the table does not print (``RECIPES``), most specific match first."""
-    for key in ((model, gpu, precision), (model, gpu), (model,)):
-        if key in RECIPES:
-            return copy.deepcopy(RECIPES[key])  # entries share no lists (no YAML aliases)
-    return {}
-
-
 def whole(column: str, value: str) -> bool:
     """Whether a cell holds what ``number`` reads in its column: a positive whole number, FSDP's 0 or 1, VP's n/a."""
     if column == "VP" and value.lower() == "n/a":
@@ -252,7 +244,7 @@ def entry(row: TableRow) -> dict:
         "attention": "flash",
         "grad_bytes": 2,  # the perf yamls' mixed_precision.grad_reduce_in_fp32 false
     }
-    settings = recipe(model, gpu, row.precision)
+    settings = recipe(model, gpu, row.precision, RECIPES)
     workload.update(settings.get("workload", {}))
     mapping.update(settings.get("mapping", {}))
     assumptions = [
