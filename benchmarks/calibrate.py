@@ -1,6 +1,6 @@
 """Fit each device's efficiency curves on the published runs of that device.
 
-    python benchmarks/calibrate.py [--holdout | --moe | --mxfp8 | --attention | --engine NAME | --step-overhead]
+    python benchmarks/calibrate.py [--holdout | --moe | --mxfp8 | --training-gemm | --attention | --engine NAME | --step-overhead]
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (H100: our H200 run, problems/measurements/h200-microbench.yaml; A100 and Blackwell:
@@ -35,6 +35,15 @@ Training v6.0's DeepSeek-V3 runs).
 --mxfp8 fits the share of the FP8 GEMM curve MXFP8's block-scaled dense GEMMs reach (efficiency.mxfp8_gemm of the
 Blackwell device files) on published pairs of one configuration in MXFP8 and in FP8 with per-tensor current scaling,
 from their step-time ratios (benchmarks/mxfp8_pairs.py says how), and checks it on Megatron-Bridge 25.09's pairs.
+
+--training-gemm fits the share of their GEMM curves the Blackwell devices sustain through a training step
+(efficiency.training_gemm, which Problem.system puts on a training problem's device as its gemm_scale): their curves come
+from short published runs (MAMF, torchao) where the Hopper ones are our sustained measurement. One share for B200 and
+GB200 (their MAMF entries measured alike), fitted on their dense calibration runs (Megatron-Bridge 25.11's, with the
+networks the dense fit stores) and carried by B300; GB300's own on its runs (its curves are GB200's). Grid 0.70-1.30, step
+0.01, least mean absolute step-time error; prints each run before and after, the fit leaving out one device (one run),
+the out-of-sample dense and MoE runs on these devices, and exits 1 where a device file holds another value. The dense fit
+above reads the stored share; the two were run in turn until neither moved.
 
 --attention prints the training flash-attention curve the H100-class device files hold
 (efficiency.attention_by_tokens): for each measured sequence length, the median over the measured
@@ -78,6 +87,7 @@ DEVICE_OF_SYSTEM = {
     "jean-zay-a100": "a100-sxm-80gb",
     "dgx-h100": "h100-sxm-80gb",
     "dgx-b200": "b200",
+    "dgx-b300": "b300",
     "gb200-nvl72": "gb200",
     "gb300-nvl72": "gb300",
 }
@@ -464,6 +474,90 @@ def fit_serving_gemm() -> int:
     return status
 
 
+# The training GEMM share (efficiency.training_gemm): what a training step sustains of the GEMM curves of the devices whose
+# curves come from short published benchmarks (MAMF, torchao). Fitted per group, on the dense calibration runs of the
+# group's devices, and carried by the devices listed with it: B200 and GB200, whose MAMF entries were measured the same
+# way, share one value (their same-configuration pairs run within 3 % of each other, as one share keeps them), which B300
+# (no run in the calibration set) takes; GB300 has no MAMF entry (its curve is GB200's [assumption]), so its own runs fit it.
+TRAINING_GEMM_GROUPS = {("b200", "gb200"): ("b200", "b300", "gb200"), ("gb300",): ("gb300",)}
+TRAINING_GEMM_GRID = tuple(x / 100 for x in range(70, 131))  # 0.70 to 1.30, step 0.01
+
+
+def training_gemm_override(shares: dict):
+    """system_override putting trial training GEMM shares ({device: share}) on those devices (what Problem.system does
+    with the stored ones)."""
+
+    def apply(system):
+        if system.device.name not in shares:
+            return system
+        return dataclasses.replace(system, device=dataclasses.replace(system.device, gemm_scale=shares[system.device.name]))
+
+    return apply
+
+
+def training_gemm_fit(entries, devices, grid=TRAINING_GEMM_GRID) -> tuple[float, float]:
+    """(share, mean |error|): the grid point with the least mean absolute step-time error on ``entries``, put on
+    ``devices`` (ties to the share nearer 1, the curves as published)."""
+    error, _, share = min(
+        (
+            statistics.fmean(abs(r.error) for r in evaluate_all(entries, training_gemm_override(dict.fromkeys(devices, x)))),
+            abs(x - 1),
+            x,
+        )
+        for x in grid
+    )
+    return share, error
+
+
+def fit_training_gemm(entries) -> int:
+    """Fit each group's training GEMM share (TRAINING_GEMM_GROUPS) on its devices' dense calibration runs (Megatron-Bridge
+    25.11's, with the networks the dense fit stores); print each run's error at 1 and at the fit, the fit leaving out one
+    device (or, in a one-device group, one run) at a time, and the out-of-sample dense runs on the carrying devices before
+    and after; 1 when a device file holds another value."""
+    from parasol.solver import library  # noqa: PLC0415
+    from parasol.solver.validation import load_all_runs  # noqa: PLC0415
+
+    mean = lambda rs: 100 * statistics.fmean(abs(r.error) for r in rs)  # noqa: E731
+    fitted, status = {}, 0
+    for fit_devices, carriers in TRAINING_GEMM_GROUPS.items():
+        runs = {device: device_entries(entries, device) for device in fit_devices}
+        calibration = [e for own in runs.values() for e in own]
+        share, _ = training_gemm_fit(calibration, carriers)
+        fitted.update(dict.fromkeys(carriers, share))
+        print(
+            f"training GEMM share of {', '.join(carriers)}, fitted on {len(calibration)} dense runs of {', '.join(fit_devices)}: {share:.2f}"
+        )
+        before = evaluate_all(calibration, training_gemm_override(dict.fromkeys(carriers, 1.0)))
+        after = evaluate_all(calibration, training_gemm_override(dict.fromkeys(carriers, share)))
+        for b, a in zip(before, after):
+            print(f"  {b.run_id:<64} {100 * b.error:+6.1f} % -> {100 * a.error:+6.1f} %")
+        print(f"  {len(calibration)} runs, mean |error| {mean(before):.1f} % -> {mean(after):.1f} %")
+        held_sets = list(runs.items()) if len(runs) > 1 else [(e["id"], [e]) for e in calibration]
+        for name, held in held_sets:  # leave one device (one run) out
+            x, _ = training_gemm_fit([e for e in calibration if e not in held], carriers)
+            print(
+                f"  without {name}: {x:.2f}, its {len(held)} run(s) {mean(evaluate_all(held, training_gemm_override(dict.fromkeys(carriers, x)))):.1f} %"
+            )
+        for name in carriers:
+            stored = library.load_device(name).training_gemm_efficiency
+            if abs(stored - share) > 0.005:
+                print(f"  {name}: stored {stored:.2f}, DIFFERS")
+                status = 1
+    check = [
+        e
+        for e in load_all_runs()
+        if family(e["id"]) in (*DENSE_CHECK, *MOE_CHECK) and DEVICE_OF_SYSTEM.get(e["system"]) in fitted
+    ]
+    for label, families in (("dense", DENSE_CHECK), ("MoE", MOE_CHECK)):
+        group = [e for e in check if family(e["id"]) in families]
+        before = evaluate_all(group, training_gemm_override(dict.fromkeys(fitted, 1.0)))
+        after = evaluate_all(group, training_gemm_override(fitted))
+        print(
+            f"out of sample, {label} runs on these devices: {len(group)}, mean |error| {mean(before):.1f} % -> {mean(after):.1f} %"
+        )
+    return status
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holdout", action="store_true", help="leave-one-family-out errors")
@@ -476,6 +570,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--mxfp8", action="store_true", help="fit the Blackwell devices' MXFP8 GEMM share on MXFP8/FP8-CS pairs instead"
+    )
+    parser.add_argument(
+        "--training-gemm", action="store_true", help="fit the Blackwell devices' training GEMM share on their dense runs instead"
     )
     args = parser.parse_args()
     if args.mxfp8:
@@ -502,6 +599,8 @@ def main() -> int:
     if args.moe:
         fit_moe(entries)
         return 0
+    if args.training_gemm:
+        return fit_training_gemm(entries)
     k, per_device, value = fit_all(entries)
     print(f"straggler share {k:.4f} (every system), mean |error| {100 * value:.1f} % over the runs below")
     for device, (x, tp_overlap, error) in per_device.items():

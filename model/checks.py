@@ -86,6 +86,14 @@ def fraction(value, field: str, source: str | None = None) -> float:
     return number
 
 
+def factor(value, field: str, source: str | None = None, most: float = 2.0) -> float:
+    """A positive factor of at most ``most`` (a rate against a curve that may run above it)."""
+    number = as_float(value)
+    if number is None or not 0 < number <= most:
+        raise ProblemError(f"must be a positive factor of at most {most:g}, got {shown(value)}", source=source, field=field)
+    return number
+
+
 def share(value, field: str, source: str | None = None) -> float:
     """A share from 0 to 1, both included."""
     number = as_float(value)

@@ -242,6 +242,10 @@ class DeviceSpec:
     # the gemm_scale a serving problem's device takes when no engine profile sets one (solver.problem.Problem.system):
     # what serving engines' kernels reach of the curves on this device (device files: efficiency.serving_gemm)
     serving_gemm_efficiency: float = 1.0
+    # the gemm_scale a training problem's device takes (solver.problem.Problem.system): what a training step sustains of
+    # curves taken from short published benchmarks (device files: efficiency.training_gemm, fitted by
+    # benchmarks/calibrate.py --training-gemm on the Blackwell devices; 1 where the curves are our sustained measurement)
+    training_gemm_efficiency: float = 1.0
     serving_step_overhead_s: float = 0.0  # seconds a serving engine's runtime adds to every pass (scheduling, sampling, launches)
     pytorch_allocator: bool = True  # PyTorch's caching allocator holds its memory (CUDA, HIP); false: XLA (TPU)
     # a softmax exponential's time over the FP8 tensor-core time of its score element's two products at 320-wide

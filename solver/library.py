@@ -397,6 +397,7 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             "mxfp8_gemm",
             "host_adam",
             "serving_gemm",
+            "training_gemm",
             "attention_by_tokens",
             "fp8_attention_grouped",
             "attention_triton",
@@ -472,6 +473,8 @@ def _device(name: str, src: str, data: dict) -> DeviceSpec:
             )
             if key in eff
         },
+        # a share of a curve borrowed from another device may exceed 1 (gb300.yaml)
+        training_gemm_efficiency=checks.factor(eff.get("training_gemm", 1.0), "efficiency.training_gemm", src),
         low_precision_gemm=low,
         attention_tokens=kv,
         attention_curve=attention,

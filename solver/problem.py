@@ -192,9 +192,10 @@ class Problem:
 
     def system(self, num_gpus: int | None = None):
         """The system with ``num_gpus`` devices (default: the first allowed count), its device scaled
-        to the problem's chiplet count and, for a serving workload, its GEMM curves at the device's
-        serving share (``DeviceSpec.serving_gemm_efficiency``) or, where it names an engine, at that
-        engine's efficiencies (``library.device_under_engine``)."""
+        to the problem's chiplet count, its GEMM curves at the share a training step sustains of them for a training
+        workload (``DeviceSpec.training_gemm_efficiency``) and, for a serving workload, at the device's serving share
+        (``DeviceSpec.serving_gemm_efficiency``) or, where it names an engine, at that engine's efficiencies
+        (``library.device_under_engine``)."""
         n = num_gpus if num_gpus is not None else self.num_gpus[0]
         if self.chiplets == (None,):
             system = library.load_system(self.system_name, n)
@@ -203,10 +204,14 @@ class Problem:
         headroom = self.memory_headroom_bytes(system.device.hbm_bytes)
         if headroom:
             system = dataclasses.replace(system, memory_headroom_bytes=headroom)
-        if getattr(self.workload, "kind", None) == "inference" and system.device.serving_gemm_efficiency != 1.0:
-            # a serving engine's kernels on this device: the device file's serving share of its GEMM curves
-            serving = dataclasses.replace(system.device, gemm_scale=system.device.serving_gemm_efficiency)
-            system = dataclasses.replace(system, device=serving)
+        share = (
+            system.device.serving_gemm_efficiency
+            if getattr(self.workload, "kind", None) == "inference"
+            else system.device.training_gemm_efficiency
+        )
+        if share != 1.0:
+            # a serving engine's kernels on this device, or a training step: the device file's share of its GEMM curves
+            system = dataclasses.replace(system, device=dataclasses.replace(system.device, gemm_scale=share))
         engine = getattr(self.workload, "engine", None)
         if engine is None:
             return system

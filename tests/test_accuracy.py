@@ -192,13 +192,17 @@ def test_mlperf_training_runs_outside_the_calibration_set(results):
     +4.7 % -> +7.6 to +3.4 %, GB200 -8.9 -> -9.1 % on 256 and -10.2 -> -17.2 % on 512 GPUs (their pipeline p2p over
     NVLink was held to 2 channels); the fifteen 8.3 %, worst 15.6 %; 22 runs 8.8 %. The 8-GPU 8B runs' grouped-query heads
     take cuDNN's measured FP8 attention (efficiency.fp8_attention_grouped, 2026-11-28): -9.2 and -11.9 %; 22 runs 8.3 %.
-    The bounds are the measurement + about one point, and both signs must stay."""
+    With Blackwell's training GEMM share (efficiency.training_gemm: B200 and GB200 0.88, GB300 1.10; 2026-11-29), fitted
+    on Megatron-Bridge 25.11's runs, the GB200 NVFP4 405B runs go +7.0..+11.0 -> +13.7..+18.2 %, B200's GPT-3 +3.6 ->
+    +12.4 %, GB200's FP8 405B -8.1 -> +0.1 %: the fifteen 9.7 %, worst +18.2 %; 22 runs 9.8 % (the partners' B200 runs,
+    test_mlperf_training_partner_runs_as_measured, gain more). The bounds are the measurement + about one point, and both
+    signs must stay."""
     nvidia = {e["id"] for e in load_runs() if "closed division, NVIDIA," in e["source"]}
     rows = {r.run_id: r for r in results if r.family == "MLPerf Training (out of sample)" and r.run_id in nvidia}
     assert len(rows) == 22 and all(r.evaluation.metrics["fits"] for r in rows.values())
     first = {k: r.error for k, r in rows.items() if "llama31-8b" not in k and k != "mlperf-v50-llama31-405b-gb200-512gpu-fp8"}
-    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.093
-    assert max(abs(e) for e in first.values()) <= 0.166 and min(first.values()) < 0 < max(first.values())
+    assert len(first) == 15 and statistics.fmean(abs(e) for e in first.values()) <= 0.107
+    assert max(abs(e) for e in first.values()) <= 0.192 and min(first.values()) < 0 < max(first.values())
     dp_last = [r for r in rows.values() if r.mapping.placement == "tp-cp-ep-pp-dp" and r.problem.model.name == "llama3.1-405b"]
     assert len(dp_last) == 5  # v5.1's four and v5.0's 512-GPU run, as their configs set TP_PP_DP_MAPPING
     fp4 = [r.error for r in rows.values() if r.problem.workload.precision == "fp4" and r.problem.model.name == "llama3.1-405b"]
@@ -327,7 +331,10 @@ def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):
     (2026-11-27), each nearer the measured one than equal speed is; with Blackwell's attention on GB300 they
     were 1.00, 1.06, 1.12, 1.00 and 1.02. Under the MLPerf configs' NCCL caps (2026-11-28) the 8B runs at 72 and
     512 GPUs wait on their one-channel ring exchange on both machines, the same NVLink: modelled 1.00 where 1.15 and
-    1.05 were measured (docs/accuracy.md), never the wrong way round."""
+    1.05 were measured (docs/accuracy.md), never the wrong way round. Since GB300's training steps run its GEMM curves
+    at their own fitted share (efficiency.training_gemm, 1.10 against B200's and GB200's 0.88; 2026-11-29) the five
+    read 1.16, 1.11, 1.31, 1.09 and 1.05 where 1.19, 1.22, 1.17, 1.15 and 1.04 were measured: each nearer than equal
+    speed, the capped two included."""
     rows = {r.run_id: r for r in results}
     pairs = (
         "mbridge2511-llama3_8b-dgx-{}-8gpu-fp8-cs",
@@ -341,9 +348,6 @@ def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):
         assert gb200.mapping == gb300.mapping, pair
         measured = gb200.measured_step_s / gb300.measured_step_s
         modelled = gb200.predicted_step_s / gb300.predicted_step_s
-        if rows[pair.format("gb200")].problem.workload.nccl_max_ctas.cp == 1 and gb200.mapping.cp > 1:
-            assert 1.0 - 1e-9 <= modelled < 1.01 and measured > 1.0, pair  # the capped exchange sets both
-            continue
         assert modelled > 1.02 and abs(modelled - measured) < measured - 1.0, pair
 
 
@@ -453,7 +457,8 @@ def test_deepseek_v3s_published_mapping_fits_with_the_reports_memory_savings():
 def test_nemo_25_tables_are_read_as_printed_and_stay_within_their_measured_error(results):
     """NeMo 25.02 and 25.04's performance summaries (out of sample): each row's gradient accumulation, as the page
     prints it, is its global batch over micro-batch x data-parallel size; 11.7 % dense and 9.2 % Mixtral mean |error|
-    at this change (python benchmarks/accuracy.py), a point of slack."""
+    at this change (python benchmarks/accuracy.py), a point of slack; 7.2 and 11.6 % once Blackwell's training steps ran
+    their GEMM curves at the fitted efficiency.training_gemm and moe_expert refitted 0.74 -> 0.63 (2026-11-29)."""
     entries = [e for e in load_runs() if e["id"].startswith(("nemo2502", "nemo2504"))]
     assert len(entries) == 15
     for e in entries:
@@ -461,7 +466,7 @@ def test_nemo_25_tables_are_read_as_printed_and_stay_within_their_measured_error
         printed_ga = int(e["assumptions"][0].split(" | ")[-2])
         assert m["micro_batch"] * m["dp"] * printed_ga == e["workload"]["global_batch"], e["id"]
         assert m["tp"] * m["pp"] * m["cp"] * m["dp"] == e["num_gpus"]
-    for name, bound in (("NeMo 25.02-25.04 (out of sample)", 0.13), ("NeMo 25.02-25.04 MoE (out of sample)", 0.105)):
+    for name, bound in (("NeMo 25.02-25.04 (out of sample)", 0.085), ("NeMo 25.02-25.04 MoE (out of sample)", 0.125)):
         errors = [abs(r.error) for r in results if r.family == name]
         assert (
             errors

@@ -26,7 +26,8 @@ def test_published_parallelism_predicts_the_cost_per_trillion_tokens():
     """On the assumed 2,048 H800, under 1F1B, the all-to-all exposed: 173.8K GPU-hours per trillion tokens,
     +0.6 % (measured 2026-11-27; 176.4K, +2.1 % at moe_expert 0.64; 177.7K, +2.8 % with the FP8 tensor-parallel
     all-gathers and the networks refitted, 2026-11-28; 167.5K, -3.1 % with the overlapped traffic slowing the compute beside it,
-    moe_expert 0.68, 2026-11-29; 164.1K, -5.1 % at moe_expert 0.74 with MXFP8's GEMM share, 2026-11-29), within the issue's 20 %. Each assumption the report leaves open moves it one
+    moe_expert 0.68, 2026-11-29; 164.1K, -5.1 % at moe_expert 0.74 with MXFP8's GEMM share, 2026-11-29; 170.9K, -1.1 % at moe_expert 0.63 with
+    Blackwell's training GEMM share, the same day), within the issue's 20 %. Each assumption the report leaves open moves it one
     way: 1,024 GPUs, Megatron-Core's all-to-all overlap and a schedule without bubble all make it cheaper, none
     by more than the published cost's 26 % (25.5 %: 1,024 GPUs with the overlap and no bubble, at moe_expert 0.74), and every variant fits in the H800's memory."""
     rows = {

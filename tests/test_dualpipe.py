@@ -133,7 +133,8 @@ def test_deepseek_v3s_published_mapping_predicts_its_gpu_hour_budget():
     (DualPipe, the report's recomputation; benchmarks/cost_validation.py): +17.1 % when written, +13.2 %
     after the 2026-11-27 refit, +7.6 % with moe_expert fitted on both Megatron-Bridge tables, +10.6 % once
     Blackwell Ultra's attention rate moved that fit to 0.64 (+10.7 % with the FP8 tensor-parallel all-gathers and the
-    networks refitted), within the issue's 20 %; under 1F1B, the schedule
+    networks refitted; +3.0 % at moe_expert 0.74, +10.8 % at 0.63 once Blackwell's training steps ran their GEMM curves at
+    efficiency.training_gemm, 2026-11-29), within the issue's 20 %; under 1F1B, the schedule
     it did not run, far more."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import cost_validation  # noqa: PLC0415  benchmarks/cost_validation.py

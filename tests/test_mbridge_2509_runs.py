@@ -138,10 +138,13 @@ def test_the_families_are_out_of_sample_and_never_fitted(runs):
 def test_every_run_fits_and_the_families_stay_within_their_measured_error(runs):
     """Out of sample, python benchmarks/accuracy.py: dense 15.5 % mean |error| (10 runs), 28.2 % worst, when added;
     12.2 %, 21.8 % worst, with MXFP8's GEMM share (2026-11-29); MoE 18.2 % (10), 28.3 % worst, then 19.5 %, 29.4 % worst
-    (the routed-expert efficiency refitted 0.68 -> 0.74). Every run predicted too fast. A point of slack."""
+    (the routed-expert efficiency refitted 0.68 -> 0.74). Every run predicted too fast. With Blackwell's training GEMM
+    share (efficiency.training_gemm 0.88 on B200 and GB200, fitted on 25.11's runs; moe_expert refitted 0.74 -> 0.63;
+    2026-11-29): dense 5.2 %, 15.0 % worst, every run still too fast; MoE 12.1 %, 22.4 % worst, all but DeepSeek-V3 on
+    GB200 (+4.2 %) too fast. A point of slack."""
     results = evaluate_all(runs)
     assert all(r.evaluation.metrics["fits"] for r in results)
-    for name, mean, worst in ((DENSE, 0.132, 0.228), (MOE, 0.205, 0.304)):
+    for name, mean, worst, slower in ((DENSE, 0.062, 0.16, 0), (MOE, 0.131, 0.234, 1)):
         errors = [r.error for r in results if r.family == name]
         assert len(errors) == 10 and statistics.fmean(abs(e) for e in errors) <= mean and max(map(abs, errors)) <= worst
-        assert max(errors) < 0  # every run too fast
+        assert sum(e > 0 for e in errors) == slower  # the rest too fast

@@ -135,7 +135,7 @@ def test_the_serving_gemm_share_of_b200_and_gb200_is_the_fit_on_the_v5_0_runs():
 
 def test_the_serving_share_scales_serving_gemms_and_leaves_training_alone():
     """A serving problem on B200 takes the device file's serving GEMM share as its GEMM scale; a training problem on the
-    same system, and an engine profile's own gemm, do not."""
+    same system takes its training share instead (tests/test_training_gemm.py)."""
     serving = parse_problem(
         {
             "model": "llama3.1-8b",
@@ -154,7 +154,7 @@ def test_the_serving_share_scales_serving_gemms_and_leaves_training_alone():
     )
     b200 = load_device("b200")
     assert serving.system().device.gemm_scale == b200.serving_gemm_efficiency < 1.0
-    assert training.system().device.gemm_scale == 1.0
+    assert training.system().device.gemm_scale == b200.training_gemm_efficiency != b200.serving_gemm_efficiency
 
 
 def test_error_as_measured(results):
