@@ -4,7 +4,8 @@
 
 Compute efficiencies are not fitted: GEMM curves, attention and HBM efficiency are microbenchmark
 measurements (H100: our H200 run, problems/measurements/h200-microbench.yaml; A100 and Blackwell:
-carried over from it by published measurements, benchmarks/device_curves.py). Fitted, on the dense runs of A100, H100, B200,
+carried over from it by published measurements, benchmarks/device_curves.py); only the share of them Blackwell's training
+steps sustain is fitted (--training-gemm, below). Fitted here, on the dense runs of A100, H100, B200,
 GB200 and GB300 (Megatron-Bridge 25.11's included): one straggler share for every system (the mean
 per-GPU delay of a synchronous step, ``training.straggler_stretch``), by grid search; for each value
 of it, per device, the network efficiency (achieved fraction of the link rate, both tiers) by

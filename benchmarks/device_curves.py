@@ -15,7 +15,8 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   largest shapes (5.5e11 FLOPs, where it is 0.96) [assumption: from there on B200 keeps the MAMF ratio]. Every
   Blackwell device and FP8 take B200's bf16 penalty [assumption: the same SMs and tiles; XLA's Hopper FP8
   rates exceed the peak and cannot be the reference]. GB300 has no MAMF entry: it takes GB200's, whose nominal
-  bf16 and fp8 peaks and superchip it shares [assumption].
+  bf16 and fp8 peaks and superchip it shares [assumption]. MAMF's runs are short, and a training step runs these curves at
+  the device file's efficiency.training_gemm, fitted on published runs (benchmarks/calibrate.py --training-gemm).
 - GEMM, fp4: B200's NVFP4 square GEMMs (torchao) at their FLOPs, held above the last; below the first the
   Hopper fp8 shape times the size penalty's fall from the first; another Blackwell device scales them by its
   fp8 MAMF over B200's.
