@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import statistics
 import sys
@@ -118,20 +119,25 @@ FWD_BWD_FLOPS = 1.0 + FLASH_BACKWARD_FACTOR  # forward + backward FLOPs over the
 DIGITS = 3
 
 
+@functools.cache
+def _measurement(path: Path) -> dict:
+    """A measurement file, parsed once per process (libyaml's parser where PyYAML has it: the H200 file is large and the
+    derivation reads it for every device). Shared: callers read it, never change it."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _eff(entry: dict) -> float:
     return entry["tflops"] / entry["peak_tflops"]
 
 
 def copy_efficiency(measurement: Path) -> float:
     """A plain copy's fraction of the measured GPU's HBM bandwidth (median of the file's copies)."""
-    return statistics.median(
-        e["efficiency"] for e in yaml.safe_load(measurement.read_text())["memory"]["entries"] if e["op"] == "copy_"
-    )
+    return statistics.median(e["efficiency"] for e in _measurement(measurement)["memory"]["entries"] if e["op"] == "copy_")
 
 
 def _flash_causal() -> list[dict]:
     """The H200's FlashAttention-2 measurements (PyTorch's flash backend), causal, forward + backward."""
-    entries = yaml.safe_load(H200.read_text())["attention"]["entries"]
+    entries = _measurement(H200)["attention"]["entries"]
     return [e for e in entries if e.get("backend_used") == "flash" and e.get("causal")]
 
 
@@ -218,7 +224,7 @@ def h200_cudnn_causal_by_seq(value) -> dict:
     (h200-microbench.yaml): the shapes whose medians make Hopper's training attention curve (calibrate.py --attention)
     and its split between the passes (``hopper_backward_by_tokens``)."""
     by_seq = {}
-    for e in yaml.safe_load(H200.read_text())["attention"]["entries"]:
+    for e in _measurement(H200)["attention"]["entries"]:
         if e["backend_used"] == "cudnn" and e["causal"]:
             by_seq.setdefault(e["seq"], []).append(value(e))
     return dict(sorted(by_seq.items()))
@@ -339,7 +345,7 @@ def fp8_over_bf16(rows: dict) -> tuple[tuple, tuple, tuple]:
 
 def derive() -> dict:
     """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, grouped_fp8: x, attention: x}}."""
-    pub = yaml.safe_load(PUBLISHED.read_text())
+    pub = _measurement(PUBLISHED)
     hopper = load_device(HOPPER)
     bf16_x, bf16_y = hopper.gemm_efficiency_flops, hopper.gemm_efficiency
     fp8_x, fp8_y = next((x, y) for name, x, y in hopper.low_precision_gemm if name == "fp8")
@@ -351,9 +357,7 @@ def derive() -> dict:
         "stream_fp8": hopper.stream_fp8_efficiency / h100_copy,
         "kv_stream": hopper.kv_stream_efficiency / h100_copy,
     }
-    size = gemm_size_penalty(
-        yaml.safe_load(XLA_MATMUL.read_text())["devices"], _eff(mamf["bf16"]["b200"]) / _eff(mamf["bf16"]["h100"])
-    )
+    size = gemm_size_penalty(_measurement(XLA_MATMUL)["devices"], _eff(mamf["bf16"]["b200"]) / _eff(mamf["bf16"]["h100"]))
     fp4 = pub["fp4_b200"]
     fp4_points = [(2.0 * p["n"] ** 3, p["pflops"] * 1e3 / fp4["peak_tflops"]) for p in fp4["points"]]
     first_x, first_y = fp4_points[0]
