@@ -513,8 +513,8 @@ def training_gemm_fit(entries, devices, grid=TRAINING_GEMM_GRID) -> tuple[float,
 def fit_training_gemm(entries) -> int:
     """Fit each group's training GEMM share (TRAINING_GEMM_GROUPS) on its devices' dense calibration runs (Megatron-Bridge
     25.11's, with the networks the dense fit stores); print each run's error at 1 and at the fit, the fit leaving out one
-    device (or, in a one-device group, one run) at a time, and the out-of-sample dense runs on the carrying devices before
-    and after; 1 when a device file holds another value."""
+    device (or, in a one-device group, one run) at a time, and the out-of-sample dense and MoE runs on the carrying devices
+    before and after; 1 when a device file holds another value."""
     from parasol.solver import library  # noqa: PLC0415
     from parasol.solver.validation import load_all_runs  # noqa: PLC0415
 
