@@ -43,7 +43,8 @@ from short published runs (MAMF, torchao) where the Hopper ones are our sustaine
 GB200 (their MAMF entries measured alike), fitted on their dense calibration runs (Megatron-Bridge 25.11's, with the
 networks the dense fit stores) and carried by B300; GB300's own on its runs (its curves are GB200's). Grid 0.70-1.30, step
 0.01, least mean absolute step-time error; prints each run before and after, the fit leaving out one device (one run),
-the out-of-sample dense and MoE runs on these devices, and exits 1 where a device file holds another value. The dense fit
+the same fit on A100's runs for comparison (A100's curves come from MAMF too; its files keep 1), the out-of-sample dense
+and MoE runs on these devices, and exits 1 where a device file holds another value. The dense fit
 above reads the stored share; the two were run in turn until neither moved.
 
 --attention prints the training flash-attention curve the H100-class device files hold
@@ -544,6 +545,13 @@ def fit_training_gemm(entries) -> int:
             if abs(stored - share) > 0.005:
                 print(f"  {name}: stored {stored:.2f}, DIFFERS")
                 status = 1
+    # A100's curves come from MAMF too, but its runs were never short of them: the same fit, printed, not stored
+    a100 = ("a100-sxm-80gb", "a100-sxm-40gb")
+    own = device_entries(entries, a100[0])
+    x, error = training_gemm_fit(own, a100)
+    print(
+        f"for comparison, the same fit on A100's {len(own)} dense runs: {x:.2f} ({mean(evaluate_all(own)):.1f} -> {100 * error:.1f} %; its files keep 1)"
+    )
     check = [
         e
         for e in load_all_runs()
