@@ -349,6 +349,14 @@ def main() -> int:
     moe_in = [abs(r.error) for r in results if r.family in MOE]
     if moe_in:
         print(f"{len(moe_in)} MoE runs in sample (calibrate.py --moe): mean |error| {100 * statistics.fmean(moe_in):.1f} %")
+    dense_oos = [r for r in results if r.family in DENSE_OUT_OF_SAMPLE]
+    if dense_oos:  # issue 13's figures: the mean, the worst, and how many runs lie beyond its 15 % bound
+        worst = max(dense_oos, key=lambda r: abs(r.error))
+        print(
+            f"{len(dense_oos)} dense runs out of sample, all families: mean |error| "
+            f"{100 * statistics.fmean(abs(r.error) for r in dense_oos):.2f} %, max {100 * abs(worst.error):.1f} % "
+            f"({worst.run_id}), {sum(abs(r.error) > 0.15 for r in dense_oos)} beyond 15 %"
+        )
     moe_oos = [abs(r.error) for r in moe_out_of_sample(results)]
     if moe_oos:
         print(

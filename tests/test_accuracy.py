@@ -6,6 +6,7 @@ are the issue's targets, and a model change that loses accuracy fails here.
 """
 
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from parasol.solver.validation import (
 )
 
 BRIDGE_2509_MOE, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
+
 MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
 MOE_BLACKWELL, GB200_GUIDE = "MoE Model Zoo Blackwell (out of sample)", "Megatron-LM GB200 guide (out of sample)"
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +164,19 @@ def test_llama3_paper_runs_outside_the_calibration_set(results):
     -7.8, -22.5 %, 12.6 % mean. The bound keeps it there."""
     errors = [r.error for r in results if r.family == "Llama 3 paper (out of sample)"]
     assert len(errors) == 3 and statistics.fmean(abs(e) for e in errors) <= 0.137 and max(abs(e) for e in errors) <= 0.235
+
+
+def test_dense_runs_out_of_sample_all_families_within_their_measured_bound(results):
+    """Issue 13's dense figures, every out-of-sample dense family together (calibrate.DENSE_CHECK; the line `python
+    benchmarks/accuracy.py` prints): the target is 5 % mean and 15 % worst. Measured 2026-11-29 (fourth session,
+    302 runs): 5.27 % mean, worst 32.9 % (Cisco's 128 H100), 12 runs beyond 15 %; 5.88 % before Blackwell's
+    training GEMM share. The bounds keep it there."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from calibrate import DENSE_CHECK  # noqa: PLC0415
+
+    errors = [abs(r.error) for r in results if r.family in DENSE_CHECK]
+    assert len(errors) == 302
+    assert statistics.fmean(errors) <= 0.0535 and max(errors) <= 0.335 and sum(e > 0.15 for e in errors) <= 12
 
 
 def test_mlperf_training_runs_outside_the_calibration_set(results):
