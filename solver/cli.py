@@ -607,7 +607,8 @@ STOPPABLE = ("solve", "enumerate", "pareto")  # a first Ctrl-C ends their search
 
 
 def main(argv: list[str] | None = None) -> int:
-    deadline.start_command()  # --time-limit counts from here: loading and imports too
+    # --time-limit counts from here, loading and imports too; on the command line (no argv given) from the process's start
+    deadline.start_command(from_process_start=argv is None)
     read_files.forget()  # a command's outputs may replace none of the files it reads
     try:
         args = _build_parser().parse_args(argv)

@@ -4,23 +4,40 @@ and the factor tables the model's terms are read from, explaining an infeasible 
 search cut short this way has nothing to answer with: it ends UNKNOWN and says where the time went.
 
 A command's ``--time-limit`` counts from the command's start (``start_command``), so loading the
-problem and importing the search's libraries come out of it too (``left``)."""
+problem and importing the search's libraries come out of it too (``left``); run as a process of its own
+(the ``parasol`` command, ``python -m parasol``), from the process's start, the interpreter's own start-up
+included (``process_age_s``)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 _DEADLINE: contextvars.ContextVar = contextvars.ContextVar("parasol_deadline", default=None)  # past it nothing new starts
 _COMMAND_START = [time.perf_counter()]  # when the command began (reset by start_command)
 
 
-def start_command() -> None:
-    """The command starts now: ``left`` counts from here."""
-    _COMMAND_START[0] = time.perf_counter()
+def start_command(from_process_start: bool = False) -> None:
+    """The command starts now: ``left`` counts from here, or, for a command that is its process
+    (``from_process_start``), from when the process began (``process_age_s``)."""
+    _COMMAND_START[0] = time.perf_counter() - (process_age_s() if from_process_start else 0.0)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started, to the kernel's clock tick: /proc/self/stat's start time (field 22,
+    in ticks since boot; proc(5)) against /proc/uptime. 0 where /proc does not tell (not Linux)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # after the command name
+        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime_s - started_s)
 
 
 def left(limit: float | None) -> float | None:

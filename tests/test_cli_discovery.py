@@ -249,3 +249,20 @@ def test_a_first_ctrl_c_stops_the_search_and_a_second_the_command():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before and not deadline.interrupted()  # restored
+
+
+def test_the_time_limit_of_a_command_counts_from_its_process_start(monkeypatch):
+    """issue 17's bound on a command's wall clock counts the interpreter's start-up too: run as a process
+    (no argv given), the command's clock starts when the process did (``deadline.process_age_s``); called
+    with an argv inside a longer-lived process (the API, these tests), when ``main`` was called."""
+    from parasol.solver import deadline  # noqa: PLC0415
+
+    code = "import time; time.sleep(0.4); from parasol.solver import deadline; print(deadline.process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.35 <= age < 30.0
+    deadline.start_command()
+    assert deadline.left(100.0) > 99.0
+    monkeypatch.setattr(deadline, "process_age_s", lambda: 30.0)
+    deadline.start_command(from_process_start=True)
+    assert 69.0 < deadline.left(100.0) <= 70.0
+    deadline.start_command()
