@@ -20,12 +20,16 @@ from pathlib import Path
 
 _DEADLINE: contextvars.ContextVar = contextvars.ContextVar("parasol_deadline", default=None)  # past it nothing new starts
 _COMMAND_START = [time.perf_counter()]  # when the command began (reset by start_command)
+# a process this old when its command starts has not just been started for it (or /proc tells something else): seconds
+PLAUSIBLE_START_UP_S = 10.0
 
 
 def start_command(from_process_start: bool = False) -> None:
     """The command starts now: ``left`` counts from here, or, for a command that is its process
-    (``from_process_start``), from when the process began (``process_age_s``)."""
-    _COMMAND_START[0] = time.perf_counter() - (process_age_s() if from_process_start else 0.0)
+    (``from_process_start``), from when the process began (``process_age_s``), unless that was longer ago than
+    a start-up takes (``PLAUSIBLE_START_UP_S``)."""
+    age = process_age_s() if from_process_start else 0.0
+    _COMMAND_START[0] = time.perf_counter() - (age if age <= PLAUSIBLE_START_UP_S else 0.0)
 
 
 def process_age_s() -> float:

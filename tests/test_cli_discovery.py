@@ -262,7 +262,10 @@ def test_the_time_limit_of_a_command_counts_from_its_process_start(monkeypatch):
     assert 0.35 <= age < 30.0
     deadline.start_command()
     assert deadline.left(100.0) > 99.0
-    monkeypatch.setattr(deadline, "process_age_s", lambda: 30.0)
+    monkeypatch.setattr(deadline, "process_age_s", lambda: 3.0)
     deadline.start_command(from_process_start=True)
-    assert 69.0 < deadline.left(100.0) <= 70.0
+    assert 96.0 < deadline.left(100.0) <= 97.0
+    monkeypatch.setattr(deadline, "process_age_s", lambda: 300.0)  # older than any start-up: counted from the call
+    deadline.start_command(from_process_start=True)
+    assert deadline.left(100.0) > 99.0
     deadline.start_command()
