@@ -59,6 +59,11 @@ def moe_out_of_sample(results) -> list:
     return [r for r in results if r.family in MOE_CHECK]
 
 
+def dense_out_of_sample(results) -> list:
+    """The out-of-sample runs of every dense family (calibrate.DENSE_CHECK)."""
+    return [r for r in results if r.family in DENSE_OUT_OF_SAMPLE]
+
+
 def summarise(results) -> dict:
     errors = [abs(r.error) for r in results]
     by_family = {}
@@ -213,7 +218,7 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
         ),
     )
     dense = [r for r in results if r.family not in OUTSIDE_MODEL + APART]
-    dense_oos = [r for r in results if r.family in DENSE_OUT_OF_SAMPLE]
+    dense_oos = dense_out_of_sample(results)
     foundry = [r for r in dense_oos if r.family == LLM_FOUNDRY]
     megatron_oos = [r for r in dense_oos if r.family != LLM_FOUNDRY]
     moe, moe_oos = [r for r in results if r.family in MOE], moe_out_of_sample(results)
@@ -349,7 +354,7 @@ def main() -> int:
     moe_in = [abs(r.error) for r in results if r.family in MOE]
     if moe_in:
         print(f"{len(moe_in)} MoE runs in sample (calibrate.py --moe): mean |error| {100 * statistics.fmean(moe_in):.1f} %")
-    dense_oos = [r for r in results if r.family in DENSE_OUT_OF_SAMPLE]
+    dense_oos = dense_out_of_sample(results)
     if dense_oos:  # issue 13's figures: the mean, the worst, and how many runs lie beyond its 15 % bound
         worst = max(dense_oos, key=lambda r: abs(r.error))
         print(

@@ -33,12 +33,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate import MOE_CALIBRATION, MOE_CHECK  # noqa: E402  benchmarks/calibrate.py
+from calibrate import DEVICE_OF_SYSTEM, MOE_CALIBRATION, MOE_CHECK  # noqa: E402  benchmarks/calibrate.py
 
 from parasol.model import compute  # noqa: E402
 from parasol.model.hashing import hash_once  # noqa: E402
 from parasol.model.specs import DeviceSpec  # noqa: E402
-from parasol.solver.validation import evaluate_all, family, load_all_runs, problem_from_entry  # noqa: E402
+from parasol.solver.validation import evaluate_all, family, load_all_runs  # noqa: E402
 
 PER_DEVICE_GRID = tuple(x / 100 for x in range(20, 101))
 OVERHEAD_GRID_US = tuple(range(0, 161, 10))
@@ -95,10 +95,6 @@ def best(tables: dict, ids) -> tuple:
     return min(tables, key=lambda key: (mean_abs(tables[key], ids), key))
 
 
-def device_of(entry: dict) -> str:
-    return problem_from_entry(entry).system(entry.get("num_gpus")).device.name
-
-
 def report(name: str, fitted: str, error_of, calibration, check, sources, devices) -> None:
     """One structure's line: in sample, each source left out, out of sample and per device out of sample."""
     ids = [e["id"] for e in calibration]
@@ -120,7 +116,7 @@ def main() -> int:
     calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) in MOE_CHECK]
     runs = calibration + check
-    devices = {e["id"]: device_of(e) for e in runs}
+    devices = {e["id"]: DEVICE_OF_SYSTEM[e["system"]] for e in runs}
     sources = [s for s in MOE_CALIBRATION if any(family(e["id"]) == s for e in calibration)]
     ids_of = {s: [e["id"] for e in calibration if family(e["id"]) != s] for s in sources}
     ids_of[None] = [e["id"] for e in calibration]
