@@ -81,6 +81,20 @@ def fp8_dispatch(workload: Workload) -> bool:
     return workload.moe_fp8_dispatch and workload.moe_dispatcher == MoeDispatcher.DEEPEP and workload.precision == "fp8"
 
 
+def local_sort_bytes(model: ModelSpec, workload: Workload, rows: float, ep: int) -> float:
+    """Bytes one GPU streams per pass (forward, or backward) to sort the ``rows`` routed rows it received by local
+    expert and to restore their order before the combine, bytes: Megatron-Core's alltoall dispatcher receives
+    each rank's rows grouped by source rank and, with more than one local expert, reorders them by expert
+    ("Permutation 2", ``sort_chunks_by_idxs`` in ``MoEAlltoAllTokenDispatcher.dispatch_postprocess``; with token
+    drop a transpose to the same effect) and back ("Unpermutation 2", ``combine_preprocess``): read and write
+    h per row each way, at the activation width; the backward sorts the gradients the same two ways. DeepEP
+    (the flex dispatcher) delivers a token once per destination rank and permutes it there into expert order,
+    which ``compute.elementwise_forward_bytes`` counts with the permutation every dispatcher does: no second sort."""
+    if workload.moe_dispatcher != MoeDispatcher.ALLTOALL or model.moe.experts // ep <= 1:
+        return 0.0
+    return 2.0 * 2.0 * model.hidden * bytes_per_element(activation_precision(workload.precision)) * rows
+
+
 def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:
     """Bytes per hidden element of a token copy: the activation width, except that DeepEP sends
     the FP8 training forward dispatch in FP8 plus its block scales (``fp8_dispatch``);

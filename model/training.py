@@ -464,8 +464,14 @@ def layer_compute_times_s(
     )
     attn_cast_fwd, attn_cast_bwd = fp8_attention.cast_bytes(model, workload, tokens, tp, recipe)
     cast_fwd, cast_bwd = cast_fwd + attn_cast_fwd, cast_bwd + attn_cast_bwd
-    elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd)
-    elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd)
+    # the alltoall dispatcher's second sort of the rows it receives, by local expert and back (both passes)
+    sort = (
+        expert_parallel.local_sort_bytes(model, workload, compute.routed_rows_per_gpu(model, tokens, tp) * etp, ep)
+        if moe_layer
+        else 0.0
+    )
+    elem_fwd = compute.memory_bound_time_s(device, elem_bytes + cast_fwd + sort)
+    elem_bwd = compute.memory_bound_time_s(device, 2.0 * elem_bytes + cast_bwd + sort)
     return float(gemm_fwd), float(attn_fwd), float(elem_fwd), float(elem_bwd)
 
 

@@ -9,7 +9,7 @@ from parasol.model import compute, params
 from parasol.model.choices import MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.specs import Mapping
-from parasol.model.training import check_mapping, ep_comm_forward_time_s, layer_times
+from parasol.model.training import check_mapping, ep_comm_forward_time_s, layer_compute_times_s, layer_times
 from parasol.model.training_step import evaluate_training
 from parasol.solver.library import load_model, load_system
 from parasol.solver.problem import parse_problem
@@ -275,3 +275,21 @@ def test_megatron_lm_sends_no_fp8_dispatch():
     assert err.value.field == "workload.moe_fp8_dispatch" and "megatron-lm" in str(err.value)
     data["workload"]["moe_fp8_dispatch"] = False
     assert parse_problem(data, source="t.yaml").workload.moe_fp8_dispatch is False
+
+
+def test_alltoall_dispatcher_sorts_the_received_rows_by_local_expert_and_back():
+    """Megatron-Core's alltoall dispatcher reorders the rows it receives by local expert and restores them before the
+    combine (sort_chunks_by_idxs, "Permutation 2"): read and write h per row each way, in the forward and again in
+    the backward. DeepEP permutes once, as every dispatcher does; one local expert needs no sort."""
+    model, system, wl, _ = _mixtral(ep=2)
+    device = system.device
+    alltoall, deepep = wl, dataclasses.replace(wl, moe_dispatcher=MoeDispatcher.DEEPEP)
+    rows = compute.routed_rows_per_gpu(model, 4096, 1)
+    assert expert_parallel.local_sort_bytes(model, alltoall, rows, 2) == 4 * model.hidden * 2 * rows  # 4 local experts
+    assert expert_parallel.local_sort_bytes(model, alltoall, rows, 8) == 0.0  # one local expert
+    assert expert_parallel.local_sort_bytes(model, deepep, rows, 2) == 0.0
+    a2a = layer_compute_times_s(model, device, alltoall, 1, 1, 1, False, 2, True)
+    flex = layer_compute_times_s(model, device, deepep, 1, 1, 1, False, 2, True)
+    sort_s = compute.memory_bound_time_s(device, 4 * model.hidden * 2 * rows)
+    assert a2a[:2] == flex[:2]  # the GEMMs and the attention core are the dispatcher's business in no way
+    assert a2a[2] - flex[2] == pytest.approx(sort_s, rel=1e-9) and a2a[3] - flex[3] == pytest.approx(sort_s, rel=1e-9)
