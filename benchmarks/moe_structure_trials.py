@@ -1,11 +1,11 @@
-"""Two other shapes for the routed-expert block, each fitted on the MoE calibration runs and measured out of sample.
+"""Three other shapes for the routed-expert block, each fitted on the MoE calibration runs and measured out of sample.
 
     python benchmarks/moe_structure_trials.py
 
 The model times the routed experts of an MoE layer as their GEMMs on the device's curve over one number,
 ``efficiency.moe_expert`` (``compute.moe_routed_forward_time_s``), fitted on the 20 MoE calibration runs
 (``calibrate.py --moe``: Megatron-Bridge 25.09's 3 and 25.11's 17). Issue 13 asks for that block from the
-shapes rather than one fitted constant. This script fits two alternatives the same way (least mean |error|
+shapes rather than one fitted constant. This script fits three alternatives the same way (least mean |error|
 of the step time over the calibration runs, exhaustive grids) and prints, beside the stored structure:
 in sample, leaving out one source, and on the 37 MoE runs outside the calibration set (``calibrate.MOE_CHECK``).
 
@@ -16,11 +16,17 @@ in sample, leaving out one source, and on the 37 MoE runs outside the calibratio
   expert costs beside the grouped GEMMs (Transformer Engine's GroupedLinear), with moe_expert fitted with
   it, at most 1 (the H100's grouped GEMMs of 2,048 rows or more per expert run at 0.98 of the dense
   rate: problems/measurements/h100-kernel-microbench.yaml). Grid: overhead 0-160 us (step 10), moe_expert
-  0.60-1.00 (step 0.05). Neither alternative is in the model: this script times the second by wrapping
-  ``compute.moe_routed_forward_time_s`` for its own process, on a device type that carries the trial
-  overhead (so that the model's caches key on it).
+  0.60-1.00 (step 0.05).
+- ``per MoE layer``: a fixed cost per MoE layer forward (``overhead``, seconds; the backward takes twice it), what
+  the host's wait for the routed-token counts costs each layer (Megatron-Core's dispatchers copy them to the host
+  and synchronise before the grouped GEMMs can be launched: ``_maybe_dtoh_and_synchronize``), with moe_expert
+  fitted with it, at most 1. Grid: overhead 0-2,000 us (step 100), moe_expert 0.50-1.00 (step 0.05).
 
-What it showed (docs/accuracy.md, "Two other shapes for the routed-expert block"): each fits the
+None of the alternatives is in the model: this script times the last two by wrapping
+``compute.moe_routed_forward_time_s`` for its own process, on a device type that carries the trial
+overheads (so that the model's caches key on them).
+
+What it showed (docs/accuracy.md, "Other shapes for the routed-expert block"): each fits the
 calibration runs better and the runs outside them worse, so the model keeps one number.
 """
 
@@ -43,47 +49,50 @@ from parasol.solver.validation import evaluate_all, family, load_all_runs  # noq
 PER_DEVICE_GRID = tuple(x / 100 for x in range(20, 101))
 OVERHEAD_GRID_US = tuple(range(0, 161, 10))
 EXPERT_GRID = tuple(x / 100 for x in range(60, 101, 5))
+LAYER_OVERHEAD_GRID_US = tuple(range(0, 2001, 100))
+LAYER_EXPERT_GRID = tuple(x / 100 for x in range(50, 101, 5))
 
 
 @dataclasses.dataclass(frozen=True)
 class TrialDevice(DeviceSpec):
-    """A device with a trial cost per local expert per MoE layer forward (seconds)."""
+    """A device with trial costs per local expert and per MoE layer, each per MoE layer forward (seconds)."""
 
-    __hash__ = hash_once  # over every field, the trial's too: the model's caches key on it
+    __hash__ = hash_once  # over every field, the trials' too: the model's caches key on them
 
     expert_overhead_s: float = 0.0
+    layer_overhead_s: float = 0.0
 
 
-def trial_device(device: DeviceSpec, expert: float, overhead_s: float) -> TrialDevice:
-    """``device`` at routed-expert efficiency ``expert`` with ``overhead_s`` per local expert."""
+def trial_device(device: DeviceSpec, expert: float, overhead_s: float, layer_s: float = 0.0) -> TrialDevice:
+    """``device`` at routed-expert efficiency ``expert`` with ``overhead_s`` per local expert and ``layer_s`` per MoE layer."""
     fields = {f.name: getattr(device, f.name) for f in dataclasses.fields(DeviceSpec)}
-    return TrialDevice(**{**fields, "moe_expert_efficiency": expert}, expert_overhead_s=overhead_s)
+    return TrialDevice(**{**fields, "moe_expert_efficiency": expert}, expert_overhead_s=overhead_s, layer_overhead_s=layer_s)
 
 
-def trial_override(expert: float, overhead_s: float = 0.0):
+def trial_override(expert: float, overhead_s: float = 0.0, layer_s: float = 0.0):
     """A ``system_override`` (``validation.evaluate_all``) putting the trial device in the system."""
 
     def override(system):
-        return dataclasses.replace(system, device=trial_device(system.device, expert, overhead_s))
+        return dataclasses.replace(system, device=trial_device(system.device, expert, overhead_s, layer_s))
 
     return override
 
 
 def with_expert_overhead(routed):
-    """``compute.moe_routed_forward_time_s`` plus the device's trial overhead for each of the E/ep local experts."""
+    """``compute.moe_routed_forward_time_s`` plus the device's trial overheads: one for each of the E/ep local experts
+    and one for the layer."""
 
     @functools.wraps(routed)
     def timed(model, device, precision, tokens, tp, ep, etp=1):
-        return routed(model, device, precision, tokens, tp, ep, etp) + model.moe.experts / ep * getattr(
-            device, "expert_overhead_s", 0.0
-        )
+        per_expert = model.moe.experts / ep * getattr(device, "expert_overhead_s", 0.0)
+        return routed(model, device, precision, tokens, tp, ep, etp) + per_expert + getattr(device, "layer_overhead_s", 0.0)
 
     return timed
 
 
-def errors(entries, expert: float, overhead_s: float = 0.0) -> dict[str, float]:
+def errors(entries, expert: float, overhead_s: float = 0.0, layer_s: float = 0.0) -> dict[str, float]:
     """Each run's relative step-time error at the trial values."""
-    return {r.run_id: r.error for r in evaluate_all(entries, trial_override(expert, overhead_s))}
+    return {r.run_id: r.error for r in evaluate_all(entries, trial_override(expert, overhead_s, layer_s))}
 
 
 def mean_abs(table: dict[str, float], ids) -> float:
@@ -159,6 +168,19 @@ def main() -> int:
         "a cost per local expert",
         f"overhead {us} us per local expert per MoE layer forward, moe_expert {x:.2f}",
         lambda s, i: by_pair[fit_pair[s]][i],
+        calibration,
+        check,
+        sources,
+        devices,
+    )
+
+    by_layer = {(us, x): errors(runs, x, 0.0, us * 1e-6) for us in LAYER_OVERHEAD_GRID_US for x in LAYER_EXPERT_GRID}
+    fit_layer = {s: best(by_layer, ids) for s, ids in ids_of.items()}
+    us, x = fit_layer[None]
+    report(
+        "a cost per MoE layer",
+        f"overhead {us} us per MoE layer forward, moe_expert {x:.2f}",
+        lambda s, i: by_layer[fit_layer[s]][i],
         calibration,
         check,
         sources,

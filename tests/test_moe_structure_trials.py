@@ -1,5 +1,6 @@
-"""benchmarks/moe_structure_trials.py's trial device: at the stored values it is the stored model, and its cost per
-local expert reaches the routed-expert time exactly as the trial states (E/ep x the overhead per layer forward)."""
+"""benchmarks/moe_structure_trials.py's trial device: at the stored values it is the stored model, and its costs per
+local expert and per MoE layer reach the routed-expert time exactly as the trials state (E/ep x the overhead, and the
+overhead once, per layer forward)."""
 
 import sys
 
@@ -36,3 +37,12 @@ def test_the_overhead_adds_one_cost_per_local_expert_to_the_routed_forward(wrapp
     assert more - base == pytest.approx(128 / 8 * 90e-6)  # 16 local experts
     slower = trials.errors([e for e in load_all_runs() if e["id"] == RUNS[0]], 0.63, 90e-6)[RUNS[0]]
     assert slower > trials.errors([e for e in load_all_runs() if e["id"] == RUNS[0]], 0.63)[RUNS[0]]
+
+
+def test_the_layer_overhead_adds_one_cost_per_moe_layer_forward_whatever_the_experts(wrapped):
+    model = library.load_model("qwen3-30b-a3b")
+    device = library.load_device("gb200")
+    for ep in (8, 32):
+        base = compute.moe_routed_forward_time_s(model, trials.trial_device(device, 0.63, 0.0), "fp8", 4096.0, 1, ep)
+        more = compute.moe_routed_forward_time_s(model, trials.trial_device(device, 0.63, 0.0, 900e-6), "fp8", 4096.0, 1, ep)
+        assert more - base == pytest.approx(900e-6)
