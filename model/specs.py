@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import checks
@@ -503,10 +503,18 @@ class Mapping:
     weight_offload: bool = False  # ZeRO-3's weight shard kept on the host (DeepSpeed offload_param)
     dualpipe: bool = False  # DeepSeek-V3's bidirectional schedule: rank i runs stage i and stage pp-1-i (model/pipeline.py)
     module_offload: bool = False  # workload.offload_modules' inputs offloaded (--fine-grained-activation-offloading)
+    # how an MoE model's routed tokens reach their experts (choices.MoeDispatcher); None: the workload's (moe_dispatcher)
+    moe_dispatcher: str | None = None
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    def dispatched(self, workload: Workload) -> Workload:
+        """``workload`` with the dispatcher this mapping chose (``moe_dispatcher``; itself where the mapping leaves it)."""
+        if self.moe_dispatcher is None or self.moe_dispatcher == workload.moe_dispatcher:
+            return workload
+        return replace(workload, moe_dispatcher=MoeDispatcher(self.moe_dispatcher))
 
     def as_dict(self) -> dict:
         return {
@@ -532,6 +540,7 @@ class Mapping:
             "weight_offload": self.weight_offload,
             "dualpipe": self.dualpipe,
             "module_offload": self.module_offload,
+            **({"moe_dispatcher": str(self.moe_dispatcher)} if self.moe_dispatcher is not None else {}),
         }
 
 

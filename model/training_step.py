@@ -24,11 +24,12 @@ and the last (``last_stage_layers`` and the output layer); one stage holds every
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import compute, memory, params
-from .choices import BackwardPrefetch, CpComm, Recompute, TrainingObjective
+from .choices import BackwardPrefetch, CpComm, MoeDispatcher, Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
@@ -166,11 +167,34 @@ def _lead_layer(ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_
 
 
 def _moe_layer(
-    ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_overlap, module_offload
+    ctx,
+    tp,
+    cp,
+    micro_batch,
+    sp,
+    recompute,
+    ep,
+    tp_group,
+    cp_group,
+    ep_group,
+    cp_comm,
+    etp,
+    etp_group,
+    tp_overlap,
+    module_offload,
+    dispatcher,
 ):
-    """An MoE layer (``_layer``) with its groups where they sit."""
+    """An MoE layer (``_layer``) with its groups where they sit, its tokens sent by ``dispatcher``."""
     layouts = {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group}
+    ctx = dispatched(ctx, dispatcher)
     return _layer(ctx, True, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_overlap, etp, module_offload)
+
+
+def dispatched(ctx: TrainingContext, dispatcher) -> TrainingContext:
+    """``ctx`` with its workload's tokens sent by ``dispatcher`` (the mapping's choice, ``Mapping.dispatched``)."""
+    if dispatcher == ctx.workload.moe_dispatcher:
+        return ctx
+    return dataclasses.replace(ctx, workload=dataclasses.replace(ctx.workload, moe_dispatcher=MoeDispatcher(dispatcher)))
 
 
 LAYER_KEYS = (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE)  # what every layer's time and memory depend on
@@ -182,7 +206,19 @@ LEAD_LAYER = Factor(
 )
 MOE_LAYER = Factor(
     "moe_layer",
-    (*LAYER_KEYS, D.EP, D.TP_GROUP, D.CP_GROUP, D.EP_GROUP, D.CP_COMM, D.ETP, D.ETP_GROUP, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
+    (
+        *LAYER_KEYS,
+        D.EP,
+        D.TP_GROUP,
+        D.CP_GROUP,
+        D.EP_GROUP,
+        D.CP_COMM,
+        D.ETP,
+        D.ETP_GROUP,
+        D.TP_COMM_OVERLAP,
+        D.MODULE_OFFLOAD,
+        D.MOE_DISPATCHER,
+    ),
     LAYER_OUTPUTS,
     _moe_layer,
 )
@@ -921,6 +957,7 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.WEIGHT_OFFLOAD: m.weight_offload,
         D.MODULE_OFFLOAD: m.module_offload,
         D.DUALPIPE: m.dualpipe,
+        D.MOE_DISPATCHER: m.dispatched(ctx.workload).moe_dispatcher,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -1160,7 +1197,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
 def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, critical: dict, q: TrainingStep) -> dict:
     """The slowest stage's per-micro-batch components (``training.layer_times``) times the micro-batch
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
-    model, wl, m = ctx.model, ctx.workload, mapping
+    model, wl, m = ctx.model, mapping.dispatched(ctx.workload), mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
 
     def times(moe_layer: bool):

@@ -133,6 +133,7 @@ ALLOWED_VALUES = {
     "zero": tuple(int(z) for z in ZeroStage),
     **{key: (False, True) for key in FLAG_KEYS},
     "cp_comm": tuple(c.value for c in CpComm),
+    "moe_dispatcher": tuple(d.value for d in MoeDispatcher),
 }
 
 

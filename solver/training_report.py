@@ -30,6 +30,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
+        + (f"  moe_dispatcher {m.dispatched(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
         + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from parasol.model.choices import CpComm, Recompute, ZeroStage, plain
+from parasol.model.choices import CpComm, MoeDispatcher, Recompute, ZeroStage, plain
 from parasol.model.decisions import GROUP_KEYS, TRAINING_MAPPING_KEYS
 from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
@@ -336,6 +336,23 @@ def offload_rows(problem, device, zero: list, key: str, off, check) -> tuple[tup
     return values, [(z, j) for z in zero for j, x in enumerate(values) if check(device, z, x) is None]
 
 
+def dispatcher_rows(problem) -> tuple[list, tuple]:
+    """(dispatcher codes, the domain's values): for an MoE model the dispatchers ``mapping.moe_dispatcher`` lists
+    (default: the workload's, ``workload.moe_dispatcher``), which solve then chooses among; a dense model sends no
+    tokens to experts, and its mapping states no dispatcher (None), where listing one is refused."""
+    if problem.model.moe is None:
+        if "moe_dispatcher" in problem.mapping:
+            raise ProblemError(
+                "the model has no experts to dispatch tokens to; leave moe_dispatcher out",
+                source=problem.source,
+                field="mapping.moe_dispatcher",
+            )
+        return [0], (None,)
+    listed = problem.mapping.get("moe_dispatcher", (problem.workload.moe_dispatcher,))
+    values = tuple(MoeDispatcher)
+    return [values.index(d) for d in values if d in listed], values
+
+
 def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
@@ -407,6 +424,7 @@ def build_space(problem) -> Space:
     ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
+    dispatchers, dispatcher_values = dispatcher_rows(problem)
     # fine-grained offloading (workload.offload_modules): off unless the mapping (or the listed modules) asks; not
     # beside whole-layer offloading (Megatron-Core refuses both), nothing to move under full recomputation
     module_offloads = [int(x) for x in problem.mapping.get("module_offload", (False,))]
@@ -448,6 +466,7 @@ def build_space(problem) -> Space:
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
+        ("moe_dispatcher", pd.DataFrame({D.MOE_DISPATCHER: dispatchers})),
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE, D.MODULE_OFFLOAD])),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
@@ -477,6 +496,7 @@ def build_space(problem) -> Space:
         D.UNEVEN_CHUNKS: categorical((False, True)),
         D.RECOMPUTE: categorical(tuple(Recompute)),
         D.CP_COMM: categorical(tuple(CpComm)),
+        D.MOE_DISPATCHER: categorical(dispatcher_values),
         D.OPTIMIZER_OFFLOAD: categorical(shares),
         D.WEIGHT_OFFLOAD: categorical(weights),
         D.DUALPIPE: categorical((False, True)),
