@@ -130,17 +130,16 @@ def main() -> int:
     ids_of = {s: [e["id"] for e in calibration if family(e["id"]) != s] for s in sources}
     ids_of[None] = [e["id"] for e in calibration]
 
+    def show(name: str, fitted: str, error_of) -> None:
+        report(name, fitted, error_of, calibration, check, sources, devices)
+
     # one number for every device, and one per device: the same grid of moe_expert
     by_expert = {(x,): errors(runs, x) for x in PER_DEVICE_GRID}
     fit_global = {s: best(by_expert, ids)[0] for s, ids in ids_of.items()}
-    report(
+    show(
         "stored structure (one moe_expert)",
         f"moe_expert {fit_global[None]:.2f}",
         lambda s, i: by_expert[(fit_global[s],)][i],
-        calibration,
-        check,
-        sources,
-        devices,
     )
 
     def per_device_fit(ids):
@@ -151,40 +150,29 @@ def main() -> int:
         return fitted
 
     fit_device = {s: per_device_fit(ids) for s, ids in ids_of.items()}
-    report(
+    show(
         "one moe_expert per device",
         ", ".join(f"{d} {x:.2f}" for d, x in sorted(fit_device[None].items())) + f"; others {fit_global[None]:.2f}",
         lambda s, i: by_expert[(fit_device[s].get(devices[i], fit_global[s]),)][i],
-        calibration,
-        check,
-        sources,
-        devices,
     )
 
-    by_pair = {(us, x): errors(runs, x, us * 1e-6) for us in OVERHEAD_GRID_US for x in EXPERT_GRID}
-    fit_pair = {s: best(by_pair, ids) for s, ids in ids_of.items()}
-    us, x = fit_pair[None]
-    report(
+    def two_numbers(name: str, describe, grid, error_at) -> None:
+        """A structure of two fitted numbers: every grid point's errors, the best on each calibration subset."""
+        tables = {key: error_at(*key) for key in grid}
+        fitted = {s: best(tables, ids) for s, ids in ids_of.items()}
+        show(name, describe(*fitted[None]), lambda s, i: tables[fitted[s]][i])
+
+    two_numbers(
         "a cost per local expert",
-        f"overhead {us} us per local expert per MoE layer forward, moe_expert {x:.2f}",
-        lambda s, i: by_pair[fit_pair[s]][i],
-        calibration,
-        check,
-        sources,
-        devices,
+        lambda us, x: f"overhead {us} us per local expert per MoE layer forward, moe_expert {x:.2f}",
+        [(us, x) for us in OVERHEAD_GRID_US for x in EXPERT_GRID],
+        lambda us, x: errors(runs, x, us * 1e-6),
     )
-
-    by_layer = {(us, x): errors(runs, x, 0.0, us * 1e-6) for us in LAYER_OVERHEAD_GRID_US for x in LAYER_EXPERT_GRID}
-    fit_layer = {s: best(by_layer, ids) for s, ids in ids_of.items()}
-    us, x = fit_layer[None]
-    report(
+    two_numbers(
         "a cost per MoE layer",
-        f"overhead {us} us per MoE layer forward, moe_expert {x:.2f}",
-        lambda s, i: by_layer[fit_layer[s]][i],
-        calibration,
-        check,
-        sources,
-        devices,
+        lambda us, x: f"overhead {us} us per MoE layer forward, moe_expert {x:.2f}",
+        [(us, x) for us in LAYER_OVERHEAD_GRID_US for x in LAYER_EXPERT_GRID],
+        lambda us, x: errors(runs, x, 0.0, us * 1e-6),
     )
     return 0
 

@@ -167,27 +167,16 @@ def _lead_layer(ctx, tp, cp, micro_batch, sp, recompute, tp_group, cp_group, cp_
 
 
 def _moe_layer(
-    ctx,
-    tp,
-    cp,
-    micro_batch,
-    sp,
-    recompute,
-    ep,
-    tp_group,
-    cp_group,
-    ep_group,
-    cp_comm,
-    etp,
-    etp_group,
-    tp_overlap,
-    module_offload,
-    dispatcher,
+    ctx, tp, cp, micro_batch, sp, recompute, ep, tp_group, cp_group, ep_group, cp_comm, etp, etp_group, tp_overlap, module_offload
 ):
-    """An MoE layer (``_layer``) with its groups where they sit, its tokens sent by ``dispatcher``."""
+    """An MoE layer (``_layer``) with its groups where they sit."""
     layouts = {"tp": tp_group, "cp": cp_group, "ep": ep_group, "etp": etp_group}
-    ctx = dispatched(ctx, dispatcher)
     return _layer(ctx, True, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_overlap, etp, module_offload)
+
+
+def _dispatched_moe_layer(ctx, *keys):
+    """``_moe_layer`` at MOE_LAYER's keys, the last of them the dispatcher its tokens are sent by."""
+    return _moe_layer(dispatched(ctx, keys[-1]), *keys[:-1])
 
 
 def dispatched(ctx: TrainingContext, dispatcher) -> TrainingContext:
@@ -220,7 +209,7 @@ MOE_LAYER = Factor(
         D.MOE_DISPATCHER,
     ),
     LAYER_OUTPUTS,
-    _moe_layer,
+    _dispatched_moe_layer,
 )
 
 
