@@ -133,6 +133,14 @@ def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bo
                         )
             else:
                 out[key] = tuple(allowed)
+    for key in framework.workload.keys() & mapping.keys():  # a run setting the mapping lets solve choose (moe_dispatcher)
+        for value in mapping[key]:
+            if not any(_same(value, a) for a in framework.workload[key]):
+                raise ProblemError(
+                    f"{_value(value)} is not supported by {framework.label}; allowed: {_shown(framework.workload[key])}",
+                    source=source,
+                    field=f"mapping.{key}",
+                )
     return out
 
 

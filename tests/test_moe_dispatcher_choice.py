@@ -92,3 +92,16 @@ def test_the_cli_names_the_file_and_field_of_a_bad_dispatcher(tmp_path):
 
 def test_every_dispatcher_value_is_a_mapping_value():
     assert {d.value for d in MoeDispatcher} == {"alltoall", "deepep"}
+
+
+def test_a_framework_that_lacks_a_listed_dispatcher_refuses_it():
+    from parasol.solver import frameworks
+
+    only_alltoall = frameworks.Framework("f", "1", "training", "megatron", workload={"moe_dispatcher": ("alltoall",)})
+    assert frameworks.restrict(only_alltoall, {"moe_dispatcher": ("alltoall",)}, "t.yaml") == {"moe_dispatcher": ("alltoall",)}
+    with pytest.raises(ProblemError) as err:
+        frameworks.restrict(only_alltoall, {"moe_dispatcher": ("alltoall", "deepep")}, "t.yaml")
+    assert err.value.field == "mapping.moe_dispatcher" and "allowed: alltoall" in str(err.value)
+    chosen = {**CHOICE, "moe_dispatcher": ["alltoall", "deepep"]}
+    data = training_problem("qwen3-30b-a3b", "dgx-h100", 64, global_batch=256, mapping=chosen, framework="megatron-lm")
+    assert set(parse_problem(data, source="t.yaml").mapping["moe_dispatcher"]) == {"alltoall", "deepep"}
