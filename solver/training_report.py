@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from parasol.model.choices import MoeDispatcher
 from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
 
@@ -138,12 +139,13 @@ def plans_table(plans) -> list[str]:
 
 def plan_choices(m) -> str:
     """The choices beyond Megatron's defaults a mapping makes, each after a comma (uneven chunks, offloaded
-    layers, all-to-all CP, expert tensor parallelism, TP communication overlap, offloading, DualPipe)."""
+    layers, all-to-all CP, expert tensor parallelism, DeepEP's dispatch, TP communication overlap, offloading, DualPipe)."""
     return (
         (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
         + (f", etp {m.etp}" if m.etp > 1 else "")
+        + (", deepep" if m.moe_dispatcher == MoeDispatcher.DEEPEP else "")
         + (", tp overlap" if m.tp_comm_overlap else "")
         + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + (", weight offload" if m.weight_offload else "")

@@ -105,3 +105,10 @@ def test_a_framework_that_lacks_a_listed_dispatcher_refuses_it():
     chosen = {**CHOICE, "moe_dispatcher": ["alltoall", "deepep"]}
     data = training_problem("qwen3-30b-a3b", "dgx-h100", 64, global_batch=256, mapping=chosen, framework="megatron-lm")
     assert set(parse_problem(data, source="t.yaml").mapping["moe_dispatcher"]) == {"alltoall", "deepep"}
+
+
+def test_a_plan_line_names_deepep_beyond_megatron_default():
+    from parasol.solver.training_report import plan_label
+
+    labels = {d: plan_label(solve(_problem([d]), time_limit=60).plans[0]) for d in ("alltoall", "deepep")}
+    assert labels["deepep"].endswith(", deepep") and "deepep" not in labels["alltoall"]
