@@ -476,6 +476,12 @@ class Workload:
         if overhead is not None and overhead.allocator != self.allocator:
             raise ValueError(f"allocator_overhead is the {overhead.allocator} row, the workload's allocator is {self.allocator}")
 
+    def dispatched_by(self, dispatcher) -> Workload:
+        """This workload with its MoE tokens sent by ``dispatcher`` (choices.MoeDispatcher; None: its own)."""
+        if dispatcher is None or dispatcher == self.moe_dispatcher:
+            return self
+        return replace(self, moe_dispatcher=MoeDispatcher(dispatcher))
+
 
 @dataclass(frozen=True)
 class Mapping:
@@ -512,9 +518,7 @@ class Mapping:
 
     def dispatched(self, workload: Workload) -> Workload:
         """``workload`` with the dispatcher this mapping chose (``moe_dispatcher``; itself where the mapping leaves it)."""
-        if self.moe_dispatcher is None or self.moe_dispatcher == workload.moe_dispatcher:
-            return workload
-        return replace(workload, moe_dispatcher=MoeDispatcher(self.moe_dispatcher))
+        return workload.dispatched_by(self.moe_dispatcher)
 
     def as_dict(self) -> dict:
         return {

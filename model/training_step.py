@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import compute, memory, params
-from .choices import BackwardPrefetch, CpComm, MoeDispatcher, Recompute, TrainingObjective
+from .choices import BackwardPrefetch, CpComm, Recompute, TrainingObjective
 from .decisions import GROUP_KEYS
 from .decisions import TrainingDecision as D
 from .evaluation import GIB, Evaluation
@@ -180,10 +180,9 @@ def _dispatched_moe_layer(ctx, *keys):
 
 
 def dispatched(ctx: TrainingContext, dispatcher) -> TrainingContext:
-    """``ctx`` with its workload's tokens sent by ``dispatcher`` (the mapping's choice, ``Mapping.dispatched``)."""
-    if dispatcher == ctx.workload.moe_dispatcher:
-        return ctx
-    return dataclasses.replace(ctx, workload=dataclasses.replace(ctx.workload, moe_dispatcher=MoeDispatcher(dispatcher)))
+    """``ctx`` with its workload's tokens sent by ``dispatcher`` (the mapping's choice, ``Workload.dispatched_by``)."""
+    workload = ctx.workload.dispatched_by(dispatcher)
+    return ctx if workload is ctx.workload else dataclasses.replace(ctx, workload=workload)
 
 
 LAYER_KEYS = (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE)  # what every layer's time and memory depend on

@@ -797,6 +797,12 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise ProblemError(reason, source=source, field="mapping.etp")
     if not inference:
         mapping = _module_offload_choice(mapping, workload, source)
+        if model_spec.moe is None and "moe_dispatcher" in mapping:
+            raise ProblemError(
+                "the model has no experts to dispatch tokens to; leave moe_dispatcher out",
+                source=source,
+                field="mapping.moe_dispatcher",
+            )
     pasted = mapping.pop("num_gpus", None)
     layout = mapping.pop("pipeline_layout", None)
     if layout is not None:

@@ -339,14 +339,8 @@ def offload_rows(problem, device, zero: list, key: str, off, check) -> tuple[tup
 def dispatcher_rows(problem) -> tuple[list, tuple]:
     """(dispatcher codes, the domain's values): for an MoE model the dispatchers ``mapping.moe_dispatcher`` lists
     (default: the workload's, ``workload.moe_dispatcher``), which solve then chooses among; a dense model sends no
-    tokens to experts, and its mapping states no dispatcher (None), where listing one is refused."""
+    tokens to experts, and its mapping states no dispatcher (None; the problem file may not list one)."""
     if problem.model.moe is None:
-        if "moe_dispatcher" in problem.mapping:
-            raise ProblemError(
-                "the model has no experts to dispatch tokens to; leave moe_dispatcher out",
-                source=problem.source,
-                field="mapping.moe_dispatcher",
-            )
         return [0], (None,)
     listed = problem.mapping.get("moe_dispatcher", (problem.workload.moe_dispatcher,))
     values = tuple(MoeDispatcher)
