@@ -291,5 +291,5 @@ def test_alltoall_dispatcher_sorts_the_received_rows_by_local_expert_and_back():
     a2a = layer_compute_times_s(model, device, alltoall, 1, 1, 1, False, 2, True)
     flex = layer_compute_times_s(model, device, deepep, 1, 1, 1, False, 2, True)
     sort_s = compute.memory_bound_time_s(device, 4 * model.hidden * 2 * rows)
-    assert a2a[:2] == flex[:2]  # the GEMMs and the attention core are the dispatcher's business in no way
+    assert a2a[:2] == flex[:2]  # the dispatcher changes neither the GEMMs nor the attention core
     assert a2a[2] - flex[2] == pytest.approx(sort_s, rel=1e-9) and a2a[3] - flex[3] == pytest.approx(sort_s, rel=1e-9)

@@ -9,7 +9,6 @@ import pytest
 import yaml
 from conftest import solved_as_enumerated, training_problem
 
-from parasol.model.choices import MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.solver import launch
 from parasol.solver.planner import planner_for, solve
@@ -88,10 +87,6 @@ def test_the_cli_names_the_file_and_field_of_a_bad_dispatcher(tmp_path):
     out = subprocess.run([sys.executable, "-m", "parasol", "solve", str(path)], capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert str(path) in out.stderr and "mapping.moe_dispatcher" in out.stderr and out.stderr.strip().count("\n") == 0
-
-
-def test_every_dispatcher_value_is_a_mapping_value():
-    assert {d.value for d in MoeDispatcher} == {"alltoall", "deepep"}
 
 
 def test_a_framework_that_lacks_a_listed_dispatcher_refuses_it():
