@@ -78,7 +78,7 @@ def trial_override(expert: float, overhead_s: float = 0.0, layer_s: float = 0.0)
     return override
 
 
-def with_expert_overhead(routed):
+def with_trial_overheads(routed):
     """``compute.moe_routed_forward_time_s`` plus the device's trial overheads: one for each of the E/ep local experts
     and one for the layer."""
 
@@ -120,7 +120,7 @@ def report(name: str, fitted: str, error_of, calibration, check, sources, device
 
 
 def main() -> int:
-    compute.moe_routed_forward_time_s = with_expert_overhead(compute.moe_routed_forward_time_s)
+    compute.moe_routed_forward_time_s = with_trial_overheads(compute.moe_routed_forward_time_s)
     entries = load_all_runs()
     calibration = [e for e in entries if family(e["id"]) in MOE_CALIBRATION]
     check = [e for e in entries if family(e["id"]) in MOE_CHECK]

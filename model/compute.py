@@ -350,8 +350,14 @@ def elementwise_forward_bytes(
     if moe_layer and fused_grouped_mlp:
         elements -= routed_activation_elements(model, tokens, tp)
     act = (3 if model.activation == "swiglu" else 2) * e * elements
-    permute = 2 * 2 * h * e * routed_rows_per_gpu(model, tokens, tp) if moe_layer else 0.0
+    permute = row_permutation_bytes(model, routed_rows_per_gpu(model, tokens, tp), precision) if moe_layer else 0.0
     return seq_tokens * (norms + residuals) + act + permute
+
+
+def row_permutation_bytes(model: ModelSpec, rows: float, precision: str) -> float:
+    """Bytes of putting ``rows`` routed rows into expert order before the experts and back after them: read and
+    write h per row each way, at the activation width."""
+    return 2 * 2 * model.hidden * bytes_per_element(activation_precision(precision)) * rows
 
 
 def logits_gemm_shape(model: ModelSpec, tokens: float, tp: int) -> tuple[float, float, float]:

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 from math import comb
 
-from . import comm
+from . import comm, compute
 from .choices import MoeDispatcher
 from .placement import Layout, collective_time_s
 from .precision import activation_precision, bytes_per_element
@@ -87,12 +87,12 @@ def local_sort_bytes(model: ModelSpec, workload: Workload, rows: float, ep: int)
     each rank's rows grouped by source rank and, with more than one local expert, reorders them by expert
     ("Permutation 2", ``sort_chunks_by_idxs`` in ``MoEAlltoAllTokenDispatcher.dispatch_postprocess``; with token
     drop a transpose to the same effect) and back ("Unpermutation 2", ``combine_preprocess``): read and write
-    h per row each way, at the activation width; the backward sorts the gradients the same two ways. DeepEP
+    h per row each way (``compute.row_permutation_bytes``); the backward sorts the gradients the same two ways. DeepEP
     (the flex dispatcher) delivers a token once per destination rank and permutes it there into expert order,
     which ``compute.elementwise_forward_bytes`` counts with the permutation every dispatcher does: no second sort."""
     if workload.moe_dispatcher != MoeDispatcher.ALLTOALL or model.moe.experts // ep <= 1:
         return 0.0
-    return 2.0 * 2.0 * model.hidden * bytes_per_element(activation_precision(workload.precision)) * rows
+    return compute.row_permutation_bytes(model, rows, workload.precision)
 
 
 def dispatch_bytes_per_element(workload: Workload, direction: str) -> float:

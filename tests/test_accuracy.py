@@ -28,7 +28,6 @@ from parasol.solver.validation import (
 )
 
 BRIDGE_2509_MOE, MOE_CHECK = "Megatron-Bridge 25.09 MoE", "MoE Model Zoo (out of sample)"
-
 MOE_LONG_CONTEXT = "MoE Model Zoo long context (out of sample)"
 MOE_BLACKWELL, GB200_GUIDE = "MoE Model Zoo Blackwell (out of sample)", "Megatron-LM GB200 guide (out of sample)"
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ RUNS = ("mbridge2511-qwen3_30b_a3b-dgx-gb200-8gpu-fp8-mx", "mbridge2511-deepseek
 
 @pytest.fixture
 def wrapped(monkeypatch):
-    monkeypatch.setattr(compute, "moe_routed_forward_time_s", trials.with_expert_overhead(compute.moe_routed_forward_time_s))
+    monkeypatch.setattr(compute, "moe_routed_forward_time_s", trials.with_trial_overheads(compute.moe_routed_forward_time_s))
 
 
 def test_the_trial_device_at_the_stored_values_is_the_stored_model(wrapped):
