@@ -36,6 +36,7 @@ class TrainingDecision(StrEnum):
     DUALPIPE = "dualpipe"  # DeepSeek-V3's bidirectional pipeline schedule (else 1F1B, interleaved when vpp > 1)
     MODULE_OFFLOAD = "module_offload"  # workload.offload_modules' saved inputs kept in host memory (fine-grained offloading)
     MOE_DISPATCHER = "moe_dispatcher"  # how routed tokens reach their experts (choices.MoeDispatcher; MoE models only)
+    MOE_A2A_OVERLAP = "moe_a2a_overlap"  # the expert all-to-all hidden behind another micro-batch's compute (ep > 1 only)
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -75,6 +76,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.DUALPIPE,
     TrainingDecision.MODULE_OFFLOAD,
     TrainingDecision.MOE_DISPATCHER,
+    TrainingDecision.MOE_A2A_OVERLAP,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

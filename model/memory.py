@@ -312,23 +312,28 @@ def recompute_working_bytes(recompute: str, layer_bytes_without_recompute: float
     return layer_bytes_without_recompute if recompute == "full" else 0.0
 
 
-def in_flight_chunk_limit(stage: int, pp: int, vpp: int) -> int:
+def in_flight_chunk_limit(stage: int, pp: int, vpp: int, a2a_overlap: bool = False) -> int:
     """Most model chunks stage ``stage`` can hold however many micro-batches run.
 
     1F1B: p - i micro-batches, one chunk each (Narayanan SC'21, Sec. 2.2). Interleaved: Megatron
     warms up (p - i - 1)·2 + (v - 1)·p chunks before the first backward, plus the one in flight
     (megatron/core/pipeline_parallel/schedules.py); on stage 0 that is Korthikanti's
-    L·(1 + (p-1)/(p·v)) layer activations.
+    L·(1 + (p-1)/(p·v)) layer activations. With the expert all-to-all overlapped (``a2a_overlap``,
+    --overlap-moe-expert-parallel-comm) the interleaved warm-up runs one chunk more, so that each
+    merged forward-backward pair is independent (``get_pp_rank_microbatches``: "we schedule one extra
+    micro-batch forward step before the 1f1b stages"). Without a pipeline the merged schedule
+    (``combined_1f1b_schedule_for_no_pipelining``) frees the backward's layers as the next forward
+    fills its own: one layer more at most, not counted.
     """
     if vpp == 1:
         return pp - stage
-    return (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
+    return (pp - stage - 1) * 2 + (vpp - 1) * pp + 1 + int(bool(a2a_overlap))
 
 
-def in_flight_chunks(stage: int, pp: int, vpp: int, microbatches: int) -> int:
+def in_flight_chunks(stage: int, pp: int, vpp: int, microbatches: int, a2a_overlap: bool = False) -> int:
     """Model chunks (a micro-batch's 1/v of the stage's layers) held at the stage's peak:
     the schedule's limit, or every chunk of the step when there are fewer micro-batches."""
-    return min(microbatches * vpp, in_flight_chunk_limit(stage, pp, vpp))
+    return min(microbatches * vpp, in_flight_chunk_limit(stage, pp, vpp, a2a_overlap))
 
 
 def in_flight_layer_activations(layers_on_stage: int, stage: int, pp: int, vpp: int, microbatches: int) -> float:

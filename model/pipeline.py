@@ -236,6 +236,24 @@ def dualpipe_problem(pp: int, vpp: int, microbatches: int) -> str | None:
     return None
 
 
+def a2a_overlap_problem(pp: int, vpp: int, dualpipe: bool, recompute: str, recompute_modules, mtp_layers: int) -> str | None:
+    """Why the expert all-to-all cannot be overlapped with another micro-batch's compute here, or None.
+    The overlap merges one micro-batch's forward with another's backward, layer by layer: DualPipe does so
+    in its own schedule, Megatron-Core in its 1F1B without a pipeline or in the interleaved one, never in
+    the plain 1F1B of pp > 1 stages, and not beside full recomputation, a recomputed MoE block or more than
+    one MTP layer (TransformerConfig.__post_init__'s asserts for overlap_moe_expert_parallel_comm,
+    NVIDIA/Megatron-LM core_v0.15.3 and main; the MoE block's since main)."""
+    if pp > 1 and vpp == 1 and not dualpipe:
+        return f"the all-to-all overlap needs the interleaved schedule (vpp > 1) or DualPipe at pp {pp}"
+    if recompute == Recompute.FULL:
+        return "the all-to-all overlap cannot run beside full recomputation (Megatron-Core asserts)"
+    if recompute == Recompute.SELECTIVE and "moe" in recompute_modules:
+        return "the all-to-all overlap cannot run while the MoE block is recomputed (recompute_modules moe)"
+    if mtp_layers > 1:
+        return f"the all-to-all overlap runs with at most one MTP layer, got {mtp_layers}"
+    return None
+
+
 def dualpipe_bubble_share(recompute: str) -> float:
     """DualPipe's bubble per (p/2 - 1) stages, as a share of the mean stage's F + B, dimensionless:
     Table 2's (F&B + B - 3W) with F&B = F + B (the overlap of a forward and a backward chunk hides

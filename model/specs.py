@@ -476,11 +476,15 @@ class Workload:
         if overhead is not None and overhead.allocator != self.allocator:
             raise ValueError(f"allocator_overhead is the {overhead.allocator} row, the workload's allocator is {self.allocator}")
 
-    def dispatched_by(self, dispatcher) -> Workload:
-        """This workload with its MoE tokens sent by ``dispatcher`` (choices.MoeDispatcher; None: its own)."""
-        if dispatcher is None or dispatcher == self.moe_dispatcher:
-            return self
-        return replace(self, moe_dispatcher=MoeDispatcher(dispatcher))
+    def with_moe(self, dispatcher=None, a2a_overlap: bool | None = None) -> Workload:
+        """This workload with its MoE tokens sent by ``dispatcher`` (choices.MoeDispatcher) and their all-to-all
+        overlapped or not (``a2a_overlap``); None keeps the workload's own."""
+        changes = {}
+        if dispatcher is not None and dispatcher != self.moe_dispatcher:
+            changes["moe_dispatcher"] = MoeDispatcher(dispatcher)
+        if a2a_overlap is not None and a2a_overlap != self.moe_a2a_overlap:
+            changes["moe_a2a_overlap"] = bool(a2a_overlap)
+        return replace(self, **changes) if changes else self
 
 
 @dataclass(frozen=True)
@@ -511,14 +515,22 @@ class Mapping:
     module_offload: bool = False  # workload.offload_modules' inputs offloaded (--fine-grained-activation-offloading)
     # how an MoE model's routed tokens reach their experts (choices.MoeDispatcher); None: the workload's (moe_dispatcher)
     moe_dispatcher: str | None = None
+    # the expert all-to-all hidden behind another micro-batch's compute; None: the workload's (moe_a2a_overlap)
+    moe_a2a_overlap: bool | None = None
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
-    def dispatched(self, workload: Workload) -> Workload:
-        """``workload`` with the dispatcher this mapping chose (``moe_dispatcher``; itself where the mapping leaves it)."""
-        return workload.dispatched_by(self.moe_dispatcher)
+    def moe_workload(self, workload: Workload) -> Workload:
+        """``workload`` with the MoE choices this mapping made (``moe_dispatcher``, ``moe_a2a_overlap``; the
+        workload's own where the mapping leaves them)."""
+        return workload.with_moe(self.moe_dispatcher, self.moe_a2a_overlap)
+
+    def a2a_overlapped(self, workload: Workload) -> bool:
+        """Whether this mapping hides an expert all-to-all behind compute: overlap chosen and ep > 1 (at ep 1
+        there is no all-to-all to hide; Megatron-Core refuses the overlap there)."""
+        return self.ep > 1 and self.moe_workload(workload).moe_a2a_overlap
 
     def as_dict(self) -> dict:
         return {
@@ -545,6 +557,7 @@ class Mapping:
             "dualpipe": self.dualpipe,
             "module_offload": self.module_offload,
             **({"moe_dispatcher": str(self.moe_dispatcher)} if self.moe_dispatcher is not None else {}),
+            **({"moe_a2a_overlap": self.moe_a2a_overlap} if self.moe_a2a_overlap is not None else {}),
         }
 
 

@@ -22,7 +22,7 @@ from .choices import CpComm, Recompute, ZeroStage, allowed
 from .errors import ProblemError
 from .fused_grouped_mlp import fused_grouped_mlp_etp_problem
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
-from .pipeline import dualpipe_problem, stage_layer_counts, vpp_divides_stages
+from .pipeline import a2a_overlap_problem, dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
 from .precision import activation_precision, bytes_per_element, gathered_bytes_per_element, training_recipe
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
@@ -1029,6 +1029,13 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             field="mapping.first_stage_layers",
         )
     check_cp_comm(model, m.tp, m.cp, m.cp_comm)
+    if m.moe_a2a_overlap is not None and not isinstance(m.moe_a2a_overlap, bool):
+        raise ProblemError(f"must be true or false, got {m.moe_a2a_overlap!r}", field="mapping.moe_a2a_overlap")
+    if model.moe is not None and m.a2a_overlapped(workload):
+        reason = a2a_overlap_problem(m.pp, m.vpp, m.dualpipe, m.recompute, workload.recompute_modules, workload.mtp_layers)
+        if reason is not None:
+            origin = "workload" if m.moe_a2a_overlap is None else "mapping"
+            raise ProblemError(reason, field=f"{origin}.moe_a2a_overlap")
     if m.tp_comm_overlap and not (m.sp and m.tp > 1):
         raise ProblemError(
             "tensor-parallel communication overlap needs tp > 1 and sp true (Megatron-LM asserts sequence parallelism)",

@@ -175,13 +175,14 @@ def _moe_layer(
 
 
 def _dispatched_moe_layer(ctx, *keys):
-    """``_moe_layer`` at MOE_LAYER's keys, the last of them the dispatcher its tokens are sent by."""
-    return _moe_layer(dispatched(ctx, keys[-1]), *keys[:-1])
+    """``_moe_layer`` at MOE_LAYER's keys, the last two of them the dispatcher its tokens are sent by and
+    whether their all-to-all is overlapped."""
+    return _moe_layer(with_moe(ctx, *keys[-2:]), *keys[:-2])
 
 
-def dispatched(ctx: TrainingContext, dispatcher) -> TrainingContext:
-    """``ctx`` with its workload's tokens sent by ``dispatcher`` (the mapping's choice, ``Workload.dispatched_by``)."""
-    workload = ctx.workload.dispatched_by(dispatcher)
+def with_moe(ctx: TrainingContext, dispatcher, a2a_overlap) -> TrainingContext:
+    """``ctx`` with the mapping's MoE choices in its workload (``Workload.with_moe``)."""
+    workload = ctx.workload.with_moe(dispatcher, a2a_overlap)
     return ctx if workload is ctx.workload else dataclasses.replace(ctx, workload=workload)
 
 
@@ -206,6 +207,7 @@ MOE_LAYER = Factor(
         D.TP_COMM_OVERLAP,
         D.MODULE_OFFLOAD,
         D.MOE_DISPATCHER,
+        D.MOE_A2A_OVERLAP,
     ),
     LAYER_OUTPUTS,
     _dispatched_moe_layer,
@@ -471,12 +473,12 @@ LAST_STAGE_EXPERT_DP = Factor(
 )
 CHUNK_LIMITS = Factor(
     "chunk_limits",
-    (D.PP, D.VPP),
+    (D.PP, D.VPP, D.MOE_A2A_OVERLAP),
     (Output("first", COUNT), Output("middle", COUNT), Output("last", COUNT)),
-    lambda ctx, pp, vpp: (
-        memory.in_flight_chunk_limit(0, pp, vpp),
-        memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp),
-        memory.in_flight_chunk_limit(pp - 1, pp, vpp),
+    lambda ctx, pp, vpp, overlap: (
+        memory.in_flight_chunk_limit(0, pp, vpp, overlap),
+        memory.in_flight_chunk_limit(min(1, pp - 1), pp, vpp, overlap),
+        memory.in_flight_chunk_limit(pp - 1, pp, vpp, overlap),
     ),
 )
 RUN_STRETCH = Factor(
@@ -945,7 +947,8 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.WEIGHT_OFFLOAD: m.weight_offload,
         D.MODULE_OFFLOAD: m.module_offload,
         D.DUALPIPE: m.dualpipe,
-        D.MOE_DISPATCHER: m.dispatched(ctx.workload).moe_dispatcher,
+        D.MOE_DISPATCHER: m.moe_workload(ctx.workload).moe_dispatcher,
+        D.MOE_A2A_OVERLAP: m.a2a_overlapped(ctx.workload),
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -1089,7 +1092,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
     lead, body, edge, states = o.lookup(lead_f), o.lookup(body_f), o.lookup(EDGES), o.lookup(STATES)
     host_states = o.lookup(HOST_STATES)
     sends = m.vpp * o.lookup(P2P).time if m.pp > 1 else 0.0
-    microbatches = decisions[D.MICROBATCHES]
+    microbatches, overlap = decisions[D.MICROBATCHES], decisions[D.MOE_A2A_OVERLAP]
     out = []
     for i, n in enumerate(layers):
         first, last = i == 0, i == m.pp - 1
@@ -1111,7 +1114,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
             body,
             states,
             edge_states,
-            memory.in_flight_chunk_limit(i, m.pp, m.vpp),
+            memory.in_flight_chunk_limit(i, m.pp, m.vpp, overlap),
             microbatches * m.vpp,
             m.vpp,
             edge_act,
@@ -1121,7 +1124,7 @@ def _stages(o: FloatOps, ctx: TrainingContext, mapping: Mapping, decisions: dict
         total, backward = mem.total, mem.backward  # the peak: the backward's, or the states beside the reduction's copy
         p, pe = stage_held_params(ctx, n, lead_count, first, last, m.tp, m.ep, m.etp)
         state = stage_state_bytes(model, wl, m, p, pe)
-        in_flight = memory.in_flight_chunks(i, m.pp, m.vpp, microbatches)
+        in_flight = memory.in_flight_chunks(i, m.pp, m.vpp, microbatches, overlap)
         host_extra = edge_parts(o, host_states, ctx, first, last)
         host = stage_host_memory(
             o, lead_count, n - lead_count, lead, body, host_states, host_extra, in_flight, m.vpp, m.offload_layers
@@ -1185,7 +1188,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
 def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, critical: dict, q: TrainingStep) -> dict:
     """The slowest stage's per-micro-batch components (``training.layer_times``) times the micro-batch
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
-    model, wl, m = ctx.model, mapping.dispatched(ctx.workload), mapping
+    model, wl, m = ctx.model, mapping.moe_workload(ctx.workload), mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
 
     def times(moe_layer: bool):

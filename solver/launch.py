@@ -148,7 +148,7 @@ def megatron_model_args(model) -> list[tuple[str, object]]:
 
 
 def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
-    model, w = problem.model, m.dispatched(problem.workload)
+    model, w = problem.model, m.moe_workload(problem.workload)
     args = [
         *megatron_model_args(model),
         ("--seq-length", w.seq_len),
@@ -183,6 +183,8 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
             args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
         else:
             args.append(("--moe-token-dispatcher-type", "alltoall"))
+        if m.a2a_overlapped(w):  # Megatron-Core's merged forward-backward schedule (combined_1f1b.py)
+            args.append(("--overlap-moe-expert-parallel-comm", None))
     else:
         _require(m.ep == 1 and m.etp == 1, "expert parallelism without experts")
     if m.sp:
@@ -311,12 +313,13 @@ def torchtitan_model_parts(layers: int, pp: int, vpp: int, first: int, last: int
 
 
 def torchtitan_sections(problem, num_gpus: int, m) -> dict:
-    model, w = problem.model, m.dispatched(problem.workload)
+    model, w = problem.model, m.moe_workload(problem.workload)
     _require(m.zero in (0, 3), f"ZeRO-{m.zero} (FSDP2 shards as ZeRO-3, DDP is ZeRO-0)")
     _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
     _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")
     _require(m.optimizer_offload == 0 and not m.weight_offload and m.offload_layers == 0 and not m.module_offload, "offloading")
     _require(not m.dualpipe, "the DualPipe schedule")
+    _require(not m.a2a_overlapped(w), "the expert all-to-all overlap (torchtitan's runs only under its DualPipeV schedule)")
     parallelism = {
         "data_parallel_replicate_degree": m.dp if m.zero == 0 else 1,
         "data_parallel_shard_degree": m.dp if m.zero == 3 else 1,

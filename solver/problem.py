@@ -127,7 +127,15 @@ MAPPING_DEFAULTS = {
     "module_offload": False,  # true where workload.offload_modules lists modules (parse_problem)
 }
 EVALUATE_REQUIRED = ("tp", "pp", "dp", "micro_batch")
-FLAG_KEYS = ("sp", "uneven_chunks", "tp_comm_overlap", "weight_offload", "dualpipe", "module_offload")  # true/false mapping keys
+FLAG_KEYS = (  # true/false mapping keys
+    "sp",
+    "uneven_chunks",
+    "tp_comm_overlap",
+    "weight_offload",
+    "dualpipe",
+    "module_offload",
+    "moe_a2a_overlap",
+)
 ALLOWED_VALUES = {
     "recompute": tuple(r.value for r in Recompute),
     "zero": tuple(int(z) for z in ZeroStage),
@@ -797,12 +805,11 @@ def parse_problem(data: dict, source: str = "<problem>") -> Problem:
             raise ProblemError(reason, source=source, field="mapping.etp")
     if not inference:
         mapping = _module_offload_choice(mapping, workload, source)
-        if model_spec.moe is None and "moe_dispatcher" in mapping:
-            raise ProblemError(
-                "the model has no experts to dispatch tokens to; leave moe_dispatcher out",
-                source=source,
-                field="mapping.moe_dispatcher",
-            )
+        for key in ("moe_dispatcher", "moe_a2a_overlap"):
+            if model_spec.moe is None and key in mapping:
+                raise ProblemError(
+                    f"the model has no experts to dispatch tokens to; leave {key} out", source=source, field=f"mapping.{key}"
+                )
     pasted = mapping.pop("num_gpus", None)
     layout = mapping.pop("pipeline_layout", None)
     if layout is not None:

@@ -31,7 +31,8 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
-        + (f"  moe_dispatcher {m.dispatched(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
+        + (f"  moe_dispatcher {m.moe_workload(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
+        + ("  moe_a2a_overlap" if problem.model.moe is not None and m.a2a_overlapped(problem.workload) else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
         + (f"  optimizer_offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
@@ -139,13 +140,15 @@ def plans_table(plans) -> list[str]:
 
 def plan_choices(m) -> str:
     """The choices beyond Megatron's defaults a mapping makes, each after a comma (uneven chunks, offloaded
-    layers, all-to-all CP, expert tensor parallelism, DeepEP's dispatch, TP communication overlap, offloading, DualPipe)."""
+    layers, all-to-all CP, expert tensor parallelism, DeepEP's dispatch, the expert all-to-all's overlap, TP communication
+    overlap, offloading, DualPipe)."""
     return (
         (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
         + (f", etp {m.etp}" if m.etp > 1 else "")
         + (", deepep" if m.moe_dispatcher == MoeDispatcher.DEEPEP else "")
+        + (", a2a overlap" if m.moe_a2a_overlap and m.ep > 1 else "")
         + (", tp overlap" if m.tp_comm_overlap else "")
         + (f", optimizer offload {m.optimizer_offload:g}" if m.optimizer_offload else "")
         + (", weight offload" if m.weight_offload else "")

@@ -13,11 +13,14 @@ relations, in the order rows are materialised:
 - ``schedule``: pp, the micro-batch count, interleaved (Megatron's interleaved schedule runs
   micro-batches in groups of pp);
 - ``pipeline``: pp, the first, last and middle stages' layers, vpp (which must split every stage)
-  and whether it interleaves.
+  and whether it interleaves;
+- ``moe_dispatcher``; ``moe_a2a_overlap``: ep, pp, interleaved, DualPipe, recompute and whether the expert
+  all-to-all is overlapped, where the schedule allows it (``pipeline.a2a_overlap_problem``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from typing import NamedTuple
@@ -30,6 +33,7 @@ from parasol.model.decisions import TrainingDecision as D
 from parasol.model.errors import ProblemError
 from parasol.model.offload import module_offload_problem
 from parasol.model.pipeline import (
+    a2a_overlap_problem,
     default_edge_stage_layers,
     dualpipe_problem,
     edge_stage_slots,
@@ -347,6 +351,27 @@ def dispatcher_rows(problem) -> tuple[list, tuple]:
     return [values.index(d) for d in values if d in listed], values
 
 
+def a2a_overlap_rows(problem, eps: list, pps: list, dualpipe: list, recompute: list) -> tuple[pd.DataFrame, tuple]:
+    """(the relation, the domain's values) of ``moe_a2a_overlap``, whether the expert all-to-all is hidden behind
+    another micro-batch's compute: for an MoE model, (ep, pp, interleaved, dualpipe, recompute, overlap) rows of
+    the values ``mapping.moe_a2a_overlap`` lists (default: the workload's, ``workload.moe_a2a_overlap``) where
+    the schedule allows the overlap (``pipeline.a2a_overlap_problem``); at ep 1 there is no all-to-all to hide
+    (false). A dense model has none at all, and its mapping states nothing (None)."""
+    if problem.model.moe is None:
+        return pd.DataFrame({D.MOE_A2A_OVERLAP: [0]}), (None,)
+    wl = problem.workload
+    listed = problem.mapping.get("moe_a2a_overlap", (wl.moe_a2a_overlap,))
+    rows = set()
+    for ep, pp, i, d, r in itertools.product(eps, pps, (0, 1), dualpipe, recompute):
+        for overlap in listed:
+            if not (overlap and ep > 1):
+                rows.add((ep, pp, i, d, r, 0))
+            elif a2a_overlap_problem(pp, 1 + i, bool(d), tuple(Recompute)[r], wl.recompute_modules, wl.mtp_layers) is None:
+                rows.add((ep, pp, i, d, r, 1))
+    columns = [D.EP, D.PP, D.INTERLEAVED, D.DUALPIPE, D.RECOMPUTE, D.MOE_A2A_OVERLAP]
+    return pd.DataFrame(sorted(rows), columns=columns), (False, True)
+
+
 def build_space(problem) -> Space:
     """The space of a training ``problem``; ProblemError when its restrictions leave no mapping."""
     model, wl = problem.model, problem.workload
@@ -454,6 +479,7 @@ def build_space(problem) -> Space:
         for d in dualpipe
         if (not i or (pp > 1 and m % pp == 0)) and (not d or (not i and dualpipe_problem(pp, 1, m) is None))
     ]
+    overlap, overlap_values = a2a_overlap_rows(problem, sorted({p.ep for p in used}), sorted(usable_pp), dualpipe, recompute)
     frames = [
         ("grid", pd.DataFrame(rows, columns=grid_cols)),
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
@@ -461,6 +487,7 @@ def build_space(problem) -> Space:
         ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("moe_dispatcher", pd.DataFrame({D.MOE_DISPATCHER: dispatchers})),
+        ("moe_a2a_overlap", overlap),
         ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE, D.MODULE_OFFLOAD])),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
@@ -495,6 +522,7 @@ def build_space(problem) -> Space:
         D.WEIGHT_OFFLOAD: categorical(weights),
         D.DUALPIPE: categorical((False, True)),
         D.MODULE_OFFLOAD: categorical((False, True)),
+        D.MOE_A2A_OVERLAP: categorical(overlap_values),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
@@ -512,7 +540,8 @@ def build_space(problem) -> Space:
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
             "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3; dualpipe needs an even pp and an even count of at "
-            "least 2·pp micro-batches, without vpp; module_offload needs neither offload_layers nor recompute full)",
+            "least 2·pp micro-batches, without vpp; module_offload needs neither offload_layers nor recompute full; moe_a2a_overlap needs vpp > 1 or dualpipe "
+            "at pp > 1, no full recomputation and at most one MTP layer)",
             source=problem.source,
             field="mapping",
         )

@@ -329,13 +329,15 @@ def test_mlperf_deepseek_v3_runs_as_measured(results):
     GB300 +36.5, +34.7, +19.4, +23.5, +14.1 %, GB200 -14.5, +3.6, -7.9, -28.5 % (20.3 %); after the refits of that day
     GB300 +36.5, +34.7, +19.4, +23.5, +14.2 %, GB200 (512, 2,048, 4,096, 8,192 GPUs) +0.8, -11.9, -19.8, -35.4 % (21.8 %).
     With the fused grouped MLP all nine set (workload.fused_grouped_mlp, 2026-11-28): GB300 +31.7, +30.0, +15.3, +19.2,
-    +10.3 %, GB200 -1.9, -14.3, -21.9, -37.1 % (20.2 %). Bounds: the first measurement + one point."""
+    +10.3 %, GB200 -1.9, -14.3, -21.9, -37.1 % (20.2 %). With moe_expert refitted 0.63 -> 0.71 once Megatron-Bridge
+    25.09's DeepSeek-V3 run had its script's layout (2026-11-29): GB300 +23.4, +21.9, +8.4, +12.5, +4.6 %, GB200 +7.9,
+    -5.7, -14.1, -30.8 % (14.4 %). Bounds: the first measurement + one point."""
     rows = {r.run_id: r.error for r in results if r.family == "MLPerf Training MoE (out of sample)"}
     assert len(rows) == 9
     assert statistics.fmean(abs(e) for e in rows.values()) <= 0.28
     assert max(abs(e) for e in rows.values()) <= 0.50
     gb300 = [e for k, e in rows.items() if "gb300" in k]
-    assert len(gb300) == 5 and min(gb300) > 0.09  # the pattern the docs describe; moves here need their prose
+    assert len(gb300) == 5 and min(gb300) > 0.03  # the pattern the docs describe; moves here need their prose
 
 
 def test_gb300_runs_faster_than_gb200_on_the_same_mapping_as_measured(results):

@@ -254,7 +254,8 @@ def test_deepep_with_overlap_is_faster_than_plain_alltoall_for_deepseek_v3():
 
     model, system = load_model("deepseek-v3"), load_system("dgx-h100", 1024)
     base = Workload(kind="training", seq_len=4096, global_batch=8192, precision="fp8")
-    mapping = Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=4, last_stage_layers=9)
+    # DualPipe: the overlap needs a schedule that merges forwards with backwards (pipeline.a2a_overlap_problem)
+    mapping = Mapping(tp=2, pp=8, dp=64, ep=64, micro_batch=1, sp=True, first_stage_layers=4, last_stage_layers=9, dualpipe=True)
     plain = evaluate_training(model, system, base, mapping).metrics["step_time_s"]
     deepep = evaluate_training(model, system, dataclasses.replace(base, moe_dispatcher=MoeDispatcher.DEEPEP), mapping).metrics[
         "step_time_s"
