@@ -55,6 +55,7 @@ import reserved_serving  # benchmarks/reserved_serving.py: TensorRT-LLM's reserv
 import yaml
 
 from parasol.model.errors import ProblemError
+from parasol.model.pipeline import a2a_overlap_problem
 from parasol.solver.inference_validation import evaluate_planned_run
 from parasol.solver.validation import evaluate_run, load_runs
 
@@ -394,6 +395,16 @@ def with_recipe(entry_: dict) -> tuple[dict, str]:
             mapping[key] = settings["mapping"][key]
     if low == "nvfp4" or not mapping.get("sp"):
         mapping.pop("tp_comm_overlap", None)  # off under NVFP4; userbuffers need sequence parallelism
+    overlap_problem = a2a_overlap_problem(
+        mapping.get("pp", 1),
+        mapping.get("vpp", 1),
+        bool(mapping.get("dualpipe", False)),
+        mapping.get("recompute", "none"),
+        workload.get("recompute_modules", ["core_attn"]),
+        workload.get("mtp_layers", 0),
+    )
+    if workload.get("moe_a2a_overlap") and overlap_problem is not None:
+        workload["moe_a2a_overlap"] = False  # the recipe's overlap where the row's schedule cannot merge passes: off
     taken = sorted(
         set(settings.get("workload", {})) | {k for k in RECIPE_MAPPING_KEYS if k in mapping and k in settings.get("mapping", {})}
     )

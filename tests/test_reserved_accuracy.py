@@ -133,6 +133,10 @@ def test_recipes_add_the_25_11_settings_of_the_same_model_gpu_and_precision():
     taken, note = reserved_accuracy.with_recipe(h100_qwen)
     assert taken["workload"]["moe_a2a_overlap"] is True and note == "25.11 recipe: moe_a2a_overlap"
     assert "moe_a2a_overlap" not in h100_qwen["workload"]  # the entry itself is left as it was
+    # a row pipelined without interleaving cannot merge passes: the recipe's overlap is off there (Megatron-Core asserts)
+    piped = {**h100_qwen, "mapping": {**h100_qwen["mapping"], "pp": 2, "dp": 4}}
+    assert reserved_accuracy.with_recipe(piped)[0]["workload"]["moe_a2a_overlap"] is False
+    assert reserved_accuracy.with_recipe({**piped, "mapping": {**piped["mapping"], "vpp": 2}})[0]["workload"]["moe_a2a_overlap"]
 
 
 TRTLLM_PAGE = """## Throughput Measurements
