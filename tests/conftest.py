@@ -160,6 +160,14 @@ def run_main(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
+def assert_refused_in_one_line(path: Path, data: dict, field: str, command: str = "solve") -> None:
+    """Write ``data`` to ``path`` and run ``parasol COMMAND`` on it (``run_main``): exit 2, no traceback, one line
+    naming the file and ``field``."""
+    out = run_main([command, write_yaml(path, data)])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert str(path) in out.stderr and field in out.stderr and out.stderr.strip().count("\n") == 0
+
+
 def run_json(args: list[str], entry: str = "module") -> dict:
     proc = run_cli([*args, "--json"], entry=entry)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
