@@ -74,6 +74,7 @@ def test_the_recorded_megatron_release_cannot_express_it():
     assert str(err.value).endswith("allowed: false")  # as the problem file writes it
 
 
+@pytest.mark.slow  # a whole solve and enumeration, 10 s on 2 cores
 def test_solver_equals_the_enumerator_with_it():
     data = training_problem("llama3-70b", "dgx-b200", 64, global_batch=64, fp8_output_proj=True, **MXFP8)
     solved_as_enumerated(parse_problem(data, source="t.yaml"))

@@ -161,6 +161,7 @@ def test_the_runs_that_set_it_are_the_mlperf_configs_that_enable_it():
     assert fused == mlperf and len(fused) == 9
 
 
+@pytest.mark.slow  # a whole solve and enumeration, 10 s on 2 cores
 def test_solver_equals_the_enumerator_with_it():
     data = training_problem("qwen3-30b-a3b", "dgx-b200", 8, global_batch=64, fused_grouped_mlp=True, **MXFP8)
     solved_as_enumerated(parse_problem(data, source="t.yaml"))
