@@ -28,7 +28,8 @@ def test_published_parallelism_predicts_the_cost_per_trillion_tokens():
     all-gathers and the networks refitted, 2026-11-28; 167.5K, -3.1 % with the overlapped traffic slowing the compute beside it,
     moe_expert 0.68, 2026-11-29; 164.1K, -5.1 % at moe_expert 0.74 with MXFP8's GEMM share, 2026-11-29; 170.9K, -1.1 % at moe_expert 0.63 with
     Blackwell's training GEMM share, the same day; 171.1K, -1.0 % at moe_expert 0.71, refitted once Megatron-Bridge 25.09's
-    DeepSeek-V3 run had its script's layout, recomputation and MTP layer), within the issue's 20 %. Each assumption the
+    DeepSeek-V3 run had its script's layout, recomputation and MTP layer; 162.5K, -5.9 % at 0.90, once 25.09's Qwen3 rows
+    had their script's dispatcher too), within the issue's 20 %. Each assumption the
     report leaves open moves it one way: 1,024 GPUs and a schedule without bubble make it cheaper, none by more than the
     published cost's 26 %, and every variant fits in the H800's memory. An overlapped all-to-all is no variant: the schedules
     that hide it at pp 16 (DualPipe, Megatron-Core's interleaved one) do not fit this mapping (cost_validation.deepseek_v2_row)."""

@@ -144,10 +144,11 @@ def test_every_run_fits_and_the_families_stay_within_their_measured_error(runs):
     GB200 (+4.2 %) too fast. With the alltoall dispatcher's second sort of the routed rows (2026-11-29,
     ``expert_parallel.local_sort_bytes``): MoE 9.5 %, 18.7 % worst, three runs too slow. With moe_expert refitted
     0.63 -> 0.71 once 25.09's DeepSeek-V3 H100 run had its script's layout (2026-11-29): MoE 10.9 %, 20.6 % worst, one
-    run (DeepSeek-V3 on GB200) too slow. A point of slack."""
+    run (DeepSeek-V3 on GB200) too slow; at 0.90, once 25.09's Qwen3 rows had their script's dispatcher too (the same
+    day): MoE 14.5 %, 25.3 % worst, every run too fast. A point of slack."""
     results = evaluate_all(runs)
     assert all(r.evaluation.metrics["fits"] for r in results)
-    for name, mean, worst, slower in ((DENSE, 0.062, 0.16, 0), (MOE, 0.119, 0.216, 1)):
+    for name, mean, worst, slower in ((DENSE, 0.062, 0.16, 0), (MOE, 0.155, 0.263, 0)):
         errors = [r.error for r in results if r.family == name]
         assert len(errors) == 10 and statistics.fmean(abs(e) for e in errors) <= mean and max(map(abs, errors)) <= worst
         assert sum(e > 0 for e in errors) == slower  # the rest too fast
