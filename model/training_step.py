@@ -174,7 +174,7 @@ def _moe_layer(
     return _layer(ctx, True, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_overlap, etp, module_offload)
 
 
-def _dispatched_moe_layer(ctx, *keys):
+def _moe_layer_as_chosen(ctx, *keys):
     """``_moe_layer`` at MOE_LAYER's keys, the last two of them the dispatcher its tokens are sent by and
     whether their all-to-all is overlapped."""
     return _moe_layer(with_moe(ctx, *keys[-2:]), *keys[:-2])
@@ -210,7 +210,7 @@ MOE_LAYER = Factor(
         D.MOE_A2A_OVERLAP,
     ),
     LAYER_OUTPUTS,
-    _dispatched_moe_layer,
+    _moe_layer_as_chosen,
 )
 
 

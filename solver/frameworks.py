@@ -133,7 +133,9 @@ def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bo
                         )
             else:
                 out[key] = tuple(allowed)
-    for key in framework.workload.keys() & mapping.keys():  # a run setting the mapping lets solve choose (moe_dispatcher)
+    for key in (
+        framework.workload.keys() & mapping.keys()
+    ):  # keys a run may list in its mapping for solve to choose (moe_dispatcher, moe_a2a_overlap)
         for value in mapping[key]:
             if not any(_same(value, a) for a in framework.workload[key]):
                 raise ProblemError(
