@@ -61,6 +61,12 @@ problems/measurements/published_kernels.yaml carry them over, one rule per quant
   [assumption: the same chip at another power limit]. Not Hopper: H200's causal FP8 backward there (cuDNN 9.19) does
   not skip the masked half (0.91 of its unmasked time, BF16 0.49), so the Hopper files keep the serial rule
   [assumption], as multi-head attention does, whose rows there the rule reproduces.
+- block_fp8_gemm, block_fp8_grouped (Hopper): Float8BlockScaling's GEMMs measured on our H200
+  (problems/measurements/h200-fp8-scaling-microbench.yaml, benchmarks/fp8_scaling_microbench.py): per linear, its
+  three GEMMs' summed time under the scaling the model's reference curve or grouped rate was measured with (per-tensor
+  with fast accumulation for the dense linears; row-wise for the routed experts) over their summed blockwise time;
+  the median over the dense linears (DeepSeek-V3's attention and shared experts, Llama 3 70B at tp 4, 8192^3) and over
+  the expert shapes. H100 and H800 take the H200's [assumption: one GH100 die, the same cuBLAS kernels].
 - grouped_fp8 (Blackwell): the MXFP8 grouped GEMM Megatron-LM's GB200 guide measured, over GB200's FP8
   curve at the same per-expert shape (``compute.gemm_time_s``); the other Blackwell devices take the
   same ratio of their own curves [assumption: the same tensor cores and kernels].
@@ -92,6 +98,7 @@ XLA_MATMUL = ROOT / "problems" / "measurements" / "xla_matmul.yaml"
 PENALTY_HALF_WIDTH = 0.25  # decades of FLOPs either side of a point whose XLA shapes give its size penalty
 H200 = ROOT / "problems" / "measurements" / "h200-microbench.yaml"
 H100 = ROOT / "problems" / "measurements" / "h100-microbench.yaml"
+FP8_SCALING = ROOT / "problems" / "measurements" / "h200-fp8-scaling-microbench.yaml"
 HOPPER = "h100-sxm-80gb"  # the file holding our measured curves
 # device file -> its entries in the MAMF table (bf16, fp8); None: no such tensor cores
 DEVICES = {
@@ -343,6 +350,39 @@ def fp8_over_bf16(rows: dict) -> tuple[tuple, tuple, tuple]:
     )
 
 
+class BlockShares(NamedTuple):
+    """Float8BlockScaling's GEMM rates on Hopper, each the median over the measured linears of one kind of the
+    summed time of a linear's three GEMMs (forward, data gradient, weight gradient) under the reference scaling over
+    their summed blockwise time (1x128 x 128x128 scales in the first two, 1x128 x 1x128 in the weight gradient)."""
+
+    dense: float  # the dense linears against per-tensor scales with fast accumulation (the FP8 curve's GEMMs)
+    grouped: float  # the routed-expert shapes against row-wise scales (the grouped GEMMs grouped_fp8 was measured on)
+
+
+BLOCK_PASS_SCALING = {"fprop": "block_1x128_128x128", "dgrad": "block_1x128_128x128", "wgrad": "block_1x128_1x128"}
+
+
+def block_fp8_shares(measurement: dict) -> BlockShares:
+    """``BlockShares`` from the scaling section of fp8_scaling_microbench.py's file; linears named ``expert_*``
+    are the routed experts' shapes. Only scalings whose layout was checked against the dequantised product count."""
+    layouts = measurement["meta"]["block_layouts"]
+    if not all(layouts[s].get("checked") for s in set(BLOCK_PASS_SCALING.values()) | {"rowwise"}):
+        raise ValueError(f"{FP8_SCALING.name}: a block scaling's layout was not checked; run the script again")
+    linears: dict[tuple, dict] = {}
+    for e in measurement["scaling"]["entries"]:
+        linears.setdefault((e["model"], e["layer"]), {})[e["pass"]] = e
+    dense, grouped = [], []
+    for (_, layer), passes in linears.items():
+        if set(passes) != set(BLOCK_PASS_SCALING):
+            continue
+        block = sum(passes[p][f"{s}_seconds"] for p, s in BLOCK_PASS_SCALING.items())
+        if layer.startswith("expert"):
+            grouped.append(sum(p["rowwise_seconds"] for p in passes.values()) / block)
+        else:
+            dense.append(sum(p["tensorwise_fast_seconds"] for p in passes.values()) / block)
+    return BlockShares(round(statistics.median(dense), 2), round(statistics.median(grouped), 2))
+
+
 def derive() -> dict:
     """{device file: {gemm: (flops, eff), gemm_fp8: ..., gemm_fp4: ..., memory: x, grouped_fp8: x, attention: x}}."""
     pub = _measurement(PUBLISHED)
@@ -398,8 +438,11 @@ def derive() -> dict:
     grouped = grouped_fp8_blackwell(pub["grouped_mxfp8_gb200"], out["gb200"]["gemm_fp8"])
     ultra = softmax_speedups(pub["blackwell_ultra_softmax"])
     exp_b = blackwell_exp_ratio(pub["blackwell_ultra_softmax"])
+    block = block_fp8_shares(_measurement(FP8_SCALING))
     for device in HOPPER_DEVICES:
         out[device] = {
+            "block_fp8_gemm": block.dense,
+            "block_fp8_grouped": block.grouped,
             "softmax_exp_ratio": round(hopper_exp_ratio(pub["flash_attention_3_h100"]), DIGITS),
             "attention_triton": round(triton_on_hopper(pub), 2),
             "attention_triton_by_tokens": triton_by_tokens(pub, hopper_kept(pub), pub["cudnn_sdpa_training"]["grouped"]["h200"]),

@@ -83,9 +83,10 @@ def with_trial_overheads(routed):
     and one for the layer."""
 
     @functools.wraps(routed)
-    def timed(model, device, precision, tokens, tp, ep, etp=1):
+    def timed(model, device, precision, tokens, tp, ep, etp=1, rate_share=1.0):
         per_expert = model.moe.experts / ep * getattr(device, "expert_overhead_s", 0.0)
-        return routed(model, device, precision, tokens, tp, ep, etp) + per_expert + getattr(device, "layer_overhead_s", 0.0)
+        routed_s = routed(model, device, precision, tokens, tp, ep, etp, rate_share)
+        return routed_s + per_expert + getattr(device, "layer_overhead_s", 0.0)
 
     return timed
 

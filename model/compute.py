@@ -121,11 +121,23 @@ def layer_gemm_shapes(model: ModelSpec, tokens: float, tp: int, moe_layer: bool 
 
 def dense_gemm_share(device: DeviceSpec, recipe: LowPrecisionRecipe | None) -> float:
     """The share of its precision's GEMM curve a training recipe's dense GEMMs (every linear but the grouped routed
-    experts, whose own measured rate is ``grouped_fp8_efficiency``) compute at: MXFP8's block-scaled GEMMs, whose
-    E8M0 scales per 32 values the kernel applies along K, ``device.mxfp8_gemm_efficiency`` of the FP8 curve, which
-    per-tensor-scaled GEMMs measured (MAMF's torch._scaled_mm); every other recipe, and 16 bits, 1 (NVFP4's curve is
-    its own block-scaled GEMMs')."""
-    return device.mxfp8_gemm_efficiency if recipe == LowPrecisionRecipe.MXFP8 else 1.0
+    experts, ``routed_gemm_share``) compute at, against the FP8 curve that per-tensor-scaled GEMMs measured (MAMF's and
+    our torch._scaled_mm): MXFP8's block-scaled GEMMs, whose E8M0 scales per 32 values the kernel applies along K,
+    ``device.mxfp8_gemm_efficiency``; Float8BlockScaling's (fp32 scales per 1x128 of the input and per 128x128 of the
+    weight in the forward and data-gradient GEMMs, per 1x128 of both in the weight-gradient GEMM),
+    ``device.block_fp8_gemm_efficiency``, the three GEMMs' summed per-tensor time over their blockwise time, measured;
+    every other recipe, and 16 bits, 1 (NVFP4's curve is its own block-scaled GEMMs')."""
+    if recipe == LowPrecisionRecipe.MXFP8:
+        return device.mxfp8_gemm_efficiency
+    return device.block_fp8_gemm_efficiency if recipe == LowPrecisionRecipe.BLOCKWISE else 1.0
+
+
+def routed_gemm_share(device: DeviceSpec, recipe: LowPrecisionRecipe | None) -> float:
+    """The share of the grouped rate (``moe_routed_forward_time_s``: the FP8 curve times ``grouped_fp8_efficiency``,
+    measured on row-wise scaled grouped GEMMs) a training recipe's routed-expert GEMMs compute at: Float8BlockScaling's,
+    ``device.block_fp8_grouped_efficiency`` (the expert shapes' row-wise time over their blockwise time, measured);
+    every other recipe 1 (an MXFP8 device's grouped_fp8 was measured on MXFP8's own grouped GEMM)."""
+    return device.block_fp8_grouped_efficiency if recipe == LowPrecisionRecipe.BLOCKWISE else 1.0
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -186,7 +198,7 @@ def routed_gemm_shapes(model: ModelSpec, tokens: float, tp: int, etp: int = 1, e
 
 @functools.lru_cache(maxsize=1 << 14)
 def moe_routed_forward_time_s(
-    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int, etp: int = 1
+    model: ModelSpec, device: DeviceSpec, precision: str, tokens: float, tp: int, ep: int, etp: int = 1, rate_share: float = 1.0
 ) -> float:
     """Forward time of the router and the routed experts of one MoE layer on one GPU, seconds.
 
@@ -196,7 +208,8 @@ def moe_routed_forward_time_s(
     expert tensor parallelism; etp 1, full width, as Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes set it).
     Both run at the GEMM roofline divided by the device's ``moe_expert_efficiency``: what the
     block (router, token permutation, grouped GEMMs, the host sync of dropless dispatch) achieves
-    of the dense GEMM rate, fitted on published MoE runs (benchmarks/calibrate.py --moe).
+    of the dense GEMM rate, fitted on published MoE runs (benchmarks/calibrate.py --moe). The experts compute at
+    ``rate_share`` of their grouped rate besides (``routed_gemm_share``: a recipe's scaling granularity).
     """
     moe = model.moe
     local = moe.experts / ep
@@ -204,7 +217,7 @@ def moe_routed_forward_time_s(
         gemm_time_s(device, m, n, k, precision) for m, n, k in routed_gemm_shapes(model, tokens, tp, etp, local).values()
     )
     if precision in ("fp8", "fp4"):  # scaled grouped kernels fall short of the dense FP8 curve (measured on H100)
-        experts /= device.grouped_fp8_efficiency
+        experts /= device.grouped_fp8_efficiency * rate_share
     # the router is Megatron-Core's own linear (TopKRouter), outside Transformer Engine: a 16-bit GEMM
     router = gemm_time_s(device, tokens / tp, moe.experts, model.hidden, activation_precision(precision))
     return (experts + router) / device.moe_expert_efficiency

@@ -236,6 +236,13 @@ class DeviceSpec:
     # MXFP8 (block-scaled) dense GEMMs' rate / the FP8 curve's, which per-tensor-scaled GEMMs measured (device files:
     # efficiency.mxfp8_gemm, fitted by benchmarks/calibrate.py --mxfp8; compute.dense_gemm_share)
     mxfp8_gemm_efficiency: float = 1.0
+    # Float8BlockScaling (DeepSeek-V3's recipe: a scale per 1x128 of activations and gradients, per 128x128 of weights)
+    # on its dense linears: their three GEMMs' rate / the FP8 curve's (device files: efficiency.block_fp8_gemm, derived
+    # by benchmarks/device_curves.py from measurements/h200-fp8-scaling-microbench.yaml; compute.dense_gemm_share)
+    block_fp8_gemm_efficiency: float = 1.0
+    # the same recipe's routed-expert GEMMs: their rate / the row-wise scaled grouped GEMMs grouped_fp8 was measured on
+    # (efficiency.block_fp8_grouped; compute.routed_gemm_share)
+    block_fp8_grouped_efficiency: float = 1.0
     attention_tokens: tuple = ()  # key lengths (tokens per kernel call) of the training flash-attention curve
     attention_curve: tuple = ()  # its achieved fractions of the 16-bit peak there; empty: attention_efficiency
     gemm_scale: float = 1.0  # share of the GEMM curves' rates a serving engine's kernels reach (its profile's gemm)

@@ -434,6 +434,12 @@ def dense_share(device: DeviceSpec, workload: Workload) -> float:
     return compute.dense_gemm_share(device, training_recipe(workload.precision, workload.low_precision_recipe))
 
 
+def routed_share(device: DeviceSpec, workload: Workload) -> float:
+    """``compute.routed_gemm_share`` under the workload's training recipe: the share of their grouped rate the routed
+    experts' GEMMs compute at."""
+    return compute.routed_gemm_share(device, training_recipe(workload.precision, workload.low_precision_recipe))
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def layer_compute_times_s(
     model: ModelSpec,
@@ -454,7 +460,9 @@ def layer_compute_times_s(
     share = dense_share(device, workload)
     gemm_fwd = compute.layer_gemm_forward_time_s(model, device, workload.precision, tokens, tp, moe_layer, share)
     if moe_layer:
-        gemm_fwd += compute.moe_routed_forward_time_s(model, device, workload.precision, tokens, tp, ep, etp)
+        gemm_fwd += compute.moe_routed_forward_time_s(
+            model, device, workload.precision, tokens, tp, ep, etp, routed_share(device, workload)
+        )
     attn_fwd = compute.attention_core_forward_time_s(model, device, workload.attention, micro_batch, workload.seq_len, cp, tp)
     fused = workload.fused_grouped_mlp
     elem_bytes = compute.elementwise_forward_bytes(model, tokens, tp, sp, workload.precision, moe_layer, fused)
@@ -532,7 +540,8 @@ def selective_recompute_time_s(
     moe = model.moe
     shared = compute.mlp_gemm_shapes(model, tokens, moe.shared_experts * moe.shared_expert_ffn / tp) if moe.shared_experts else {}
     if "moe" in modules:
-        redo += compute.moe_routed_forward_time_s(model, device, precision, tokens, tp, ep, etp) + gemms(shared) + ep_fwd_s
+        routed = compute.moe_routed_forward_time_s(model, device, precision, tokens, tp, ep, etp, routed_share(device, workload))
+        redo += routed + gemms(shared) + ep_fwd_s
         return redo
     if "moe_act" in modules:
         rows = compute.routed_rows_per_gpu(model, tokens, tp)
