@@ -213,6 +213,11 @@ class Planner(ABC):
         cannot bound blocks of its spaces)."""
         return ()
 
+    def can_bound(self, problem) -> bool:
+        """Whether ``bounded_search`` can search the planner's spaces (``block_levels`` gives it levels; default: no).
+        Answered without building the space, which ``check_method`` must not do before the deadline is set."""
+        return False
+
     def enumerate_below(self, problem) -> int:
         """The largest space ``solve`` enumerates instead of solving (SolveMethod.AUTO; default: none)."""
         return 0
@@ -466,7 +471,7 @@ def check_method(planner: Planner, problem, method) -> SolveMethod:
         method = SolveMethod(method)
     except ValueError:
         raise ProblemError(f"{method!r} is not allowed; allowed: {', '.join(SolveMethod)}", field="method") from None
-    if method is SolveMethod.BOUND and not planner.block_levels(problem, planner.space(problem)):
+    if method is SolveMethod.BOUND and not planner.can_bound(problem):
         allowed = ", ".join(m for m in SolveMethod if m is not SolveMethod.BOUND)
         raise ProblemError(f"'bound' cannot search {planner.kind} problems; allowed: {allowed}", field="method")
     return method

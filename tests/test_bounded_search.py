@@ -172,6 +172,21 @@ def test_auto_bounds_a_large_training_space():
     assert auto.objective_value == pytest.approx(cpsat.objective_value, rel=1e-3)  # CP-SAT's integer scaling
 
 
+def test_choosing_the_bound_method_builds_no_space_before_the_deadline_is_set(monkeypatch):
+    """``check_method`` runs before ``solve`` sets its deadline: a space built there could not be interrupted cleanly
+    (Ctrl-C while DeepSeek-V3's space was built printed a traceback, 2026-11-29), so it asks the planner alone."""
+    from parasol.solver.planner import SolveMethod, check_method  # noqa: PLC0415
+
+    problem = parse_problem(training_problem("llama3-8b", num_gpus=8), source="t.yaml")
+    planner = planner_for(problem)
+
+    def no_space(_problem):
+        raise AssertionError("the space was built")
+
+    monkeypatch.setattr(planner, "space", no_space)
+    assert check_method(planner, problem, "bound") is SolveMethod.BOUND
+
+
 def test_serving_refuses_the_bound_method_in_one_line():
     proc = run_main(["solve", "problems/examples/llama3-70b-serving.yaml", "--method", "bound"])
     assert proc.returncode == 2
