@@ -43,7 +43,6 @@ import os
 import statistics
 import sys
 import time
-import traceback
 
 import yaml
 
@@ -314,7 +313,7 @@ def main() -> int:
         ap.error("--out is required (or --summarise FILE)")
     import torch
     from gpu_microbench import Timer, nominal_peaks, smi_id, smi_query, smi_resolve_id
-    from kernel_microbench import Section
+    from kernel_microbench import Section, finish, run_section, save
 
     if not torch.cuda.is_available():
         print("CUDA not available", file=sys.stderr)
@@ -342,33 +341,24 @@ def main() -> int:
     }
     sections = (("layouts", 30.0), ("scaling", 150.0), ("sustained", 2.5 * (5.0 if args.quick else args.sustain_s) + 20))
     layouts = {s: {"layout": None} for s in SCALINGS}
+
+    def find():
+        layouts.update(find_layouts(torch, "cuda"))
+        result["meta"]["block_layouts"] = layouts
+
     for sec_name, budget in sections:
         print(f"--- {sec_name} (budget {budget:.0f} s)", flush=True)
-        section, t0 = Section(sec_name, budget), time.time()
-        try:
-            if sec_name == "layouts":
-                layouts = find_layouts(torch, "cuda")
-                result["meta"]["block_layouts"] = layouts
-            elif sec_name == "scaling":
-                scaling_section(torch, timer, section, layouts, peaks["fp8_tflops"], args.quick)
-            else:
-                sustained_section(torch, section, 5.0 if args.quick else args.sustain_s, gpu)
-            status = "ok"
-        except Exception as exc:  # noqa: BLE001
-            status = f"error: {type(exc).__name__}: {str(exc)[:200]}"
-            traceback.print_exc()
-        if sec_name != "layouts":
-            result[sec_name] = section.result()
-        result["meta"]["section_status"][sec_name] = f"{status}, {time.time() - t0:.1f} s"
-        result["summary"] = summarise(result)
-        with open(path, "w") as fh:
-            yaml.safe_dump(result, fh, sort_keys=False, width=120)
+        section = Section(sec_name, budget)
+        if sec_name == "layouts":
+            measure = find
+        elif sec_name == "scaling":
+            measure = lambda: scaling_section(torch, timer, section, layouts, peaks["fp8_tflops"], args.quick)  # noqa: E731
+        else:
+            measure = lambda: sustained_section(torch, section, 5.0 if args.quick else args.sustain_s, gpu)  # noqa: E731
+        run_section(result, section, measure, summarise, path, keep=sec_name != "layouts")
     result["meta"]["nvidia_smi_end"] = smi_query(gpu)
-    with open(path, "w") as fh:
-        yaml.safe_dump(result, fh, sort_keys=False, width=120)
-    print(yaml.safe_dump(result["summary"], sort_keys=False), flush=True)
-    print(f"wrote {path}", flush=True)
-    return 0
+    save(result, path)
+    return finish(result, path)
 
 
 if __name__ == "__main__":

@@ -301,23 +301,40 @@ def main() -> int:
     for (sec_name, _, _), budget in zip(SECTIONS, budgets):
         print(f"--- {sec_name} (budget {budget * scale:.0f} s)", flush=True)
         section = Section(sec_name, budget * scale)
-        t0 = time.time()
-        try:
-            if sec_name == "grouped_gemm":
-                grouped_gemm(timer, section, peaks["bf16_tflops"], peaks.get("fp8_tflops"), args.quick)
-            elif sec_name == "quantise":
-                quantise(timer, section, peaks["hbm_gbps"], args.quick)
-            else:
-                permute(timer, section, peaks["hbm_gbps"], args.quick)
-            status = "ok"
-        except Exception as exc:  # noqa: BLE001
-            status = f"error: {type(exc).__name__}: {str(exc)[:200]}"
-            traceback.print_exc()
-        result[sec_name] = section.result()
-        result["meta"]["section_status"][sec_name] = f"{status}, {time.time() - t0:.1f} s"
-        result["summary"] = summarise(result)
-        with open(path, "w") as fh:
-            yaml.safe_dump(result, fh, sort_keys=False, width=120)
+        if sec_name == "grouped_gemm":
+            measure = lambda: grouped_gemm(timer, section, peaks["bf16_tflops"], peaks.get("fp8_tflops"), args.quick)  # noqa: E731
+        elif sec_name == "quantise":
+            measure = lambda: quantise(timer, section, peaks["hbm_gbps"], args.quick)  # noqa: E731
+        else:
+            measure = lambda: permute(timer, section, peaks["hbm_gbps"], args.quick)  # noqa: E731
+        run_section(result, section, measure, summarise, path)
+    return finish(result, path)
+
+
+def save(result: dict, path: str) -> None:
+    with open(path, "w") as fh:
+        yaml.safe_dump(result, fh, sort_keys=False, width=120)
+
+
+def run_section(result: dict, section: Section, measure, summarise, path: str, keep: bool = True) -> None:
+    """Run ``measure()``; record its status and seconds in ``result["meta"]["section_status"]``, the section's
+    entries (``keep``) and the summary, and rewrite ``path``: a section that fails leaves the others' results."""
+    t0 = time.time()
+    try:
+        measure()
+        status = "ok"
+    except Exception as exc:  # noqa: BLE001
+        status = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+        traceback.print_exc()
+    if keep:
+        result[section.name] = section.result()
+    result["meta"]["section_status"][section.name] = f"{status}, {time.time() - t0:.1f} s"
+    result["summary"] = summarise(result)
+    save(result, path)
+
+
+def finish(result: dict, path: str) -> int:
+    """Print the summary and where the file is; exit status 0."""
     print(yaml.safe_dump(result["summary"], sort_keys=False), flush=True)
     print(f"wrote {path}", flush=True)
     return 0
