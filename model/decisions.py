@@ -37,6 +37,8 @@ class TrainingDecision(StrEnum):
     MODULE_OFFLOAD = "module_offload"  # workload.offload_modules' saved inputs kept in host memory (fine-grained offloading)
     MOE_DISPATCHER = "moe_dispatcher"  # how routed tokens reach their experts (choices.MoeDispatcher; MoE models only)
     MOE_A2A_OVERLAP = "moe_a2a_overlap"  # the expert all-to-all hidden behind another micro-batch's compute (ep > 1 only)
+    # the modules selective recomputation redoes (a tuple of choices.RecomputeModule; None: the workload's, recompute_modules)
+    RECOMPUTE_MODULES = "recompute_modules"
     # derived from the choices above
     MICROBATCHES = "microbatches"  # micro-batches per step, global_batch / (dp x micro_batch)
     MIDDLE_STAGE_LAYERS = "middle_stage_layers"  # layers of each middle stage (0 when pp < 3)
@@ -77,6 +79,7 @@ TRAINING_MAPPING_KEYS = (
     TrainingDecision.MODULE_OFFLOAD,
     TrainingDecision.MOE_DISPATCHER,
     TrainingDecision.MOE_A2A_OVERLAP,
+    TrainingDecision.RECOMPUTE_MODULES,
 )
 # the parallel groups and the Layout key each one's placement is carried under
 GROUP_KEYS = {

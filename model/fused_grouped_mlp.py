@@ -43,6 +43,18 @@ UNFUSED_RECOMPUTE = (RecomputeModule.MOE_ACT,)
 UNFUSED_OFFLOAD = (OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT)
 
 
+def unfused_recompute_problem(modules, field: str) -> str | None:
+    """Why the fused grouped MLP cannot run beside selective recomputation of ``modules`` (named by ``field``): it does
+    not recompute the experts' activation (Transformer Engine refuses it); None when none of them asks that."""
+    recomputed = [m for m in modules if m in UNFUSED_RECOMPUTE]
+    if recomputed:
+        return (
+            f"the fused grouped MLP does not recompute the experts' activation (Transformer Engine refuses it): drop "
+            f"{', '.join(recomputed)} from {field}, or set it false"
+        )
+    return None
+
+
 def fused_grouped_mlp_problem(model: ModelSpec, workload: Workload, device: DeviceSpec | None = None) -> str | None:
     """Why the fused grouped MLP cannot run ``workload`` here, or None when it can: it needs a mixture-of-experts
     model with SwiGLU experts whose widths are multiples of 64, low-precision training under a block-scaled recipe
@@ -71,12 +83,9 @@ def fused_grouped_mlp_problem(model: ModelSpec, workload: Workload, device: Devi
             "under nvfp4 the fused grouped MLP needs nvfp4_hadamard true (Transformer Engine does not fuse without the "
             "random Hadamard transform); set it false, or nvfp4_hadamard true"
         )
-    recomputed = [m for m in workload.recompute_modules if m in UNFUSED_RECOMPUTE]
-    if recomputed:
-        return (
-            f"the fused grouped MLP does not recompute the experts' activation (Transformer Engine refuses it): drop "
-            f"{', '.join(recomputed)} from workload.recompute_modules, or set it false"
-        )
+    reason = unfused_recompute_problem(workload.recompute_modules, "workload.recompute_modules")
+    if reason is not None:
+        return reason
     offloaded = [m for m in workload.offload_modules if m in UNFUSED_OFFLOAD]
     if offloaded:
         return (

@@ -483,10 +483,13 @@ class Workload:
         if overhead is not None and overhead.allocator != self.allocator:
             raise ValueError(f"allocator_overhead is the {overhead.allocator} row, the workload's allocator is {self.allocator}")
 
-    def with_moe(self, dispatcher=None, a2a_overlap: bool | None = None) -> Workload:
-        """This workload with its MoE tokens sent by ``dispatcher`` (choices.MoeDispatcher) and their all-to-all
-        overlapped or not (``a2a_overlap``); None keeps the workload's own."""
+    def with_choices(self, dispatcher=None, a2a_overlap: bool | None = None, recompute_modules=None) -> Workload:
+        """This workload with the choices a mapping made: its MoE tokens sent by ``dispatcher`` (choices.MoeDispatcher),
+        their all-to-all overlapped or not (``a2a_overlap``), selective recomputation redoing ``recompute_modules``
+        (choices.RecomputeModule); None keeps the workload's own."""
         changes = {}
+        if recompute_modules is not None and tuple(recompute_modules) != self.recompute_modules:
+            changes["recompute_modules"] = tuple(recompute_modules)
         if dispatcher is not None and dispatcher != self.moe_dispatcher:
             changes["moe_dispatcher"] = MoeDispatcher(dispatcher)
         if a2a_overlap is not None and a2a_overlap != self.moe_a2a_overlap:
@@ -524,20 +527,22 @@ class Mapping:
     moe_dispatcher: str | None = None
     # the expert all-to-all hidden behind another micro-batch's compute; None: the workload's (moe_a2a_overlap)
     moe_a2a_overlap: bool | None = None
+    # what recompute selective redoes (choices.RecomputeModule values); None: the workload's (recompute_modules)
+    recompute_modules: tuple | None = None
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
-    def moe_workload(self, workload: Workload) -> Workload:
-        """``workload`` with the MoE choices this mapping made (``moe_dispatcher``, ``moe_a2a_overlap``; the
-        workload's own where the mapping leaves them)."""
-        return workload.with_moe(self.moe_dispatcher, self.moe_a2a_overlap)
+    def chosen_workload(self, workload: Workload) -> Workload:
+        """``workload`` with the choices this mapping made of what a workload otherwise states (``moe_dispatcher``,
+        ``moe_a2a_overlap``, ``recompute_modules``; the workload's own where the mapping leaves them)."""
+        return workload.with_choices(self.moe_dispatcher, self.moe_a2a_overlap, self.recompute_modules)
 
     def a2a_overlapped(self, workload: Workload) -> bool:
         """Whether this mapping hides an expert all-to-all behind compute: overlap chosen and ep > 1 (at ep 1
         there is no all-to-all to hide; Megatron-Core refuses the overlap there)."""
-        return self.ep > 1 and self.moe_workload(workload).moe_a2a_overlap
+        return self.ep > 1 and self.chosen_workload(workload).moe_a2a_overlap
 
     def as_dict(self) -> dict:
         return {
@@ -565,6 +570,7 @@ class Mapping:
             "module_offload": self.module_offload,
             **({"moe_dispatcher": str(self.moe_dispatcher)} if self.moe_dispatcher is not None else {}),
             **({"moe_a2a_overlap": self.moe_a2a_overlap} if self.moe_a2a_overlap is not None else {}),
+            **({"recompute_modules": list(self.recompute_modules)} if self.recompute_modules is not None else {}),
         }
 
 

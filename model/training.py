@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass
 
 from . import checks, compute, expert_parallel, fp8_attention, memory, params
-from .choices import CpComm, Recompute, ZeroStage, allowed
+from .choices import CpComm, Recompute, RecomputeModule, ZeroStage, allowed
 from .errors import ProblemError
-from .fused_grouped_mlp import fused_grouped_mlp_etp_problem
+from .fused_grouped_mlp import fused_grouped_mlp_etp_problem, unfused_recompute_problem
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
 from .pipeline import a2a_overlap_problem, dualpipe_problem, stage_layer_counts, vpp_divides_stages
 from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
@@ -989,6 +989,19 @@ def check_expert_grid(model: ModelSpec, tp: int, dp: int, cp: int, ep: int, etp:
         )
 
 
+def recompute_module_set(value, field: str, source: str | None = None) -> tuple:
+    """``value`` (one module, or a list of them) as the tuple of choices.RecomputeModule values selective recomputation
+    redoes, each once; ProblemError naming ``field`` for an empty list or a module Megatron-Core does not know."""
+    modules = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not modules:
+        raise ProblemError(
+            f"an empty list recomputes nothing (use mapping.recompute none); allowed: {allowed(RecomputeModule)}",
+            source=source,
+            field=field,
+        )
+    return tuple(dict.fromkeys(str(checks.choice(module, RecomputeModule, field, source)) for module in modules))
+
+
 def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapping: Mapping) -> None:
     """Raise ProblemError naming the mapping field when the mapping cannot run this problem."""
     m = mapping
@@ -1038,6 +1051,14 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             field="mapping.first_stage_layers",
         )
     check_cp_comm(model, m.tp, m.cp, m.cp_comm)
+    if m.recompute_modules is not None:
+        recompute_module_set(m.recompute_modules, "mapping.recompute_modules")
+        reason = (
+            unfused_recompute_problem(m.recompute_modules, "mapping.recompute_modules") if workload.fused_grouped_mlp else None
+        )
+        if reason is not None:
+            raise ProblemError(reason, field="mapping.recompute_modules")
+    workload = m.chosen_workload(workload)  # the mapping's choices of what the workload states
     if m.moe_a2a_overlap is not None and not isinstance(m.moe_a2a_overlap, bool):
         raise ProblemError(f"must be true or false, got {m.moe_a2a_overlap!r}", field="mapping.moe_a2a_overlap")
     if model.moe is not None and m.a2a_overlapped(workload):

@@ -174,24 +174,29 @@ def _moe_layer(
     return _layer(ctx, True, tp, cp, micro_batch, sp, recompute, ep, layouts, cp_comm, tp_overlap, etp, module_offload)
 
 
+def _lead_layer_as_chosen(ctx, *keys):
+    """``_lead_layer`` at LEAD_LAYER's keys, the last of them the modules selective recomputation redoes."""
+    return _lead_layer(with_choices(ctx, recompute_modules=keys[-1]), *keys[:-1])
+
+
 def _moe_layer_as_chosen(ctx, *keys):
-    """``_moe_layer`` at MOE_LAYER's keys, the last two of them the dispatcher its tokens are sent by and
-    whether their all-to-all is overlapped."""
-    return _moe_layer(with_moe(ctx, *keys[-2:]), *keys[:-2])
+    """``_moe_layer`` at MOE_LAYER's keys, the last three of them the dispatcher its tokens are sent by, whether
+    their all-to-all is overlapped and the modules selective recomputation redoes."""
+    return _moe_layer(with_choices(ctx, *keys[-3:]), *keys[:-3])
 
 
-def with_moe(ctx: TrainingContext, dispatcher, a2a_overlap) -> TrainingContext:
-    """``ctx`` with the mapping's MoE choices in its workload (``Workload.with_moe``)."""
-    workload = ctx.workload.with_moe(dispatcher, a2a_overlap)
+def with_choices(ctx: TrainingContext, dispatcher=None, a2a_overlap=None, recompute_modules=None) -> TrainingContext:
+    """``ctx`` with the mapping's choices of what the workload states in its workload (``Workload.with_choices``)."""
+    workload = ctx.workload.with_choices(dispatcher, a2a_overlap, recompute_modules)
     return ctx if workload is ctx.workload else dataclasses.replace(ctx, workload=workload)
 
 
 LAYER_KEYS = (D.TP, D.CP, D.MICRO_BATCH, D.SP, D.RECOMPUTE)  # what every layer's time and memory depend on
 LEAD_LAYER = Factor(
     "lead_layer",
-    (*LAYER_KEYS, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD),
+    (*LAYER_KEYS, D.TP_GROUP, D.CP_GROUP, D.CP_COMM, D.TP_COMM_OVERLAP, D.MODULE_OFFLOAD, D.RECOMPUTE_MODULES),
     LAYER_OUTPUTS,
-    _lead_layer,
+    _lead_layer_as_chosen,
 )
 MOE_LAYER = Factor(
     "moe_layer",
@@ -208,6 +213,7 @@ MOE_LAYER = Factor(
         D.MODULE_OFFLOAD,
         D.MOE_DISPATCHER,
         D.MOE_A2A_OVERLAP,
+        D.RECOMPUTE_MODULES,
     ),
     LAYER_OUTPUTS,
     _moe_layer_as_chosen,
@@ -947,8 +953,9 @@ def mapping_decisions(ctx: TrainingContext, mapping: Mapping) -> dict:
         D.WEIGHT_OFFLOAD: m.weight_offload,
         D.MODULE_OFFLOAD: m.module_offload,
         D.DUALPIPE: m.dualpipe,
-        D.MOE_DISPATCHER: m.moe_workload(ctx.workload).moe_dispatcher,
+        D.MOE_DISPATCHER: m.chosen_workload(ctx.workload).moe_dispatcher,
         D.MOE_A2A_OVERLAP: m.a2a_overlapped(ctx.workload),
+        D.RECOMPUTE_MODULES: m.recompute_modules,
         D.MICROBATCHES: ctx.workload.global_batch // (m.dp * m.micro_batch),
         D.MIDDLE_STAGE_LAYERS: layers[1] if m.pp >= 3 else 0,
         D.INTERLEAVED: m.vpp > 1,
@@ -1188,7 +1195,7 @@ def _dualpipe_rank(own: dict, mirrored: dict) -> dict:
 def _time_breakdown(ctx: TrainingContext, mapping: Mapping, decisions: dict, critical: dict, q: TrainingStep) -> dict:
     """The slowest stage's per-micro-batch components (``training.layer_times``) times the micro-batch
     count, the exposed data-parallel traffic, the optimizer, and the bubble as what remains of the step."""
-    model, wl, m = ctx.model, mapping.moe_workload(ctx.workload), mapping
+    model, wl, m = ctx.model, mapping.chosen_workload(ctx.workload), mapping
     layouts = {kind: decisions[key] for kind, key in GROUP_KEYS.items()}
 
     def times(moe_layer: bool):

@@ -148,7 +148,7 @@ def megatron_model_args(model) -> list[tuple[str, object]]:
 
 
 def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
-    model, w = problem.model, m.moe_workload(problem.workload)
+    model, w = problem.model, m.chosen_workload(problem.workload)
     args = [
         *megatron_model_args(model),
         ("--seq-length", w.seq_len),
@@ -313,7 +313,7 @@ def torchtitan_model_parts(layers: int, pp: int, vpp: int, first: int, last: int
 
 
 def torchtitan_sections(problem, num_gpus: int, m) -> dict:
-    model, w = problem.model, m.moe_workload(problem.workload)
+    model, w = problem.model, m.chosen_workload(problem.workload)
     _require(m.zero in (0, 3), f"ZeRO-{m.zero} (FSDP2 shards as ZeRO-3, DDP is ZeRO-0)")
     _require(m.sp or m.tp == 1, "tensor parallelism without sequence parallelism (torchtitan's TP plan shards norms)")
     _require(m.recompute in ("none", "full") and m.cp_comm == "ring", "a recompute or CP mode torchtitan lacks")

@@ -32,13 +32,12 @@ from parasol.model.choices import (
     WorkloadKind,
     Zero3Gather,
     ZeroStage,
-    allowed,
 )
 from parasol.model.compute import triton_attention_problem
 from parasol.model.decisions import TRAINING_MAPPING_KEYS
 from parasol.model.errors import ProblemError
 from parasol.model.fp8_attention import fp8_attention_problem
-from parasol.model.fused_grouped_mlp import fused_grouped_mlp_etp_problem, fused_grouped_mlp_problem
+from parasol.model.fused_grouped_mlp import fused_grouped_mlp_etp_problem, fused_grouped_mlp_problem, unfused_recompute_problem
 from parasol.model.goodput import MIN_GOODPUT
 from parasol.model.inference import check_unquantised_gemms
 from parasol.model.memory import memory_headroom_bytes
@@ -50,7 +49,7 @@ from parasol.model.pipeline_layout import parse_pipeline_layout
 from parasol.model.placement import placement_order
 from parasol.model.precision import TRAINING_PRECISIONS, training_recipe
 from parasol.model.specs import ATTENTION_KERNELS, DEFAULT_PLACEMENT, NO_CTA_CAPS, CommunicatorCtas, Mapping, ModelSpec, Workload
-from parasol.model.training import check_mapping
+from parasol.model.training import check_mapping, recompute_module_set
 from parasol.model.training_step import lead_layers
 
 from . import costing, frameworks, library
@@ -361,15 +360,9 @@ def _parse_workload(data, src: str) -> Workload:
     )
     moment_bytes = checks.choice(data.get("adam_moment_bytes", 4), (2, 4), "workload.adam_moment_bytes", src)
     master_bytes = checks.choice(data.get("master_weight_bytes", 4), (2, 4), "workload.master_weight_bytes", src)
-    modules = data.get("recompute_modules", [RecomputeModule.CORE_ATTN.value])
-    modules = modules if isinstance(modules, list) else [modules]
-    if not modules:
-        raise ProblemError(
-            f"an empty list recomputes nothing (use mapping.recompute none); allowed: {allowed(RecomputeModule)}",
-            source=src,
-            field="workload.recompute_modules",
-        )
-    modules = [str(checks.choice(module, RecomputeModule, "workload.recompute_modules", src)) for module in modules]
+    modules = recompute_module_set(
+        data.get("recompute_modules", [RecomputeModule.CORE_ATTN.value]), "workload.recompute_modules", src
+    )
     offload_modules = offload_module_list(data.get("offload_modules", []), src)
     flags = {
         key: checks.flag(data.get(key, default), f"workload.{key}", src)
@@ -447,7 +440,7 @@ def _parse_workload(data, src: str) -> Workload:
         zero3_backward_prefetch=str(prefetch),
         adam_moment_bytes=float(moment_bytes),
         master_weight_bytes=float(master_bytes),
-        recompute_modules=tuple(dict.fromkeys(modules)),
+        recompute_modules=modules,
         offload_modules=offload_modules,
         moe_dispatcher=dispatcher,
         allocator=allocator,
@@ -493,6 +486,10 @@ def _parse_mapping(data, src: str) -> dict:
     for key, value in data.items():
         if key == "pipeline_layout":  # one string, read with the model (``_apply_pipeline_layout``)
             out[key] = value
+            continue
+        if key == "recompute_modules":  # module sets: a list of lists for solve to choose among, or one list
+            listed = value if isinstance(value, list) and value and all(isinstance(v, list) for v in value) else [value]
+            out[key] = tuple(dict.fromkeys(recompute_module_set(v, f"mapping.{key}", src) for v in listed))
             continue
         values = value if isinstance(value, list) else [value]
         if not values:
@@ -877,6 +874,10 @@ def _single_system_problem(
         reason = fused_grouped_mlp_problem(model_spec, workload, device)
         if reason is not None:
             raise ProblemError(reason, source=source, field="workload.fused_grouped_mlp")
+        for modules in mapping.get("recompute_modules", ()):  # each set the mapping lets solve choose
+            reason = unfused_recompute_problem(modules, "mapping.recompute_modules")
+            if reason is not None:
+                raise ProblemError(reason, source=source, field="mapping.recompute_modules")
     if workload.kind == "training":
         reason = cta_caps_problem(device, workload.nccl_max_ctas)
         if reason is not None:

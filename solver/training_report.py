@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parasol.model.choices import MoeDispatcher
+from parasol.model.choices import MoeDispatcher, Recompute
 from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
 
@@ -26,12 +26,12 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
     ]
     lines.append(
         f"mapping: tp {m.tp}  pp {m.pp}  dp {m.dp}  cp {m.cp}  ep {m.ep}  micro_batch {m.micro_batch}  vpp {m.vpp}  "
-        f"sp {str(m.sp).lower()}  recompute {m.recompute}  zero {m.zero}  placement {m.placement}  "
+        f"sp {str(m.sp).lower()}  recompute {m.recompute}{modules_chosen(m)}  zero {m.zero}  placement {m.placement}  "
         f"{report.pipeline_unit(m)} layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
         + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
-        + (f"  moe_dispatcher {m.moe_workload(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
+        + (f"  moe_dispatcher {m.chosen_workload(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
         + ("  moe_a2a_overlap" if problem.model.moe is not None and m.a2a_overlapped(problem.workload) else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
         + ("  tp_comm_overlap" if m.tp_comm_overlap else "")
@@ -138,12 +138,18 @@ def plans_table(plans) -> list[str]:
     return lines
 
 
+def modules_chosen(m) -> str:
+    """`` (a/b)``: the modules selective recomputation redoes, where the mapping chose them (mapping.recompute_modules)."""
+    return f" ({'/'.join(m.recompute_modules)})" if m.recompute == Recompute.SELECTIVE and m.recompute_modules else ""
+
+
 def plan_choices(m) -> str:
     """The choices beyond Megatron's defaults a mapping makes, each after a comma (uneven chunks, offloaded
     layers, all-to-all CP, expert tensor parallelism, DeepEP's dispatch, the expert all-to-all's overlap, TP communication
     overlap, offloading, DualPipe)."""
     return (
-        (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
+        (f", recompute{modules_chosen(m)}" if modules_chosen(m) else "")
+        + (", uneven" if m.uneven_chunks and m.vpp > 1 else "")
         + (f", offload {m.offload_layers}" if m.offload_layers else "")
         + (f", cp {m.cp_comm}" if m.cp > 1 and m.cp_comm != "ring" else "")
         + (f", etp {m.etp}" if m.etp > 1 else "")

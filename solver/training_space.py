@@ -351,24 +351,44 @@ def dispatcher_rows(problem) -> tuple[list, tuple]:
     return [values.index(d) for d in values if d in listed], values
 
 
+def recompute_rows(problem, recompute: list) -> tuple[list[tuple], tuple]:
+    """((recompute code, module-set code) rows, the module sets' domain): under selective recomputation each set
+    ``mapping.recompute_modules`` lists, which solve then chooses among; otherwise (nothing, or every module, redone)
+    the first alone, which changes nothing there. Where the mapping lists none, the workload's own (None: the mapping
+    states nothing)."""
+    values = tuple(problem.mapping.get("recompute_modules", (None,)))
+    selective = tuple(Recompute).index(Recompute.SELECTIVE)
+    return [(r, c) for r in recompute for c in (range(len(values)) if r == selective else (0,))], values
+
+
+def modules_of(problem, values: tuple, code: int) -> tuple:
+    """The modules module-set ``code`` of ``values`` redoes (None: the workload's)."""
+    return problem.workload.recompute_modules if values[code] is None else values[code]
+
+
 def a2a_overlap_rows(problem, eps: list, pps: list, dualpipe: list, recompute: list) -> tuple[pd.DataFrame, tuple]:
     """(the relation, the domain's values) of ``moe_a2a_overlap``, whether the expert all-to-all is hidden behind
     another micro-batch's compute: for an MoE model, (ep, pp, interleaved, dualpipe, recompute, overlap) rows of
     the values ``mapping.moe_a2a_overlap`` lists (default: the workload's, ``workload.moe_a2a_overlap``) where
-    the schedule allows the overlap (``pipeline.a2a_overlap_problem``); at ep 1 there is no all-to-all to hide
-    (false). A dense model has none at all, and its mapping states nothing (None)."""
+    the schedule allows the overlap (``pipeline.a2a_overlap_problem``; ``recompute`` as (recompute, module-set)
+    code rows, ``recompute_rows``); at ep 1 there is no all-to-all to hide (false). A dense model has none at all,
+    and its mapping states nothing (None)."""
     if problem.model.moe is None:
         return pd.DataFrame({D.MOE_A2A_OVERLAP: [0]}), (None,)
     wl = problem.workload
     listed = problem.mapping.get("moe_a2a_overlap", (wl.moe_a2a_overlap,))
+    _, module_sets = recompute_rows(problem, [])
     rows = set()
-    for ep, pp, i, d, r in itertools.product(eps, pps, (0, 1), dualpipe, recompute):
+    for ep, pp, i, d, (r, c) in itertools.product(eps, pps, (0, 1), dualpipe, recompute):
         for overlap in listed:
             if not (overlap and ep > 1):
-                rows.add((ep, pp, i, d, r, 0))
-            elif a2a_overlap_problem(pp, 1 + i, bool(d), tuple(Recompute)[r], wl.recompute_modules, wl.mtp_layers) is None:
-                rows.add((ep, pp, i, d, r, 1))
-    columns = [D.EP, D.PP, D.INTERLEAVED, D.DUALPIPE, D.RECOMPUTE, D.MOE_A2A_OVERLAP]
+                rows.add((ep, pp, i, d, r, c, 0))
+            elif (
+                a2a_overlap_problem(pp, 1 + i, bool(d), tuple(Recompute)[r], modules_of(problem, module_sets, c), wl.mtp_layers)
+                is None
+            ):
+                rows.add((ep, pp, i, d, r, c, 1))
+    columns = [D.EP, D.PP, D.INTERLEAVED, D.DUALPIPE, D.RECOMPUTE, D.RECOMPUTE_MODULES, D.MOE_A2A_OVERLAP]
     return pd.DataFrame(sorted(rows), columns=columns), (False, True)
 
 
@@ -442,24 +462,30 @@ def build_space(problem) -> Space:
         and (not sp_with_tp or s == (tp > 1))  # a framework whose tensor parallelism always shards the sequence
     ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
+    recomputing, module_sets = recompute_rows(problem, recompute)
     cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
     dispatchers, dispatcher_values = dispatcher_rows(problem)
     # fine-grained offloading (workload.offload_modules): off unless the mapping (or the listed modules) asks; not
     # beside whole-layer offloading (Megatron-Core refuses both), nothing to move under full recomputation
     module_offloads = [int(x) for x in problem.mapping.get("module_offload", (False,))]
     offload_recompute = [
-        (x, r, u)
+        (x, r, c, u)
         for x in sorted({row[-1] for row in pipeline})
-        for r in recompute
+        for r, c in recomputing
         for u in module_offloads
         if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
-        and not (u and module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], wl.recompute_modules))
+        and not (
+            u
+            and module_offload_problem(
+                model, device, wl.offload_modules, x, tuple(Recompute)[r], modules_of(problem, module_sets, c)
+            )
+        )
     ]
     if module_offloads == [1] and not offload_recompute:  # offloading forced on beside choices it cannot run with
         reasons = (
-            module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], wl.recompute_modules)
+            module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], modules_of(problem, module_sets, c))
             for x in sorted({row[-1] for row in pipeline})
-            for r in recompute
+            for r, c in recomputing
         )
         reason = next((why for why in reasons if why is not None), None)
         if reason is not None:
@@ -479,16 +505,19 @@ def build_space(problem) -> Space:
         for d in dualpipe
         if (not i or (pp > 1 and m % pp == 0)) and (not d or (not i and dualpipe_problem(pp, 1, m) is None))
     ]
-    overlap, overlap_values = a2a_overlap_rows(problem, sorted({p.ep for p in used}), sorted(usable_pp), dualpipe, recompute)
+    overlap, overlap_values = a2a_overlap_rows(problem, sorted({p.ep for p in used}), sorted(usable_pp), dualpipe, recomputing)
     frames = [
         ("grid", pd.DataFrame(rows, columns=grid_cols)),
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
-        ("recompute", pd.DataFrame({D.RECOMPUTE: recompute})),
+        ("recompute", pd.DataFrame(recomputing, columns=[D.RECOMPUTE, D.RECOMPUTE_MODULES])),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("moe_dispatcher", pd.DataFrame({D.MOE_DISPATCHER: dispatchers})),
         ("moe_a2a_overlap", overlap),
-        ("offload_recompute", pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE, D.MODULE_OFFLOAD])),
+        (
+            "offload_recompute",
+            pd.DataFrame(offload_recompute, columns=[D.OFFLOAD_LAYERS, D.RECOMPUTE, D.RECOMPUTE_MODULES, D.MODULE_OFFLOAD]),
+        ),
         ("optimizer_offload", pd.DataFrame(optimizer_offload, columns=[D.ZERO, D.OPTIMIZER_OFFLOAD])),
         ("weight_offload", pd.DataFrame(weight_offload, columns=[D.ZERO, D.WEIGHT_OFFLOAD])),
         ("schedule", pd.DataFrame(schedule, columns=[D.PP, D.MICROBATCHES, D.INTERLEAVED, D.DUALPIPE])),
@@ -523,6 +552,7 @@ def build_space(problem) -> Space:
         D.DUALPIPE: categorical((False, True)),
         D.MODULE_OFFLOAD: categorical((False, True)),
         D.MOE_A2A_OVERLAP: categorical(overlap_values),
+        D.RECOMPUTE_MODULES: categorical(module_sets),
     }
     domains.update({key: categorical(tuple(layouts[kind])) for kind, key in GROUP_KEYS.items()})
     for _, frame in frames:
