@@ -9,13 +9,14 @@ relations, in the order rows are materialised:
   (``placement.group_layouts``), one placement per class the model cannot tell apart
   (``placement_classes``);
 - ``micro``: dp, micro_batch and the micro-batch count global_batch / (dp·micro_batch);
-- ``sp``: tp, sp (sequence parallelism needs tp > 1); ``recompute``; ``zero``;
+- ``sp``: tp, sp (sequence parallelism needs tp > 1); ``zero``;
 - ``schedule``: pp, the micro-batch count, interleaved (Megatron's interleaved schedule runs
   micro-batches in groups of pp);
 - ``pipeline``: pp, the first, last and middle stages' layers, vpp (which must split every stage)
   and whether it interleaves;
-- ``moe_dispatcher``; ``moe_a2a_overlap``: ep, pp, interleaved, DualPipe, recompute and whether the expert
-  all-to-all is overlapped, where the schedule allows it (``pipeline.a2a_overlap_problem``).
+- ``recompute``: recompute and the module set selective recomputation redoes (``recompute_rows``);
+- ``moe_dispatcher``; ``moe_a2a_overlap``: ep, pp, interleaved, DualPipe, recompute, the module set and whether the
+  expert all-to-all is overlapped, where the schedule allows it (``pipeline.a2a_overlap_problem``).
 """
 
 from __future__ import annotations
