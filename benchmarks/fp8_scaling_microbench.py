@@ -2,7 +2,8 @@
 """What FP8 scaling granularity and sustained load cost a Hopper GEMM, on one GPU.
 
 Usage:
-    python3 benchmarks/fp8_scaling_microbench.py --out DIR [--quick] [--sustain-s S]
+    python3 benchmarks/fp8_scaling_microbench.py --out DIR [--quick] [--sustain-s S] [--sustain-shapes cube|all]
+                                                 [--sections layouts,scaling,sustained]
     python3 benchmarks/fp8_scaling_microbench.py --summarise FILE
 
 Writes DIR/fp8_scaling_microbench.yaml (rewritten after each section) and prints one line per
@@ -28,8 +29,9 @@ scaling
 sustained
     One 8192^3 GEMM back to back for ``--sustain-s`` seconds, bf16 then FP8 tensorwise, timed in
     one-second windows, with nvidia-smi's SM clock, power and temperature sampled each second:
-    the rate of the first window, the median and the last, against the short-burst rate the
-    device curves are fitted to.
+    the rate of the first window, the median and the last. With ``--sustain-shapes all``, each of
+    ``SUSTAIN_SHAPES`` so, FP8 with fast accumulation too, beside its short-burst rate (``Timer.bench``,
+    as the device curves were measured): ``median_over_burst``. ``--sections sustained`` runs it alone.
 
 Summary (``--summarise`` prints it again from a stored file): the median share of each block
 scaling over the shapes, by pass, what ``block_fp8_gemm_efficiency`` in the Hopper device files is.
@@ -211,56 +213,76 @@ def scaling_section(torch, timer, section, layouts: dict, peak_fp8: float, quick
             torch.cuda.empty_cache()
 
 
-def sustained_section(torch, section, sustain_s: float, smi_id) -> None:
+SUSTAIN_SHAPES = {  # name: (m, k, n) of a GEMM held back to back; --sustain-shapes all takes every one
+    "8192^3": (8192, 8192, 8192),
+    "llama3-70b tp4 mlp_up": (8192, 8192, 14336),
+    "llama3-70b tp4 qkv": (8192, 8192, 2560),
+    "deepseek-v3 attn_out": (4096, 16384, 7168),
+    "deepseek-v3 expert_up r4096": (4096, 7168, 4096),
+    "deepseek-v3 expert_down r1024": (1024, 2048, 7168),
+}
+
+
+def sustained_section(torch, timer, section, sustain_s: float, smi_id, shapes: tuple = ("8192^3",)) -> None:
+    """Each of ``shapes`` held back to back for ``sustain_s`` seconds in bf16, FP8 per-tensor (split accumulation)
+    and, with more than one shape, FP8 with fast accumulation (the device curves' GEMMs), beside its short-burst rate
+    (``Timer.bench``, what the curves were measured with), in one-second windows with nvidia-smi sampled."""
     from gpu_microbench import SmiSampler, num
 
-    dev, size = "cuda", 8192
-    flops = 2.0 * size**3
-    a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=dev, dtype=torch.bfloat16).t()
-    a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
-    one = torch.ones((), device=dev)
-    kinds = {
-        "bf16": lambda: torch.mm(a, b),
-        "fp8_tensorwise": lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-    }
-    for kind, fn in kinds.items():
-        if not section.ok():
-            continue
-        for _ in range(3):
+    dev = "cuda"
+    for shape in shapes:
+        m, k, n = SUSTAIN_SHAPES[shape]
+        flops = 2.0 * m * k * n
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(n, k, device=dev, dtype=torch.bfloat16).t()
+        a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=dev)
+        kinds = {
+            "bf16": lambda: torch.mm(a, b),
+            "fp8_tensorwise": lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        }
+        if len(shapes) > 1:
+            kinds["fp8_fast"] = lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+        for kind, fn in kinds.items():
+            if not section.ok():
+                continue
+            burst = flops / timer.bench(fn)["seconds"] / 1e12 if len(shapes) > 1 else None
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
             fn()
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        per_window = max(1, int(1.0 / max(time.perf_counter() - t1, 1e-5)))
-        rates = []
-        start = time.perf_counter()
-        with SmiSampler(smi_id, period_s=1.0) as sampler:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            while time.perf_counter() - start < sustain_s:
-                s.record()
-                for _ in range(per_window):
-                    fn()
-                e.record()
-                e.synchronize()
-                rates.append(flops * per_window / (s.elapsed_time(e) * 1e-3) / 1e12)
-        section.add(
-            {
-                "kind": kind,
-                "size": size,
-                "seconds": num(time.perf_counter() - start, 4),
-                "windows": len(rates),
-                "calls_per_window": per_window,
-                "tflops_first": num(rates[0], 5),
-                "tflops_median": num(statistics.median(rates), 5),
-                "tflops_last": num(rates[-1], 5),
-                "tflops_min": num(min(rates), 5),
-                "last_over_first": num(rates[-1] / rates[0], 4),
-                "nvidia_smi": sampler.summary(),
-            }
-        )
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            per_window = max(1, int(1.0 / max(time.perf_counter() - t1, 1e-5)))
+            rates = []
+            start = time.perf_counter()
+            with SmiSampler(smi_id, period_s=1.0) as sampler:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                while time.perf_counter() - start < sustain_s:
+                    s.record()
+                    for _ in range(per_window):
+                        fn()
+                    e.record()
+                    e.synchronize()
+                    rates.append(flops * per_window / (s.elapsed_time(e) * 1e-3) / 1e12)
+            entry = {"kind": kind, "size": m} if len(shapes) == 1 and shape == "8192^3" else {"shape": shape, "kind": kind}
+            if "shape" in entry:
+                entry.update(m=m, k=k, n=n)
+            entry.update(
+                seconds=num(time.perf_counter() - start, 4),
+                windows=len(rates),
+                calls_per_window=per_window,
+                tflops_first=num(rates[0], 5),
+                tflops_median=num(statistics.median(rates), 5),
+                tflops_last=num(rates[-1], 5),
+                tflops_min=num(min(rates), 5),
+                last_over_first=num(rates[-1] / rates[0], 4),
+                nvidia_smi=sampler.summary(),
+            )
+            if burst is not None:
+                entry.update(tflops_burst=num(burst, 5), median_over_burst=num(statistics.median(rates) / burst, 4))
+            section.add(entry)
+            torch.cuda.synchronize()
+        del a, b, a8, b8
+        torch.cuda.empty_cache()
 
 
 def summarise(result: dict) -> dict:
@@ -294,7 +316,10 @@ def summarise(result: dict) -> dict:
     if tvb:
         out["tensorwise_over_bf16_rate_median"] = round(statistics.median(tvb), 4)
     for e in result.get("sustained", {}).get("entries", []):
-        out[f"sustained_{e['kind']}_last_over_first"] = e["last_over_first"]
+        if "shape" in e:
+            out[f"sustained {e['shape']} {e['kind']}: median over burst"] = e.get("median_over_burst")
+        else:
+            out[f"sustained_{e['kind']}_last_over_first"] = e["last_over_first"]
     return out
 
 
@@ -303,6 +328,8 @@ def main() -> int:
     ap.add_argument("--out", help="folder for fp8_scaling_microbench.yaml")
     ap.add_argument("--quick", action="store_true", help="four linears, 5 s of sustained load")
     ap.add_argument("--sustain-s", type=float, default=20.0, help="seconds of each sustained GEMM (default 20)")
+    ap.add_argument("--sustain-shapes", choices=("cube", "all"), default="cube", help="8192^3 alone (default), or SUSTAIN_SHAPES")
+    ap.add_argument("--sections", default="layouts,scaling,sustained", help="comma-separated sections to run (default all)")
     ap.add_argument("--summarise", metavar="FILE", help="print the summary of a stored result and exit")
     args = ap.parse_args()
     if args.summarise:
@@ -339,7 +366,10 @@ def main() -> int:
             "section_status": {},
         }
     }
-    sections = (("layouts", 30.0), ("scaling", 150.0), ("sustained", 2.5 * (5.0 if args.quick else args.sustain_s) + 20))
+    shapes = tuple(SUSTAIN_SHAPES) if args.sustain_shapes == "all" else ("8192^3",)
+    held = (5.0 if args.quick else args.sustain_s) * len(shapes) * (3 if len(shapes) > 1 else 2)
+    sections = (("layouts", 30.0), ("scaling", 150.0), ("sustained", 1.25 * held + 20 * len(shapes)))
+    sections = tuple(s for s in sections if s[0] in args.sections.split(","))
     layouts = {s: {"layout": None} for s in SCALINGS}
 
     def find():
@@ -354,7 +384,7 @@ def main() -> int:
         elif sec_name == "scaling":
             measure = lambda: scaling_section(torch, timer, section, layouts, peaks["fp8_tflops"], args.quick)  # noqa: E731
         else:
-            measure = lambda: sustained_section(torch, section, 5.0 if args.quick else args.sustain_s, gpu)  # noqa: E731
+            measure = lambda: sustained_section(torch, timer, section, 5.0 if args.quick else args.sustain_s, gpu, shapes)  # noqa: E731
         run_section(result, section, measure, summarise, path, keep=sec_name != "layouts")
     result["meta"]["nvidia_smi_end"] = smi_query(gpu)
     save(result, path)
