@@ -86,6 +86,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import yaml
+from fp8_scaling_microbench import BLOCK_PASS_SCALING  # benchmarks/fp8_scaling_microbench.py (torch imported lazily)
 
 from parasol.model.compute import FLASH_BACKWARD_FACTOR, gemm_time_s
 from parasol.model.fp8_attention import REFERENCE_SCORE_WIDTH, SIXTEEN_BIT_TENSOR_UNITS, pass_factors, serial_pass_time
@@ -357,9 +358,6 @@ class BlockShares(NamedTuple):
 
     dense: float  # the dense linears against per-tensor scales with fast accumulation (the FP8 curve's GEMMs)
     grouped: float  # the routed-expert shapes against row-wise scales (the grouped GEMMs grouped_fp8 was measured on)
-
-
-BLOCK_PASS_SCALING = {"fprop": "block_1x128_128x128", "dgrad": "block_1x128_128x128", "wgrad": "block_1x128_1x128"}
 
 
 def block_fp8_shares(measurement: dict) -> BlockShares:

@@ -52,6 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BLOCK = 128
 SCALINGS = ("tensorwise", "rowwise", "block_1x128_128x128", "block_1x128_1x128")
+# the block scaling Float8BlockScaling runs each pass of a linear with (its weight gradient scales both operands 1x128)
+BLOCK_PASS_SCALING = {"fprop": "block_1x128_128x128", "dgrad": "block_1x128_128x128", "wgrad": "block_1x128_1x128"}
 
 # (model, layer, tokens m, in k, out n): the forward GEMM; dgrad and wgrad follow from it.
 LINEARS = (
@@ -183,9 +185,7 @@ def scaling_section(torch, timer, section, layouts: dict, peak_fp8: float, quick
                 a8, b8 = operands(torch, m, k, n, dev)
                 for scaling in SCALINGS:
                     layout = layouts[scaling]["layout"]
-                    if layout is None or (scaling == "block_1x128_128x128" and pass_ == "wgrad"):
-                        continue  # Float8BlockScaling's weight gradient scales both operands 1x128
-                    if scaling == "block_1x128_1x128" and pass_ != "wgrad":
+                    if layout is None or (scaling.startswith("block") and scaling != BLOCK_PASS_SCALING[pass_]):
                         continue
                     sa, sb, _, _ = _scales(torch, scaling, m, k, n, dev, random=False)
                     try:

@@ -1053,11 +1053,10 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
     check_cp_comm(model, m.tp, m.cp, m.cp_comm)
     if m.recompute_modules is not None:
         recompute_module_set(m.recompute_modules, "mapping.recompute_modules")
-        reason = (
-            unfused_recompute_problem(m.recompute_modules, "mapping.recompute_modules") if workload.fused_grouped_mlp else None
-        )
-        if reason is not None:
-            raise ProblemError(reason, field="mapping.recompute_modules")
+        if workload.fused_grouped_mlp:
+            reason = unfused_recompute_problem(m.recompute_modules, "mapping.recompute_modules")
+            if reason is not None:
+                raise ProblemError(reason, field="mapping.recompute_modules")
     workload = m.chosen_workload(workload)  # the mapping's choices of what the workload states
     if m.moe_a2a_overlap is not None and not isinstance(m.moe_a2a_overlap, bool):
         raise ProblemError(f"must be true or false, got {m.moe_a2a_overlap!r}", field="mapping.moe_a2a_overlap")

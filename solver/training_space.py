@@ -352,43 +352,49 @@ def dispatcher_rows(problem) -> tuple[list, tuple]:
     return [values.index(d) for d in values if d in listed], values
 
 
-def recompute_rows(problem, recompute: list) -> tuple[list[tuple], tuple]:
-    """((recompute code, module-set code) rows, the module sets' domain): under selective recomputation each set
+class RecomputeChoice(NamedTuple):
+    """One (recompute, module set) pair of the space: the codes its relations hold, and what they stand for."""
+
+    code: int  # of Recompute
+    modules_code: int  # of the module sets' domain
+    recompute: Recompute
+    modules: tuple  # what selective recomputation redoes (the workload's where the mapping lists none)
+
+
+def recompute_rows(problem, recompute: list) -> tuple[list[RecomputeChoice], tuple]:
+    """(the (recompute, module set) pairs, the module sets' domain): under selective recomputation each set
     ``mapping.recompute_modules`` lists, which solve then chooses among; otherwise (nothing, or every module, redone)
     the first alone, which changes nothing there. Where the mapping lists none, the workload's own (None: the mapping
     states nothing)."""
     values = tuple(problem.mapping.get("recompute_modules", (None,)))
-    selective = tuple(Recompute).index(Recompute.SELECTIVE)
-    return [(r, c) for r in recompute for c in (range(len(values)) if r == selective else (0,))], values
+    own = problem.workload.recompute_modules
+    rows = [
+        RecomputeChoice(r, c, tuple(Recompute)[r], own if values[c] is None else values[c])
+        for r in recompute
+        for c in (range(len(values)) if tuple(Recompute)[r] == Recompute.SELECTIVE else (0,))
+    ]
+    return rows, values
 
 
-def modules_of(problem, values: tuple, code: int) -> tuple:
-    """The modules module-set ``code`` of ``values`` redoes (None: the workload's)."""
-    return problem.workload.recompute_modules if values[code] is None else values[code]
-
-
-def a2a_overlap_rows(problem, eps: list, pps: list, dualpipe: list, recompute: list) -> tuple[pd.DataFrame, tuple]:
+def a2a_overlap_rows(
+    problem, eps: list, pps: list, dualpipe: list, recompute: list[RecomputeChoice]
+) -> tuple[pd.DataFrame, tuple]:
     """(the relation, the domain's values) of ``moe_a2a_overlap``, whether the expert all-to-all is hidden behind
     another micro-batch's compute: for an MoE model, (ep, pp, interleaved, dualpipe, recompute, overlap) rows of
     the values ``mapping.moe_a2a_overlap`` lists (default: the workload's, ``workload.moe_a2a_overlap``) where
-    the schedule allows the overlap (``pipeline.a2a_overlap_problem``; ``recompute`` as (recompute, module-set)
-    code rows, ``recompute_rows``); at ep 1 there is no all-to-all to hide (false). A dense model has none at all,
+    the schedule allows the overlap (``pipeline.a2a_overlap_problem``; ``recompute``: ``recompute_rows``); at ep 1 there is no all-to-all to hide (false). A dense model has none at all,
     and its mapping states nothing (None)."""
     if problem.model.moe is None:
         return pd.DataFrame({D.MOE_A2A_OVERLAP: [0]}), (None,)
     wl = problem.workload
     listed = problem.mapping.get("moe_a2a_overlap", (wl.moe_a2a_overlap,))
-    _, module_sets = recompute_rows(problem, [])
     rows = set()
-    for ep, pp, i, d, (r, c) in itertools.product(eps, pps, (0, 1), dualpipe, recompute):
+    for ep, pp, i, d, r in itertools.product(eps, pps, (0, 1), dualpipe, recompute):
         for overlap in listed:
             if not (overlap and ep > 1):
-                rows.add((ep, pp, i, d, r, c, 0))
-            elif (
-                a2a_overlap_problem(pp, 1 + i, bool(d), tuple(Recompute)[r], modules_of(problem, module_sets, c), wl.mtp_layers)
-                is None
-            ):
-                rows.add((ep, pp, i, d, r, c, 1))
+                rows.add((ep, pp, i, d, r.code, r.modules_code, 0))
+            elif a2a_overlap_problem(pp, 1 + i, bool(d), r.recompute, r.modules, wl.mtp_layers) is None:
+                rows.add((ep, pp, i, d, r.code, r.modules_code, 1))
     columns = [D.EP, D.PP, D.INTERLEAVED, D.DUALPIPE, D.RECOMPUTE, D.RECOMPUTE_MODULES, D.MOE_A2A_OVERLAP]
     return pd.DataFrame(sorted(rows), columns=columns), (False, True)
 
@@ -470,23 +476,18 @@ def build_space(problem) -> Space:
     # beside whole-layer offloading (Megatron-Core refuses both), nothing to move under full recomputation
     module_offloads = [int(x) for x in problem.mapping.get("module_offload", (False,))]
     offload_recompute = [
-        (x, r, c, u)
+        (x, r.code, r.modules_code, u)
         for x in sorted({row[-1] for row in pipeline})
-        for r, c in recomputing
+        for r in recomputing
         for u in module_offloads
-        if offload_problem(model, device, 1, tuple(Recompute)[r], x) is None  # pp: the pipeline relation's rows
-        and not (
-            u
-            and module_offload_problem(
-                model, device, wl.offload_modules, x, tuple(Recompute)[r], modules_of(problem, module_sets, c)
-            )
-        )
+        if offload_problem(model, device, 1, r.recompute, x) is None  # pp: the pipeline relation's rows
+        and not (u and module_offload_problem(model, device, wl.offload_modules, x, r.recompute, r.modules))
     ]
     if module_offloads == [1] and not offload_recompute:  # offloading forced on beside choices it cannot run with
         reasons = (
-            module_offload_problem(model, device, wl.offload_modules, x, tuple(Recompute)[r], modules_of(problem, module_sets, c))
+            module_offload_problem(model, device, wl.offload_modules, x, r.recompute, r.modules)
             for x in sorted({row[-1] for row in pipeline})
-            for r, c in recomputing
+            for r in recomputing
         )
         reason = next((why for why in reasons if why is not None), None)
         if reason is not None:
@@ -511,7 +512,7 @@ def build_space(problem) -> Space:
         ("grid", pd.DataFrame(rows, columns=grid_cols)),
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
-        ("recompute", pd.DataFrame(recomputing, columns=[D.RECOMPUTE, D.RECOMPUTE_MODULES])),
+        ("recompute", pd.DataFrame([(r.code, r.modules_code) for r in recomputing], columns=[D.RECOMPUTE, D.RECOMPUTE_MODULES])),
         ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
         ("moe_dispatcher", pd.DataFrame({D.MOE_DISPATCHER: dispatchers})),
         ("moe_a2a_overlap", overlap),
