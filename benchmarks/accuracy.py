@@ -3,7 +3,7 @@
     python benchmarks/accuracy.py [--json] [--markdown] [--write-docs] [--write-bands]
 
 --write-docs replaces the generated blocks of docs/accuracy.md (family summary, per-run tables,
-serving) and of README.md's accuracy summary with this run's figures.
+serving) and the accuracy summary that heads both README.md and docs/accuracy.md with this run's figures.
 
 --write-bands rewrites problems/validation/accuracy_bands.yaml, the out-of-sample error by regime (training or
 serving, dense or MoE, the device's architecture) that every plan reports (solver/accuracy_bands.py), and its table in
@@ -267,7 +267,8 @@ def write_docs(results, serving, serving_oos, budget, mlperf) -> None:
         f"assumptions that span {100 * min(v2):+.0f} to {100 * max(v2):+.0f} %) | {len(budget)} | "
         f"{100 * statistics.fmean(abs(b['error']) for b in budget):.1f} % |"
     )
-    write_block("../README.md", "accuracy-summary", "\n".join(lines))
+    for page in ("../README.md", "accuracy.md"):  # the same table heads the README and docs/accuracy.md
+        write_block(page, "accuracy-summary", "\n".join(lines))
 
 
 def write_bands() -> str:
