@@ -23,7 +23,7 @@ from parasol.solver.cli import main as parasol
 
 # block name -> (page, command line after `parasol`); pages are relative to docs/
 EXAMPLES = {
-    "readme-solve": ("../README.md", "solve problems/examples/gpt3-175b-a100-free.yaml --top 3"),
+    "readme-solve": ("../README.md", "solve problems/examples/gpt3-175b-a100-free.yaml"),
     "solve-fixed-grid": ("planner.md", "solve problems/examples/gpt3-175b-a100.yaml"),
     "solve-free": ("planner.md", "solve problems/examples/gpt3-175b-a100-free.yaml --top 3"),
     "solve-infeasible": ("planner.md", "solve problems/examples/gpt3-175b-8gpu-infeasible.yaml"),

@@ -8,7 +8,7 @@ from parasol.model.placement import describe, group_layouts
 
 from . import report
 from .accuracy_bands import accuracy_lines
-from .report import rows_block
+from .report import rows_block, text_table
 
 
 def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
@@ -107,7 +107,59 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         f"memory per GPU ({report.pipeline_unit(m)} {bd['peak_memory_stage']})",
         [(k, f"{v:7.2f} GiB") for k, v in bd["memory_gib"].items()],
     )
+    if m.pp > 1:
+        lines += ["", *stage_lines(m, evaluation, problem.model.moe is not None)]
     return "\n".join([*lines, "", *accuracy_lines(problem, chiplets=met.get("chiplets"))])
+
+
+STAGE_TIMES_S = ("time_fwd_s", "time_bwd_s", "sends_s")  # what a stage's time per micro-batch is made of
+
+
+def stage_lines(m, evaluation: Evaluation, moe: bool) -> list[str]:
+    """Each pipeline stage (rank under DualPipe) per micro-batch: its layers, forward, backward and send
+    milliseconds (the embedding, the output layer and loss, and an MTP module within them, also shown apart), and
+    its device memory; consecutive stages alike in all but memory share a row, their memory a range. The row of the
+    slowest stage (``critical_stage``), which sets the pipeline's pace, is marked."""
+    unit, critical = report.pipeline_unit(m), evaluation.breakdown["critical_stage"]
+    head = [
+        f"{unit}s",
+        "layers",
+        *(["MoE layers"] if moe else []),
+        "forward ms",
+        "backward ms",
+        "sends ms",
+        "of which head ms",
+        "total ms",
+        "memory GiB",
+    ]
+
+    def shape(s: dict) -> tuple:
+        return (s["layers"], s["moe_layers"], *(round(s[k] * 1e3, 3) for k in (*STAGE_TIMES_S, "extra_s", "mtp_s")))
+
+    runs: list[list[dict]] = []
+    for s in evaluation.stages:
+        if runs and shape(runs[-1][-1]) == shape(s):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    rows = []
+    for run in runs:
+        first, last = run[0], run[-1]
+        memory = sorted({round(s["memory_bytes"] / 2**30, 1) for s in run})
+        rows.append(
+            [
+                ("* " if first["stage"] <= critical <= last["stage"] else "  ")
+                + (f"{first['stage']}-{last['stage']}" if len(run) > 1 else str(first["stage"])),
+                str(first["layers"]),
+                *([str(first["moe_layers"])] if moe else []),
+                *(f"{first[k] * 1e3:.2f}" for k in STAGE_TIMES_S),
+                f"{(first['extra_s'] + first['mtp_s']) * 1e3:.2f}",
+                f"{first['time_per_microbatch_s'] * 1e3:.2f}",
+                f"{memory[-1]:.1f}" + (f"-{memory[0]:.1f}" if len(memory) > 1 else ""),
+            ]
+        )
+    title = f"{unit}s, per micro-batch (* the slowest, which sets the pace; head: the embedding, output layer, loss and MTP)"
+    return [title, *("  " + line.rstrip() for line in text_table(head, rows, markdown=False).splitlines())]
 
 
 def host_capacity(met: dict) -> str:
