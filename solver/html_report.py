@@ -19,6 +19,7 @@ from parasol.model.inference import budget_micro_batch
 from parasol.model.pipeline import pipeline_schedule
 from parasol.model.placement import describe, group_layouts
 
+from . import training_report
 from .accuracy_bands import accuracy_rows
 from .report import axis_label, pipeline_unit
 from .results import mapping_row, write_new_file
@@ -66,6 +67,15 @@ def _table(rows: list[tuple]) -> str:
         + "".join("<tr><th>" + escape(str(k)) + "</th><td>" + escape(str(v)) + "</td></tr>" for k, v in rows)
         + "</table>"
     )
+
+
+def _grid(head: list[str], rows: list[list[str]]) -> str:
+    """A table with a header row."""
+
+    def row(tag: str, cells: list[str]) -> str:
+        return "<tr>" + "".join(f"<{tag}>{escape(str(c).strip())}</{tag}>" for c in cells) + "</tr>"
+
+    return '<table class="grid">' + row("th", head) + "".join(row("td", r) for r in rows) + "</table>"
 
 
 # ---- the charts ---------------------------------------------------------------------------------
@@ -266,6 +276,15 @@ def _training_charts(problem, plan) -> list[str]:
             schedule_svg(ev.stages, m.pp, m.vpp, met["microbatches"], bd["time_s"].get("pipeline/bubble")),
             '<p class="note">The schedule is played out from each stage\'s forward and backward time per '
             "micro-batch (point-to-point transfers left out); with pp 1 there is no bubble.</p>",
+        ]
+    if m.pp > 1:
+        head, stage_rows = training_report.stage_rows(m, ev, problem.model.moe is not None)
+        out += [
+            f"<h2>{pipeline_unit(m).capitalize()}s</h2>",
+            '<div id="stages">' + _grid(head, stage_rows) + "</div>",
+            '<p class="note">Per micro-batch; consecutive stages alike in all but memory share a row. * marks the '
+            "slowest, which sets the pipeline's pace; the head is the embedding, the output layer, the loss and an "
+            "MTP module.</p>",
         ]
     system = problem.system(plan.num_gpus)
     rows = [

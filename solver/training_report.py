@@ -115,11 +115,12 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
 STAGE_TIMES_S = ("time_fwd_s", "time_bwd_s", "sends_s")  # what a stage's time per micro-batch is made of
 
 
-def stage_lines(m, evaluation: Evaluation, moe: bool) -> list[str]:
+def stage_rows(m, evaluation: Evaluation, moe: bool) -> tuple[list[str], list[list[str]]]:
     """Each pipeline stage (rank under DualPipe) per micro-batch: its layers, forward, backward and send
     milliseconds (the embedding, the output layer and loss, and an MTP module within them, also shown apart), and
     its device memory; consecutive stages alike in all but memory share a row, their memory a range. The row of the
-    slowest stage (``critical_stage``), which sets the pipeline's pace, is marked."""
+    slowest stage (``critical_stage``), which sets the pipeline's pace, is marked "*". The header and the rows, as
+    strings, for the text report and the HTML page."""
     unit, critical = report.pipeline_unit(m), evaluation.breakdown["critical_stage"]
     head = [
         f"{unit}s",
@@ -158,6 +159,13 @@ def stage_lines(m, evaluation: Evaluation, moe: bool) -> list[str]:
                 f"{memory[-1]:.1f}" + (f"-{memory[0]:.1f}" if len(memory) > 1 else ""),
             ]
         )
+    return head, rows
+
+
+def stage_lines(m, evaluation: Evaluation, moe: bool) -> list[str]:
+    """The text report's table of ``stage_rows``, under its title."""
+    head, rows = stage_rows(m, evaluation, moe)
+    unit = report.pipeline_unit(m)
     title = f"{unit}s, per micro-batch (* the slowest, which sets the pace; head: the embedding, output layer, loss and MTP)"
     return [title, *("  " + line.rstrip() for line in text_table(head, rows, markdown=False).splitlines())]
 

@@ -30,6 +30,7 @@ class Page(HTMLParser):
     def __init__(self, text: str):
         super().__init__()
         self.svgs, self.tables, self.tips, self.tags, self.links, self.text = [], {}, {}, set(), [], []
+        self.grids = {}  # the rows of each table of more than two columns under a div id, header first
         self._div, self._svg, self._cell, self._row, self._in_title = None, None, None, [], False
         self.feed(text)
 
@@ -55,6 +56,9 @@ class Page(HTMLParser):
             self._cell = None
         elif tag == "tr" and self._div and len(self._row) == 2:
             self.tables[self._div][self._row[0]] = self._row[1]
+            self._row = []
+        elif tag == "tr" and self._div:
+            self.grids.setdefault(self._div, []).append(self._row)
             self._row = []
         elif tag == "tr":
             self._row = []
@@ -112,6 +116,15 @@ def test_training_report_holds_the_plan_and_its_charts(training_page):
     assert not any(t.startswith(f"stage {pp} ") for t in tips)
     groups = {t.split(":")[0] for t in page.tips["placement"] if "members in this scale-up domain" in t}
     assert groups == {k for k in ("tp", "dp", "pp") if mapping[k] > 1}
+    head, *rows = page.grids["stages"]  # the stage table: every stage once, the slowest marked, as --json has them
+    assert head[0] == "stages" and "forward ms" in head
+    spans = [range(int(a), int(b or a) + 1) for a, _, b in (r[0].lstrip("* ").partition("-") for r in rows)]
+    assert [i for span in spans for i in span] == list(range(pp))
+    marked = [span for r, span in zip(rows, spans) if r[0].startswith("*")]
+    assert len(marked) == 1 and doc["breakdown"]["critical_stage"] in marked[0]
+    total = head.index("total ms")
+    for r, span in zip(rows, spans):
+        assert float(r[total]) == pytest.approx(1e3 * doc["stages"][span[0]]["time_per_microbatch_s"], abs=0.006)
 
 
 @pytest.mark.slow  # starts parasol processes
