@@ -142,11 +142,14 @@ class CpComm(StrEnum):
     2023); ``a2a`` trades sequence shards for head shards with all-to-alls before and after the
     attention (Jacobs et al., DeepSpeed-Ulysses, 2023); ``allgather`` gathers the whole sequence's K and
     V before the attention and reduce-scatters their gradients after its backward, both exposed (Llama 3's
-    long-context training, Dubey et al. 2024 Sec. 3.3.2)."""
+    long-context training, Dubey et al. 2024 Sec. 3.3.2); ``a2a+p2p`` is both in a hierarchy (Megatron-Core's
+    --hierarchical-context-parallel-sizes, Transformer Engine's hierarchical CP): the all-to-all among the CP ranks
+    that share a scale-up domain, the ring across the domains (``training.hierarchical_cp_sizes``)."""
 
     RING = "ring"
     A2A = "a2a"
     ALLGATHER = "allgather"
+    A2A_P2P = "a2a+p2p"
 
 
 class LowPrecisionRecipe(StrEnum):

@@ -23,7 +23,7 @@ from .errors import ProblemError
 from .fused_grouped_mlp import fused_grouped_mlp_etp_problem, unfused_recompute_problem
 from .offload import module_offload_problem, offload_copy_exposed_s, offloaded_activation_bytes
 from .pipeline import a2a_overlap_problem, dualpipe_problem, stage_layer_counts, vpp_divides_stages
-from .placement import Group, Layout, check_placement, check_system, collective_time_s, layout
+from .placement import Group, Layout, check_placement, check_system, collective_time_s, group_layouts, layout
 from .precision import activation_precision, bytes_per_element, gathered_bytes_per_element, training_recipe
 from .specs import DeviceSpec, Mapping, ModelSpec, SystemSpec, Workload
 
@@ -298,6 +298,43 @@ def cp_allgather_buffer_bytes(model: ModelSpec, workload: Workload, tp: int, cp:
     e = bytes_per_element(activation_precision(workload.precision))
     elements = 2.0 * micro_batch * workload.seq_len * model.kv_width / tp
     return elements * fp8_attention.qkv_bytes_per_element(workload, e), elements * e
+
+
+def hierarchical_cp_sizes(cp_layout: Layout) -> tuple[int, int]:
+    """(all-to-all size, ring size) of hierarchical context parallelism (``CpComm.A2A_P2P``) over the CP group at
+    ``cp_layout``: the all-to-all among consecutive CP ranks in one scale-up domain, as many as divide both the
+    group and its members per domain, the ring across them (Megatron-Core's create_hierarchical_groups: level 1
+    consecutive ranks, level 2 strided by level 1's size; --hierarchical-context-parallel-sizes a r)."""
+    a = math.gcd(cp_layout.n, cp_layout.local)
+    return a, cp_layout.n // a
+
+
+def cp_hierarchical_times_s(
+    model: ModelSpec,
+    system: SystemSpec,
+    workload: Workload,
+    tp: int,
+    cp: int,
+    micro_batch: int,
+    attention_fwd_s: float,
+    attention_bwd_s: float,
+    cp_layout: Layout | None = None,
+) -> tuple[float, float]:
+    """Hierarchical context parallelism in one layer, (forward, backward) seconds (Transformer Engine's
+    cp_comm_type a2a+p2p). The all-to-all level (a ranks, ``hierarchical_cp_sizes``) trades each rank's s/cp tokens
+    of its heads for s·a/cp tokens of 1/a of them, as ``cp_a2a_times_s`` over a group of a, exposed; the ring
+    level (r = cp/a ranks, one per domain) then passes K and V blocks of the same bytes as a flat ring's (s/r tokens
+    of kv/(tp·a) heads) in r - 1 steps behind the attention, as ``cp_exposed_forward_time_s`` and
+    ``cp_ring_backward_time_s`` with tp·a for tp and r for cp; the output and the gradients go back the same way."""
+    if cp == 1:
+        return 0.0, 0.0
+    where = cp_layout or layout(system, Group.of((cp, tp)))
+    a, r = hierarchical_cp_sizes(where)
+    inner, outer = Layout(a, a), Layout(r, max(1, where.local // a))
+    a2a = cp_a2a_times_s(model, system, workload, tp, cp, micro_batch, inner) if a > 1 else (0.0, 0.0)
+    ring_fwd = cp_exposed_forward_time_s(model, system, workload, tp * a, r, micro_batch, attention_fwd_s, outer)
+    ring_bwd = cp_ring_backward_time_s(model, system, workload, tp * a, r, micro_batch, attention_bwd_s, outer)
+    return a2a[0] + ring_fwd, a2a[1] + ring_bwd
 
 
 def ep_comm_time_s(
@@ -614,6 +651,10 @@ def layer_times(
         cp_fwd, cp_bwd = cp_a2a_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
     elif cp_comm == CpComm.ALLGATHER:
         cp_fwd, cp_bwd = cp_allgather_times_s(model, system, workload, tp, cp, micro_batch, layouts.get("cp"))
+    elif cp_comm == CpComm.A2A_P2P:
+        cp_fwd, cp_bwd = cp_hierarchical_times_s(
+            model, system, workload, tp, cp, micro_batch, attn_fwd, attn_bwd, layouts.get("cp")
+        )
     else:
         cp_fwd = cp_exposed_forward_time_s(model, system, workload, tp, cp, micro_batch, attn_fwd, layouts.get("cp"))
         cp_bwd = cp_ring_backward_time_s(model, system, workload, tp, cp, micro_batch, attn_bwd, layouts.get("cp"))
@@ -933,15 +974,26 @@ def offload_problem(model: ModelSpec, device: DeviceSpec, pp: int, recompute: st
     return None
 
 
-def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> None:
+def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str, cp_layout: Layout | None = None) -> None:
     """ProblemError unless ``cp_comm`` is a CpComm that the model's heads allow: the all-to-all gives
-    each of the tp·cp ranks whole query and key/value heads (Megatron-Core asserts it)."""
+    each of the tp·cp ranks whole query and key/value heads (Megatron-Core asserts it); hierarchically
+    (a2a+p2p, on the CP group at ``cp_layout``, which it needs) each of the tp·a ranks of its all-to-all level."""
     if cp_comm not in tuple(CpComm):
         raise ProblemError(f"{cp_comm!r} is not allowed; allowed: {allowed(CpComm)}", field="mapping.cp_comm")
-    if cp_comm == CpComm.A2A and cp > 1 and (model.heads % (tp * cp) or model.kv_heads % (tp * cp)):
+    if cp == 1 or cp_comm not in (CpComm.A2A, CpComm.A2A_P2P):
+        return
+    if cp_comm == CpComm.A2A_P2P and cp_layout.placement is not None:
         raise ProblemError(
-            f"a2a context parallelism needs tp·cp = {tp * cp} to divide the {model.heads} heads and the "
-            f"{model.kv_heads} kv_heads; use cp_comm ring",
+            "a2a+p2p splits the CP group at the scale-up domain, and this system's topology places the groups "
+            "itself (no two-tier domain); use cp_comm ring, a2a or allgather",
+            field="mapping.cp_comm",
+        )
+    a = cp if cp_comm == CpComm.A2A else hierarchical_cp_sizes(cp_layout)[0]
+    if model.heads % (tp * a) or model.kv_heads % (tp * a):
+        level = "" if cp_comm == CpComm.A2A else f" at its all-to-all level of {a} CP ranks per scale-up domain"
+        raise ProblemError(
+            f"{cp_comm} context parallelism{level} needs tp·{'cp' if cp_comm == CpComm.A2A else 'a'} = {tp * a} to divide "
+            f"the {model.heads} heads and the {model.kv_heads} kv_heads; use cp_comm ring",
             field="mapping.cp_comm",
         )
 
@@ -1050,7 +1102,8 @@ def check_mapping(model: ModelSpec, system: SystemSpec, workload: Workload, mapp
             "which all sit on it; set mapping.first_stage_layers to at least that",
             field="mapping.first_stage_layers",
         )
-    check_cp_comm(model, m.tp, m.cp, m.cp_comm)
+    hierarchical = m.cp_comm == CpComm.A2A_P2P and m.cp > 1  # its check needs where the CP group sits
+    check_cp_comm(model, m.tp, m.cp, m.cp_comm, group_layouts(system, m)["cp"] if hierarchical else None)
     if m.recompute_modules is not None:
         recompute_module_set(m.recompute_modules, "mapping.recompute_modules")
         if workload.fused_grouped_mlp:

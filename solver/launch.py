@@ -15,11 +15,13 @@ import math
 import shlex
 from enum import StrEnum
 
-from parasol.model.choices import Allocator, MoeDispatcher
+from parasol.model.choices import Allocator, CpComm, MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.inference import attention_dp_ranks, longest_sequence_tokens, pass_token_budget
 from parasol.model.pipeline import stage_layer_counts
+from parasol.model.placement import group_layouts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
+from parasol.model.training import hierarchical_cp_sizes
 
 from . import frameworks
 
@@ -175,8 +177,11 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     if m.cp > 1:
         args += [
             ("--context-parallel-size", m.cp),
-            ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a", "allgather": "allgather"}[m.cp_comm]),
+            ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a", "allgather": "allgather", "a2a+p2p": "a2a+p2p"}[m.cp_comm]),
         ]
+        if m.cp_comm == CpComm.A2A_P2P:  # the all-to-all level first (Megatron-Core's create_hierarchical_groups)
+            a, r = hierarchical_cp_sizes(group_layouts(problem.system(num_gpus), m)["cp"])
+            args.append(("--hierarchical-context-parallel-sizes", [a, r]))
     if model.moe is not None:
         args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
         if w.moe_dispatcher == MoeDispatcher.DEEPEP:

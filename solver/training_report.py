@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from parasol.model.choices import MoeDispatcher, Recompute
+from parasol.model.choices import CpComm, MoeDispatcher, Recompute
 from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
+from parasol.model.training import hierarchical_cp_sizes
 
 from . import report
 from .accuracy_bands import accuracy_lines
@@ -20,6 +21,7 @@ def evaluation_json(problem, mapping, evaluation: Evaluation) -> dict:
 def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | None = None) -> str:
     """The readable report of one evaluated mapping."""
     m, met, bd = mapping, evaluation.metrics, evaluation.breakdown
+    system = problem.system(met["num_gpus"])
     lines = [
         f"{problem.model.name} on {met['num_gpus']} x {report.system_label(problem.system_name)} "
         f"({problem.workload.precision}, seq {problem.workload.seq_len}, global batch {problem.workload.global_batch})"
@@ -30,7 +32,7 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         f"{report.pipeline_unit(m)} layers {[s['layers'] for s in evaluation.stages] if m.pp <= 8 else 'first {}, last {}'.format(evaluation.stages[0]['layers'], evaluation.stages[-1]['layers'])}"
         + ("  uneven chunks" if m.uneven_chunks and m.vpp > 1 else "")
         + (f"  offload_layers {m.offload_layers}" if m.offload_layers else "")
-        + (f"  cp_comm {m.cp_comm}" if m.cp > 1 else "")
+        + (f"  cp_comm {m.cp_comm}{hierarchy(m, system)}" if m.cp > 1 else "")
         + (f"  moe_dispatcher {m.chosen_workload(problem.workload).moe_dispatcher}" if problem.model.moe is not None else "")
         + ("  moe_a2a_overlap" if problem.model.moe is not None and m.a2a_overlapped(problem.workload) else "")
         + (f"  etp {m.etp}" if m.etp > 1 else "")
@@ -40,7 +42,6 @@ def evaluation_table(problem, mapping, evaluation: Evaluation, num_gpus: int | N
         + (f"  module_offload {'/'.join(problem.workload.offload_modules)}" if m.module_offload else "")
         + ("  dualpipe (each rank: its stage and the mirrored one)" if m.dualpipe else "")
     )
-    system = problem.system(met["num_gpus"])
     groups = [
         f"{kind} {describe(where, system)}"
         for kind, where in group_layouts(system, m).items()
@@ -196,6 +197,15 @@ def plans_table(plans) -> list[str]:
             f"{met['tokens_per_s']:>10,.0f}  {met['peak_memory_gib']:6.1f}      {m.placement}{plan_choices(m)}"
         )
     return lines
+
+
+def hierarchy(m, system) -> str:
+    """`` (a2a A x ring R)``: hierarchical context parallelism's two levels (``training.hierarchical_cp_sizes``), where
+    the mapping exchanges a2a+p2p; '' otherwise."""
+    if m.cp_comm != CpComm.A2A_P2P or m.cp == 1:
+        return ""
+    a, r = hierarchical_cp_sizes(group_layouts(system, m)["cp"])
+    return f" (a2a {a} x ring {r})"
 
 
 def modules_chosen(m) -> str:

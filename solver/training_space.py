@@ -313,19 +313,19 @@ def _pipeline_compact(problem, pipeline: pd.DataFrame) -> CompactForm:
     return CompactForm(relations, (held,))
 
 
-def cp_comm_rows(problem, tp_cp: list) -> list[tuple]:
-    """(tp, cp, cp_comm code) allowed: the exchanges ``mapping.cp_comm`` lists (default ring) that the
-    model's heads allow (``training.check_cp_comm``); without context parallelism there is nothing to
-    exchange, so cp 1 keeps one of them."""
+def cp_comm_rows(problem, tp_cp_groups: list) -> list[tuple]:
+    """(tp, cp, CP group code, cp_comm code) allowed, from the grid's (tp, cp, CP group Layout, its code): the
+    exchanges ``mapping.cp_comm`` lists (default ring) that the model's heads allow where the group sits
+    (``training.check_cp_comm``); without context parallelism there is nothing to exchange, so cp 1 keeps one."""
     listed = [c for c in CpComm if c in problem.mapping.get("cp_comm", (CpComm.RING,))]
     rows = []
-    for tp, cp in tp_cp:
+    for tp, cp, where, code in tp_cp_groups:
         for c in listed[:1] if cp == 1 else listed:
             try:
-                check_cp_comm(problem.model, tp, cp, c)
+                check_cp_comm(problem.model, tp, cp, c, where)
             except ProblemError:
                 continue
-            rows.append((tp, cp, tuple(CpComm).index(c)))
+            rows.append((tp, cp, code, tuple(CpComm).index(c)))
     return rows
 
 
@@ -470,7 +470,10 @@ def build_space(problem) -> Space:
     ]
     recompute = [tuple(Recompute).index(r) for r in allowed_values(problem, "recompute", list(Recompute))]
     recomputing, module_sets = recompute_rows(problem, recompute)
-    cp_comm = cp_comm_rows(problem, sorted({(p.tp, p.cp) for p in used}))
+    at = [grid_cols.index(key) for key in (D.TP, D.CP, D.CP_GROUP)]
+    cp_codes = sorted({tuple(row[i] for i in at) for row in rows})  # (tp, cp, CP group code) of the grid
+    cp_groups = {code: where for where, code in layouts["cp"].items()}
+    cp_comm = cp_comm_rows(problem, [(tp, cp, cp_groups[code], code) for tp, cp, code in cp_codes])
     dispatchers, dispatcher_values = dispatcher_rows(problem)
     # fine-grained offloading (workload.offload_modules): off unless the mapping (or the listed modules) asks; not
     # beside whole-layer offloading (Megatron-Core refuses both), nothing to move under full recomputation
@@ -513,7 +516,7 @@ def build_space(problem) -> Space:
         ("micro", pd.DataFrame(micro, columns=[D.DP, D.MICRO_BATCH, D.MICROBATCHES])),
         ("sp", pd.DataFrame(sp, columns=[D.TP, D.SP, D.TP_COMM_OVERLAP])),
         ("recompute", pd.DataFrame([(r.code, r.modules_code) for r in recomputing], columns=[D.RECOMPUTE, D.RECOMPUTE_MODULES])),
-        ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_COMM])),
+        ("cp_comm", pd.DataFrame(cp_comm, columns=[D.TP, D.CP, D.CP_GROUP, D.CP_COMM])),
         ("moe_dispatcher", pd.DataFrame({D.MOE_DISPATCHER: dispatchers})),
         ("moe_a2a_overlap", overlap),
         (
@@ -571,7 +574,7 @@ def build_space(problem) -> Space:
         raise ProblemError(
             f"the mapping restrictions {restrictions} leave no valid mapping (global_batch {wl.global_batch} must divide by "
             "dp·micro_batch; sp needs tp > 1; tp_comm_overlap needs sp; vpp must split every stage; cp_comm a2a needs tp·cp to divide the heads and "
-            "kv_heads; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3; dualpipe needs an even pp and an even count of at "
+            "kv_heads, a2a+p2p tp times its all-to-all level and a two-tier system; offload_layers needs pp 1 and recompute none; optimizer_offload needs zero 1 or more; weight_offload needs zero 3; dualpipe needs an even pp and an even count of at "
             "least 2·pp micro-batches, without vpp; module_offload needs neither offload_layers nor recompute full; moe_a2a_overlap needs vpp > 1 or dualpipe "
             "at pp > 1, no full recomputation and at most one MTP layer)",
             source=problem.source,
