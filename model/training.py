@@ -13,6 +13,7 @@ them into a step; it is the single source of every number.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -325,9 +326,12 @@ def cp_hierarchical_times_s(
     of its heads for s·a/cp tokens of 1/a of them, as ``cp_a2a_times_s`` over a group of a, exposed; the ring
     level (r = cp/a ranks, one per domain) then passes K and V blocks of the same bytes as a flat ring's (s/r tokens
     of kv/(tp·a) heads) in r - 1 steps behind the attention, as ``cp_exposed_forward_time_s`` and
-    ``cp_ring_backward_time_s`` with tp·a for tp and r for cp; the output and the gradients go back the same way."""
+    ``cp_ring_backward_time_s`` with tp·a for tp and r for cp; the output and the gradients go back the same way.
+    Both levels are communicators of their own (Megatron-Core's "hcp" process groups), which a cap on the cp
+    communicator's thread blocks (``workload.nccl_max_ctas.cp``) leaves alone."""
     if cp == 1:
         return 0.0, 0.0
+    workload = dataclasses.replace(workload, nccl_max_ctas=dataclasses.replace(workload.nccl_max_ctas, cp=None))
     where = cp_layout or layout(system, Group.of((cp, tp)))
     a, r = hierarchical_cp_sizes(where)
     inner, outer = Layout(a, a), Layout(r, max(1, where.local // a))

@@ -139,3 +139,17 @@ def test_the_report_names_both_levels():
     from parasol.solver.training_report import evaluation_table  # noqa: PLC0415
 
     assert "cp_comm a2a+p2p (a2a 4 x ring 4)" in evaluation_table(problem, Mapping(**{**MAPPING, "cp_comm": "a2a+p2p"}), ev)
+
+
+def test_a_cap_on_the_cp_communicator_leaves_the_hierarchy_alone():
+    """MLPerf's configs cap the cp communicator at one thread block; Megatron-Core builds the hierarchy's levels as
+    communicators of their own ("hcp"), which that cap does not name: the flat ring slows, the hierarchy does not."""
+
+    def step(cp_comm: str, caps: dict | None) -> float:
+        problem = _problem({**MAPPING, "cp_comm": cp_comm}, **({"nccl_max_ctas": caps} if caps else {}))
+        return evaluate_training(problem.model, problem.system(), problem.workload, problem.fixed_mapping()).metrics[
+            "step_time_s"
+        ]
+
+    assert step("ring", {"cp": 1}) > step("ring", None)
+    assert step("a2a+p2p", {"cp": 1}) == pytest.approx(step("a2a+p2p", None), rel=1e-12)
