@@ -992,12 +992,14 @@ def check_cp_comm(model: ModelSpec, tp: int, cp: int, cp_comm: str, cp_layout: L
             "itself (no two-tier domain); use cp_comm ring, a2a or allgather",
             field="mapping.cp_comm",
         )
-    a = cp if cp_comm == CpComm.A2A else hierarchical_cp_sizes(cp_layout)[0]
+    if cp_comm == CpComm.A2A:
+        a, what = cp, "a2a context parallelism needs tp·cp"
+    else:
+        a = hierarchical_cp_sizes(cp_layout)[0]
+        what = f"a2a+p2p context parallelism at its all-to-all level of {a} CP ranks per scale-up domain needs tp·a"
     if model.heads % (tp * a) or model.kv_heads % (tp * a):
-        level = "" if cp_comm == CpComm.A2A else f" at its all-to-all level of {a} CP ranks per scale-up domain"
         raise ProblemError(
-            f"{cp_comm} context parallelism{level} needs tp·{'cp' if cp_comm == CpComm.A2A else 'a'} = {tp * a} to divide "
-            f"the {model.heads} heads and the {model.kv_heads} kv_heads; use cp_comm ring",
+            f"{what} = {tp * a} to divide the {model.heads} heads and the {model.kv_heads} kv_heads; use cp_comm ring",
             field="mapping.cp_comm",
         )
 

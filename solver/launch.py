@@ -177,7 +177,7 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
     if m.cp > 1:
         args += [
             ("--context-parallel-size", m.cp),
-            ("--cp-comm-type", {"ring": "p2p", "a2a": "a2a", "allgather": "allgather", "a2a+p2p": "a2a+p2p"}[m.cp_comm]),
+            ("--cp-comm-type", "p2p" if m.cp_comm == CpComm.RING else m.cp_comm),  # the ring is Megatron's p2p
         ]
         if m.cp_comm == CpComm.A2A_P2P:  # the all-to-all level first (Megatron-Core's create_hierarchical_groups)
             a, r = hierarchical_cp_sizes(group_layouts(problem.system(num_gpus), m)["cp"])
