@@ -310,6 +310,14 @@ def hierarchical_cp_sizes(cp_layout: Layout) -> tuple[int, int]:
     return a, cp_layout.n // a
 
 
+def mapping_cp_hierarchy(system: SystemSpec, mapping: Mapping) -> tuple[int, int] | None:
+    """``hierarchical_cp_sizes`` of ``mapping``'s CP group on ``system`` where it exchanges a2a+p2p over cp > 1
+    (what the report names and Megatron's --hierarchical-context-parallel-sizes states); None otherwise."""
+    if mapping.cp_comm != CpComm.A2A_P2P or mapping.cp == 1:
+        return None
+    return hierarchical_cp_sizes(group_layouts(system, mapping)["cp"])
+
+
 def cp_hierarchical_times_s(
     model: ModelSpec,
     system: SystemSpec,

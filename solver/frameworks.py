@@ -133,9 +133,8 @@ def restrict(framework: Framework, mapping: dict, source: str, disaggregated: bo
                         )
             else:
                 out[key] = tuple(allowed)
-    for key in (
-        framework.workload.keys() & mapping.keys()
-    ):  # keys a run may list in its mapping for solve to choose (moe_dispatcher, moe_a2a_overlap)
+    # keys a run may list in its mapping for solve to choose (moe_dispatcher, moe_a2a_overlap)
+    for key in framework.workload.keys() & mapping.keys():
         for value in mapping[key]:
             if not any(_same(value, a) for a in framework.workload[key]):
                 raise ProblemError(

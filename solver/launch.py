@@ -19,9 +19,8 @@ from parasol.model.choices import Allocator, CpComm, MoeDispatcher
 from parasol.model.errors import ProblemError
 from parasol.model.inference import attention_dp_ranks, longest_sequence_tokens, pass_token_budget
 from parasol.model.pipeline import stage_layer_counts
-from parasol.model.placement import group_layouts
 from parasol.model.specs import DEFAULT_PLACEMENT, TP_PP_DP_PLACEMENT
-from parasol.model.training import hierarchical_cp_sizes
+from parasol.model.training import mapping_cp_hierarchy
 
 from . import frameworks
 
@@ -179,9 +178,9 @@ def megatron_args(problem, num_gpus: int, m) -> list[tuple[str, object]]:
             ("--context-parallel-size", m.cp),
             ("--cp-comm-type", "p2p" if m.cp_comm == CpComm.RING else m.cp_comm),  # the ring is Megatron's p2p
         ]
-        if m.cp_comm == CpComm.A2A_P2P:  # the all-to-all level first (Megatron-Core's create_hierarchical_groups)
-            a, r = hierarchical_cp_sizes(group_layouts(problem.system(num_gpus), m)["cp"])
-            args.append(("--hierarchical-context-parallel-sizes", [a, r]))
+        levels = mapping_cp_hierarchy(problem.system(num_gpus), m)
+        if levels is not None:  # the all-to-all level first (Megatron-Core's create_hierarchical_groups)
+            args.append(("--hierarchical-context-parallel-sizes", list(levels)))
     if model.moe is not None:
         args += [("--expert-model-parallel-size", m.ep), ("--expert-tensor-parallel-size", m.etp)]
         if w.moe_dispatcher == MoeDispatcher.DEEPEP:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from parasol.model.choices import CpComm, MoeDispatcher, Recompute
+from parasol.model.choices import MoeDispatcher, Recompute
 from parasol.model.evaluation import Evaluation
 from parasol.model.placement import describe, group_layouts
-from parasol.model.training import hierarchical_cp_sizes
+from parasol.model.training import mapping_cp_hierarchy
 
 from . import report
 from .accuracy_bands import accuracy_lines
@@ -200,12 +200,10 @@ def plans_table(plans) -> list[str]:
 
 
 def hierarchy(m, system) -> str:
-    """`` (a2a A x ring R)``: hierarchical context parallelism's two levels (``training.hierarchical_cp_sizes``), where
+    """`` (a2a A x ring R)``: hierarchical context parallelism's two levels (``training.mapping_cp_hierarchy``), where
     the mapping exchanges a2a+p2p; '' otherwise."""
-    if m.cp_comm != CpComm.A2A_P2P or m.cp == 1:
-        return ""
-    a, r = hierarchical_cp_sizes(group_layouts(system, m)["cp"])
-    return f" (a2a {a} x ring {r})"
+    levels = mapping_cp_hierarchy(system, m)
+    return "" if levels is None else f" (a2a {levels[0]} x ring {levels[1]})"
 
 
 def modules_chosen(m) -> str:

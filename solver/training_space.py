@@ -382,8 +382,8 @@ def a2a_overlap_rows(
     """(the relation, the domain's values) of ``moe_a2a_overlap``, whether the expert all-to-all is hidden behind
     another micro-batch's compute: for an MoE model, (ep, pp, interleaved, dualpipe, recompute, overlap) rows of
     the values ``mapping.moe_a2a_overlap`` lists (default: the workload's, ``workload.moe_a2a_overlap``) where
-    the schedule allows the overlap (``pipeline.a2a_overlap_problem``; ``recompute``: ``recompute_rows``); at ep 1 there is no all-to-all to hide (false). A dense model has none at all,
-    and its mapping states nothing (None)."""
+    the schedule allows the overlap (``pipeline.a2a_overlap_problem``; ``recompute``: ``recompute_rows``); at ep 1
+    there is no all-to-all to hide (false). A dense model has none at all, and its mapping states nothing (None)."""
     if problem.model.moe is None:
         return pd.DataFrame({D.MOE_A2A_OVERLAP: [0]}), (None,)
     wl = problem.workload
